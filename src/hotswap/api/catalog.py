@@ -1,0 +1,468 @@
+"""The accelerator device catalog: every device type name hotswap accepts, and its shape.
+
+Names and shapes follow xpk's system characteristics table
+(``src/xpk/core/system_characteristics.py`` in AI-Hypercomputer/xpk), so a user can type the
+same device type they give xpk. The GKE node-label values, topologies and machine types are the
+ones xpk uses and GKE documents ("Plan TPUs in GKE", cloud.google.com/kubernetes-engine/docs/
+concepts/plan-tpus; GPU machine types in the Compute Engine docs). The tables below are our own
+restatement of those facts: the canonical names are built at import (a few hundred entries,
+about a millisecond), the rarely needed spelled-out topologies on first use.
+
+TPU names
+    ``<family>-<N>`` where N counts **TensorCores** for v4, v5p and tpu7x (two per chip, so
+    ``v5p-16`` is 8 chips) and **chips** for v5litepod (v5e) and v6e (one core per chip).
+    Every supported topology is also accepted spelled out, ``<family>-<topology>`` (``v6e-4x4``,
+    ``v5p-4x8x16``), as xpk accepts it. When several topologies have the same size, the size
+    name means the family's default topology for it (``v5p-1024`` is ``8x8x8``, not
+    ``4x8x16``); the other topologies are reachable only by their spelled-out name.
+    A slice is one TPU slice: ``hosts_per_slice`` VMs of ``chips_per_host`` chips each (one
+    chip for the single-chip ``1x1``/``1x1x1`` shapes, four otherwise).
+
+GPU names
+    ``<family>-<GPUs per VM>`` (``h100-80gb-8``). As in xpk, a GPU "slice" is one VM: one node
+    with all of its GPUs, so ``hosts_per_slice`` is 1 and a job that wants N slices of a GPU
+    type wants N such nodes. GPUs have no TPU-style topology; we record ``1x<GPUs per VM>`` so
+    that every entry has a well-formed topology string (xpk writes ``N/A``, and ``1x72`` for
+    GB200, meaning its 72-GPU NVLink domain rather than the shape of one VM).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import enum
+import math
+import re
+import types
+from collections.abc import Iterable, Mapping
+
+from hotswap.api.errors import InvalidInputError
+
+__all__ = [
+    "AcceleratorKind",
+    "DeviceType",
+    "TPU_FAMILIES",
+    "GPU_FAMILIES",
+    "TpuFamily",
+    "accepted_device_type_names",
+    "device_type_names",
+    "device_types",
+    "families",
+    "get_device_type",
+]
+
+TPU_RESOURCE = "google.com/tpu"
+GPU_RESOURCE = "nvidia.com/gpu"
+TPU_ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
+TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
+GPU_ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
+
+
+class AcceleratorKind(str, enum.Enum):
+    """Which kind of accelerator a device type carries."""
+
+    TPU = "tpu"
+    GPU = "gpu"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DeviceType:
+    """One accelerator shape: what a single slice of this type is made of.
+
+    ``chips_per_host`` is TPU chips per VM for TPUs and GPUs per VM for GPUs.
+    """
+
+    name: str
+    kind: AcceleratorKind
+    family: str
+    topology: str
+    hosts_per_slice: int
+    chips_per_host: int
+    gke_accelerator: str
+    machine_type: str
+    resource_name: str
+
+    @property
+    def chips_per_slice(self) -> int:
+        return self.hosts_per_slice * self.chips_per_host
+
+    @property
+    def node_label_key(self) -> str:
+        """The node label whose value is ``gke_accelerator``."""
+        return TPU_ACCELERATOR_LABEL if self.kind is AcceleratorKind.TPU else GPU_ACCELERATOR_LABEL
+
+    @property
+    def topology_label_key(self) -> str | None:
+        """The node label whose value is ``topology``; GPUs have none."""
+        return TPU_TOPOLOGY_LABEL if self.kind is AcceleratorKind.TPU else None
+
+    @property
+    def multi_host(self) -> bool:
+        return self.hosts_per_slice > 1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TpuFamily:
+    """A TPU generation as xpk knows it."""
+
+    name: str  # the name prefix, e.g. "v5p"
+    tensorcores_per_chip: int  # 2 means the number in a size name counts cores, not chips
+    gke_accelerator: str
+    machine_type: str  # the four-chip VM every multi-chip shape is built from
+    single_chip_machine_type: str | None  # the one-chip VM, for families offering a 1-chip shape
+    topologies: tuple[str, ...]  # in xpk's order, which decides ties between same-size shapes
+    default_topologies: frozenset[str]  # the shape a size name means when sizes tie
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _GpuShape:
+    name: str
+    family: str
+    gpus_per_host: int
+    gke_accelerator: str
+    machine_type: str
+
+
+def _cube_topologies(max_cubes: int, *, nondecreasing: bool) -> tuple[str, ...]:
+    """Topologies of the 3-D torus families (v4, v5p, tpu7x), as xpk enumerates them.
+
+    Below one 4x4x4 cube there are four fixed sub-cube shapes; above it, any AxBxC of whole
+    cubes (each side a multiple of 4, at most 256) up to the family's cube count.
+    ``nondecreasing`` keeps only A <= B <= C (v5p, tpu7x); v4 accepts every permutation.
+    """
+    shapes = ["2x2x1", "2x2x2", "2x2x4", "2x4x4"]
+    most = 64  # cubes along one side: 256 chips
+    # Count in cubes and stop each loop once the budget is spent, so this stays cheap at import;
+    # the order (A, then B, then C ascending) is xpk's, which matters for size-name ties.
+    for a in range(1, most + 1):
+        for b in range(a if nondecreasing else 1, most + 1):
+            if a * b * (b if nondecreasing else 1) > max_cubes:
+                break
+            for c in range(b if nondecreasing else 1, min(most, max_cubes // (a * b)) + 1):
+                shapes.append(f"{4 * a}x{4 * b}x{4 * c}")
+    return tuple(shapes)
+
+
+def _topos(text: str) -> tuple[str, ...]:
+    return tuple(text.split())
+
+
+# The sizes GKE publishes for v5p and tpu7x slices; a size name means this shape when several
+# topologies have the same number of chips. Ironwood lists the same shapes as v5p plus 16x16x32
+# and 16x24x24.
+_V5P_DEFAULTS = _topos(
+    """
+    2x2x1 2x2x2 2x2x4 2x4x4 4x4x4 4x4x8 4x4x12 4x8x8 4x4x20 4x8x12 4x4x28 8x8x8 4x12x12
+    4x8x20 4x4x44 8x8x12 4x4x52 4x8x28 4x12x20 8x8x16 4x4x68 8x12x12 4x4x76 8x8x20 4x12x28
+    4x8x44 4x4x92 8x12x16 4x20x20 4x8x52 12x12x12 8x8x28 4x4x116 8x12x20 4x4x124 8x16x16
+    4x12x44 4x8x68 4x20x28 12x12x16 4x4x148 4x8x76 4x12x52 8x16x20 4x4x164 8x12x28 4x4x172
+    8x8x44 12x12x20 4x8x92 4x4x188 12x16x16 4x28x28 8x20x20 4x12x68 8x8x52 4x4x212 12x12x24
+    4x20x44 8x16x28 4x12x76 4x8x116 4x4x236 12x16x20 4x4x244 4x8x124 12x12x28 16x16x16
+    4x20x52 8x12x44 8x8x68 4x12x92 8x20x28 12x16x24 4x8x148 12x20x20 8x8x76 4x28x44 8x12x52
+    16x16x20 12x12x36 4x8x164 12x16x28 4x20x68 4x8x172 4x12x116 8x16x44 12x20x24 4x28x52
+    8x8x92 4x12x124 4x8x188 4x20x76 16x16x24 12x24x24 16x20x28
+    """
+)
+_TPU7X_DEFAULTS = (*_V5P_DEFAULTS, "16x16x32", "16x24x24")
+_V4_DEFAULTS = _topos("2x2x1 2x2x2 2x2x4 2x4x4 4x4x4 4x4x8 4x8x8 8x8x8 8x8x12 8x8x16 8x16x16")
+# v5e and v6e are 2-D; xpk offers the same six multi-host shapes for both, and 2x2 (one VM)
+# and 1x1 (one chip) for v6e only.
+_PLANAR = _topos("2x4 4x4 4x8 8x8 8x16 16x16")
+
+TPU_FAMILIES: tuple[TpuFamily, ...] = (
+    TpuFamily(
+        name="v4",
+        tensorcores_per_chip=2,
+        gke_accelerator="tpu-v4-podslice",
+        machine_type="ct4p-hightpu-4t",
+        single_chip_machine_type=None,
+        topologies=_cube_topologies(64, nondecreasing=False),
+        default_topologies=frozenset(_V4_DEFAULTS),
+    ),
+    TpuFamily(
+        name="v5litepod",
+        tensorcores_per_chip=1,
+        gke_accelerator="tpu-v5-lite-podslice",
+        machine_type="ct5lp-hightpu-4t",
+        single_chip_machine_type=None,
+        topologies=_PLANAR,
+        default_topologies=frozenset(_PLANAR),
+    ),
+    TpuFamily(
+        name="v5p",
+        tensorcores_per_chip=2,
+        gke_accelerator="tpu-v5p-slice",
+        machine_type="ct5p-hightpu-4t",
+        single_chip_machine_type=None,
+        topologies=_cube_topologies(140, nondecreasing=True),
+        default_topologies=frozenset(_V5P_DEFAULTS),
+    ),
+    TpuFamily(
+        name="v6e",
+        tensorcores_per_chip=1,
+        gke_accelerator="tpu-v6e-slice",
+        machine_type="ct6e-standard-4t",
+        single_chip_machine_type="ct6e-standard-1t",
+        topologies=("1x1", "2x2", *_PLANAR),
+        default_topologies=frozenset(("1x1", "2x2", *_PLANAR)),
+    ),
+    TpuFamily(
+        name="tpu7x",  # Ironwood
+        tensorcores_per_chip=2,
+        gke_accelerator="tpu7x",
+        machine_type="tpu7x-standard-4t",
+        single_chip_machine_type="tpu7x-standard-1t",
+        topologies=("1x1x1", *_cube_topologies(144, nondecreasing=True)),
+        default_topologies=frozenset(("1x1x1", *_TPU7X_DEFAULTS)),
+    ),
+)
+
+# GPU VM shapes xpk offers: (name, family, GPUs per VM, GKE accelerator label, machine type).
+_GPU_SHAPES: tuple[_GpuShape, ...] = tuple(
+    _GpuShape(*row)
+    for row in (
+        ("l4-1", "l4", 1, "nvidia-l4", "g2-standard-12"),
+        ("l4-2", "l4", 2, "nvidia-l4", "g2-standard-24"),
+        ("l4-4", "l4", 4, "nvidia-l4", "g2-standard-48"),
+        ("l4-8", "l4", 8, "nvidia-l4", "g2-standard-96"),
+        ("a100-40gb-1", "a100-40gb", 1, "nvidia-tesla-a100", "a2-highgpu-1g"),
+        ("a100-40gb-2", "a100-40gb", 2, "nvidia-tesla-a100", "a2-highgpu-2g"),
+        ("a100-40gb-4", "a100-40gb", 4, "nvidia-tesla-a100", "a2-highgpu-4g"),
+        ("a100-40gb-8", "a100-40gb", 8, "nvidia-tesla-a100", "a2-highgpu-8g"),
+        ("h100-80gb-8", "h100-80gb", 8, "nvidia-h100-80gb", "a3-highgpu-8g"),
+        ("h100-mega-80gb-8", "h100-mega-80gb", 8, "nvidia-h100-mega-80gb", "a3-megagpu-8g"),
+        ("h200-141gb-8", "h200-141gb", 8, "nvidia-h200-141gb", "a3-ultragpu-8g"),
+        ("b200-8", "b200", 8, "nvidia-b200", "a4-highgpu-8g"),
+        ("gb200-4", "gb200", 4, "nvidia-gb200", "a4x-highgpu-4g"),
+        # Same GB200 VM without local SSD; a separate name because it is a separate machine type.
+        ("gb200-4-nolssd", "gb200", 4, "nvidia-gb200", "a4x-highgpu-4g-nolssd"),
+    )
+)
+
+GPU_FAMILIES: tuple[str, ...] = tuple(dict.fromkeys(shape.family for shape in _GPU_SHAPES))
+
+# Spellings people use for a family that xpk does not accept, mapped to xpk's prefix. Used only
+# to make error messages point at the right name; lookups stay exact.
+_FAMILY_HINTS = {
+    "v5e": "v5litepod",
+    "v5lite": "v5litepod",
+    "v5litepod": "v5litepod",
+    "v6": "v6e",
+    "trillium": "v6e",
+    "v7": "tpu7x",
+    "v7x": "tpu7x",
+    "tpu7": "tpu7x",
+    "ironwood": "tpu7x",
+    "h100": "h100-80gb",
+    "h200": "h200-141gb",
+    "a100": "a100-40gb",
+}
+
+
+def _chips(topology: str) -> int:
+    return math.prod(int(side) for side in topology.split("x"))
+
+
+def _tpu_entry(family: TpuFamily, name: str, topology: str) -> DeviceType:
+    chips = _chips(topology)
+    single_chip = chips == 1
+    # A one-chip shape is one one-chip VM; every other shape is built from four-chip VMs.
+    chips_per_host = 1 if single_chip else 4
+    machine_type = family.machine_type
+    if single_chip and family.single_chip_machine_type is not None:
+        machine_type = family.single_chip_machine_type
+    return DeviceType(
+        name=name,
+        kind=AcceleratorKind.TPU,
+        family=family.name,
+        topology=topology,
+        hosts_per_slice=chips // chips_per_host,
+        chips_per_host=chips_per_host,
+        gke_accelerator=family.gke_accelerator,
+        machine_type=machine_type,
+        resource_name=TPU_RESOURCE,
+    )
+
+
+def _size_topologies(family: TpuFamily) -> dict[int, str]:
+    """Which topology each size name of the family means, by size in its naming unit.
+
+    The default topology where the size has one, else the first in xpk's order (the one xpk
+    resolves that size name to).
+    """
+    size_topology: dict[int, str] = {}
+    for topology in family.topologies:
+        cores = _chips(topology) * family.tensorcores_per_chip
+        if cores not in size_topology or topology in family.default_topologies:
+            size_topology[cores] = topology
+    return size_topology
+
+
+def _build_canonical() -> dict[str, DeviceType]:
+    canonical: dict[str, DeviceType] = {}
+    for family in TPU_FAMILIES:
+        size_topology = _size_topologies(family)
+        for cores in sorted(size_topology):
+            entry = _tpu_entry(family, f"{family.name}-{cores}", size_topology[cores])
+            canonical[entry.name] = entry
+    for shape in _GPU_SHAPES:
+        canonical[shape.name] = DeviceType(
+            name=shape.name,
+            kind=AcceleratorKind.GPU,
+            family=shape.family,
+            topology=f"1x{shape.gpus_per_host}",
+            hosts_per_slice=1,
+            chips_per_host=shape.gpus_per_host,
+            gke_accelerator=shape.gke_accelerator,
+            machine_type=shape.machine_type,
+            resource_name=GPU_RESOURCE,
+        )
+    return canonical
+
+
+_CANONICAL = _build_canonical()
+_DEVICE_TYPES: Mapping[str, DeviceType] = types.MappingProxyType(_CANONICAL)
+_NAMES: tuple[str, ...] = tuple(_CANONICAL)
+_FAMILIES: tuple[str, ...] = tuple(dict.fromkeys(entry.family for entry in _CANONICAL.values()))
+_TPU_BY_NAME = {family.name: family for family in TPU_FAMILIES}
+_accepted_cache: dict[str, DeviceType] | None = None
+
+
+def _accepted() -> dict[str, DeviceType]:
+    """Every accepted spelling by name, canonical names included.
+
+    Built on first use rather than at import: the ~1,600 spelled-out topologies (mostly v4
+    permutations) would otherwise cost every CLI start a few milliseconds for a rare case.
+    """
+    global _accepted_cache
+    if _accepted_cache is None:
+        accepted: dict[str, DeviceType] = {}
+        for family in TPU_FAMILIES:
+            for topology in family.topologies:
+                # A spelled-out topology that a size name already means resolves to that
+                # entry, so each shape has one name; other shapes keep the spelled-out name.
+                alias = f"{family.name}-{topology}"
+                entry = _CANONICAL.get(_size_name(family, topology))
+                if entry is None or entry.topology != topology:
+                    entry = _tpu_entry(family, alias, topology)
+                accepted[alias] = entry
+        accepted.update(_CANONICAL)
+        _accepted_cache = accepted
+    return _accepted_cache
+
+
+def _size_name(family: TpuFamily, topology: str) -> str:
+    return f"{family.name}-{_chips(topology) * family.tensorcores_per_chip}"
+
+
+def device_types() -> Mapping[str, DeviceType]:
+    """Every device type under its canonical name, read-only, in :func:`device_type_names` order."""
+    return _DEVICE_TYPES
+
+
+def device_type_names() -> tuple[str, ...]:
+    """Every canonical name: TPU families (v4, v5litepod, v5p, v6e, tpu7x), then GPU families;
+    within a family, by size. Spelled-out topology names are left out; see
+    :func:`accepted_device_type_names`."""
+    return _NAMES
+
+
+def accepted_device_type_names() -> frozenset[str]:
+    """Every name :func:`get_device_type` accepts, spelled-out topologies included."""
+    return frozenset(_accepted())
+
+
+def families() -> tuple[str, ...]:
+    """Family names in catalog order."""
+    return _FAMILIES
+
+
+def get_device_type(name: str) -> DeviceType:
+    """Look up a device type by xpk's name, ignoring case and surrounding blanks.
+
+    Raises InvalidInputError, one line that names the nearest valid names, for anything else.
+    """
+    key = name.strip().lower()
+    entry = _CANONICAL.get(key) or _accepted().get(key)
+    if entry is None:
+        raise InvalidInputError(_unknown_message(name, key))
+    return entry
+
+
+_SIZED = re.compile(r"^(?P<family>.+)-(?P<size>\d+)$")
+_TOPOLOGY = re.compile(r"^(?P<family>.+)-(?P<topology>\d+(?:x\d+)+)$")
+
+
+def _family_names(family: str) -> list[str]:
+    return [n for n in _NAMES if _CANONICAL[n].family == family]
+
+
+def _sizes_near(family: str, size: int) -> list[str]:
+    """The family's name of that size if there is one, else the sizes on either side of it,
+    nearest first."""
+    sized = [(int(m.group("size")), n) for n in _family_names(family) if (m := _SIZED.match(n))]
+    exact = [n for s, n in sized if s == size]
+    if exact:
+        return exact
+    below = [(s, n) for s, n in sized if s < size][-1:]
+    above = [(s, n) for s, n in sized if s > size][:1]
+    near = sorted(below + above, key=lambda pair: abs(pair[0] - size))
+    return [n for _, n in near]
+
+
+def _topologies_near(family: str, topology: str) -> list[str]:
+    """Accepted spelled-out names of the family with the same number of chips (its sides in
+    ascending order first), else the shapes of the sizes on either side."""
+    spelled = [n for n in _accepted() if n.startswith(f"{family}-") and "x" in n[len(family) :]]
+    sides = sorted(int(side) for side in topology.split("x"))
+    same_size = [n for n in spelled if _accepted()[n].chips_per_slice == _chips(topology)]
+    ascending = f"{family}-{'x'.join(str(side) for side in sides)}"
+    same_size.sort(key=lambda n: n != ascending)
+    if same_size:
+        return same_size[:3]
+    # No shape of that size: offer the sizes on either side, spelled the way the user spelled.
+    size = _chips(topology) * _TPU_BY_NAME[family].tensorcores_per_chip
+    return [f"{family}-{_CANONICAL[n].topology}" for n in _sizes_near(family, size)]
+
+
+def _known_family(spelled: str) -> str | None:
+    """The family a name prefix means: itself, a well-known other name for it, or a near typo."""
+    if spelled in _FAMILIES:
+        return spelled
+    if spelled in _FAMILY_HINTS:
+        return _FAMILY_HINTS[spelled]
+    near = difflib.get_close_matches(spelled, _FAMILIES, n=1, cutoff=0.8)
+    return near[0] if near else None
+
+
+def _suggestions(key: str) -> list[str]:
+    sized = _SIZED.match(key)
+    if sized:
+        family = _known_family(sized.group("family"))
+        if family is not None:
+            return _sizes_near(family, int(sized.group("size")))
+    shaped = _TOPOLOGY.match(key)
+    if shaped:
+        family = _FAMILY_HINTS.get(shaped.group("family"), shaped.group("family"))
+        if family in _TPU_BY_NAME:
+            return _topologies_near(family, shaped.group("topology"))
+    # A bare family ("v6e", "v5e") gets its smallest names.
+    family = _FAMILY_HINTS.get(key, key)
+    if family in _FAMILIES:
+        return _family_names(family)[:3]
+    return difflib.get_close_matches(key, _NAMES, n=3, cutoff=0.6)
+
+
+def _join(names: Iterable[str]) -> str:
+    return ", ".join(names)
+
+
+def _unknown_message(raw: str, key: str) -> str:
+    shown = raw.strip() or raw
+    suggestions = _suggestions(key)
+    if suggestions:
+        return f"unknown device type {shown!r}; did you mean {_join(suggestions)}?"
+    return (
+        f"unknown device type {shown!r}; names are <family>-<size>, "
+        f"families: {_join(_FAMILIES)} (e.g. v6e-16, v5p-16, h100-80gb-8)"
+    )

@@ -1,0 +1,231 @@
+"""The workload spec: every field of the ``workload create`` contract, validated once.
+
+A spec is immutable. Backends and the core read it; nothing rewrites it. Validation errors are
+raised as :class:`~hotswap.api.errors.InvalidInputError` with one line a user can act on (see
+:func:`workload_spec`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+from typing import Annotated, Any
+
+import pydantic
+
+from hotswap.api.errors import InvalidInputError
+from hotswap.api.names import MAX_WORKLOAD_NAME_LENGTH, validate_workload_name
+from hotswap.api.priority import DEFAULT_PRIORITY, Priority
+
+
+class RestartStrategy(str, enum.Enum):
+    """JobSet's restart strategies.
+
+    ``Recreate`` starts the new workers at once; ``BlockingRecreate`` starts them only after
+    every worker of the previous attempt has exited (no two generations ever overlap).
+    """
+
+    RECREATE = "Recreate"
+    BLOCKING_RECREATE = "BlockingRecreate"
+
+    @classmethod
+    def parse(cls, value: str | RestartStrategy) -> RestartStrategy:
+        if isinstance(value, RestartStrategy):
+            return value
+        for strategy in cls:
+            if strategy.value.lower() == str(value).strip().lower():
+                return strategy
+        raise InvalidInputError(
+            f"unknown restart strategy {value!r}; use Recreate or BlockingRecreate"
+        )
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_RANGE = re.compile(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ExitCodes:
+    """A set of process exit codes (0-255) written as ``42,127-255``.
+
+    Exit codes are what a container runtime reports: a worker killed by signal N exits with
+    128+N, so the default set (xpk's) treats kills and crashes of the runtime as
+    infrastructure failures that deserve a restart, and other non-zero codes as user errors.
+    """
+
+    ranges: tuple[tuple[int, int], ...]
+
+    @classmethod
+    def parse(cls, text: str | ExitCodes) -> ExitCodes:
+        if isinstance(text, ExitCodes):
+            return text
+        text = str(text).strip()
+        if text.lower() in ("", "none"):
+            return cls(())
+        ranges: list[tuple[int, int]] = []
+        for part in text.split(","):
+            match = _RANGE.fullmatch(part)
+            if not match:
+                raise InvalidInputError(
+                    f"bad exit code list {text!r}: {part.strip()!r} is not a code or a range"
+                    " like 127-255"
+                )
+            low = int(match.group(1))
+            high = int(match.group(2)) if match.group(2) else low
+            if not 0 <= low <= high <= 255:
+                raise InvalidInputError(
+                    f"bad exit code list {text!r}: {part.strip()!r} must lie within 0-255,"
+                    " low end first"
+                )
+            if low == 0:
+                raise InvalidInputError(
+                    f"bad exit code list {text!r}: exit code 0 means success and cannot"
+                    " trigger a restart"
+                )
+            ranges.append((low, high))
+        return cls(_merge(ranges))
+
+    def __contains__(self, code: object) -> bool:
+        return isinstance(code, int) and any(low <= code <= high for low, high in self.ranges)
+
+    def __str__(self) -> str:
+        return ",".join(str(low) if low == high else f"{low}-{high}" for low, high in self.ranges)
+
+
+def _merge(ranges: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    merged: list[tuple[int, int]] = []
+    for low, high in sorted(ranges):
+        if merged and low <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], high))
+        else:
+            merged.append((low, high))
+    return tuple(merged)
+
+
+DEFAULT_RESTART_EXIT_CODES = ExitCodes.parse("42,127-255")
+DEFAULT_GRACE_PERIOD_S = 30.0
+
+ExitCodesField = Annotated[
+    ExitCodes,
+    pydantic.BeforeValidator(ExitCodes.parse),
+    pydantic.PlainSerializer(str, return_type=str),
+]
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class WorkloadSpec(pydantic.BaseModel):
+    """What a user asked for with ``hotswap workload create``."""
+
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
+
+    name: str
+    command: str
+    device_type: str
+    num_slices: int = pydantic.Field(default=1, ge=1)
+    min_slices: int | None = pydantic.Field(default=None, ge=1)
+    priority: Priority = DEFAULT_PRIORITY
+    max_restarts: int = pydantic.Field(default=0, ge=0)
+    restart_strategy: RestartStrategy = RestartStrategy.RECREATE
+    restart_on_exit_codes: ExitCodesField = DEFAULT_RESTART_EXIT_CODES
+    termination_grace_period_s: float = pydantic.Field(default=DEFAULT_GRACE_PERIOD_S, ge=0)
+    checkpoint_dir: str | None = None
+    env: dict[str, str] = pydantic.Field(default_factory=dict)
+    docker_image: str | None = None
+    base_docker_image: str | None = None
+    script_dir: str | None = None
+
+    @pydantic.field_validator("name")
+    @classmethod
+    def _valid_name(cls, value: str) -> str:
+        return validate_workload_name(value)
+
+    @pydantic.field_validator("command")
+    @classmethod
+    def _non_empty_command(cls, value: str) -> str:
+        if not value.strip():
+            raise InvalidInputError("--command must not be empty")
+        return value
+
+    @pydantic.field_validator("device_type")
+    @classmethod
+    def _known_device_type(cls, value: str) -> str:
+        from hotswap.api.catalog import get_device_type
+
+        return get_device_type(value).name
+
+    @pydantic.field_validator("priority", mode="before")
+    @classmethod
+    def _parse_priority(cls, value: Any) -> Priority:
+        return Priority.parse(value)
+
+    @pydantic.field_validator("restart_strategy", mode="before")
+    @classmethod
+    def _parse_strategy(cls, value: Any) -> RestartStrategy:
+        return RestartStrategy.parse(value)
+
+    @pydantic.field_validator("env")
+    @classmethod
+    def _valid_env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not _ENV_NAME.fullmatch(key):
+                raise InvalidInputError(
+                    f"bad environment variable name {key!r}: use letters, digits and '_',"
+                    " not starting with a digit"
+                )
+        return value
+
+    @pydantic.model_validator(mode="after")
+    def _consistent(self) -> WorkloadSpec:
+        if self.min_slices is not None and self.min_slices > self.num_slices:
+            raise InvalidInputError(
+                f"--min-slices {self.min_slices} is larger than --num-slices {self.num_slices}"
+            )
+        if self.docker_image and (self.base_docker_image or self.script_dir):
+            raise InvalidInputError(
+                "use either --docker-image or --base-docker-image/--script-dir, not both"
+            )
+        return self
+
+    @property
+    def elastic(self) -> bool:
+        """True when the workload may run on fewer slices than it asked for."""
+        return self.min_slices is not None and self.min_slices < self.num_slices
+
+    @property
+    def floor_slices(self) -> int:
+        """The fewest slices the workload can run on."""
+        return self.min_slices if self.min_slices is not None else self.num_slices
+
+
+def workload_spec(**fields: Any) -> WorkloadSpec:
+    """Build a :class:`WorkloadSpec`, turning pydantic's report into one actionable line."""
+    try:
+        return WorkloadSpec(**fields)
+    except InvalidInputError:
+        raise
+    except pydantic.ValidationError as error:
+        raise InvalidInputError(_one_line(error)) from None
+
+
+def _one_line(error: pydantic.ValidationError) -> str:
+    first = error.errors()[0]
+    cause = first.get("ctx", {}).get("error")
+    if isinstance(cause, InvalidInputError):
+        return cause.message
+    field = ".".join(str(part) for part in first.get("loc", ())) or "spec"
+    flag = "--" + field.replace("_", "-")
+    return f"{flag}: {first.get('msg', 'invalid value')}"
+
+
+__all__ = [
+    "DEFAULT_GRACE_PERIOD_S",
+    "DEFAULT_RESTART_EXIT_CODES",
+    "ExitCodes",
+    "MAX_WORKLOAD_NAME_LENGTH",
+    "RestartStrategy",
+    "WorkloadSpec",
+    "workload_spec",
+]

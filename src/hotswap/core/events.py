@@ -1,0 +1,86 @@
+"""Events: what happened. Every backend (simulator, local, Kubernetes) reports in these terms."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hotswap.api.spec import WorkloadSpec
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WorkloadCreated:
+    spec: WorkloadSpec
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WorkloadDeleted:
+    workload: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeFailed:
+    node: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeCordoned:
+    node: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeDrained:
+    """Cordon plus graceful eviction: the same decision as a cordon, recorded as a drain."""
+
+    node: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeRepaired:
+    """The node is Ready again (``node uncordon``, or repaired hardware)."""
+
+    node: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SliceAdded:
+    name: str
+    device_type: str
+    nodes: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SliceRemoved:
+    """The slice leaves the cluster (resize). A holder is moved off it like after a cordon."""
+
+    name: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WorkerExited:
+    """One worker process (one host of one slice) of ``attempt`` ended with ``code`` (0-255)."""
+
+    workload: str
+    attempt: int
+    slice: str
+    host: int
+    code: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WorkersStopped:
+    """Every worker of ``attempt`` is gone (what BlockingRecreate waits for)."""
+
+    workload: str
+    attempt: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CheckpointRecorded:
+    workload: str
+    step: int
+    at: float
+
+
+ClusterEvent = NodeFailed | NodeCordoned | NodeDrained | NodeRepaired | SliceAdded | SliceRemoved
+WorkloadEvent = WorkloadCreated | WorkloadDeleted | WorkerExited | WorkersStopped | CheckpointRecorded
+Event = ClusterEvent | WorkloadEvent

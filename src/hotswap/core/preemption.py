@@ -1,0 +1,90 @@
+"""Choosing what to take from lower-priority work: shrink first, then a minimal victim set.
+
+Pure and separate from the scheduler so that it can be tested on its own, as Kueue tests its
+preemption targets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from hotswap.core.model import Workload
+from hotswap.core.ordering import candidates_ordering
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Candidate:
+    """A strictly lower-priority workload holding slices of the wanted device type."""
+
+    workload: Workload
+    healthy: int  # healthy slices it frees if evicted
+    shrinkable: int  # slices it can give up by scaling down (elastic, above min_slices)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReclaimPlan:
+    victims: tuple[Workload, ...]  # evicted whole
+    shrinks: tuple[tuple[Workload, int], ...]  # (workload, slices it gives up)
+
+
+def reclaimable(candidates: Sequence[Candidate]) -> int:
+    return sum(c.healthy for c in candidates)
+
+
+def plan_reclaim(deficit: int, candidates: Sequence[Candidate], now: float) -> ReclaimPlan | None:
+    """Free ``deficit`` slices from ``candidates``, or return None when they cannot.
+
+    Rules, in order:
+    1. shrink before evict: if elastic candidates can give up enough slices, nobody is evicted;
+    2. otherwise evict candidates in :func:`candidates_ordering` order until the victims' slices
+       plus what the remaining elastic candidates can give up cover the deficit;
+    3. the victim set is minimal: every victim whose eviction turns out unnecessary (checked
+       from the last added backwards, as Kueue does) is spared;
+    4. the rest of the deficit is covered by shrinking, again in candidates order.
+    """
+    if deficit <= 0:
+        return ReclaimPlan((), ())
+    ordered = sorted(candidates, key=lambda c: candidates_ordering(c.workload, now))
+    shrink_pool = sum(c.shrinkable for c in ordered)
+    if shrink_pool >= deficit:
+        return ReclaimPlan((), _shrinks(ordered, deficit, excluded=set()))
+
+    victims: list[Candidate] = []
+    freed = 0
+    for candidate in ordered:
+        victims.append(candidate)
+        freed += candidate.healthy
+        shrink_pool -= candidate.shrinkable
+        if freed + shrink_pool >= deficit:
+            break
+    else:
+        return None
+
+    # The last victim added is needed (we stopped right after it); try sparing each earlier one.
+    for index in range(len(victims) - 2, -1, -1):
+        spared = victims[index]
+        if freed - spared.healthy + shrink_pool + spared.shrinkable >= deficit:
+            victims.pop(index)
+            freed -= spared.healthy
+            shrink_pool += spared.shrinkable
+
+    excluded = {id(c) for c in victims}
+    remaining = deficit - freed
+    shrinks = _shrinks(ordered, remaining, excluded) if remaining > 0 else ()
+    return ReclaimPlan(tuple(c.workload for c in victims), shrinks)
+
+
+def _shrinks(
+    ordered: Sequence[Candidate], deficit: int, excluded: set[int]
+) -> tuple[tuple[Workload, int], ...]:
+    taken: list[tuple[Workload, int]] = []
+    for candidate in ordered:
+        if deficit <= 0:
+            break
+        if id(candidate) in excluded or candidate.shrinkable == 0:
+            continue
+        give = min(candidate.shrinkable, deficit)
+        taken.append((candidate.workload, give))
+        deficit -= give
+    return tuple(taken)
