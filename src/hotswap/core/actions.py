@@ -72,6 +72,7 @@ class ScaleDown:
     slices: tuple[str, ...]
     membership: int
     reason: str
+    preemptor: str | None = None  # set when it gave slices to higher-priority work
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -306,9 +306,11 @@ class _Round:
             or workload.attempt != event.attempt
             or event.slice not in workload.slices
             or not self._healthy(event.slice)
+            or event.workload in self.lost
         ):
-            # A stale attempt, a slice it no longer holds, or a slice whose node broke: the
-            # exit is a consequence of something the core already handles, never charged.
+            # A stale attempt, a slice it no longer holds, or a workload that lost capacity in
+            # this round: the exit is a consequence of something the core already handles (the
+            # loss restarts or rescales it), and it is never charged to max_restarts.
             return
         verdict, why = FailurePolicy.of(workload.spec).judge(event.code, workload.restarts)
         where = f"worker {event.slice}/{event.host}"
@@ -421,12 +423,15 @@ class _Round:
         reason: str,
         restart: bool,
     ) -> None:
+        """Ask for slices to bring ``workload`` back to its size after losing some.
+
+        ``need`` is what it must get to run at all (its floor minus what it kept); when it
+        kept enough (elastic), the replacement is welcome but optional.
+        """
         want = workload.spec.num_slices - len(keep)
         if want <= 0:
             return
-        need = want if not restart else max(1, self._floor(workload) - len(keep))
-        if not restart:
-            need = 1
+        need = self._floor(workload) - len(keep)
         self.replacing[workload.name] = _Demand(
             workload.name, DemandKind.REPLACE, want, need, previous, restart, reason
         )
@@ -459,7 +464,7 @@ class _Round:
                 spec = workload.spec
                 self._push(_Demand(name, DemandKind.ADMIT, spec.num_slices, self._floor(workload)))
             elif (
-                workload.phase is RUNNING
+                workload.phase.holds_slices
                 and self._elastic(workload)
                 and len(workload.slices) < workload.spec.num_slices
             ):
@@ -484,7 +489,7 @@ class _Round:
         if demand.kind is DemandKind.REPLACE:
             ok = self.replacing.get(demand.workload) is demand and workload.phase.holds_slices
             return workload if ok else None
-        if workload.phase is RUNNING and len(workload.slices) < workload.spec.num_slices:
+        if workload.phase.holds_slices and len(workload.slices) < workload.spec.num_slices:
             demand.want = workload.spec.num_slices - len(workload.slices)
             return workload
         return None
@@ -543,7 +548,7 @@ class _Round:
             got.append(heapq.heappop(free)[1])
         if len(got) < wanted and demand.kind is not DemandKind.GROW:
             got.extend(self._reclaim(workload, demand, wanted - len(got), len(got)))
-        if len(got) >= demand.need:
+        if got and len(got) >= demand.need:
             self._grant(workload, demand, tuple(got))
             return
         for name in got:
@@ -554,12 +559,11 @@ class _Round:
         """Take up to ``deficit`` slices from strictly lower-priority work, if that suffices."""
         counts = self._held_counts(workload.device_type)
         bound = sum(n for p, n in counts.items() if p < int(workload.priority))
-        if have + bound < demand.need or bound == 0:
+        if bound == 0 or have + bound < demand.need:
             return []
         candidates = self._candidates(workload)
-        available = sum(c.healthy for c in candidates)
-        target = min(deficit, available)
-        if have + target < demand.need or target == 0:
+        target = min(deficit, sum(c.healthy for c in candidates))
+        if target == 0 or have + target < demand.need:
             return []
         plan = plan_reclaim(target, candidates, self.now)
         if plan is None:  # cannot happen: target <= available
@@ -605,13 +609,18 @@ class _Round:
             exited_ok=frozenset(k for k in donor.exited_ok if k[0] in keep),
             status_message=f"scaled down to {len(keep)} slice(s): {reason}",
         )
-        self.actions.append(act.ScaleDown(donor.name, given, keep, membership, reason))
+        self.actions.append(act.ScaleDown(donor.name, given, keep, membership, reason, preemptor.name))
 
     def _grant(self, workload: Workload, demand: _Demand, got: tuple[str, ...]) -> None:
         self._hold(workload, got)
         name = workload.name
         if demand.kind is DemandKind.ADMIT:
             self._admit(workload, got)
+        elif workload.phase is RESTARTING:
+            # Workers not started yet: only the reservation changes; StartWorkers carries it.
+            self.replacing.pop(name, None)
+            slices = _fill_positions(demand.previous, workload.slices, got) if demand.previous else workload.slices + got
+            self._update(workload, slices=slices)
         elif demand.kind is DemandKind.GROW or not demand.restart:
             self.replacing.pop(name, None)
             slices = workload.slices + got
@@ -626,9 +635,6 @@ class _Round:
         else:
             self.replacing.pop(name, None)
             slices = _fill_positions(demand.previous, workload.slices, got)
-            if workload.phase is RESTARTING:
-                self._update(workload, slices=slices)  # reservation patched; start comes later
-                return
             self._update(workload, slices=slices)
             self._restart_in_place(self.workloads[name], f"{demand.reason}; hotswapped", charged=False)
 
@@ -653,15 +659,17 @@ class _Round:
         self.actions.append(act.Admit(workload.name, attempt, got, start=not blocked))
 
     def _refuse(self, workload: Workload, demand: _Demand) -> None:
-        if demand.kind is DemandKind.REPLACE and demand.restart:
+        if demand.kind is DemandKind.REPLACE and demand.need > 0:
             self.replacing.pop(workload.name, None)
             self._requeue(
                 workload, f"{demand.reason}; no healthy capacity to replace it, waiting in the queue"
             )
+            # It cannot fit now, but capacity released later in this round may change that.
+            spec = workload.spec
+            admit = _Demand(workload.name, DemandKind.ADMIT, spec.num_slices, self._floor(workload))
+            self._failed.setdefault(workload.device_type, []).append(admit)
             return
-        if demand.kind is DemandKind.REPLACE:
-            self.replacing.pop(workload.name, None)
-        # Wait for capacity of this type to be released later in the round.
+        # Optional (it can run without it): wait for capacity of this type to be released later in the round.
         self._failed.setdefault(workload.device_type, []).append(demand)
 
     def _start_ready(self) -> None:
