@@ -119,7 +119,8 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 class WorkloadSpec(pydantic.BaseModel):
     """What a user asked for with ``hotswap workload create``."""
 
-    model_config = pydantic.ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
+    # defer_build: build the validator on first use, not at import (the CLI must start fast).
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     name: str
     command: str

@@ -7,7 +7,7 @@ preemption targets.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from hotswap.core.model import Workload
 from hotswap.core.ordering import candidates_ordering
@@ -45,14 +45,14 @@ def plan_reclaim(deficit: int, candidates: Sequence[Candidate], now: float) -> R
     """
     if deficit <= 0:
         return ReclaimPlan((), ())
-    ordered = sorted(candidates, key=lambda c: candidates_ordering(c.workload, now))
-    shrink_pool = sum(c.shrinkable for c in ordered)
+    shrink_pool = sum(c.shrinkable for c in candidates)
     if shrink_pool >= deficit:
-        return ReclaimPlan((), _shrinks(ordered, deficit, excluded=set()))
+        shrinkable = sorted((c for c in candidates if c.shrinkable), key=lambda c: candidates_ordering(c.workload, now))
+        return ReclaimPlan((), _shrinks(shrinkable, deficit, excluded=set()))
 
     victims: list[Candidate] = []
     freed = 0
-    for candidate in ordered:
+    for candidate in _in_order(candidates, now):
         victims.append(candidate)
         freed += candidate.healthy
         shrink_pool -= candidate.shrinkable
@@ -71,8 +71,24 @@ def plan_reclaim(deficit: int, candidates: Sequence[Candidate], now: float) -> R
 
     excluded = {id(c) for c in victims}
     remaining = deficit - freed
-    shrinks = _shrinks(ordered, remaining, excluded) if remaining > 0 else ()
+    shrinks: tuple[tuple[Workload, int], ...] = ()
+    if remaining > 0:
+        shrinkable = sorted((c for c in candidates if c.shrinkable), key=lambda c: candidates_ordering(c.workload, now))
+        shrinks = _shrinks(shrinkable, remaining, excluded)
     return ReclaimPlan(tuple(c.workload for c in victims), shrinks)
+
+
+def _in_order(candidates: Sequence[Candidate], now: float) -> Iterator[Candidate]:
+    """Candidates in :func:`candidates_ordering` order, sorting one priority level at a time.
+
+    The ordering is priority first, so a plan that is covered by the lowest levels never pays
+    for sorting the others (at 2,000 workloads this is most of a decision's time).
+    """
+    levels: dict[int, list[Candidate]] = {}
+    for candidate in candidates:
+        levels.setdefault(int(candidate.workload.spec.priority), []).append(candidate)
+    for level in sorted(levels):
+        yield from sorted(levels[level], key=lambda c: candidates_ordering(c.workload, now))
 
 
 def _shrinks(

@@ -23,14 +23,14 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from hotswap.api.cluster import NodeState
 from hotswap.api.phases import WorkloadPhase, check_transition
 from hotswap.api.spec import RestartStrategy
 from hotswap.core import actions as act
 from hotswap.core import events as ev
-from hotswap.core.model import Node, Slice, Snapshot, Workload
+from hotswap.core.model import Node, Slice, Snapshot, Workload, holder_class
 from hotswap.core.ordering import DemandKind, demand_order
 from hotswap.core.policy import DEFAULT_CONFIG, ExitVerdict, FailurePolicy, SchedulerConfig
 from hotswap.core.preemption import Candidate, plan_reclaim
@@ -38,6 +38,7 @@ from hotswap.core.preemption import Candidate, plan_reclaim
 QUEUED = WorkloadPhase.QUEUED
 RUNNING = WorkloadPhase.RUNNING
 RESTARTING = WorkloadPhase.RESTARTING
+_HOLDING = frozenset({RUNNING, RESTARTING})
 
 _CLUSTER_EVENTS = (
     ev.NodeFailed,
@@ -99,15 +100,19 @@ class _Round:
         self.holders: dict[str, str] = dict(snapshot.holders)
         self.unhealthy: set[str] = set(snapshot.unhealthy)
         self.next_seq = snapshot.next_seq
-        self.next_ordinal = max((s.ordinal for s in snapshot.slices.values()), default=-1) + 1
+        self.next_ordinal = snapshot.next_ordinal
         # Losses seen this round: workload -> {slice: reason}, in the order seen.
         self.lost: dict[str, dict[str, str]] = {}
         self.removed: set[str] = set()
         self.replacing: dict[str, _Demand] = {}
-        # Lazily built per device type: heap of (ordinal, slice) free healthy slices, and
-        # healthy slices held per priority value (for a fast "cannot fit" check).
-        self._free: dict[str, list[tuple[int, str]]] = {}
-        self._held_by_priority: dict[str, dict[int, int]] = {}
+        # Capacity indexes (see Snapshot): copied per key on first change (copy-on-write).
+        self._free_in: Mapping[str, frozenset[str]] = snapshot.free_by_type
+        self._members_in: Mapping[tuple[str, int, bool], frozenset[str]] = snapshot.class_members
+        self._free_sets: dict[str, set[str]] = {}
+        self._member_sets: dict[tuple[str, int, bool], set[str]] = {}
+        self.class_held: dict[tuple[str, int, bool], int] = dict(snapshot.class_held)
+        # Per device type, built on first use: free healthy slices as a heap by ordinal.
+        self._free_heaps: dict[str, list[tuple[int, str]]] = {}
         self._failed: dict[str, list[_Demand]] = {}
         self._heap: list[tuple[tuple[int, int, int], int, _Demand]] = []
         self._counter = itertools.count()
@@ -125,8 +130,32 @@ class _Round:
         new = dataclasses.replace(workload, **changes)
         if new.phase is not workload.phase or "phase" in changes:
             check_transition(workload.phase, new.phase)
+        if bool(new.slices) != bool(workload.slices):
+            members = self._members(holder_class(new))
+            if new.slices:
+                members.add(new.name)
+            else:
+                members.discard(new.name)
         self.workloads[new.name] = new
         return new
+
+    def _free_set(self, device_type: str) -> set[str]:
+        found = self._free_sets.get(device_type)
+        if found is None:
+            found = set(self._free_in.get(device_type, ()))
+            self._free_sets[device_type] = found
+        return found
+
+    def _members(self, key: tuple[str, int, bool]) -> set[str]:
+        found = self._member_sets.get(key)
+        if found is None:
+            found = set(self._members_in.get(key, ()))
+            self._member_sets[key] = found
+        return found
+
+    def _members_view(self, key: tuple[str, int, bool]) -> Iterable[str]:
+        found = self._member_sets.get(key)
+        return found if found is not None else self._members_in.get(key, ())
 
     def _floor(self, workload: Workload) -> int:
         spec = workload.spec
@@ -139,15 +168,16 @@ class _Round:
         return name not in self.unhealthy
 
     def _hold(self, workload: Workload, names: Iterable[str]) -> None:
-        counts = self._held_by_priority.get(workload.device_type)
+        """Give slices taken from the free pool to ``workload``."""
+        key = holder_class(workload)
         for name in names:
             self.holders[name] = workload.name
-            if counts is not None and self._healthy(name):
-                counts[int(workload.priority)] = counts.get(int(workload.priority), 0) + 1
+            if self._healthy(name):
+                self.class_held[key] = self.class_held.get(key, 0) + 1
 
     def _release(self, workload: Workload, names: Iterable[str]) -> None:
         """Free slices; healthy ones go back to the free pool and wake up waiting demands."""
-        counts = self._held_by_priority.get(workload.device_type)
+        key = holder_class(workload)
         freed = False
         for name in names:
             if self.holders.get(name) != workload.name:
@@ -155,15 +185,50 @@ class _Round:
             del self.holders[name]
             if not self._healthy(name):
                 continue
-            if counts is not None:
-                counts[int(workload.priority)] -= 1
-            heap = self._free.get(workload.device_type)
-            if heap is not None:
-                heapq.heappush(heap, (self.slices[name].ordinal, name))
+            self.class_held[key] -= 1
+            self._return_free(workload.device_type, name)
             freed = True
         if freed:
             for demand in self._failed.pop(workload.device_type, []):
                 self._push(demand)
+
+    def _return_free(self, device_type: str, name: str) -> None:
+        self._free_set(device_type).add(name)
+        heap = self._free_heaps.get(device_type)
+        if heap is not None:
+            heapq.heappush(heap, (self.slices[name].ordinal, name))
+
+    def _take_free(self, device_type: str, count: int) -> list[str]:
+        """Up to ``count`` free healthy slices, lowest ordinal first."""
+        heap = self._free_heaps.get(device_type)
+        if heap is None:
+            heap = [(self.slices[n].ordinal, n) for n in self._free_set(device_type)]
+            heapq.heapify(heap)
+            self._free_heaps[device_type] = heap
+        taken = [heapq.heappop(heap)[1] for _ in range(min(count, len(heap)))]
+        self._free_set(device_type).difference_update(taken)
+        return taken
+
+    def _set_unhealthy(self, name: str) -> None:
+        if name in self.unhealthy:
+            return
+        self.unhealthy.add(name)
+        holder = self.holders.get(name)
+        if holder is not None:
+            self.class_held[holder_class(self.workloads[holder])] -= 1
+        else:
+            self._free_set(self.slices[name].device_type).discard(name)
+
+    def _set_healthy(self, name: str) -> None:
+        if name not in self.unhealthy:
+            return
+        self.unhealthy.discard(name)
+        holder = self.holders.get(name)
+        if holder is not None:
+            key = holder_class(self.workloads[holder])
+            self.class_held[key] = self.class_held.get(key, 0) + 1
+        else:
+            self._free_set(self.slices[name].device_type).add(name)
 
     def _stopping_after_stop(self, workload: Workload) -> frozenset[int]:
         """Attempts still alive once the current one is told to stop."""
@@ -209,10 +274,10 @@ class _Round:
         if item.healthy and down:
             self._mark_lost(item.name, reason)
         elif not item.healthy and not down and item.name not in self.removed:
-            self.unhealthy.discard(item.name)
+            self._set_healthy(item.name)
 
     def _mark_lost(self, slice_name: str, reason: str) -> None:
-        self.unhealthy.add(slice_name)
+        self._set_unhealthy(slice_name)
         holder = self.holders.get(slice_name)
         if holder is not None:
             self.lost.setdefault(holder, {}).setdefault(slice_name, reason)
@@ -229,6 +294,7 @@ class _Round:
         self.next_ordinal += 1
         members = self.slices_by_type.get(event.device_type, frozenset())
         self.slices_by_type[event.device_type] = members | {event.name}
+        self._free_set(event.device_type).add(event.name)
         self.needs_scheduling = True
 
     def _remove_slice(self, name: str) -> None:
@@ -290,8 +356,9 @@ class _Round:
         workload = self.workloads.pop(name, None)
         if workload is None:
             return
-        self.workloads[name] = workload  # _release reads priority from it; removed below
+        self.workloads[name] = workload  # _release reads it; removed below
         self._release(workload, workload.slices)
+        self._members(holder_class(workload)).discard(name)
         del self.workloads[name]
         self.lost.pop(name, None)
         self.replacing.pop(name, None)
@@ -464,9 +531,9 @@ class _Round:
                 spec = workload.spec
                 self._push(_Demand(name, DemandKind.ADMIT, spec.num_slices, self._floor(workload)))
             elif (
-                workload.phase.holds_slices
+                len(workload.slices) < workload.spec.num_slices
+                and workload.phase in _HOLDING
                 and self._elastic(workload)
-                and len(workload.slices) < workload.spec.num_slices
             ):
                 missing = workload.spec.num_slices - len(workload.slices)
                 self._push(_Demand(name, DemandKind.GROW, missing, 1))
@@ -487,53 +554,59 @@ class _Round:
         if demand.kind is DemandKind.ADMIT:
             return workload if workload.phase is QUEUED else None
         if demand.kind is DemandKind.REPLACE:
-            ok = self.replacing.get(demand.workload) is demand and workload.phase.holds_slices
+            ok = self.replacing.get(demand.workload) is demand and workload.phase in _HOLDING
             return workload if ok else None
-        if workload.phase.holds_slices and len(workload.slices) < workload.spec.num_slices:
+        if workload.phase in _HOLDING and len(workload.slices) < workload.spec.num_slices:
             demand.want = workload.spec.num_slices - len(workload.slices)
             return workload
         return None
 
-    def _free_heap(self, device_type: str) -> list[tuple[int, str]]:
-        heap = self._free.get(device_type)
-        if heap is None:
-            names = self.slices_by_type.get(device_type, frozenset())
-            heap = [
-                (self.slices[s].ordinal, s)
-                for s in names - self.holders.keys() - self.unhealthy
-            ]
-            heapq.heapify(heap)
-            self._free[device_type] = heap
-        return heap
+    def _broken_by_holder(self) -> dict[str, int]:
+        """Unhealthy slices per holder (there are few unhealthy slices: count those)."""
+        broken: dict[str, int] = {}
+        for name in self.unhealthy:
+            holder = self.holders.get(name)
+            if holder is not None:
+                broken[holder] = broken.get(holder, 0) + 1
+        return broken
 
-    def _held_counts(self, device_type: str) -> dict[int, int]:
-        counts = self._held_by_priority.get(device_type)
-        if counts is None:
-            counts = {}
-            for workload in self.workloads.values():
-                if workload.device_type == device_type and workload.slices:
-                    healthy = sum(1 for s in workload.slices if self._healthy(s))
-                    key = int(workload.priority)
-                    counts[key] = counts.get(key, 0) + healthy
-            self._held_by_priority[device_type] = counts
-        return counts
+    def _reclaimable(self, workload: Workload) -> int:
+        """Healthy slices of the workload's type held by strictly lower priorities."""
+        device_type, priority, _ = holder_class(workload)
+        return sum(
+            held for (t, p, _), held in self.class_held.items() if t == device_type and p < priority
+        )
 
-    def _candidates(self, workload: Workload) -> list[Candidate]:
+    def _candidates(self, workload: Workload, deficit: int) -> list[Candidate]:
+        """Strictly lower-priority holders of the workload's type that a plan may need.
+
+        The plan evicts in priority order, lowest first, so once the lowest levels hold
+        ``deficit`` healthy slices the higher levels can only contribute by shrinking: only
+        their elastic members are listed. The plan is the same as over every holder.
+        """
+        device_type, priority, _ = holder_class(workload)
+        classes = sorted(k for k in self.class_held if k[0] == device_type and k[1] < priority)
+        broken = self._broken_by_holder()
+        elastic = self.config.elastic
         found: list[Candidate] = []
-        for other in self.workloads.values():
-            if (
-                other.priority < workload.priority
-                and other.device_type == workload.device_type
-                and other.slices
-                and other.phase.holds_slices
-            ):
-                healthy = sum(1 for s in other.slices if self._healthy(s))
-                if healthy == 0:
+        covered = 0
+        for level in sorted({k[1] for k in classes}):
+            every = covered < deficit
+            for key in ((device_type, level, False), (device_type, level, True)):
+                if not every and not (key[2] and elastic):
                     continue
-                shrinkable = 0
-                if other.phase is RUNNING and self._elastic(other):
-                    shrinkable = max(0, min(healthy, len(other.slices) - self._floor(other)))
-                found.append(Candidate(other, healthy, shrinkable))
+                for name in self._members_view(key):
+                    other = self.workloads[name]
+                    if other.phase not in _HOLDING:
+                        continue
+                    healthy = len(other.slices) - broken.get(name, 0)
+                    shrinkable = 0
+                    if key[2] and elastic and other.phase is RUNNING:
+                        shrinkable = max(0, min(healthy, len(other.slices) - other.spec.floor_slices))
+                    if healthy > 0 and (every or shrinkable):
+                        found.append(Candidate(other, healthy, shrinkable))
+                        if every:
+                            covered += healthy
         return found
 
     def _serve(self, demand: _Demand) -> None:
@@ -541,28 +614,24 @@ class _Round:
         if workload is None:
             return
         device_type = workload.device_type
-        free = self._free_heap(device_type)
         wanted = demand.want
-        got: list[str] = []
-        while free and len(got) < wanted:
-            got.append(heapq.heappop(free)[1])
+        got = self._take_free(device_type, wanted)
         if len(got) < wanted and demand.kind is not DemandKind.GROW:
             got.extend(self._reclaim(workload, demand, wanted - len(got), len(got)))
         if got and len(got) >= demand.need:
             self._grant(workload, demand, tuple(got))
             return
         for name in got:
-            heapq.heappush(free, (self.slices[name].ordinal, name))
+            self._return_free(device_type, name)
         self._refuse(workload, demand)
 
     def _reclaim(self, workload: Workload, demand: _Demand, deficit: int, have: int) -> list[str]:
         """Take up to ``deficit`` slices from strictly lower-priority work, if that suffices."""
-        counts = self._held_counts(workload.device_type)
-        bound = sum(n for p, n in counts.items() if p < int(workload.priority))
-        if bound == 0 or have + bound < demand.need:
+        bound = self._reclaimable(workload)
+        target = min(deficit, bound)
+        if target == 0 or have + target < demand.need:
             return []
-        candidates = self._candidates(workload)
-        target = min(deficit, sum(c.healthy for c in candidates))
+        candidates = self._candidates(workload, target)
         if target == 0 or have + target < demand.need:
             return []
         plan = plan_reclaim(target, candidates, self.now)
@@ -572,11 +641,7 @@ class _Round:
             self._preempt(victim, workload)
         for donor, count in plan.shrinks:
             self._shrink(donor, count, workload)
-        free = self._free_heap(workload.device_type)
-        got: list[str] = []
-        while free and len(got) < target:
-            got.append(heapq.heappop(free)[1])
-        return got
+        return self._take_free(workload.device_type, target)
 
     def _preempt(self, victim: Workload, preemptor: Workload) -> None:
         victim = self.workloads[victim.name]
@@ -711,9 +776,19 @@ class _Round:
             nodes=self.nodes,
             workloads=self.workloads,
             next_seq=self.next_seq,
+            next_ordinal=self.next_ordinal,
             slices_by_type=self.slices_by_type,
             holders=self.holders,
             unhealthy=frozenset(self.unhealthy),
+            free_by_type={
+                **self._free_in,
+                **{t: frozenset(names) for t, names in self._free_sets.items()},
+            },
+            class_members={
+                **self._members_in,
+                **{k: frozenset(names) for k, names in self._member_sets.items()},
+            },
+            class_held=self.class_held,
         )
 
 

@@ -1,0 +1,5 @@
+"""``python -m hotswap``: the same as the ``hotswap`` command."""
+
+from hotswap.cli.app import main
+
+main()

@@ -1,0 +1,114 @@
+"""Goodput accounting: where a workload's accelerator time went.
+
+One ledger per workload, in slice-seconds: a workload of N slices that exists for T seconds owns
+N*T slice-seconds, and every one of them lands in exactly one category. Goodput is the
+productive share. The categories follow Google's ml-goodput-measurement (its ``BadputType``),
+plus the two that a shared, elastic cluster adds (time queued, time running below full size):
+
+=====================  ==========================================================
+category               ml-goodput-measurement
+=====================  ==========================================================
+``productive``         goodput (productive training time)
+``queued``             (scheduling goodput: waiting for capacity)
+``startup``            TPU_INITIALIZATION + TRAINING_PREP + PROGRAM_STARTUP
+``checkpoint_save``    UNPRODUCTIVE_CHECKPOINT_SAVE_TIME
+``checkpoint_restore`` UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME
+``wasted_progress``    WASTED_PROGRESS_FROM_DISRUPTION (work since the last checkpoint)
+``recovery``           INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION
+``elastic``            elastic down/up reconfiguration (Pathways' ELASTIC_* badput)
+``degraded``           slices missing while an elastic job runs below its size
+=====================  ==========================================================
+
+The simulator, the local backend and the Kubernetes controller all fill ledgers through this
+module, so a goodput number means the same thing everywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import statistics
+from collections.abc import Iterable, Mapping
+
+
+class Category(str, enum.Enum):
+    PRODUCTIVE = "productive"
+    QUEUED = "queued"
+    STARTUP = "startup"
+    CHECKPOINT_SAVE = "checkpoint_save"
+    CHECKPOINT_RESTORE = "checkpoint_restore"
+    WASTED_PROGRESS = "wasted_progress"
+    RECOVERY = "recovery"
+    ELASTIC = "elastic"
+    DEGRADED = "degraded"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+BADPUT = tuple(c for c in Category if c is not Category.PRODUCTIVE)
+
+
+@dataclasses.dataclass
+class Ledger:
+    """Slice-seconds of one workload (or a sum of workloads) by category."""
+
+    seconds: dict[Category, float] = dataclasses.field(default_factory=lambda: {c: 0.0 for c in Category})
+
+    def add(self, category: Category, slice_seconds: float) -> None:
+        if slice_seconds < 0:
+            raise ValueError(f"negative time for {category}: {slice_seconds}")
+        self.seconds[category] += slice_seconds
+
+    def waste(self, slice_seconds: float) -> None:
+        """Progress made but thrown away (a hard stop after the last checkpoint).
+
+        It was counted as productive when it happened; it moves to ``wasted_progress``.
+        """
+        moved = min(slice_seconds, self.seconds[Category.PRODUCTIVE])
+        self.seconds[Category.PRODUCTIVE] -= moved
+        self.seconds[Category.WASTED_PROGRESS] += moved
+
+    @property
+    def total(self) -> float:
+        return sum(self.seconds.values())
+
+    @property
+    def goodput(self) -> float:
+        total = self.total
+        return self.seconds[Category.PRODUCTIVE] / total if total > 0 else 0.0
+
+    def fractions(self) -> dict[str, float]:
+        """Each category's share of the total (goodput is the ``productive`` share)."""
+        total = self.total
+        return {c.value: (v / total if total > 0 else 0.0) for c, v in self.seconds.items()}
+
+    def __iadd__(self, other: Ledger) -> Ledger:
+        for category, value in other.seconds.items():
+            self.seconds[category] += value
+        return self
+
+
+def combine(ledgers: Iterable[Ledger]) -> Ledger:
+    total = Ledger()
+    for ledger in ledgers:
+        total += ledger
+    return total
+
+
+def goodput_by(ledgers: Mapping[str, Ledger], group: Mapping[str, str]) -> dict[str, float]:
+    """Slice-second weighted goodput of the workloads in each group (e.g. priority level)."""
+    grouped: dict[str, Ledger] = {}
+    for name, ledger in ledgers.items():
+        key = group[name]
+        grouped.setdefault(key, Ledger())
+        grouped[key] += ledger
+    return {key: ledger.goodput for key, ledger in grouped.items()}
+
+
+def percentile(values: Iterable[float], q: float) -> float | None:
+    """The q-th percentile (1-99) of ``values`` (inclusive method); None when there are none."""
+    data = sorted(values)
+    if len(data) < 2:
+        return data[0] if data else None
+    return statistics.quantiles(data, n=100, method="inclusive")[round(q) - 1]
