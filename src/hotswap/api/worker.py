@@ -1,0 +1,202 @@
+"""The contract between a backend and the worker processes it starts.
+
+Backends (local supervisor, Kubernetes JobSet pods) set the environment variables below; the
+training SDK (``hotswap.train``) and any user script read them. The names follow JobSet,
+torch.distributed and MEGASCALE, so existing training scripts work unchanged.
+
+Elastic workloads also get a *membership file*: a small JSON document that the controller
+replaces atomically (write to a temporary name, rename) whenever the set of active slices
+changes. Workers read it at step boundaries (a ``stat`` per step; a read only when it changed).
+
+A worker that stops because it was asked to (SIGTERM: preemption, drain, deletion) saves its
+state and exits with :data:`CHECKPOINTED_EXIT_CODE`, the code a SIGTERM-killed process reports
+anyway (128 + 15). It is in the default restart codes, so it never counts as success or as a
+user error anywhere (locally, or to a Kubernetes Job).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+# JobSet / Indexed Job (on Kubernetes from pod labels via the downward API).
+JOBSET_NAME = "JOBSET_NAME"
+REPLICATED_JOB_NAME = "REPLICATED_JOB_NAME"
+JOB_INDEX = "JOB_INDEX"  # slice replica index, 0..num_slices-1
+JOB_COMPLETION_INDEX = "JOB_COMPLETION_INDEX"  # host index within the slice
+# Multislice (MEGASCALE) and torch.distributed.
+MEGASCALE_NUM_SLICES = "MEGASCALE_NUM_SLICES"
+MEGASCALE_SLICE_ID = "MEGASCALE_SLICE_ID"
+MASTER_ADDR = "MASTER_ADDR"
+MASTER_PORT = "MASTER_PORT"
+RANK = "RANK"
+WORLD_SIZE = "WORLD_SIZE"
+LOCAL_RANK = "LOCAL_RANK"
+# hotswap.
+HOTSWAP_CLUSTER = "HOTSWAP_CLUSTER"
+HOTSWAP_WORKLOAD = "HOTSWAP_WORKLOAD"
+HOTSWAP_CHECKPOINT_DIR = "HOTSWAP_CHECKPOINT_DIR"
+HOTSWAP_RESTART_COUNT = "HOTSWAP_RESTART_COUNT"  # restarts of any cause so far (attempt - 1)
+HOTSWAP_ATTEMPT = "HOTSWAP_ATTEMPT"  # worker generation, bumped at every (re)start
+HOTSWAP_SLICE = "HOTSWAP_SLICE"  # name of the slice this worker runs on
+HOTSWAP_HOSTS_PER_SLICE = "HOTSWAP_HOSTS_PER_SLICE"
+HOTSWAP_MEMBERSHIP_FILE = "HOTSWAP_MEMBERSHIP_FILE"  # elastic workloads only
+HOTSWAP_EVENTS_FILE = "HOTSWAP_EVENTS_FILE"  # JSON lines of goodput events, one file per worker
+HOTSWAP_TERMINATION_GRACE_S = "HOTSWAP_TERMINATION_GRACE_S"
+
+CHECKPOINTED_EXIT_CODE = 143
+
+REPLICATED_JOB = "slice"  # the one replicated job of a hotswap JobSet
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerEnv:
+    """Where this worker stands, read from the environment (missing values get defaults that
+    describe a single-process run, so a script also works outside hotswap)."""
+
+    workload: str = "local"
+    cluster: str = ""
+    rank: int = 0
+    world_size: int = 1
+    slice_index: int = 0
+    num_slices: int = 1
+    host_index: int = 0
+    hosts_per_slice: int = 1
+    slice_name: str = ""
+    master_addr: str = "127.0.0.1"
+    master_port: int = 29500
+    attempt: int = 1
+    restart_count: int = 0
+    checkpoint_dir: str | None = None
+    membership_file: str | None = None
+    events_file: str | None = None
+    grace_period_s: float = 30.0
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> WorkerEnv:
+        env = os.environ if environ is None else environ
+
+        def number(name: str, default: int) -> int:
+            value = env.get(name)
+            return int(value) if value not in (None, "") else default
+
+        return cls(
+            workload=env.get(HOTSWAP_WORKLOAD) or env.get(JOBSET_NAME) or "local",
+            cluster=env.get(HOTSWAP_CLUSTER, ""),
+            rank=number(RANK, 0),
+            world_size=number(WORLD_SIZE, 1),
+            slice_index=number(MEGASCALE_SLICE_ID, number(JOB_INDEX, 0)),
+            num_slices=number(MEGASCALE_NUM_SLICES, 1),
+            host_index=number(JOB_COMPLETION_INDEX, 0),
+            hosts_per_slice=number(HOTSWAP_HOSTS_PER_SLICE, 1),
+            slice_name=env.get(HOTSWAP_SLICE, ""),
+            master_addr=env.get(MASTER_ADDR, "127.0.0.1"),
+            master_port=number(MASTER_PORT, 29500),
+            attempt=number(HOTSWAP_ATTEMPT, 1),
+            restart_count=number(HOTSWAP_RESTART_COUNT, 0),
+            checkpoint_dir=env.get(HOTSWAP_CHECKPOINT_DIR) or None,
+            membership_file=env.get(HOTSWAP_MEMBERSHIP_FILE) or None,
+            events_file=env.get(HOTSWAP_EVENTS_FILE) or None,
+            grace_period_s=float(env.get(HOTSWAP_TERMINATION_GRACE_S) or 30.0),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Membership:
+    """The active slices of an elastic workload, generation ``generation``.
+
+    Rank of host ``h`` of slice ``s``: ``slices.index(s) * hosts_per_slice + h``. Each
+    generation has its own rendezvous port, so a new process group never meets a stale one.
+    """
+
+    generation: int
+    slices: tuple[str, ...]
+    hosts_per_slice: int
+    master_addr: str
+    master_port: int
+
+    @property
+    def world_size(self) -> int:
+        return len(self.slices) * self.hosts_per_slice
+
+    def rank_of(self, slice_name: str, host: int) -> int | None:
+        """The rank of a worker in this generation, or None when its slice is not a member."""
+        if slice_name not in self.slices:
+            return None
+        return self.slices.index(slice_name) * self.hosts_per_slice + host
+
+    def to_json(self) -> str:
+        data = dataclasses.asdict(self)
+        data["slices"] = list(self.slices)
+        data["world_size"] = self.world_size
+        return json.dumps(data, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Membership:
+        data: dict[str, Any] = json.loads(text)
+        return cls(
+            generation=int(data["generation"]),
+            slices=tuple(data["slices"]),
+            hosts_per_slice=int(data["hosts_per_slice"]),
+            master_addr=str(data["master_addr"]),
+            master_port=int(data["master_port"]),
+        )
+
+
+def step_line(step: int, good_slice_count: int, elastic_down_event_count: int, **extra: object) -> str:
+    """The per-step log line Pathways elastic users already parse (seed 001's awk script)."""
+    fields = [
+        f"step={step}",
+        f"elastic_manager.good_slice_count={good_slice_count}",
+        f"elastic_manager.elastic_down_event_count={elastic_down_event_count}",
+    ]
+    fields += [f"{key}={value}" for key, value in extra.items()]
+    return " ".join(fields)
+
+
+RESTORE_SOURCES = ("checkpoint", "migration", "peer")
+
+
+def restored_line(step: int, source: str) -> str:
+    """The line a worker prints once when it restores state."""
+    if source not in RESTORE_SOURCES:
+        raise ValueError(f"restore source must be one of {RESTORE_SOURCES}, not {source!r}")
+    return f"restored step={step} source={source}"
+
+
+def parse_fields(line: str) -> dict[str, str]:
+    """``key=value`` fields of a log line (other words are ignored)."""
+    fields: dict[str, str] = {}
+    for word in line.split():
+        key, sep, value = word.partition("=")
+        if sep:
+            fields[key] = value
+    return fields
+
+
+# Goodput events: each worker appends JSON lines {"t": <unix seconds>, "kind": <kind>, ...} to
+# $HOTSWAP_EVENTS_FILE; the controller reads them to account goodput (hotswap.core.goodput).
+EVENT_START = "start"  # process started: {"attempt", "rank", "world_size"}
+EVENT_STEP = "step"  # a training step finished: {"step", "duration_s", "slices"}
+EVENT_CHECKPOINT_SAVE = "checkpoint_save"  # {"step", "blocking_s", "total_s", "bytes", "reason"}
+EVENT_CHECKPOINT_RESTORE = "checkpoint_restore"  # {"step", "duration_s", "source"}
+EVENT_ELASTIC = "elastic"  # membership change applied: {"generation", "slices", "duration_s"}
+EVENT_STOP = "stop"  # the worker leaves: {"step", "reason", "exit_code"}
+EVENT_KINDS = (
+    EVENT_START,
+    EVENT_STEP,
+    EVENT_CHECKPOINT_SAVE,
+    EVENT_CHECKPOINT_RESTORE,
+    EVENT_ELASTIC,
+    EVENT_STOP,
+)
+
+
+def event_record(kind: str, t: float, **fields: object) -> str:
+    """One line of the events file."""
+    if kind not in EVENT_KINDS:
+        raise ValueError(f"unknown goodput event kind {kind!r}")
+    return json.dumps({"t": t, "kind": kind, **fields}, sort_keys=True)
