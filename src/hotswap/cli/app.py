@@ -14,7 +14,7 @@ import typer
 
 from hotswap import __version__
 from hotswap.api.errors import HotswapError
-from hotswap.cli import simulate
+from hotswap.cli import cluster, controller, node, simulate, workload
 
 app = typer.Typer(
     name="hotswap",
@@ -24,6 +24,10 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+app.add_typer(cluster.app, name="cluster")
+app.add_typer(workload.app, name="workload")
+app.add_typer(node.app, name="node")
+app.add_typer(controller.app, name="controller")
 app.command("simulate")(simulate.simulate)
 
 

@@ -1,0 +1,397 @@
+"""The operations of the local backend, as the CLI calls them.
+
+Every operation validates what a user gave before anything is written, so a rejected command
+changes no state; requests that change the cluster go through the controller (see
+:mod:`hotswap.backends.local.client`), reads go to the database.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hotswap.api.catalog import get_device_type
+from hotswap.api.errors import ConflictError, InvalidInputError, NotFoundError
+from hotswap.api.names import validate_cluster_name
+from hotswap.api.spec import WorkloadSpec
+from hotswap.backends.local import client
+from hotswap.backends.local import launch as files
+from hotswap.backends.local.views import matches, workload_view
+from hotswap.store.paths import ClusterPaths, clusters_root, private_dir
+from hotswap.store.state import ClusterRecord, Store
+
+BACKEND = "local"
+MAX_LOCAL_SLICES = 1024
+
+
+def cluster_names() -> list[str]:
+    root = clusters_root()
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / "state.db").exists())
+
+
+def existing(cluster: str) -> ClusterPaths:
+    """The paths of a cluster that exists, or a one-line error that says what does."""
+    validate_cluster_name(cluster)
+    paths = ClusterPaths.of(cluster)
+    if not paths.database.exists():
+        known = cluster_names()
+        hint = f"; clusters: {', '.join(known)}" if known else ""
+        raise NotFoundError(
+            f"no cluster named {cluster}: create it with `hotswap cluster create --cluster {cluster}"
+            f" --device-type T --num-slices N`{hint}"
+        )
+    return paths
+
+
+def open_store(paths: ClusterPaths) -> Store:
+    return Store.open(paths.database)
+
+
+def record_of(paths: ClusterPaths) -> ClusterRecord:
+    store = open_store(paths)
+    try:
+        return store.cluster()
+    finally:
+        store.close()
+
+
+# ---------------------------------------------------------------------- clusters
+
+
+def create_cluster(
+    name: str,
+    device_type: str,
+    num_slices: int,
+    force: bool,
+    confirm: Callable[[str], bool],
+) -> dict[str, Any]:
+    """Create a local cluster, or resize it when it exists (``cluster create`` re-run)."""
+    validate_cluster_name(name)
+    device = get_device_type(device_type)
+    if not 1 <= num_slices <= MAX_LOCAL_SLICES:
+        raise InvalidInputError(f"--num-slices must be between 1 and {MAX_LOCAL_SLICES}")
+    paths = ClusterPaths.of(name)
+    private_dir(paths.root.parent)
+    try:
+        paths.root.mkdir(mode=0o700)  # the atomic claim of the name
+        fresh = True
+    except FileExistsError:
+        fresh = not paths.database.exists()
+    if fresh:
+        store = Store.open(paths.database, create=True)
+        try:
+            store.init_cluster(ClusterRecord(name, BACKEND, device.name, time.time()))
+        finally:
+            store.close()
+    else:
+        record = record_of(paths)
+        if record.backend != BACKEND:
+            raise ConflictError(f"cluster {name} exists on the {record.backend} backend")
+        if record.device_type != device.name:
+            raise ConflictError(
+                f"cluster {name} exists with device type {record.device_type}; its device type cannot"
+                f" change (delete it first, or use --device-type {record.device_type})"
+            )
+        current = _slice_count(paths)
+        if num_slices < current and not force:
+            held = _held_slices(paths)
+            question = (
+                f"shrink cluster {name} from {current} to {num_slices} slices?"
+                + (f" {held} slice(s) are in use: their workloads will be moved or requeued." if held else "")
+            )
+            if not confirm(question):
+                raise ConflictError(f"cluster {name} left at {current} slices (use --force to shrink without asking)")
+    outcome = client.request(paths, "resize", {"num_slices": num_slices})
+    if outcome.status != "done":
+        raise ConflictError(outcome.message)
+    return describe_cluster(name)
+
+
+def _slice_count(paths: ClusterPaths) -> int:
+    store = open_store(paths)
+    try:
+        return len(store.slice_rows())
+    finally:
+        store.close()
+
+
+def _held_slices(paths: ClusterPaths) -> int:
+    store = open_store(paths)
+    try:
+        return sum(len(record["slices"]) for record, _ in store.workload_records())
+    finally:
+        store.close()
+
+
+def delete_cluster(name: str) -> None:
+    """Stop every worker gracefully, then the controller, then remove the cluster's state.
+
+    Checkpoints are kept (they live outside the cluster directory)."""
+    paths = existing(name)
+    outcome = client.request(paths, "shutdown", {})
+    if outcome.status != "done":
+        raise ConflictError(outcome.message)
+    _wait_for_controller_exit(paths)
+    shutil.rmtree(paths.root, ignore_errors=True)
+
+
+def _wait_for_controller_exit(paths: ClusterPaths, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    descriptor = os.open(paths.lock, os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        while time.monotonic() < deadline:
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                time.sleep(0.02)
+    finally:
+        os.close(descriptor)
+
+
+def list_clusters() -> list[dict[str, Any]]:
+    rows = []
+    for name in cluster_names():
+        paths = ClusterPaths.of(name)
+        store = open_store(paths)
+        try:
+            record = store.cluster()
+            workloads = [workload_view(r) for r, _ in store.workload_records()]
+            slices = len(store.slice_rows())
+        finally:
+            store.close()
+        rows.append(
+            {
+                "name": name,
+                "backend": record.backend,
+                "device_type": record.device_type,
+                "num_slices": slices,
+                "workloads": len(workloads),
+                "running": sum(1 for w in workloads if w["status"] in ("RUNNING", "RESTARTING")),
+                "queued": sum(1 for w in workloads if w["status"] == "QUEUED"),
+                "controller_pid": client.controller_pid(paths),
+            }
+        )
+    return rows
+
+
+def describe_cluster(name: str) -> dict[str, Any]:
+    paths = existing(name)
+    client.ensure_controller(paths)
+    store = open_store(paths)
+    try:
+        record = store.cluster()
+        holders = {s: r["spec"]["name"] for r, _ in store.workload_records() for s in r["slices"]}
+        nodes_by_slice: dict[str, list[dict[str, Any]]] = {}
+        for row in store.node_rows():
+            nodes_by_slice.setdefault(row["slice"], []).append({"name": row["name"], "state": row["state"]})
+        slices = [
+            {
+                "name": row["name"],
+                "device_type": row["device_type"],
+                "workload": holders.get(row["name"]),
+                "healthy": all(n["state"] == "Ready" for n in nodes_by_slice.get(row["name"], [])),
+                "nodes": nodes_by_slice.get(row["name"], []),
+            }
+            for row in store.slice_rows()
+        ]
+        workloads = [workload_view(r) for r, _ in store.workload_records()]
+    finally:
+        store.close()
+    device = get_device_type(record.device_type)
+    return {
+        "name": record.name,
+        "backend": record.backend,
+        "device_type": record.device_type,
+        "hosts_per_slice": device.hosts_per_slice,
+        "chips_per_host": device.chips_per_host,
+        "num_slices": len(slices),
+        "created_time": record.created_at,
+        "controller_pid": client.controller_pid(paths),
+        "state_dir": str(paths.root),
+        "slices": slices,
+        "workloads": [{"name": w["name"], "status": w["status"], "slices": w["slices"]} for w in workloads],
+    }
+
+
+# ---------------------------------------------------------------------- workloads
+
+
+def create_workload(cluster: str, spec: WorkloadSpec, launch: dict[str, Any]) -> dict[str, Any]:
+    paths = existing(cluster)
+    record = record_of(paths)
+    if spec.device_type != record.device_type:
+        raise InvalidInputError(
+            f"cluster {cluster} has {record.device_type} slices; the workload asks for {spec.device_type}"
+        )
+    outcome = client.request(paths, "create", {"spec": spec.model_dump(mode="json"), "launch": launch})
+    if outcome.status != "done":
+        raise ConflictError(outcome.message)
+    return describe_workload(cluster, spec.name, timeline=False)
+
+
+def default_checkpoint_dir(cluster: str, workload: str) -> str:
+    return str(ClusterPaths.of(cluster).checkpoint_dir(workload))
+
+
+def delete_workload(cluster: str, name: str) -> None:
+    paths = existing(cluster)
+    _record(paths, name)  # a clear error before anything is queued
+    outcome = client.request(paths, "delete", {"workload": name})
+    if outcome.status != "done":
+        raise NotFoundError(outcome.message)
+
+
+def list_workloads(cluster: str, status: str = "EVERYTHING", job_prefix: str | None = None) -> list[dict[str, Any]]:
+    paths = existing(cluster)
+    with contextlib.suppress(client.ControllerUnavailable):
+        client.ensure_controller(paths, wait=False)
+    store = open_store(paths)
+    try:
+        views = [workload_view(r) for r, _ in store.workload_records()]
+    finally:
+        store.close()
+    return [v for v in views if matches(v, status, job_prefix)]
+
+
+def _record(paths: ClusterPaths, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    store = open_store(paths)
+    try:
+        for record, launch in store.workload_records():
+            if record["spec"]["name"] == name:
+                return record, launch
+    finally:
+        store.close()
+    raise NotFoundError(f"no workload named {name} in cluster {paths.name}")
+
+
+def describe_workload(cluster: str, name: str, timeline: bool = True) -> dict[str, Any]:
+    from hotswap.backends.local.goodput import workload_goodput
+
+    paths = existing(cluster)
+    record, launch = _record(paths, name)
+    store = open_store(paths)
+    try:
+        events = store.timeline(name, record["seq"]) if timeline else []
+        workers = [w for w in store.workers(workload=name) if w.seq == record["seq"]]
+        nodes = {row["name"]: row["state"] for row in store.node_rows()}
+        slice_nodes: dict[str, list[str]] = {}
+        for row in store.node_rows():
+            slice_nodes.setdefault(row["slice"], []).append(row["name"])
+    finally:
+        store.close()
+    view = workload_view(record)
+    directory = paths.workload_dir(name, record["seq"])
+    spec = record["spec"]
+    view["spec"] = spec
+    view["checkpoint_dir"] = launch["checkpoint_dir"]
+    view["workdir"] = launch["cwd"]
+    view["placement"] = [
+        {
+            "replica": index,
+            "slice": slice_name,
+            "nodes": [{"name": n, "state": nodes.get(n)} for n in slice_nodes.get(slice_name, [])],
+        }
+        for index, slice_name in enumerate(record["slices"])
+    ]
+    view["workers"] = [
+        {
+            "attempt": w.attempt,
+            "slice": w.slice,
+            "replica": w.replica,
+            "host": w.host,
+            "pid": w.pid,
+            "state": w.state,
+            "exit_code": w.exit_code,
+        }
+        for w in workers
+        if w.attempt == record["attempt"] or w.state != "exited"
+    ]
+    view["logs"] = str(directory / "logs")
+    view["main_log"] = str(files.log_path(directory, 0, 0))
+    if timeline:
+        from hotswap.backends.local.views import iso
+
+        view["timeline"] = [{"time": iso(e["t"]), "event": e["kind"], "message": e["message"]} for e in events]
+        view["goodput"] = workload_goodput(record, events, directory, time.time())
+    return view
+
+
+def log_file(cluster: str, name: str, slice_: str | None, host: int) -> Path:
+    """The log of one host of one replica: ``--slice`` is a replica index or a slice name."""
+    paths = existing(cluster)
+    record, _ = _record(paths, name)
+    replica = 0
+    if slice_ is not None:
+        if slice_.isdigit():
+            replica = int(slice_)
+        elif slice_ in record["slices"]:
+            replica = record["slices"].index(slice_)
+        else:
+            raise NotFoundError(
+                f"workload {name} does not run on slice {slice_}; give a replica index"
+                f" (0-{record['spec']['num_slices'] - 1}) or one of: {', '.join(record['slices']) or 'none'}"
+            )
+    if replica >= record["spec"]["num_slices"]:
+        raise NotFoundError(f"workload {name} has replicas 0-{record['spec']['num_slices'] - 1}, not {replica}")
+    hosts = get_device_type(record["spec"]["device_type"]).hosts_per_slice
+    if not 0 <= host < hosts:
+        raise NotFoundError(f"{record['spec']['device_type']} has hosts 0-{hosts - 1}, not {host}")
+    return files.log_path(paths.workload_dir(name, record["seq"]), replica, host)
+
+
+# ---------------------------------------------------------------------- nodes
+
+
+def list_nodes(cluster: str) -> list[dict[str, Any]]:
+    paths = existing(cluster)
+    with contextlib.suppress(client.ControllerUnavailable):
+        client.ensure_controller(paths, wait=False)
+    store = open_store(paths)
+    try:
+        holders = {s: r["spec"]["name"] for r, _ in store.workload_records() for s in r["slices"]}
+        return [
+            {
+                "name": row["name"],
+                "slice": row["slice"],
+                "host": row["host"],
+                "state": row["state"],
+                "workload": holders.get(row["slice"]),
+            }
+            for row in store.node_rows()
+        ]
+    finally:
+        store.close()
+
+
+NODE_OPERATIONS = ("fail", "drain", "cordon", "uncordon")
+
+
+def node_operation(cluster: str, operation: str, node: str | None, slice_: str | None) -> list[str]:
+    """Apply a fault or a repair to one node or to every node of a slice; returns the nodes."""
+    if operation not in NODE_OPERATIONS:
+        raise InvalidInputError(f"unknown node operation {operation!r}")
+    if (node is None) == (slice_ is None):
+        raise InvalidInputError("give exactly one of --node or --slice")
+    paths = existing(cluster)
+    rows = list_nodes(cluster)
+    if node is not None:
+        targets = [r["name"] for r in rows if r["name"] == node]
+        if not targets:
+            raise NotFoundError(f"no node named {node} in cluster {cluster} (see `hotswap node list --cluster {cluster}`)")
+    else:
+        targets = [r["name"] for r in rows if r["slice"] == slice_]
+        if not targets:
+            raise NotFoundError(f"no slice named {slice_} in cluster {cluster} (see `hotswap cluster describe --cluster {cluster}`)")
+    outcome = client.request(paths, "node", {"op": operation, "nodes": targets})
+    if outcome.status != "done":
+        raise NotFoundError(outcome.message)
+    return targets

@@ -1,0 +1,119 @@
+"""Worker processes of the local backend: start, signal, watch and re-adopt them.
+
+Each worker (one host of one slice) runs under ``shim.py`` as the leader of its own process
+group, so a signal to the group reaches everything the worker started. The worker table in the
+store is the durable record: a controller killed with -9 and restarted finds its workers there,
+checks that each pid is still the same process (kernel start time), and watches it again.
+Exits are noticed through pidfds (readable when the process ends): no polling.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from hotswap.store.state import Store, WorkerRow
+
+SHIM = Path(__file__).with_name("shim.py")
+KILLED_EXIT_CODE = 128 + signal.SIGKILL
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerLaunch:
+    workload: str
+    seq: int
+    attempt: int
+    slice: str
+    replica: int
+    host: int
+    node: str
+    dir: Path
+    log: Path
+    command: str
+    cwd: str
+    env: dict[str, str]
+
+
+def start_ticks(pid: int) -> int | None:
+    """Kernel start time of ``pid`` (clock ticks since boot), None if it does not exist."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return None
+    if fields and fields[0] == b"Z":
+        return None  # a zombie has ended; only its exit status is left
+    return int(fields[19])
+
+
+class Supervisor:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.children: dict[int, subprocess.Popen[bytes]] = {}  # worker id -> our child
+
+    def spawn(self, row: WorkerRow, launch: WorkerLaunch) -> WorkerRow:
+        """Start the process of a worker row that a committed decision created."""
+        launch.dir.mkdir(parents=True, exist_ok=True)
+        launch.log.parent.mkdir(parents=True, exist_ok=True)
+        for stale in ("pid", "exit"):
+            (launch.dir / stale).unlink(missing_ok=True)
+        cwd = launch.cwd if os.path.isdir(launch.cwd) else str(launch.dir)
+        child = subprocess.Popen(
+            [sys.executable, "-S", str(SHIM), str(launch.dir), str(launch.log), "--", "/bin/sh", "-c", launch.command],
+            cwd=cwd,
+            env=launch.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self.children[row.id] = child
+        with self.store.transaction():
+            self.store.update_worker(row.id, pid=child.pid, start_ticks=start_ticks(child.pid), state="running")
+        return self.store.worker(row.id)
+
+    def alive(self, row: WorkerRow) -> bool:
+        if row.pid is None:
+            return False
+        child = self.children.get(row.id)
+        if child is not None:
+            return child.poll() is None
+        ticks = start_ticks(row.pid)
+        return ticks is not None and (row.start_ticks is None or ticks == row.start_ticks)
+
+    def signal(self, row: WorkerRow, number: int) -> None:
+        """Signal the worker's whole process group, if it is still the same process."""
+        if row.pid is None or not self.alive(row):
+            return
+        try:
+            os.killpg(row.pid, number)
+        except ProcessLookupError:
+            pass
+
+    def pidfd(self, row: WorkerRow) -> int | None:
+        """A descriptor that becomes readable when the worker ends (None if it already has)."""
+        if row.pid is None or not self.alive(row):
+            return None
+        try:
+            return os.pidfd_open(row.pid)
+        except ProcessLookupError:
+            return None
+
+    def exit_code(self, row: WorkerRow) -> int:
+        """How an ended worker ended: reaped status, else the shim's record, else killed."""
+        child = self.children.pop(row.id, None)
+        if child is not None:
+            code = child.wait()
+            return 128 - code if code < 0 else code
+        recorded = Path(row.dir) / "exit"
+        try:
+            return int(recorded.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return KILLED_EXIT_CODE  # the shim itself was killed (SIGKILL leaves no record)
+
+    def forget(self, row: WorkerRow) -> None:
+        self.children.pop(row.id, None)

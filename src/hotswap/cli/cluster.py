@@ -1,0 +1,95 @@
+"""``hotswap cluster create|delete|describe|list``."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from hotswap.cli.output import Format, document, note, table
+
+app = typer.Typer(help="Create, resize, inspect and delete clusters of slices.", no_args_is_help=True)
+
+
+@app.command("create")
+def create(
+    cluster: str = typer.Option(..., "--cluster", help="Cluster name (DNS-1035 label)."),
+    device_type: str = typer.Option(..., "--device-type", "--tpu-type", help="Slice type, xpk's names (v6e-16, h100-80gb-8, ...)."),
+    num_slices: int = typer.Option(..., "--num-slices", help="Number of slices; re-run with another number to resize."),
+    backend: str = typer.Option("local", "--backend", help="local (processes on this machine) or kubernetes."),
+    force: bool = typer.Option(False, "--force", help="Shrink without asking."),
+    output: Format = typer.Option(Format.TABLE, "--output", "-o", help="table, json or yaml."),
+) -> None:
+    """Create a cluster and start its controller; re-run with another --num-slices to resize it."""
+    if backend != "local":
+        from hotswap.api.errors import InvalidInputError
+
+        raise InvalidInputError(f"unknown backend {backend!r}; this build offers: local")
+    from hotswap.backends.local import operations
+
+    def confirm(question: str) -> bool:
+        if not sys.stdin.isatty():
+            return False
+        return typer.confirm(question, default=False, err=True)
+
+    summary = operations.create_cluster(cluster, device_type, num_slices, force, confirm)
+    if output is not Format.TABLE:
+        document(summary, output)
+        return
+    note(
+        f"cluster {summary['name']}: {summary['num_slices']} x {summary['device_type']}"
+        f" ({summary['hosts_per_slice']} host(s) x {summary['chips_per_host']} chips per slice),"
+        f" controller pid {summary['controller_pid']}"
+    )
+
+
+@app.command("delete")
+def delete(cluster: str = typer.Option(..., "--cluster", help="Cluster name.")) -> None:
+    """Stop every worker gracefully, then the controller, and remove the cluster (checkpoints stay)."""
+    from hotswap.backends.local import operations
+
+    operations.delete_cluster(cluster)
+    note(f"cluster {cluster} deleted")
+
+
+@app.command("describe")
+def describe(
+    cluster: str = typer.Option(..., "--cluster", help="Cluster name."),
+    output: Format = typer.Option(Format.TABLE, "--output", "-o", help="table, json or yaml."),
+) -> None:
+    """Slices, their nodes, and which workload holds each slice."""
+    from hotswap.backends.local import operations
+
+    summary = operations.describe_cluster(cluster)
+    if output is not Format.TABLE:
+        document(summary, output)
+        return
+    print(
+        f"Cluster {summary['name']} ({summary['backend']}): {summary['num_slices']} x {summary['device_type']},"
+        f" {summary['hosts_per_slice']} host(s) x {summary['chips_per_host']} chips per slice;"
+        f" controller pid {summary['controller_pid'] or 'not running'}; state in {summary['state_dir']}"
+    )
+    rows = []
+    for item in summary["slices"]:
+        states = ", ".join(f"{n['name']}={n['state']}" for n in item["nodes"])
+        rows.append([item["name"], "yes" if item["healthy"] else "no", item["workload"] or "<free>", states])
+    table(["Slice", "Healthy", "Workload", "Nodes"], rows)
+
+
+@app.command("list")
+def list_(output: Format = typer.Option(Format.TABLE, "--output", "-o", help="table, json or yaml.")) -> None:
+    """Every cluster on this machine."""
+    from hotswap.backends.local import operations
+
+    rows = operations.list_clusters()
+    if output is not Format.TABLE:
+        document(rows, output)
+        return
+    table(
+        ["Cluster", "Backend", "Device Type", "Slices", "Workloads", "Running", "Queued", "Controller"],
+        [
+            [r["name"], r["backend"], r["device_type"], r["num_slices"], r["workloads"], r["running"], r["queued"],
+             f"pid {r['controller_pid']}" if r["controller_pid"] else "stopped"]
+            for r in rows
+        ],
+    )

@@ -1,0 +1,59 @@
+"""``hotswap node list|fail|drain|cordon|uncordon``: faults and repairs, by node or slice."""
+
+from __future__ import annotations
+
+import typer
+
+from hotswap.cli.output import Format, document, note, table
+
+app = typer.Typer(help="Inspect nodes; inject faults (fail, drain, cordon) and repair (uncordon).", no_args_is_help=True)
+
+NODE = typer.Option(None, "--node", help="One node (see `hotswap node list`).")
+SLICE = typer.Option(None, "--slice", help="Every node of one slice.")
+CLUSTER = typer.Option(..., "--cluster", help="Cluster name.")
+
+
+@app.command("list")
+def list_(
+    cluster: str = CLUSTER,
+    output: Format = typer.Option(Format.TABLE, "--output", "-o", help="table, json or yaml."),
+) -> None:
+    """Nodes with their slice, state (Ready, Cordoned, Failed) and workload."""
+    from hotswap.backends.local import operations
+
+    rows = operations.list_nodes(cluster)
+    if output is not Format.TABLE:
+        document(rows, output)
+        return
+    table(["Node", "Slice", "Host", "State", "Workload"], [[r["name"], r["slice"], r["host"], r["state"], r["workload"] or "<none>"] for r in rows])
+
+
+def _operate(operation: str, cluster: str, node: str | None, slice_: str | None, done: str) -> None:
+    from hotswap.backends.local import operations
+
+    targets = operations.node_operation(cluster, operation, node, slice_)
+    note(f"{', '.join(targets)} {done}")
+
+
+@app.command("fail")
+def fail(cluster: str = CLUSTER, node: str | None = NODE, slice_: str | None = SLICE) -> None:
+    """Fail hardware: SIGKILL the workers on it; the node stays Failed until uncordoned."""
+    _operate("fail", cluster, node, slice_, "failed")
+
+
+@app.command("drain")
+def drain(cluster: str = CLUSTER, node: str | None = NODE, slice_: str | None = SLICE) -> None:
+    """Cordon and evict gracefully (SIGTERM, checkpoint, then SIGKILL after the grace period)."""
+    _operate("drain", cluster, node, slice_, "drained")
+
+
+@app.command("cordon")
+def cordon(cluster: str = CLUSTER, node: str | None = NODE, slice_: str | None = SLICE) -> None:
+    """Take out of service: running workloads move off it (hotswap)."""
+    _operate("cordon", cluster, node, slice_, "cordoned")
+
+
+@app.command("uncordon")
+def uncordon(cluster: str = CLUSTER, node: str | None = NODE, slice_: str | None = SLICE) -> None:
+    """Repair: Ready again; queued work is admitted onto it."""
+    _operate("uncordon", cluster, node, slice_, "uncordoned (Ready)")

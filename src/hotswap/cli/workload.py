@@ -1,0 +1,228 @@
+"""``hotswap workload create|delete|describe|list|logs``, with xpk's flags."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import typer
+
+from hotswap.cli.output import Format, document, note, table
+
+app = typer.Typer(help="Submit, inspect and delete training workloads.", no_args_is_help=True)
+
+STATUS_HELP = "EVERYTHING, FINISHED, RUNNING, QUEUED, FAILED or SUCCESSFUL."
+
+
+@app.command("create")
+def create(
+    workload: str = typer.Option(..., "--workload", help="Workload name (DNS-1035 label, at most 40 characters)."),
+    cluster: str = typer.Option(..., "--cluster", help="Cluster to run on."),
+    command: str = typer.Option(..., "--command", help="Shell command each worker runs."),
+    num_slices: int = typer.Option(1, "--num-slices", help="Slices (replicas), one per slice."),
+    device_type: str | None = typer.Option(None, "--device-type", "--tpu-type", help="Slice type; default: the cluster's."),
+    priority: str = typer.Option("medium", "--priority", help="very-low, low, medium, high or very-high."),
+    max_restarts: int = typer.Option(0, "--max-restarts", help="Restarts allowed for restartable exit codes."),
+    restart_strategy: str = typer.Option("Recreate", "--restart-strategy", help="Recreate or BlockingRecreate."),
+    restart_on_exit_codes: str = typer.Option("42,127-255", "--restart-on-exit-codes", help="Exit codes that restart, e.g. 42,127-255."),
+    min_slices: int | None = typer.Option(None, "--min-slices", help="Elastic: keep running on at least this many slices."),
+    termination_grace_period: float = typer.Option(30.0, "--termination-grace-period", help="Seconds between SIGTERM and SIGKILL."),
+    checkpoint_dir: str | None = typer.Option(None, "--checkpoint-dir", help="Checkpoint directory; default keyed by cluster and workload."),
+    env: list[str] = typer.Option([], "--env", help="NAME=value for the workers (repeatable)."),
+    env_file: Path | None = typer.Option(None, "--env-file", help="Docker-style env file for the workers."),
+    docker_image: str | None = typer.Option(None, "--docker-image", help="Image (used on Kubernetes; recorded locally)."),
+    base_docker_image: str | None = typer.Option(None, "--base-docker-image", help="Base image (used on Kubernetes; recorded locally)."),
+    script_dir: str | None = typer.Option(None, "--script-dir", help="Directory the workers run in (default: here)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Validate and show what would run; change nothing."),
+    output: Format = typer.Option(Format.TABLE, "--output", "-o", help="table, json or yaml."),
+) -> None:
+    """Submit a workload: it is queued by priority, then FIFO, and admitted onto whole slices."""
+    from hotswap.api.envfile import parse_env_pairs, read_env_file
+    from hotswap.api.errors import InvalidInputError
+    from hotswap.api.spec import workload_spec
+    from hotswap.backends.local import operations
+    from hotswap.backends.local.launch import launch_record
+
+    user_env = {}
+    if env_file is not None:
+        user_env.update(read_env_file(env_file, os.environ))
+    user_env.update(parse_env_pairs(env))
+    paths = operations.existing(cluster)
+    record = operations.record_of(paths)
+    workdir = os.path.abspath(script_dir) if script_dir else os.getcwd()
+    if script_dir and not os.path.isdir(workdir):
+        raise InvalidInputError(f"--script-dir {script_dir}: no such directory")
+    spec = workload_spec(
+        name=workload,
+        command=command,
+        device_type=device_type or record.device_type,
+        num_slices=num_slices,
+        min_slices=min_slices,
+        priority=priority,
+        max_restarts=max_restarts,
+        restart_strategy=restart_strategy,
+        restart_on_exit_codes=restart_on_exit_codes,
+        termination_grace_period_s=termination_grace_period,
+        checkpoint_dir=checkpoint_dir,
+        env=user_env,
+        docker_image=docker_image,
+        base_docker_image=base_docker_image,
+        script_dir=script_dir,
+    )
+    checkpoints = os.path.abspath(checkpoint_dir) if checkpoint_dir else operations.default_checkpoint_dir(cluster, workload)
+    launch = launch_record(environ=dict(os.environ), cwd=workdir, user_env=user_env, checkpoint_dir=checkpoints)
+    if dry_run:
+        plan = {
+            "spec": spec.model_dump(mode="json"),
+            "cluster": cluster,
+            "workdir": workdir,
+            "checkpoint_dir": checkpoints,
+            "workers": spec.num_slices * _hosts(spec.device_type),
+        }
+        document(plan, Format.YAML if output is Format.TABLE else output)
+        return
+    view = operations.create_workload(cluster, spec, launch)
+    if output is not Format.TABLE:
+        document(view, output)
+        return
+    note(f"workload {workload} created: {view['status']} ({view['status_message']})")
+
+
+def _hosts(device_type: str) -> int:
+    from hotswap.api.catalog import get_device_type
+
+    return get_device_type(device_type).hosts_per_slice
+
+
+@app.command("delete")
+def delete(
+    workload: str = typer.Option(..., "--workload", help="Workload name."),
+    cluster: str = typer.Option(..., "--cluster", help="Cluster name."),
+) -> None:
+    """Delete a workload: its workers get SIGTERM (they checkpoint), then SIGKILL after the grace period."""
+    from hotswap.backends.local import operations
+
+    operations.delete_workload(cluster, workload)
+    note(f"workload {workload} deleted")
+
+
+@app.command("list")
+def list_(
+    cluster: str = typer.Option(..., "--cluster", help="Cluster name."),
+    filter_by_status: str = typer.Option("EVERYTHING", "--filter-by-status", help=STATUS_HELP),
+    filter_by_job: str | None = typer.Option(None, "--filter-by-job", help="Only workloads whose name starts with this."),
+    output: Format = typer.Option(Format.TABLE, "--output", "-o", help="table, json or yaml."),
+) -> None:
+    """Workloads of a cluster, xpk's table (or a JSON/YAML array)."""
+    from hotswap.api.errors import InvalidInputError
+    from hotswap.backends.local import operations
+    from hotswap.backends.local.views import STATUS_FILTERS, TABLE_COLUMNS, table_row
+
+    status = filter_by_status.upper()
+    if status not in STATUS_FILTERS:
+        raise InvalidInputError(f"--filter-by-status {filter_by_status!r}: use one of {', '.join(STATUS_FILTERS)}")
+    views = operations.list_workloads(cluster, status, filter_by_job)
+    if output is not Format.TABLE:
+        document(views, output)
+        return
+    table(TABLE_COLUMNS, [table_row(v) for v in views])
+
+
+@app.command("describe")
+def describe(
+    workload: str = typer.Option(..., "--workload", help="Workload name."),
+    cluster: str = typer.Option(..., "--cluster", help="Cluster name."),
+    output: Format = typer.Option(Format.TABLE, "--output", "-o", help="table, json or yaml."),
+) -> None:
+    """Spec, placement, workers, goodput and the event timeline of a workload."""
+    from hotswap.backends.local import operations
+
+    view = operations.describe_workload(cluster, workload)
+    if output is not Format.TABLE:
+        document(view, output)
+        return
+    spec = view["spec"]
+    print(f"Workload {view['name']} on cluster {cluster}: {view['status']} ({view['status_message']})")
+    print(
+        f"  priority {view['priority']}, {spec['num_slices']} x {spec['device_type']}"
+        + (f", elastic down to {spec['min_slices']}" if spec["min_slices"] else "")
+        + f", restart strategy {spec['restart_strategy']}, max restarts {spec['max_restarts']}"
+        f" (used {view['restarts']}), restart on exit codes {spec['restart_on_exit_codes'] or 'none'}"
+    )
+    print(f"  command: {spec['command']}")
+    print(f"  attempt {view['attempt']}, preemptions {view['preemptions']}, infrastructure disruptions {view['disruptions']}")
+    print(f"  grace period {spec['termination_grace_period_s']:g}s, checkpoints in {view['checkpoint_dir']}")
+    if spec.get("docker_image") or spec.get("base_docker_image"):
+        print(f"  image: {spec.get('docker_image') or spec.get('base_docker_image')} (used on Kubernetes)")
+    print(f"  logs: {view['logs']}")
+    good = view["goodput"]
+    print(
+        f"  goodput {good['goodput']:.1%} of {good['wall_s']:.0f}s (from {good['source']}); badput: "
+        + ", ".join(f"{k} {v:.1%}" for k, v in good["badput"].items() if v > 0)
+    )
+    if view["placement"]:
+        table(
+            ["Replica", "Slice", "Nodes"],
+            [[p["replica"], p["slice"], ", ".join(f"{n['name']}={n['state']}" for n in p["nodes"])] for p in view["placement"]],
+            title="Placement",
+        )
+    if view["workers"]:
+        table(
+            ["Attempt", "Replica", "Host", "Slice", "PID", "State", "Exit"],
+            [[w["attempt"], w["replica"], w["host"], w["slice"], w["pid"], w["state"], w["exit_code"]] for w in view["workers"]],
+            title="Workers",
+        )
+    table(["Time", "Event", "Message"], [[e["time"], e["event"], e["message"]] for e in view["timeline"]], title="Timeline")
+
+
+@app.command("logs")
+def logs(
+    workload: str = typer.Option(..., "--workload", help="Workload name."),
+    cluster: str = typer.Option(..., "--cluster", help="Cluster name."),
+    slice_: str | None = typer.Option(None, "--slice", help="Replica index or slice name (default: replica 0)."),
+    host: int = typer.Option(0, "--host", help="Host within the slice."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing as the log grows."),
+) -> None:
+    """The log of one worker (default: replica 0 host 0, i.e. rank 0), across attempts."""
+    from hotswap.backends.local import operations
+
+    path = operations.log_file(cluster, workload, slice_, host)
+    if not path.exists() and not follow:
+        note(f"no log yet at {path}")
+        return
+    _print_log(path, follow, lambda: _finished(cluster, workload))
+
+
+def _finished(cluster: str, workload: str) -> bool:
+    from hotswap.api.errors import NotFoundError
+    from hotswap.backends.local import operations
+
+    try:
+        views = operations.list_workloads(cluster, "EVERYTHING", None)
+    except NotFoundError:
+        return True
+    status = next((v["status"] for v in views if v["name"] == workload), None)
+    return status in (None, "SUCCESSFUL", "FAILED")
+
+
+def _print_log(path: Path, follow: bool, finished) -> None:
+    position = 0
+    idle_since = time.monotonic()
+    while True:
+        if path.exists():
+            with open(path, "rb") as handle:
+                handle.seek(position)
+                chunk = handle.read()
+            if chunk:
+                sys.stdout.buffer.write(chunk)
+                sys.stdout.flush()
+                position += len(chunk)
+                idle_since = time.monotonic()
+        if not follow:
+            return
+        # tail -f: the log is a plain file written by another process.
+        if time.monotonic() - idle_since > 1.0 and finished():
+            return
+        time.sleep(0.2)

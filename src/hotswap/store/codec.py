@@ -1,0 +1,59 @@
+"""The core's records as JSON and back (what the database stores)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hotswap.api.phases import WorkloadPhase
+from hotswap.api.spec import WorkloadSpec
+from hotswap.core.model import Workload
+
+
+def workload_to_dict(workload: Workload) -> dict[str, Any]:
+    return {
+        "spec": workload.spec.model_dump(mode="json"),
+        "seq": workload.seq,
+        "created_at": workload.created_at,
+        "phase": workload.phase.value,
+        "slices": list(workload.slices),
+        "attempt": workload.attempt,
+        "stopping": sorted(workload.stopping),
+        "membership": workload.membership,
+        "restarts": workload.restarts,
+        "disruptions": workload.disruptions,
+        "preemptions": workload.preemptions,
+        "running_since": workload.running_since,
+        "last_checkpoint_at": workload.last_checkpoint_at,
+        "last_checkpoint_step": workload.last_checkpoint_step,
+        "exited_ok": sorted([s, h] for s, h in workload.exited_ok),
+        "status_message": workload.status_message,
+        "status_time": workload.status_time,
+    }
+
+
+def workload_to_json(workload: Workload) -> str:
+    return json.dumps(workload_to_dict(workload), sort_keys=True)
+
+
+def workload_from_json(text: str) -> Workload:
+    data = json.loads(text)
+    return Workload(
+        spec=WorkloadSpec.model_validate(data["spec"]),
+        seq=data["seq"],
+        created_at=data["created_at"],
+        phase=WorkloadPhase(data["phase"]),
+        slices=tuple(data["slices"]),
+        attempt=data["attempt"],
+        stopping=frozenset(data["stopping"]),
+        membership=data["membership"],
+        restarts=data["restarts"],
+        disruptions=data["disruptions"],
+        preemptions=data["preemptions"],
+        running_since=data["running_since"],
+        last_checkpoint_at=data["last_checkpoint_at"],
+        last_checkpoint_step=data["last_checkpoint_step"],
+        exited_ok=frozenset((s, h) for s, h in data["exited_ok"]),
+        status_message=data["status_message"],
+        status_time=data["status_time"],
+    )

@@ -1,0 +1,122 @@
+"""The SQLite database of one cluster: connection settings and schema migrations.
+
+WAL mode lets CLI readers run while the controller writes; ``busy_timeout`` makes concurrent
+writers (many ``workload create`` calls queueing requests) wait instead of failing. The schema
+version lives in ``PRAGMA user_version``; each migration runs once, in a transaction.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+from hotswap.store.paths import private_dir
+
+BUSY_TIMEOUT_MS = 30_000
+
+MIGRATIONS: list[str] = [
+    # 1: the first schema.
+    """
+    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    CREATE TABLE slices (
+        name TEXT PRIMARY KEY, device_type TEXT NOT NULL, ordinal INTEGER NOT NULL
+    );
+    CREATE TABLE nodes (
+        name TEXT PRIMARY KEY, slice TEXT NOT NULL, host INTEGER NOT NULL, state TEXT NOT NULL
+    );
+    CREATE TABLE workloads (
+        name TEXT PRIMARY KEY,
+        record TEXT NOT NULL,      -- the core's Workload as JSON (spec included)
+        launch TEXT NOT NULL,      -- how to run it: environment, working dir, checkpoint dir
+        generation INTEGER NOT NULL DEFAULT 0,  -- membership generation published to workers
+        master_port INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE TABLE events (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        t REAL NOT NULL,
+        workload TEXT,
+        seq INTEGER,               -- the workload's creation sequence (names can be reused)
+        kind TEXT NOT NULL,
+        message TEXT NOT NULL,
+        data TEXT
+    );
+    CREATE INDEX events_by_workload ON events (workload, seq, id);
+    CREATE TABLE requests (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        t REAL NOT NULL,
+        kind TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        status TEXT NOT NULL DEFAULT 'pending',   -- pending | done | rejected
+        message TEXT NOT NULL DEFAULT ''
+    );
+    CREATE INDEX pending_requests ON requests (status, id);
+    CREATE TABLE workers (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        workload TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        attempt INTEGER NOT NULL,
+        slice TEXT NOT NULL,
+        replica INTEGER NOT NULL,
+        host INTEGER NOT NULL,
+        node TEXT NOT NULL,
+        dir TEXT NOT NULL,
+        pid INTEGER,
+        start_ticks INTEGER,
+        state TEXT NOT NULL,       -- starting | running | stopping | exited
+        exit_code INTEGER,
+        started_at REAL,
+        stop_requested_at REAL,
+        kill_at REAL,
+        ended_at REAL
+    );
+    CREATE INDEX live_workers ON workers (state);
+    """,
+]
+
+
+def connect(path: Path, create: bool = False) -> sqlite3.Connection:
+    """Open a cluster database; with ``create``, make it (owner-only) and migrate it."""
+    if create:
+        private_dir(path.parent)
+        if not path.exists():
+            os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
+    elif not path.exists():
+        raise FileNotFoundError(path)
+    connection = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+    connection.row_factory = sqlite3.Row
+    connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    connection.execute("PRAGMA journal_mode = WAL")
+    connection.execute("PRAGMA synchronous = NORMAL")
+    connection.execute("PRAGMA foreign_keys = ON")
+    if create:
+        migrate(connection)
+    return connection
+
+
+def migrate(connection: sqlite3.Connection) -> None:
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        version = connection.execute("PRAGMA user_version").fetchone()[0]
+        for index in range(version, len(MIGRATIONS)):
+            for statement in _statements(MIGRATIONS[index]):
+                connection.execute(statement)
+        connection.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
+        connection.execute("COMMIT")
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
+
+
+def _statements(script: str) -> list[str]:
+    """Split a migration into statements (executescript would commit the transaction)."""
+    statements, current = [], []
+    for line in script.splitlines():
+        code = line.split("--", 1)[0]
+        current.append(code)
+        if code.rstrip().endswith(";"):
+            statement = "\n".join(current).strip()
+            if statement.strip(";").strip():
+                statements.append(statement)
+            current = []
+    return statements

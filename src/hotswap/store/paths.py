@@ -1,0 +1,70 @@
+"""Where hotswap keeps its state, and the owner-only permissions it keeps it with.
+
+``$HOTSWAP_HOME`` overrides the base directory (tests and demos use their own); otherwise it is
+the platform's user state directory (``~/.local/state/hotswap`` on Linux).
+
+    <home>/clusters/<cluster>/state.db        the cluster's database (WAL)
+    <home>/clusters/<cluster>/controller.*    lock, socket and log of its controller
+    <home>/clusters/<cluster>/workloads/<workload>-<seq>/   logs, goodput events, membership
+    <home>/checkpoints/<cluster>/<workload>/  checkpoints (outlive workloads and clusters)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+HOME_VARIABLE = "HOTSWAP_HOME"
+
+
+def home() -> Path:
+    configured = os.environ.get(HOME_VARIABLE)
+    if configured:
+        return Path(configured).expanduser().resolve()
+    import platformdirs
+
+    return Path(platformdirs.user_state_dir("hotswap"))
+
+
+def private_dir(path: Path) -> Path:
+    """Create ``path`` (and parents) readable by the owner only."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(path, 0o700)
+    return path
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterPaths:
+    name: str
+    root: Path
+
+    @classmethod
+    def of(cls, cluster: str, base: Path | None = None) -> ClusterPaths:
+        return cls(cluster, (base or home()) / "clusters" / cluster)
+
+    @property
+    def database(self) -> Path:
+        return self.root / "state.db"
+
+    @property
+    def lock(self) -> Path:
+        return self.root / "controller.lock"
+
+    @property
+    def socket(self) -> Path:
+        return self.root / "controller.sock"
+
+    @property
+    def controller_log(self) -> Path:
+        return self.root / "controller.log"
+
+    def workload_dir(self, workload: str, seq: int) -> Path:
+        return self.root / "workloads" / f"{workload}-{seq}"
+
+    def checkpoint_dir(self, workload: str) -> Path:
+        return self.root.parent.parent / "checkpoints" / self.name / workload
+
+
+def clusters_root(base: Path | None = None) -> Path:
+    return (base or home()) / "clusters"

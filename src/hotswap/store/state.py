@@ -1,0 +1,294 @@
+"""Reading and writing a cluster's state: the core's snapshot, the timeline, requests, workers.
+
+Only the cluster's controller writes the snapshot, the timeline and the workers; CLI processes
+read them, and write only new requests (and the cluster record when they create a cluster).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import sqlite3
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from hotswap.api.cluster import NodeState
+from hotswap.core.model import Node, Slice, Snapshot
+from hotswap.store import db
+from hotswap.store.codec import workload_from_json, workload_to_json
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterRecord:
+    name: str
+    backend: str
+    device_type: str
+    created_at: float
+    settings: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    id: int
+    t: float
+    kind: str
+    payload: dict[str, Any]
+    status: str
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerRow:
+    id: int
+    workload: str
+    seq: int
+    attempt: int
+    slice: str
+    replica: int
+    host: int
+    node: str
+    dir: str
+    pid: int | None
+    start_ticks: int | None
+    state: str
+    exit_code: int | None
+    started_at: float | None
+    stop_requested_at: float | None
+    kill_at: float | None
+    ended_at: float | None
+
+
+class Store:
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self.connection = connection
+
+    @classmethod
+    def open(cls, path: Path, create: bool = False) -> Store:
+        return cls(db.connect(path, create=create))
+
+    def close(self) -> None:
+        self.connection.close()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One write transaction (taken at once, so concurrent writers queue, never deadlock)."""
+        if self.connection.in_transaction:
+            yield
+            return
+        self.connection.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.connection.execute("ROLLBACK")
+            raise
+        self.connection.execute("COMMIT")
+
+    # ------------------------------------------------------------------ cluster record
+
+    def init_cluster(self, record: ClusterRecord) -> None:
+        with self.transaction():
+            self._set_meta("cluster", json.dumps(dataclasses.asdict(record), sort_keys=True))
+            self._set_meta("next_seq", "0")
+            self._set_meta("next_ordinal", "0")
+
+    def cluster(self) -> ClusterRecord:
+        value = self._meta("cluster")
+        if value is None:
+            raise LookupError("cluster record missing")
+        return ClusterRecord(**json.loads(value))
+
+    def update_cluster(self, record: ClusterRecord) -> None:
+        with self.transaction():
+            self._set_meta("cluster", json.dumps(dataclasses.asdict(record), sort_keys=True))
+
+    def _meta(self, key: str) -> str | None:
+        row = self.connection.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else row[0]
+
+    def _set_meta(self, key: str, value: str) -> None:
+        self.connection.execute(
+            "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
+
+    # ------------------------------------------------------------------ the core's snapshot
+
+    def load_snapshot(self, now: float) -> Snapshot:
+        slices = [
+            Slice(r["name"], r["device_type"], (), r["ordinal"])
+            for r in self.connection.execute("SELECT * FROM slices ORDER BY ordinal")
+        ]
+        nodes = [
+            Node(r["name"], r["slice"], r["host"], NodeState(r["state"]))
+            for r in self.connection.execute("SELECT * FROM nodes ORDER BY slice, host")
+        ]
+        members: dict[str, list[str]] = {}
+        for node in nodes:
+            members.setdefault(node.slice, []).append(node.name)
+        slices = [dataclasses.replace(s, nodes=tuple(members.get(s.name, ()))) for s in slices]
+        workloads = [workload_from_json(r["record"]) for r in self.connection.execute("SELECT record FROM workloads")]
+        workloads.sort(key=lambda w: w.seq)
+        return Snapshot.build(
+            now,
+            slices,
+            nodes,
+            workloads,
+            next_seq=int(self._meta("next_seq") or 0),
+            next_ordinal=int(self._meta("next_ordinal") or 0),
+        )
+
+    def save_snapshot(self, old: Snapshot, new: Snapshot) -> None:
+        """Write what changed between two snapshots (records are shared when unchanged)."""
+        with self.transaction():
+            if new.slices is not old.slices:
+                for name, item in new.slices.items():
+                    if old.slices.get(name) is not item:
+                        self.connection.execute(
+                            "INSERT OR REPLACE INTO slices (name, device_type, ordinal) VALUES (?, ?, ?)",
+                            (name, item.device_type, item.ordinal),
+                        )
+                for name in old.slices.keys() - new.slices.keys():
+                    self.connection.execute("DELETE FROM slices WHERE name = ?", (name,))
+            if new.nodes is not old.nodes:
+                for name, node in new.nodes.items():
+                    if old.nodes.get(name) is not node:
+                        self.connection.execute(
+                            "INSERT OR REPLACE INTO nodes (name, slice, host, state) VALUES (?, ?, ?, ?)",
+                            (name, node.slice, node.host, node.state.value),
+                        )
+                for name in old.nodes.keys() - new.nodes.keys():
+                    self.connection.execute("DELETE FROM nodes WHERE name = ?", (name,))
+            for name, workload in new.workloads.items():
+                if old.workloads.get(name) is not workload:
+                    updated = self.connection.execute(
+                        "UPDATE workloads SET record = ? WHERE name = ?", (workload_to_json(workload), name)
+                    ).rowcount
+                    if not updated:
+                        raise LookupError(f"workload {name} has no launch record")
+            for name in old.workloads.keys() - new.workloads.keys():
+                self.connection.execute("DELETE FROM workloads WHERE name = ?", (name,))
+            self._set_meta("next_seq", str(new.next_seq))
+            self._set_meta("next_ordinal", str(new.next_ordinal))
+
+    def add_workload(self, name: str, record_json: str, launch: dict[str, Any]) -> None:
+        """Register a workload's launch data before the core's record of it is saved."""
+        self.connection.execute(
+            "INSERT OR REPLACE INTO workloads (name, record, launch) VALUES (?, ?, ?)",
+            (name, record_json, json.dumps(launch, sort_keys=True)),
+        )
+
+    def launch(self, name: str) -> dict[str, Any]:
+        row = self.connection.execute("SELECT launch FROM workloads WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            raise LookupError(name)
+        return json.loads(row[0])
+
+    def membership(self, name: str) -> tuple[int, int]:
+        row = self.connection.execute(
+            "SELECT generation, master_port FROM workloads WHERE name = ?", (name,)
+        ).fetchone()
+        return (row[0], row[1]) if row else (0, 0)
+
+    def set_membership(self, name: str, generation: int, master_port: int) -> None:
+        self.connection.execute(
+            "UPDATE workloads SET generation = ?, master_port = ? WHERE name = ?", (generation, master_port, name)
+        )
+
+    # ------------------------------------------------------------------ read-only views for the CLI
+
+    def workload_records(self) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        """(record, launch) of every workload as plain dicts, without building pydantic models."""
+        rows = self.connection.execute("SELECT record, launch FROM workloads").fetchall()
+        pairs = [(json.loads(r[0]), json.loads(r[1])) for r in rows]
+        pairs.sort(key=lambda pair: pair[0]["seq"])
+        return pairs
+
+    def node_rows(self) -> list[sqlite3.Row]:
+        return self.connection.execute(
+            "SELECT n.name, n.slice, n.host, n.state, s.device_type, s.ordinal FROM nodes n"
+            " JOIN slices s ON s.name = n.slice ORDER BY s.ordinal, n.host"
+        ).fetchall()
+
+    def slice_rows(self) -> list[sqlite3.Row]:
+        return self.connection.execute("SELECT * FROM slices ORDER BY ordinal").fetchall()
+
+    # ------------------------------------------------------------------ timeline
+
+    def record_event(
+        self,
+        t: float,
+        kind: str,
+        message: str,
+        workload: str | None = None,
+        seq: int | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> None:
+        self.connection.execute(
+            "INSERT INTO events (t, workload, seq, kind, message, data) VALUES (?, ?, ?, ?, ?, ?)",
+            (t, workload, seq, kind, message, json.dumps(data, sort_keys=True) if data else None),
+        )
+
+    def timeline(self, workload: str | None = None, seq: int | None = None) -> list[sqlite3.Row]:
+        if workload is None:
+            return self.connection.execute("SELECT * FROM events ORDER BY id").fetchall()
+        return self.connection.execute(
+            "SELECT * FROM events WHERE workload = ? AND seq = ? ORDER BY id", (workload, seq)
+        ).fetchall()
+
+    # ------------------------------------------------------------------ requests (CLI -> controller)
+
+    def submit(self, kind: str, payload: dict[str, Any], t: float) -> int:
+        with self.transaction():
+            cursor = self.connection.execute(
+                "INSERT INTO requests (t, kind, payload) VALUES (?, ?, ?)", (t, kind, json.dumps(payload, sort_keys=True))
+            )
+        return int(cursor.lastrowid)
+
+    def pending_requests(self) -> list[Request]:
+        rows = self.connection.execute("SELECT * FROM requests WHERE status = 'pending' ORDER BY id").fetchall()
+        return [self._request(r) for r in rows]
+
+    def request(self, request_id: int) -> Request | None:
+        row = self.connection.execute("SELECT * FROM requests WHERE id = ?", (request_id,)).fetchone()
+        return None if row is None else self._request(row)
+
+    def finish_request(self, request_id: int, status: str, message: str = "") -> None:
+        self.connection.execute(
+            "UPDATE requests SET status = ?, message = ? WHERE id = ?", (status, message, request_id)
+        )
+
+    @staticmethod
+    def _request(row: sqlite3.Row) -> Request:
+        return Request(row["id"], row["t"], row["kind"], json.loads(row["payload"]), row["status"], row["message"])
+
+    # ------------------------------------------------------------------ workers (the supervisor's table)
+
+    def add_worker(self, **fields: Any) -> int:
+        columns = ", ".join(fields)
+        marks = ", ".join("?" for _ in fields)
+        cursor = self.connection.execute(f"INSERT INTO workers ({columns}) VALUES ({marks})", tuple(fields.values()))
+        return int(cursor.lastrowid)
+
+    def update_worker(self, worker_id: int, **fields: Any) -> None:
+        assignments = ", ".join(f"{key} = ?" for key in fields)
+        self.connection.execute(f"UPDATE workers SET {assignments} WHERE id = ?", (*fields.values(), worker_id))
+
+    def workers(self, states: Sequence[str] | None = None, workload: str | None = None) -> list[WorkerRow]:
+        query = "SELECT * FROM workers"
+        clauses, args = [], []
+        if states is not None:
+            clauses.append(f"state IN ({', '.join('?' for _ in states)})")
+            args.extend(states)
+        if workload is not None:
+            clauses.append("workload = ?")
+            args.append(workload)
+        if clauses:
+            query += " WHERE " + " AND ".join(clauses)
+        rows = self.connection.execute(query + " ORDER BY id", args).fetchall()
+        return [WorkerRow(**dict(r)) for r in rows]
+
+    def worker(self, worker_id: int) -> WorkerRow:
+        row = self.connection.execute("SELECT * FROM workers WHERE id = ?", (worker_id,)).fetchone()
+        return WorkerRow(**dict(row))
