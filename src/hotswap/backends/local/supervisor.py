@@ -63,7 +63,7 @@ class Supervisor:
             (launch.dir / stale).unlink(missing_ok=True)
         cwd = launch.cwd if os.path.isdir(launch.cwd) else str(launch.dir)
         child = subprocess.Popen(
-            [sys.executable, "-S", str(SHIM), str(launch.dir), str(launch.log), "--", "/bin/sh", "-c", launch.command],
+            [sys.executable, "-S", str(SHIM), str(launch.dir), str(launch.log), "--", launch.command],
             cwd=cwd,
             env=launch.env,
             stdin=subprocess.DEVNULL,
