@@ -75,7 +75,7 @@ def test_spec_round_trips_through_json() -> None:
     again = type(spec).model_validate_json(spec.model_dump_json())
     assert again == spec
     assert spec.model_dump(mode="json")["restart_on_exit_codes"] == "3,42"
-    assert spec.model_dump(mode="json")["priority"] == 750
+    assert spec.model_dump(mode="json")["priority"] == "high"
 
 
 @pytest.mark.parametrize(

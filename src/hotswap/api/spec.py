@@ -127,7 +127,7 @@ class WorkloadSpec(pydantic.BaseModel):
     device_type: str
     num_slices: int = pydantic.Field(default=1, ge=1)
     min_slices: int | None = pydantic.Field(default=None, ge=1)
-    priority: Priority = DEFAULT_PRIORITY
+    priority: Annotated[Priority, pydantic.PlainSerializer(lambda p: p.label, return_type=str)] = DEFAULT_PRIORITY
     max_restarts: int = pydantic.Field(default=0, ge=0)
     restart_strategy: RestartStrategy = RestartStrategy.RECREATE
     restart_on_exit_codes: ExitCodesField = DEFAULT_RESTART_EXIT_CODES

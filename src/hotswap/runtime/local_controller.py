@@ -78,6 +78,8 @@ class LocalController:
     def run(self) -> None:
         lock = self._lock()
         try:
+            if self.store.deleted():
+                return  # the cluster is being removed: nothing to serve, ever
             listener = self._listen()
             self.selector.register(listener, selectors.EVENT_READ, ("listener", None))
             signal.signal(signal.SIGTERM, lambda *_: self._stop_loop())
@@ -235,7 +237,7 @@ class LocalController:
             if row.pid is None:
                 row = self._adopt_from_pid_file(row)
             if row.pid is None:
-                self._spawn_row(row)
+                self._spawn_rows([(row, None)])
                 continue
             pidfd = self.supervisor.pidfd(row)
             if pidfd is None:
@@ -356,6 +358,7 @@ class LocalController:
         request_id = self.shutting_down
         assert request_id is not None
         with self.store.transaction():
+            self.store.mark_deleted()
             self.store.finish_request(request_id, "done")
         self._answer(request_id)
         self.stopped = True
@@ -398,13 +401,12 @@ class LocalController:
             if request is not None:
                 self.store.finish_request(request.id, outcome.status, outcome.message)
         self.snapshot = new
+        if request is not None:
+            self._answer(request.id)  # committed: the caller may go on
         # Effects only after the commit: a crash from here on is repaired by _recover.
+        self._spawn_rows([(row, launch) for launch, row in zip(to_start, started_rows)])
         for row in to_stop:
             self.supervisor.signal(row, signal.SIGTERM)
-        for launch, row in zip(to_start, started_rows):
-            self._spawn_row(row, launch)
-        if request is not None:
-            self._answer(request.id)
 
     def _effects(
         self, action: act.Action, old: Snapshot, new: Snapshot, now: float
@@ -536,32 +538,44 @@ class LocalController:
             started_at=now,
         )
         launch.dir.mkdir(parents=True, exist_ok=True)
+        launch.log.parent.mkdir(parents=True, exist_ok=True)
         (launch.dir / "launch.json").write_text(
             json.dumps({"command": launch.command, "cwd": launch.cwd, "env": launch.env, "log": str(launch.log)})
         )
         return self.store.worker(worker_id)
 
-    def _spawn_row(self, row: WorkerRow, launch: WorkerLaunch | None = None) -> None:
-        if launch is None:
-            saved = json.loads((Path(row.dir) / "launch.json").read_text())
-            launch = WorkerLaunch(
-                workload=row.workload, seq=row.seq, attempt=row.attempt, slice=row.slice, replica=row.replica,
-                host=row.host, node=row.node, dir=Path(row.dir), log=Path(saved["log"]), command=saved["command"],
-                cwd=saved["cwd"], env=saved["env"],
+    def _spawn_rows(self, rows: list[tuple[WorkerRow, WorkerLaunch | None]]) -> None:
+        """Start the processes of committed worker rows, then record their pids at once."""
+        started: list[tuple[WorkerRow, int, int | None]] = []
+        for row, launch in rows:
+            launch = launch or self._saved_launch(row)
+            header = (
+                f"--- hotswap: attempt {row.attempt} of {row.workload} on {row.slice} host {row.host}"
+                f" (node {row.node}) at {_iso(time.time())} ---\n"
             )
-        header = (
-            f"--- hotswap: attempt {row.attempt} of {row.workload} on {row.slice} host {row.host}"
-            f" (node {row.node}) at {_iso(time.time())} ---\n"
+            with open(launch.log, "a") as log:
+                log.write(header)
+            pid, ticks = self.supervisor.spawn(row, launch)
+            started.append((row, pid, ticks))
+        with self.store.transaction():
+            for row, pid, ticks in started:
+                self.store.update_worker(row.id, pid=pid, start_ticks=ticks, state="running")
+        for row, pid, ticks in started:
+            current = dataclasses.replace(row, pid=pid, start_ticks=ticks, state="running")
+            pidfd = self.supervisor.pidfd(current)
+            if pidfd is None:
+                self._record_exit(current, self.supervisor.exit_code(current))
+            else:
+                self._watch(pidfd, row.id)
+
+    @staticmethod
+    def _saved_launch(row: WorkerRow) -> WorkerLaunch:
+        saved = json.loads((Path(row.dir) / "launch.json").read_text())
+        return WorkerLaunch(
+            workload=row.workload, seq=row.seq, attempt=row.attempt, slice=row.slice, replica=row.replica,
+            host=row.host, node=row.node, dir=Path(row.dir), log=Path(saved["log"]), command=saved["command"],
+            cwd=saved["cwd"], env=saved["env"],
         )
-        launch.log.parent.mkdir(parents=True, exist_ok=True)
-        with open(launch.log, "a") as log:
-            log.write(header)
-        started = self.supervisor.spawn(row, launch)
-        pidfd = self.supervisor.pidfd(started)
-        if pidfd is None:
-            self._record_exit(started, self.supervisor.exit_code(started))
-        else:
-            self._watch(pidfd, started.id)
 
     def _workload_dir(self, workload: Workload) -> Path:
         return self.paths.workload_dir(workload.name, workload.seq)
@@ -651,8 +665,8 @@ def main(argv: list[str] | None = None) -> int:
     paths = ClusterPaths(root.name, root)
     try:
         LocalController(paths).run()
-    except AlreadyRunning:
-        return 0
+    except (AlreadyRunning, FileNotFoundError):
+        return 0  # another controller serves it, or the cluster was deleted meanwhile
     return 0
 
 

@@ -103,6 +103,13 @@ class Store:
         with self.transaction():
             self._set_meta("cluster", json.dumps(dataclasses.asdict(record), sort_keys=True))
 
+    def mark_deleted(self) -> None:
+        """The cluster is being removed: a controller starting now must not serve it."""
+        self._set_meta("deleted", "1")
+
+    def deleted(self) -> bool:
+        return self._meta("deleted") == "1"
+
     def _meta(self, key: str) -> str | None:
         row = self.connection.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return None if row is None else row[0]

@@ -139,22 +139,33 @@ def delete_cluster(name: str) -> None:
     outcome = client.request(paths, "shutdown", {})
     if outcome.status != "done":
         raise ConflictError(outcome.message)
-    _wait_for_controller_exit(paths)
-    shutil.rmtree(paths.root, ignore_errors=True)
-
-
-def _wait_for_controller_exit(paths: ClusterPaths, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
+    # Hold the controller lock while removing the state: no controller can start meanwhile.
     descriptor = os.open(paths.lock, os.O_CREAT | os.O_RDWR, 0o600)
     try:
-        while time.monotonic() < deadline:
-            try:
-                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                time.sleep(0.02)
+        _lock_when_free(descriptor, timeout=max(10.0, _longest_grace(paths)))
+        shutil.rmtree(paths.root, ignore_errors=True)
     finally:
         os.close(descriptor)
+
+
+def _lock_when_free(descriptor: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise ConflictError("the cluster's controller did not stop; try `hotswap cluster delete` again") from None
+            time.sleep(0.02)  # the controller is writing its last answer and closing
+
+
+def _longest_grace(paths: ClusterPaths) -> float:
+    store = open_store(paths)
+    try:
+        return max((r["spec"]["termination_grace_period_s"] for r, _ in store.workload_records()), default=0.0)
+    finally:
+        store.close()
 
 
 def list_clusters() -> list[dict[str, Any]]:

@@ -55,10 +55,12 @@ class Supervisor:
         self.store = store
         self.children: dict[int, subprocess.Popen[bytes]] = {}  # worker id -> our child
 
-    def spawn(self, row: WorkerRow, launch: WorkerLaunch) -> WorkerRow:
-        """Start the process of a worker row that a committed decision created."""
-        launch.dir.mkdir(parents=True, exist_ok=True)
-        launch.log.parent.mkdir(parents=True, exist_ok=True)
+    def spawn(self, row: WorkerRow, launch: WorkerLaunch) -> tuple[int, int | None]:
+        """Start the process of a worker row that a committed decision created.
+
+        Returns its pid and kernel start time; the caller records them (in one transaction for
+        all the workers of a round: starting workers fast is what failover time is made of).
+        """
         for stale in ("pid", "exit"):
             (launch.dir / stale).unlink(missing_ok=True)
         cwd = launch.cwd if os.path.isdir(launch.cwd) else str(launch.dir)
@@ -72,9 +74,7 @@ class Supervisor:
             start_new_session=True,
         )
         self.children[row.id] = child
-        with self.store.transaction():
-            self.store.update_worker(row.id, pid=child.pid, start_ticks=start_ticks(child.pid), state="running")
-        return self.store.worker(row.id)
+        return child.pid, start_ticks(child.pid)
 
     def alive(self, row: WorkerRow) -> bool:
         if row.pid is None:

@@ -26,7 +26,7 @@ def workload_view(record: dict[str, Any]) -> dict[str, Any]:
     spec = record["spec"]
     return {
         "name": spec["name"],
-        "priority": Priority(spec["priority"]).label,
+        "priority": Priority.parse(spec["priority"]).label,
         "status": record["phase"],
         "status_message": record["status_message"],
         "status_time": iso(record["status_time"]),
