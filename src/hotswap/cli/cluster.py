@@ -14,41 +14,37 @@ app = typer.Typer(help="Create, resize, inspect and delete clusters of slices.",
 @app.command("create")
 def create(
     cluster: str = typer.Option(..., "--cluster", help="Cluster name (DNS-1035 label)."),
-    device_type: str = typer.Option(..., "--device-type", "--tpu-type", help="Slice type, xpk's names (v6e-16, h100-80gb-8, ...)."),
-    num_slices: int = typer.Option(..., "--num-slices", help="Number of slices; re-run with another number to resize."),
+    device_type: str | None = typer.Option(None, "--device-type", "--tpu-type", help="Slice type, xpk's names (v6e-16, h100-80gb-8, ...)."),
+    num_slices: int | None = typer.Option(None, "--num-slices", help="Number of slices; re-run with another number to resize."),
     backend: str = typer.Option("local", "--backend", help="local (processes on this machine) or kubernetes."),
     force: bool = typer.Option(False, "--force", help="Shrink without asking."),
     output: Format = typer.Option(Format.TABLE, "--output", "-o", help="table, json or yaml."),
 ) -> None:
     """Create a cluster and start its controller; re-run with another --num-slices to resize it."""
-    if backend != "local":
-        from hotswap.api.errors import InvalidInputError
-
-        raise InvalidInputError(f"unknown backend {backend!r}; this build offers: local")
-    from hotswap.backends.local import operations
+    from hotswap.cli.backends import named
 
     def confirm(question: str) -> bool:
         if not sys.stdin.isatty():
             return False
         return typer.confirm(question, default=False, err=True)
 
-    summary = operations.create_cluster(cluster, device_type, num_slices, force, confirm)
+    summary = named(backend).create_cluster(cluster, device_type, num_slices, force, confirm, {})
     if output is not Format.TABLE:
         document(summary, output)
         return
     note(
-        f"cluster {summary['name']}: {summary['num_slices']} x {summary['device_type']}"
-        f" ({summary['hosts_per_slice']} host(s) x {summary['chips_per_host']} chips per slice),"
-        f" controller pid {summary['controller_pid']}"
+        f"cluster {summary['name']} ({summary['backend']}): {summary['num_slices']} x {summary['device_type']}"
+        f" ({summary['hosts_per_slice']} host(s) x {summary['chips_per_host']} chips per slice)"
+        + (f", controller pid {summary['controller_pid']}" if summary.get("controller_pid") else "")
     )
 
 
 @app.command("delete")
 def delete(cluster: str = typer.Option(..., "--cluster", help="Cluster name.")) -> None:
     """Stop every worker gracefully, then the controller, and remove the cluster (checkpoints stay)."""
-    from hotswap.backends.local import operations
+    from hotswap.cli.backends import for_cluster
 
-    operations.delete_cluster(cluster)
+    for_cluster(cluster).delete_cluster(cluster)
     note(f"cluster {cluster} deleted")
 
 
@@ -58,16 +54,17 @@ def describe(
     output: Format = typer.Option(Format.TABLE, "--output", "-o", help="table, json or yaml."),
 ) -> None:
     """Slices, their nodes, and which workload holds each slice."""
-    from hotswap.backends.local import operations
+    from hotswap.cli.backends import for_cluster
 
-    summary = operations.describe_cluster(cluster)
+    summary = for_cluster(cluster).describe_cluster(cluster)
     if output is not Format.TABLE:
         document(summary, output)
         return
     print(
         f"Cluster {summary['name']} ({summary['backend']}): {summary['num_slices']} x {summary['device_type']},"
         f" {summary['hosts_per_slice']} host(s) x {summary['chips_per_host']} chips per slice;"
-        f" controller pid {summary['controller_pid'] or 'not running'}; state in {summary['state_dir']}"
+        f" controller {('pid ' + str(summary['controller_pid'])) if summary.get('controller_pid') else 'not running'}"
+        + (f"; state in {summary['state_dir']}" if summary.get("state_dir") else "")
     )
     rows = []
     for item in summary["slices"]:

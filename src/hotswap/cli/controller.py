@@ -15,6 +15,12 @@ def run(cluster: str = typer.Option(..., "--cluster", help="Cluster name.")) -> 
     from hotswap.runtime.local_controller import AlreadyRunning, LocalController
 
     paths = operations.existing(cluster)
+    record = operations.record_of(paths)
+    if record.backend == "kubernetes":
+        from hotswap.runtime.kube_controller import run_kubernetes_controller
+
+        run_kubernetes_controller(cluster)
+        return
     try:
         LocalController(paths).run()
     except AlreadyRunning:

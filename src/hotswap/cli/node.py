@@ -19,9 +19,9 @@ def list_(
     output: Format = typer.Option(Format.TABLE, "--output", "-o", help="table, json or yaml."),
 ) -> None:
     """Nodes with their slice, state (Ready, Cordoned, Failed) and workload."""
-    from hotswap.backends.local import operations
+    from hotswap.cli.backends import for_cluster
 
-    rows = operations.list_nodes(cluster)
+    rows = for_cluster(cluster).list_nodes(cluster)
     if output is not Format.TABLE:
         document(rows, output)
         return
@@ -29,9 +29,9 @@ def list_(
 
 
 def _operate(operation: str, cluster: str, node: str | None, slice_: str | None, done: str) -> None:
-    from hotswap.backends.local import operations
+    from hotswap.cli.backends import for_cluster
 
-    targets = operations.node_operation(cluster, operation, node, slice_)
+    targets = for_cluster(cluster).node_operation(cluster, operation, node, slice_)
     note(f"{', '.join(targets)} {done}")
 
 

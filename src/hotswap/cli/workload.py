@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
 
 import typer
@@ -36,28 +35,39 @@ def create(
     base_docker_image: str | None = typer.Option(None, "--base-docker-image", help="Base image (used on Kubernetes; recorded locally)."),
     script_dir: str | None = typer.Option(None, "--script-dir", help="Directory the workers run in (default: here)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate and show what would run; change nothing."),
+    backend: str | None = typer.Option(None, "--backend", help="With --dry-run and no cluster record: local or kubernetes."),
     output: Format = typer.Option(Format.TABLE, "--output", "-o", help="table, json or yaml."),
 ) -> None:
     """Submit a workload: it is queued by priority, then FIFO, and admitted onto whole slices."""
     from hotswap.api.envfile import parse_env_pairs, read_env_file
-    from hotswap.api.errors import InvalidInputError
+    from hotswap.api.errors import InvalidInputError, NotFoundError
     from hotswap.api.spec import workload_spec
     from hotswap.backends.local import operations
     from hotswap.backends.local.launch import launch_record
+    from hotswap.cli.backends import named
 
     user_env = {}
     if env_file is not None:
         user_env.update(read_env_file(env_file, os.environ))
     user_env.update(parse_env_pairs(env))
-    paths = operations.existing(cluster)
-    record = operations.record_of(paths)
+    try:
+        record = operations.record_of(operations.existing(cluster))
+    except NotFoundError:
+        if not (dry_run and backend):
+            raise
+        record = None  # a dry run for a backend needs no cluster record
+    if record is not None and backend is not None and backend != record.backend:
+        raise InvalidInputError(f"cluster {cluster} uses the {record.backend} backend, not {backend}")
+    chosen = named(backend or record.backend)  # type: ignore[union-attr]
     workdir = os.path.abspath(script_dir) if script_dir else os.getcwd()
-    if script_dir and not os.path.isdir(workdir):
+    if script_dir and chosen.name == "local" and not os.path.isdir(workdir):
         raise InvalidInputError(f"--script-dir {script_dir}: no such directory")
+    if device_type is None and record is None:
+        raise InvalidInputError("--device-type is needed when there is no cluster record to take it from")
     spec = workload_spec(
         name=workload,
         command=command,
-        device_type=device_type or record.device_type,
+        device_type=device_type or record.device_type,  # type: ignore[union-attr]
         num_slices=num_slices,
         min_slices=min_slices,
         priority=priority,
@@ -71,29 +81,18 @@ def create(
         base_docker_image=base_docker_image,
         script_dir=script_dir,
     )
-    checkpoints = os.path.abspath(checkpoint_dir) if checkpoint_dir else operations.default_checkpoint_dir(cluster, workload)
+    checkpoints = os.path.abspath(checkpoint_dir) if checkpoint_dir and chosen.name == "local" else (
+        checkpoint_dir or operations.default_checkpoint_dir(cluster, workload)
+    )
     launch = launch_record(environ=dict(os.environ), cwd=workdir, user_env=user_env, checkpoint_dir=checkpoints)
     if dry_run:
-        plan = {
-            "spec": spec.model_dump(mode="json"),
-            "cluster": cluster,
-            "workdir": workdir,
-            "checkpoint_dir": checkpoints,
-            "workers": spec.num_slices * _hosts(spec.device_type),
-        }
-        document(plan, Format.YAML if output is Format.TABLE else output)
+        document(chosen.dry_run(cluster if record else None, spec, launch), Format.YAML if output is Format.TABLE else output)
         return
-    view = operations.create_workload(cluster, spec, launch)
+    view = chosen.create_workload(cluster, spec, launch)
     if output is not Format.TABLE:
         document(view, output)
         return
     note(f"workload {workload} created: {view['status']} ({view['status_message']})")
-
-
-def _hosts(device_type: str) -> int:
-    from hotswap.api.catalog import get_device_type
-
-    return get_device_type(device_type).hosts_per_slice
 
 
 @app.command("delete")
@@ -102,9 +101,9 @@ def delete(
     cluster: str = typer.Option(..., "--cluster", help="Cluster name."),
 ) -> None:
     """Delete a workload: its workers get SIGTERM (they checkpoint), then SIGKILL after the grace period."""
-    from hotswap.backends.local import operations
+    from hotswap.cli.backends import for_cluster
 
-    operations.delete_workload(cluster, workload)
+    for_cluster(cluster).delete_workload(cluster, workload)
     note(f"workload {workload} deleted")
 
 
@@ -117,13 +116,13 @@ def list_(
 ) -> None:
     """Workloads of a cluster, xpk's table (or a JSON/YAML array)."""
     from hotswap.api.errors import InvalidInputError
-    from hotswap.backends.local import operations
     from hotswap.backends.local.views import STATUS_FILTERS, TABLE_COLUMNS, table_row
+    from hotswap.cli.backends import for_cluster
 
     status = filter_by_status.upper()
     if status not in STATUS_FILTERS:
         raise InvalidInputError(f"--filter-by-status {filter_by_status!r}: use one of {', '.join(STATUS_FILTERS)}")
-    views = operations.list_workloads(cluster, status, filter_by_job)
+    views = for_cluster(cluster).list_workloads(cluster, status, filter_by_job)
     if output is not Format.TABLE:
         document(views, output)
         return
@@ -137,9 +136,9 @@ def describe(
     output: Format = typer.Option(Format.TABLE, "--output", "-o", help="table, json or yaml."),
 ) -> None:
     """Spec, placement, workers, goodput and the event timeline of a workload."""
-    from hotswap.backends.local import operations
+    from hotswap.cli.backends import for_cluster
 
-    view = operations.describe_workload(cluster, workload)
+    view = for_cluster(cluster).describe_workload(cluster, workload)
     if output is not Format.TABLE:
         document(view, output)
         return
@@ -186,43 +185,10 @@ def logs(
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing as the log grows."),
 ) -> None:
     """The log of one worker (default: replica 0 host 0, i.e. rank 0), across attempts."""
-    from hotswap.backends.local import operations
+    from hotswap.cli.backends import for_cluster
 
-    path = operations.log_file(cluster, workload, slice_, host)
-    if not path.exists() and not follow:
-        note(f"no log yet at {path}")
-        return
-    _print_log(path, follow, lambda: _finished(cluster, workload))
+    def write(chunk: bytes) -> None:
+        sys.stdout.buffer.write(chunk)
+        sys.stdout.flush()
 
-
-def _finished(cluster: str, workload: str) -> bool:
-    from hotswap.api.errors import NotFoundError
-    from hotswap.backends.local import operations
-
-    try:
-        views = operations.list_workloads(cluster, "EVERYTHING", None)
-    except NotFoundError:
-        return True
-    status = next((v["status"] for v in views if v["name"] == workload), None)
-    return status in (None, "SUCCESSFUL", "FAILED")
-
-
-def _print_log(path: Path, follow: bool, finished) -> None:
-    position = 0
-    idle_since = time.monotonic()
-    while True:
-        if path.exists():
-            with open(path, "rb") as handle:
-                handle.seek(position)
-                chunk = handle.read()
-            if chunk:
-                sys.stdout.buffer.write(chunk)
-                sys.stdout.flush()
-                position += len(chunk)
-                idle_since = time.monotonic()
-        if not follow:
-            return
-        # tail -f: the log is a plain file written by another process.
-        if time.monotonic() - idle_since > 1.0 and finished():
-            return
-        time.sleep(0.2)
+    for_cluster(cluster).logs(cluster, workload, slice_, host, follow, write)

@@ -1,0 +1,1 @@
+"""Backends: where workloads really run. Each implements :class:`hotswap.backends.base.Backend`."""

@@ -1,0 +1,92 @@
+"""The local backend behind the CLI's :class:`~hotswap.backends.base.Backend` interface."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from hotswap.api.catalog import get_device_type
+from hotswap.api.errors import InvalidInputError
+from hotswap.api.spec import WorkloadSpec
+from hotswap.backends.local import operations
+
+
+class LocalBackend:
+    name = "local"
+
+    def create_cluster(
+        self,
+        cluster: str,
+        device_type: str | None,
+        num_slices: int | None,
+        force: bool,
+        confirm: Callable[[str], bool],
+        options: dict[str, Any],
+    ) -> dict[str, Any]:
+        if options:
+            raise InvalidInputError(f"{', '.join('--' + k.replace('_', '-') for k in options)}: only for --backend kubernetes")
+        if device_type is None or num_slices is None:
+            raise InvalidInputError("a local cluster needs --device-type and --num-slices")
+        return operations.create_cluster(cluster, device_type, num_slices, force, confirm)
+
+    def delete_cluster(self, cluster: str) -> None:
+        operations.delete_cluster(cluster)
+
+    def describe_cluster(self, cluster: str) -> dict[str, Any]:
+        return operations.describe_cluster(cluster)
+
+    def create_workload(self, cluster: str, spec: WorkloadSpec, launch: dict[str, Any]) -> dict[str, Any]:
+        return operations.create_workload(cluster, spec, launch)
+
+    def dry_run(self, cluster: str | None, spec: WorkloadSpec, launch: dict[str, Any]) -> Any:
+        return {
+            "spec": spec.model_dump(mode="json"),
+            "cluster": cluster,
+            "workdir": launch["cwd"],
+            "checkpoint_dir": launch["checkpoint_dir"],
+            "workers": spec.num_slices * get_device_type(spec.device_type).hosts_per_slice,
+        }
+
+    def delete_workload(self, cluster: str, name: str) -> None:
+        operations.delete_workload(cluster, name)
+
+    def list_workloads(self, cluster: str, status: str, job_prefix: str | None) -> list[dict[str, Any]]:
+        return operations.list_workloads(cluster, status, job_prefix)
+
+    def describe_workload(self, cluster: str, name: str) -> dict[str, Any]:
+        return operations.describe_workload(cluster, name)
+
+    def logs(
+        self, cluster: str, name: str, slice_: str | None, host: int, follow: bool, write: Callable[[bytes], None]
+    ) -> None:
+        path = operations.log_file(cluster, name, slice_, host)
+        position = 0
+        idle_since = time.monotonic()
+        while True:
+            if path.exists():
+                with open(path, "rb") as handle:
+                    handle.seek(position)
+                    chunk = handle.read()
+                if chunk:
+                    write(chunk)
+                    position += len(chunk)
+                    idle_since = time.monotonic()
+            if not follow:
+                return
+            # Like tail -f: the log is a plain file written by another process. Stop once the
+            # workload has finished and its log has been quiet for a second.
+            if time.monotonic() - idle_since > 1.0 and self._finished(cluster, name):
+                return
+            time.sleep(0.2)
+
+    @staticmethod
+    def _finished(cluster: str, name: str) -> bool:
+        views = {v["name"]: v["status"] for v in operations.list_workloads(cluster, "EVERYTHING", None)}
+        return views.get(name) in (None, "SUCCESSFUL", "FAILED")
+
+    def list_nodes(self, cluster: str) -> list[dict[str, Any]]:
+        return operations.list_nodes(cluster)
+
+    def node_operation(self, cluster: str, operation: str, node: str | None, slice_: str | None) -> list[str]:
+        return operations.node_operation(cluster, operation, node, slice_)
