@@ -34,6 +34,7 @@ from hotswap.api.cluster import node_name, slice_name
 from hotswap.api.spec import WorkloadSpec
 from hotswap.api.worker import Membership
 from hotswap.backends.local import launch as files
+from hotswap.backends.local.spares import SparePool
 from hotswap.backends.local.supervisor import Supervisor, WorkerLaunch
 from hotswap.core import actions as act
 from hotswap.core import events as ev
@@ -45,6 +46,7 @@ from hotswap.store.paths import ClusterPaths
 from hotswap.store.state import Request, Store, WorkerRow
 
 LIVE = ("starting", "running", "stopping")
+SPARE_REFILL_DELAY_S = 5.0  # let a failover's workers have the CPU before new spares import torch
 
 
 class AlreadyRunning(Exception):
@@ -72,6 +74,10 @@ class LocalController:
         self.shutting_down: int | None = None  # request id of a shutdown in progress
         self.stopped = False
         self.snapshot: Snapshot = self.store.load_snapshot(time.time())
+        self.spares = SparePool(
+            self.store, self.supervisor, paths.root, int(self.cluster.settings.get("warm_workers", 0))
+        )
+        self.refill_at: float | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -95,6 +101,7 @@ class LocalController:
                     elif kind == "worker":
                         self._worker_ended(key.fd)
                 self._expire_grace_periods()
+                self._refill_spares_if_due()
                 self._work()
         finally:
             with contextlib.suppress(OSError):
@@ -195,6 +202,13 @@ class LocalController:
         self.selector.unregister(pidfd)
         os.close(pidfd)
         row = self.store.worker(worker_id)
+        if row.state == "warm":  # a spare died before it was used
+            with self.store.transaction():
+                self.store.update_worker(row.id, state="exited", exit_code=self.supervisor.exit_code(row), ended_at=time.time())
+            if self.shutting_down is None:
+                self.spares.failures += 1
+                self.refill_at = time.time() + 1.0
+            return
         self._record_exit(row, self.supervisor.exit_code(row))
 
     def _record_exit(self, row: WorkerRow, code: int) -> None:
@@ -216,6 +230,8 @@ class LocalController:
 
     def _next_deadline(self) -> float | None:
         deadlines = [w.kill_at for w in self.store.workers(("stopping",)) if w.kill_at is not None]
+        if self.refill_at is not None:
+            deadlines.append(self.refill_at)
         if not deadlines:
             return None
         return max(0.0, min(deadlines) - time.time())
@@ -227,6 +243,25 @@ class LocalController:
                 self.supervisor.signal(row, signal.SIGKILL)
                 with self.store.transaction():
                     self.store.update_worker(row.id, kill_at=None)
+
+    def _set_spare_pool(self, size: int) -> None:
+        """Resize the pool of warm spares (a cluster setting, kept in its record)."""
+        record = dataclasses.replace(self.cluster, settings={**self.cluster.settings, "warm_workers": size})
+        self.store.update_cluster(record)
+        self.cluster = record
+        self.spares.size = size
+        self.spares.failures = 0
+        for row in self.spares.rows()[size:]:
+            self.supervisor.signal(row, signal.SIGTERM)
+        self.refill_at = time.time()
+
+    def _refill_spares_if_due(self) -> None:
+        if self.refill_at is None or self.refill_at > time.time() or self.shutting_down is not None:
+            return
+        self.refill_at = None
+        for _ in range(self.spares.wanted()):
+            row, launch = self.spares.new_spare(time.time())
+            self._spawn_rows([(row, launch)])
 
     # ------------------------------------------------------------------ recovery after a restart
 
@@ -249,6 +284,14 @@ class LocalController:
                     self.store.update_worker(row.id, state="running")
         for row in self.store.workers(("stopping",)):
             self.supervisor.signal(row, signal.SIGTERM)
+        for row in self.spares.rows():
+            pidfd = self.supervisor.pidfd(row) if row.pid is not None else None
+            if pidfd is None:
+                with self.store.transaction():
+                    self.store.update_worker(row.id, state="exited", ended_at=time.time())
+            else:
+                self._watch(pidfd, row.id)
+        self.refill_at = time.time()
 
     def _adopt_from_pid_file(self, row: WorkerRow) -> WorkerRow:
         try:
@@ -277,7 +320,7 @@ class LocalController:
             self._serve(request)
         if self.shutting_down is not None:
             self.pending_events.clear()  # workers are being stopped on purpose: no restarts
-            if not self.store.workers(LIVE):
+            if not self.store.workers(LIVE) and not self.spares.rows():
                 self._finish_shutdown()
             return
         if self.pending_events:
@@ -296,6 +339,8 @@ class LocalController:
             elif request.kind == "node":
                 self._serve_node(request)
             elif request.kind == "resize":
+                if "warm_workers" in payload:
+                    self._set_spare_pool(int(payload["warm_workers"]))
                 self._round(self._resize_events(int(payload["num_slices"])), request)
             elif request.kind == "shutdown":
                 self._begin_shutdown(request)
@@ -353,6 +398,8 @@ class LocalController:
         now = time.time()
         for row in self.store.workers(("starting", "running")):
             self._stop_worker(row, now)
+        for row in self.spares.rows():
+            self.supervisor.signal(row, signal.SIGTERM)
 
     def _finish_shutdown(self) -> None:
         request_id = self.shutting_down
@@ -547,21 +594,34 @@ class LocalController:
     def _spawn_rows(self, rows: list[tuple[WorkerRow, WorkerLaunch | None]]) -> None:
         """Start the processes of committed worker rows, then record their pids at once."""
         started: list[tuple[WorkerRow, int, int | None]] = []
+        handed_over = False
         for row, launch in rows:
             launch = launch or self._saved_launch(row)
-            header = (
-                f"--- hotswap: attempt {row.attempt} of {row.workload} on {row.slice} host {row.host}"
-                f" (node {row.node}) at {_iso(time.time())} ---\n"
-            )
-            with open(launch.log, "a") as log:
-                log.write(header)
+            warm = self.spares.argv_for(launch) if row.workload and self.spares.size else None
+            spare = self.spares.take() if warm else None
+            if row.workload:
+                with open(launch.log, "a") as log:
+                    log.write(
+                        f"--- hotswap: attempt {row.attempt} of {row.workload} on {row.slice} host {row.host}"
+                        f" (node {row.node}){' on a warm spare' if spare else ''} at {_iso(time.time())} ---\n"
+                    )
+            if spare is not None and warm is not None:
+                self.spares.hand_over(spare, row, launch, warm)
+                for pidfd, watched in list(self.watched.items()):
+                    if watched == spare.id:
+                        self.watched[pidfd] = row.id
+                handed_over = True
+                continue
             pid, ticks = self.supervisor.spawn(row, launch)
             started.append((row, pid, ticks))
+        if handed_over:
+            self.refill_at = time.time() + SPARE_REFILL_DELAY_S
         with self.store.transaction():
             for row, pid, ticks in started:
-                self.store.update_worker(row.id, pid=pid, start_ticks=ticks, state="running")
+                state = "running" if row.workload else row.state  # a spare stays "warm"
+                self.store.update_worker(row.id, pid=pid, start_ticks=ticks, state=state)
         for row, pid, ticks in started:
-            current = dataclasses.replace(row, pid=pid, start_ticks=ticks, state="running")
+            current = dataclasses.replace(row, pid=pid, start_ticks=ticks, state="running" if row.workload else row.state)
             pidfd = self.supervisor.pidfd(current)
             if pidfd is None:
                 self._record_exit(current, self.supervisor.exit_code(current))

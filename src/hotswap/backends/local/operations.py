@@ -72,9 +72,16 @@ def create_cluster(
     num_slices: int,
     force: bool,
     confirm: Callable[[str], bool],
+    warm_workers: int | None = None,
 ) -> dict[str, Any]:
-    """Create a local cluster, or resize it when it exists (``cluster create`` re-run)."""
+    """Create a local cluster, or resize it when it exists (``cluster create`` re-run).
+
+    ``warm_workers``: spare worker processes kept with PyTorch already imported, handed to
+    workers that must start (a restart then skips the import); None keeps the current setting.
+    """
     validate_cluster_name(name)
+    if warm_workers is not None and not 0 <= warm_workers <= 64:
+        raise InvalidInputError("--warm-workers must be between 0 and 64")
     device = get_device_type(device_type)
     if not 1 <= num_slices <= MAX_LOCAL_SLICES:
         raise InvalidInputError(f"--num-slices must be between 1 and {MAX_LOCAL_SLICES}")
@@ -109,7 +116,10 @@ def create_cluster(
             )
             if not confirm(question):
                 raise ConflictError(f"cluster {name} left at {current} slices (use --force to shrink without asking)")
-    outcome = client.request(paths, "resize", {"num_slices": num_slices})
+    payload: dict[str, Any] = {"num_slices": num_slices}
+    if warm_workers is not None:
+        payload["warm_workers"] = warm_workers
+    outcome = client.request(paths, "resize", payload)
     if outcome.status != "done":
         raise ConflictError(outcome.message)
     return describe_cluster(name)
@@ -227,6 +237,7 @@ def describe_cluster(name: str) -> dict[str, Any]:
         "num_slices": len(slices),
         "created_time": record.created_at,
         "controller_pid": client.controller_pid(paths),
+        "warm_workers": int(record.settings.get("warm_workers", 0)),
         "state_dir": str(paths.root),
         "slices": slices,
         "workloads": [{"name": w["name"], "status": w["status"], "slices": w["slices"]} for w in workloads],

@@ -115,5 +115,11 @@ class Supervisor:
         except (FileNotFoundError, ValueError):
             return KILLED_EXIT_CODE  # the shim itself was killed (SIGKILL leaves no record)
 
+    def adopt(self, old_id: int, new_id: int) -> None:
+        """A spare's process now serves another worker row (see spares.py)."""
+        child = self.children.pop(old_id, None)
+        if child is not None:
+            self.children[new_id] = child
+
     def forget(self, row: WorkerRow) -> None:
         self.children.pop(row.id, None)

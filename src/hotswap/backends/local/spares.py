@@ -1,0 +1,124 @@
+"""A pool of warm spare workers for a local cluster (``settings["warm_workers"]``).
+
+A spare is a worker process started ahead of need (see ``warm.py``): it has imported PyTorch
+and ``hotswap.train`` and waits on a FIFO. When the controller must start a worker whose command
+is ``python <script.py> ...`` with this very interpreter, it hands the worker's assignment to a
+ready spare instead of starting a cold process: a hotswap restart then costs a process-group
+rendezvous and a restore, not a PyTorch import.
+
+Spares are rows of the worker table with state ``warm`` (no workload). Handing one over turns
+the worker row into a pointer at the spare's process (its pid and its directory, where the
+shim records the exit code) and marks the spare row ``assigned``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import importlib.util
+import json
+import os
+import shlex
+import shutil
+import sys
+from pathlib import Path
+
+from hotswap.backends.local.supervisor import Supervisor, WorkerLaunch
+from hotswap.store.state import Store, WorkerRow
+
+WARM = Path(__file__).with_name("warm.py")
+DEFAULT_PRELOAD = ("torch", "torch.distributed", "hotswap.train", "hotswap.train.run")
+PYTHON_NAMES = ("python", "python3", f"python3.{sys.version_info.minor}")
+
+
+def preload_modules(requested: tuple[str, ...] = DEFAULT_PRELOAD) -> list[str]:
+    """The requested modules that this interpreter can import (a spare must never die on one)."""
+    found = []
+    for name in requested:
+        try:
+            if importlib.util.find_spec(name) is not None:
+                found.append(name)
+        except (ImportError, ValueError):
+            continue
+    return found
+
+
+class SparePool:
+    def __init__(self, store: Store, supervisor: Supervisor, root: Path, size: int) -> None:
+        self.store = store
+        self.supervisor = supervisor
+        self.root = root
+        self.size = size
+        self.failures = 0  # spares that died unassigned in a row; a broken pool stops refilling
+
+    def rows(self) -> list[WorkerRow]:
+        return self.store.workers(("warm",))
+
+    def wanted(self) -> int:
+        if self.size <= 0 or self.failures >= 3:
+            return 0
+        return max(0, self.size - len(self.rows()))
+
+    def new_spare(self, now: float) -> tuple[WorkerRow, WorkerLaunch]:
+        """A row (committed) and the launch of a new spare; the caller spawns and watches it."""
+        with self.store.transaction():
+            spare_id = self.store.add_worker(
+                workload="", seq=0, attempt=0, slice="", replica=-1, host=-1, node="", dir="", state="warm",
+                started_at=now,
+            )
+            directory = self.root / "spares" / str(spare_id)
+            self.store.update_worker(spare_id, dir=str(directory))
+        directory.mkdir(parents=True, exist_ok=True)
+        fifo = directory / "assignment"
+        if not fifo.exists():
+            os.mkfifo(fifo, 0o600)
+        command = shlex.join([sys.executable, "-u", str(WARM), str(directory), *preload_modules()])
+        launch = WorkerLaunch(
+            workload="", seq=0, attempt=0, slice="", replica=-1, host=-1, node="", dir=directory,
+            log=directory / "spare.log", command=command, cwd=str(directory), env=dict(os.environ),
+        )
+        return self.store.worker(spare_id), launch
+
+    def argv_for(self, launch: WorkerLaunch) -> list[str] | None:
+        """The worker's argv if a spare can run it: ``python <script.py> ...`` with our Python."""
+        try:
+            words = shlex.split(launch.command)
+        except ValueError:
+            return None
+        if len(words) < 2 or os.path.basename(words[0]) not in PYTHON_NAMES and words[0] != sys.executable:
+            return None
+        if not words[1].endswith(".py") or any(c in launch.command for c in "|&;<>()$`"):
+            return None
+        interpreter = shutil.which(words[0], path=launch.env.get("PATH")) if os.sep not in words[0] else words[0]
+        if interpreter is None or os.path.realpath(interpreter) != os.path.realpath(sys.executable):
+            return None
+        script = Path(launch.cwd) / words[1]
+        if not script.is_file():
+            return None
+        return [words[0], str(script), *words[2:]]
+
+    def take(self) -> WorkerRow | None:
+        """A spare that has finished importing and waits, if any."""
+        for row in self.rows():
+            if (Path(row.dir) / "ready").exists() and self.supervisor.alive(row):
+                return row
+        return None
+
+    def hand_over(self, spare: WorkerRow, worker: WorkerRow, launch: WorkerLaunch, argv: list[str]) -> WorkerRow:
+        """Give ``worker``'s assignment to ``spare``; the worker row now points at its process."""
+        message = json.dumps({"argv": argv, "env": launch.env, "cwd": launch.cwd, "log": str(launch.log)}) + "\n"
+        channel = os.open(Path(spare.dir) / "assignment", os.O_WRONLY | os.O_NONBLOCK)
+        try:
+            flags = fcntl.fcntl(channel, fcntl.F_GETFL)
+            fcntl.fcntl(channel, fcntl.F_SETFL, flags & ~os.O_NONBLOCK)
+            os.write(channel, message.encode())
+        finally:
+            os.close(channel)
+        with self.store.transaction():
+            self.store.update_worker(spare.id, state="assigned")
+            self.store.update_worker(
+                worker.id, pid=spare.pid, start_ticks=spare.start_ticks, dir=spare.dir, state="running"
+            )
+        self.supervisor.adopt(spare.id, worker.id)
+        self.failures = 0
+        return dataclasses.replace(worker, pid=spare.pid, start_ticks=spare.start_ticks, dir=spare.dir, state="running")

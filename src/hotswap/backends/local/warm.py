@@ -1,0 +1,58 @@
+"""A warm spare worker: a Python process that has already imported the heavy modules (torch,
+hotswap.train) and waits to be handed a worker's assignment.
+
+Started by the controller under the shim, like any worker::
+
+    python warm.py <spare-dir> <module>...
+
+It imports the modules, opens ``<spare-dir>/assignment`` (a FIFO, read-write so that the open
+does not wait for a writer), creates ``<spare-dir>/ready``, and blocks reading it. The controller writes one JSON line, ``{"argv", "env",
+"cwd", "log"}``; the spare then becomes that worker: it takes the environment and working
+directory, sends its output to the worker's log, and runs the script as ``__main__``. From the
+outside it is then an ordinary worker (same process group, same exit-code record), minus the
+seconds a cold start spends importing PyTorch.
+
+Standard library only at start; run by path.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import runpy
+import sys
+
+
+def main(argv: list[str]) -> int:
+    spare_dir, *modules = argv
+    for module in modules:
+        importlib.import_module(module)
+    channel = os.open(os.path.join(spare_dir, "assignment"), os.O_RDWR)
+    with open(os.path.join(spare_dir, "ready"), "w") as ready:
+        ready.write(str(os.getpid()))
+    data = b""
+    while not data.endswith(b"\n"):
+        data += os.read(channel, 1 << 20)
+    os.close(channel)
+    assignment = json.loads(data)
+    os.environ.clear()
+    os.environ.update(assignment["env"])
+    os.chdir(assignment["cwd"])
+    log = os.open(assignment["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    sys.stderr.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    script, *arguments = assignment["argv"][1:]
+    sys.argv = [script, *arguments]
+    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    runpy.run_path(script, run_name="__main__")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
