@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -359,3 +360,36 @@ def test_bad_input_explains_itself_and_changes_nothing(bad_input_home: Path, arg
     assert result.stdout == ""
     assert _state(home) == before
     assert not (home / "clusters" / "d").exists()
+
+
+def test_warm_spares_take_over_starts_and_refill(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hotswap.api.spec import workload_spec
+    from hotswap.backends.local import operations
+    from hotswap.backends.local.launch import launch_record
+
+    monkeypatch.setenv("HOTSWAP_HOME", str(home))
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import os, sys, time\n"
+        "print('warm' if 'json' in sys.modules else 'cold', os.environ['RANK'], os.environ['HOTSWAP_ATTEMPT'], sys.argv[1:], flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    # Spares preload only the standard library here; the demo's preload PyTorch.
+    operations.create_cluster("c", "v6e-4", 3, True, lambda _: True, warm_workers=2, warm_preload=["json"])
+    spares = lambda: query(home, "c", "SELECT * FROM workers WHERE state = 'warm'")  # noqa: E731
+    wait_until(lambda: len(spares()) == 2 and all((Path(r["dir"]) / "ready").exists() for r in spares()), what="2 ready spares")
+    spare_pids = {r["pid"] for r in spares()}
+    launch = launch_record(environ=dict(os.environ), cwd=str(tmp_path), user_env={}, checkpoint_dir=str(tmp_path / "ckpt"))
+    spec = workload_spec(name="job", command=f"{sys.executable} job.py --flag 1", device_type="v6e-4", num_slices=2)
+    operations.create_workload("c", spec, launch)
+    workers = live_workers(home, "c", "job")
+    assert {w["pid"] for w in workers} == spare_pids  # both started on spares
+    log = operations.log_file("c", "job", None, 0)
+    wait_until(lambda: "warm 0 1 ['--flag', '1']" in log.read_text(), what="ran as worker 0")
+    assert "on a warm spare" in log.read_text()
+    # A failure restarts the job; the pool refills after a short delay and serves later starts.
+    wait_until(lambda: len(spares()) == 2, timeout=30, what="pool refilled")
+    hotswap(home, "node", "fail", "--cluster", "c", "--node", f"{workers[0]['slice']}-0", check=True)
+    wait_until(lambda: "warm 0 2" in log.read_text() or "warm 0 2" in operations.log_file("c", "job", "1", 0).read_text(), what="restarted warm")
+    describe = operations.describe_cluster("c")
+    assert describe["warm_workers"] == 2

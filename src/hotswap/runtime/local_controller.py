@@ -34,7 +34,7 @@ from hotswap.api.cluster import node_name, slice_name
 from hotswap.api.spec import WorkloadSpec
 from hotswap.api.worker import Membership
 from hotswap.backends.local import launch as files
-from hotswap.backends.local.spares import SparePool
+from hotswap.backends.local.spares import DEFAULT_PRELOAD, SparePool
 from hotswap.backends.local.supervisor import Supervisor, WorkerLaunch
 from hotswap.core import actions as act
 from hotswap.core import events as ev
@@ -74,8 +74,13 @@ class LocalController:
         self.shutting_down: int | None = None  # request id of a shutdown in progress
         self.stopped = False
         self.snapshot: Snapshot = self.store.load_snapshot(time.time())
+        settings = self.cluster.settings
         self.spares = SparePool(
-            self.store, self.supervisor, paths.root, int(self.cluster.settings.get("warm_workers", 0))
+            self.store,
+            self.supervisor,
+            paths.root,
+            int(settings.get("warm_workers", 0)),
+            tuple(settings.get("warm_preload", DEFAULT_PRELOAD)),
         )
         self.refill_at: float | None = None
 
@@ -244,9 +249,13 @@ class LocalController:
                 with self.store.transaction():
                     self.store.update_worker(row.id, kill_at=None)
 
-    def _set_spare_pool(self, size: int) -> None:
+    def _set_spare_pool(self, size: int, preload: list[str] | None) -> None:
         """Resize the pool of warm spares (a cluster setting, kept in its record)."""
-        record = dataclasses.replace(self.cluster, settings={**self.cluster.settings, "warm_workers": size})
+        settings = {**self.cluster.settings, "warm_workers": size}
+        if preload is not None:
+            settings["warm_preload"] = preload
+            self.spares.preload = tuple(preload)
+        record = dataclasses.replace(self.cluster, settings=settings)
         self.store.update_cluster(record)
         self.cluster = record
         self.spares.size = size
@@ -340,7 +349,7 @@ class LocalController:
                 self._serve_node(request)
             elif request.kind == "resize":
                 if "warm_workers" in payload:
-                    self._set_spare_pool(int(payload["warm_workers"]))
+                    self._set_spare_pool(int(payload["warm_workers"]), payload.get("warm_preload"))
                 self._round(self._resize_events(int(payload["num_slices"])), request)
             elif request.kind == "shutdown":
                 self._begin_shutdown(request)

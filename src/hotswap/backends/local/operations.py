@@ -73,6 +73,7 @@ def create_cluster(
     force: bool,
     confirm: Callable[[str], bool],
     warm_workers: int | None = None,
+    warm_preload: list[str] | None = None,
 ) -> dict[str, Any]:
     """Create a local cluster, or resize it when it exists (``cluster create`` re-run).
 
@@ -119,6 +120,8 @@ def create_cluster(
     payload: dict[str, Any] = {"num_slices": num_slices}
     if warm_workers is not None:
         payload["warm_workers"] = warm_workers
+        if warm_preload is not None:
+            payload["warm_preload"] = warm_preload
     outcome = client.request(paths, "resize", payload)
     if outcome.status != "done":
         raise ConflictError(outcome.message)

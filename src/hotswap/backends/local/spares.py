@@ -44,11 +44,14 @@ def preload_modules(requested: tuple[str, ...] = DEFAULT_PRELOAD) -> list[str]:
 
 
 class SparePool:
-    def __init__(self, store: Store, supervisor: Supervisor, root: Path, size: int) -> None:
+    def __init__(
+        self, store: Store, supervisor: Supervisor, root: Path, size: int, preload: tuple[str, ...] = DEFAULT_PRELOAD
+    ) -> None:
         self.store = store
         self.supervisor = supervisor
         self.root = root
         self.size = size
+        self.preload = preload
         self.failures = 0  # spares that died unassigned in a row; a broken pool stops refilling
 
     def rows(self) -> list[WorkerRow]:
@@ -72,7 +75,7 @@ class SparePool:
         fifo = directory / "assignment"
         if not fifo.exists():
             os.mkfifo(fifo, 0o600)
-        command = shlex.join([sys.executable, "-u", str(WARM), str(directory), *preload_modules()])
+        command = shlex.join([sys.executable, "-u", str(WARM), str(directory), *preload_modules(self.preload)])
         launch = WorkerLaunch(
             workload="", seq=0, attempt=0, slice="", replica=-1, host=-1, node="", dir=directory,
             log=directory / "spare.log", command=command, cwd=str(directory), env=dict(os.environ),
