@@ -393,3 +393,16 @@ def test_warm_spares_take_over_starts_and_refill(home: Path, tmp_path: Path, mon
     wait_until(lambda: "warm 0 2" in log.read_text() or "warm 0 2" in operations.log_file("c", "job", "1", 0).read_text(), what="restarted warm")
     describe = operations.describe_cluster("c")
     assert describe["warm_workers"] == 2
+
+
+def test_logs_follow_until_the_workload_finishes(home: Path, tmp_path: Path) -> None:
+    create_cluster(home, slices=1)
+    script = tmp_path / "count.py"
+    script.write_text("import time\nfor i in range(5):\n    print('line', i, flush=True)\n    time.sleep(0.2)\n")
+    create(home, "counter", f"python3 {script}")
+    result = hotswap(home, "workload", "logs", "--cluster", "c", "--workload", "counter", "--follow", timeout=60)
+    assert result.returncode == 0
+    assert [l for l in result.stdout.splitlines() if l.startswith("line")] == [f"line {i}" for i in range(5)]
+    assert status(home, "counter")[0] == "SUCCESSFUL"
+    bad = hotswap(home, "workload", "logs", "--cluster", "c", "--workload", "counter", "--slice", "7")
+    assert bad.returncode != 0 and "replicas 0-0" in bad.stderr

@@ -60,11 +60,11 @@ class _Outcome:
 
 
 class LocalController:
-    def __init__(self, paths: ClusterPaths, config: SchedulerConfig | None = None) -> None:
+    def __init__(self, paths: ClusterPaths) -> None:
         self.paths = paths
-        self.config = config or SchedulerConfig()
         self.store = Store.open(paths.database)
         self.cluster = self.store.cluster()
+        self.config = self._scheduler_config()
         self.supervisor = Supervisor(self.store)
         self.selector = selectors.DefaultSelector()
         self.watched: dict[int, int] = {}  # pidfd -> worker id
@@ -249,6 +249,17 @@ class LocalController:
                 with self.store.transaction():
                     self.store.update_worker(row.id, kill_at=None)
 
+    def _scheduler_config(self) -> SchedulerConfig:
+        """The recovery policy of this cluster: hotswap and elastic unless turned off."""
+        settings = self.cluster.settings
+        return SchedulerConfig(hotswap=bool(settings.get("hotswap", True)), elastic=bool(settings.get("elastic", True)))
+
+    def _set_policy(self, hotswap: bool) -> None:
+        record = dataclasses.replace(self.cluster, settings={**self.cluster.settings, "hotswap": hotswap})
+        self.store.update_cluster(record)
+        self.cluster = record
+        self.config = self._scheduler_config()
+
     def _set_spare_pool(self, size: int, preload: list[str] | None) -> None:
         """Resize the pool of warm spares (a cluster setting, kept in its record)."""
         settings = {**self.cluster.settings, "warm_workers": size}
@@ -350,6 +361,8 @@ class LocalController:
             elif request.kind == "resize":
                 if "warm_workers" in payload:
                     self._set_spare_pool(int(payload["warm_workers"]), payload.get("warm_preload"))
+                if "hotswap" in payload:
+                    self._set_policy(bool(payload["hotswap"]))
                 self._round(self._resize_events(int(payload["num_slices"])), request)
             elif request.kind == "shutdown":
                 self._begin_shutdown(request)

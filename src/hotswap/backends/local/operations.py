@@ -74,11 +74,14 @@ def create_cluster(
     confirm: Callable[[str], bool],
     warm_workers: int | None = None,
     warm_preload: list[str] | None = None,
+    hotswap: bool | None = None,
 ) -> dict[str, Any]:
     """Create a local cluster, or resize it when it exists (``cluster create`` re-run).
 
     ``warm_workers``: spare worker processes kept with PyTorch already imported, handed to
-    workers that must start (a restart then skips the import); None keeps the current setting.
+    workers that must start (a restart then skips the import). ``hotswap=False``: workloads
+    that lose a slice wait for its repair instead (the baseline hotswap is measured against).
+    None keeps the current setting.
     """
     validate_cluster_name(name)
     if warm_workers is not None and not 0 <= warm_workers <= 64:
@@ -122,6 +125,8 @@ def create_cluster(
         payload["warm_workers"] = warm_workers
         if warm_preload is not None:
             payload["warm_preload"] = warm_preload
+    if hotswap is not None:
+        payload["hotswap"] = hotswap
     outcome = client.request(paths, "resize", payload)
     if outcome.status != "done":
         raise ConflictError(outcome.message)
@@ -241,6 +246,7 @@ def describe_cluster(name: str) -> dict[str, Any]:
         "created_time": record.created_at,
         "controller_pid": client.controller_pid(paths),
         "warm_workers": int(record.settings.get("warm_workers", 0)),
+        "hotswap": bool(record.settings.get("hotswap", True)),
         "state_dir": str(paths.root),
         "slices": slices,
         "workloads": [{"name": w["name"], "status": w["status"], "slices": w["slices"]} for w in workloads],
