@@ -14,7 +14,7 @@ import typer
 
 from hotswap import __version__
 from hotswap.api.errors import HotswapError
-from hotswap.cli import cluster, controller, node, simulate, workload
+from hotswap.cli import cluster, controller, demo, node, simulate, workload
 
 app = typer.Typer(
     name="hotswap",
@@ -29,6 +29,7 @@ app.add_typer(workload.app, name="workload")
 app.add_typer(node.app, name="node")
 app.add_typer(controller.app, name="controller")
 app.command("simulate")(simulate.simulate)
+app.command("demo")(demo.demo)
 
 
 def _version(value: bool) -> None:

@@ -32,7 +32,7 @@ from typing import Any
 from hotswap.api.catalog import get_device_type
 from hotswap.api.cluster import node_name, slice_name
 from hotswap.api.spec import WorkloadSpec
-from hotswap.api.worker import Membership
+from hotswap.api.worker import HOTSWAP_EVENTS_FILE, Membership
 from hotswap.backends.local import launch as files
 from hotswap.backends.local.spares import DEFAULT_PRELOAD, SparePool
 from hotswap.backends.local.supervisor import Supervisor, WorkerLaunch
@@ -608,6 +608,7 @@ class LocalController:
         )
         launch.dir.mkdir(parents=True, exist_ok=True)
         launch.log.parent.mkdir(parents=True, exist_ok=True)
+        Path(launch.env[HOTSWAP_EVENTS_FILE]).parent.mkdir(parents=True, exist_ok=True)
         (launch.dir / "launch.json").write_text(
             json.dumps({"command": launch.command, "cwd": launch.cwd, "env": launch.env, "log": str(launch.log)})
         )

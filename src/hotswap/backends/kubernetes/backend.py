@@ -1,0 +1,357 @@
+"""The Kubernetes backend behind the CLI's :class:`~hotswap.backends.base.Backend` interface.
+
+The cluster record (``$HOTSWAP_HOME/clusters/<name>/state.db``) keeps only how to reach the
+cluster (context, namespace, Kueue, label keys) and what ``cluster create`` found; everything
+else is read live from the API server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import time
+from collections.abc import Callable
+from typing import Any
+
+from hotswap.api.catalog import get_device_type
+from hotswap.api.errors import CapacityError, ConflictError, InvalidInputError, NotFoundError
+from hotswap.api.names import validate_cluster_name
+from hotswap.api.spec import WorkloadSpec
+from hotswap.backends.kubernetes import labels
+from hotswap.backends.kubernetes.discovery import Discovery, discover
+from hotswap.backends.kubernetes.render import (
+    checkpoint_dir,
+    parse_checkpoint_volume,
+    render_jobset,
+    render_kueue,
+    render_priority_classes,
+)
+from hotswap.backends.kubernetes.settings import KubeSettings
+from hotswap.backends.kubernetes.translate import read_jobset, read_pod
+from hotswap.backends.kubernetes.views import goodput_view, kueue_status, matches, view_of
+from hotswap.core.model import Node, Slice, Snapshot
+from hotswap.store.paths import ClusterPaths, private_dir
+from hotswap.store.state import ClusterRecord, Store
+
+BACKEND = "kubernetes"
+NODE_OPERATIONS = ("cordon", "uncordon", "drain")
+
+
+def record(cluster: str) -> ClusterRecord | None:
+    """The cluster's record, or None when there is none."""
+    paths = ClusterPaths.of(cluster)
+    if not paths.database.exists():
+        return None
+    store = Store.open(paths.database)
+    try:
+        return store.cluster()
+    finally:
+        store.close()
+
+
+def settings_of(cluster: str) -> KubeSettings:
+    found = record(cluster)
+    if found is None:
+        raise NotFoundError(
+            f"no cluster named {cluster}: create it with `hotswap cluster create --backend kubernetes --cluster {cluster}`"
+        )
+    if found.backend != BACKEND:
+        raise ConflictError(f"cluster {cluster} uses the {found.backend} backend, not kubernetes")
+    return KubeSettings.from_options(found.settings)
+
+
+def _volume(launch: dict[str, Any], settings: KubeSettings):
+    text = launch.get("checkpoint_volume") or settings.checkpoint_volume
+    return parse_checkpoint_volume(text) if text else None
+
+
+class KubernetesBackend:
+    name = BACKEND
+
+    def _client(self, settings: KubeSettings):
+        from hotswap.backends.kubernetes.client import KubeClient
+
+        return KubeClient.connect(settings)
+
+    # ------------------------------------------------------------------ clusters
+
+    def create_cluster(
+        self,
+        cluster: str,
+        device_type: str | None,
+        num_slices: int | None,
+        force: bool,
+        confirm: Callable[[str], bool],
+        options: dict[str, Any],
+    ) -> dict[str, Any]:
+        """Record a Kubernetes cluster: check JobSet (and Kueue) are installed, find its slices,
+        create xpk's PriorityClasses (and the Kueue queues). Re-run to refresh."""
+        validate_cluster_name(cluster)
+        settings = KubeSettings.from_options(options)
+        wanted = get_device_type(device_type).name if device_type else None
+        if num_slices is not None and num_slices < 1:
+            raise InvalidInputError("--num-slices must be at least 1")
+        existing = record(cluster)
+        if existing is not None and existing.backend != BACKEND:
+            raise ConflictError(f"cluster {cluster} exists on the {existing.backend} backend")
+        client = self._client(settings)
+        client.require_apis(labels.JOBSET_API_VERSION, *([labels.KUEUE_API_VERSION] if settings.kueue else []))
+        nodes = client.list_nodes()
+        discovery = discover(nodes, settings)
+        counts = discovery.slices_by_type()
+        if not counts:
+            raise NotFoundError(
+                f"no TPU or GPU slices among the cluster's {len(nodes)} node(s): hotswap looks for the labels"
+                f" {settings.accelerator_label} + {settings.topology_label} (TPU) or {settings.gpu_accelerator_label}"
+                " (GPU); give --accelerator-label/--topology-label/--node-pool-label if yours differ"
+            )
+        found = ", ".join(f"{name} x{count}" for name, count in sorted(counts.items()))
+        if wanted is None:
+            if len(counts) > 1:
+                raise InvalidInputError(f"the cluster has slices of several types ({found}); give --device-type for the default")
+            wanted = next(iter(counts))
+        if wanted not in counts:
+            raise CapacityError(f"the cluster has no {wanted} slices (it has {found})")
+        if num_slices is not None and counts[wanted] < num_slices:
+            raise CapacityError(f"--num-slices {num_slices}: the cluster has only {counts[wanted]} slice(s) of {wanted}")
+        for manifest in render_priority_classes():
+            client.apply(manifest)
+        if settings.kueue:
+            for manifest in render_kueue(settings, counts):
+                client.apply(manifest)
+        self._write_record(cluster, wanted, settings, discovery, existing)
+        return self._summary(cluster, wanted, settings, discovery)
+
+    @staticmethod
+    def _write_record(cluster: str, device: str, settings: KubeSettings, discovery: Discovery, existing: ClusterRecord | None) -> None:
+        paths = ClusterPaths.of(cluster)
+        private_dir(paths.root)
+        store = Store.open(paths.database, create=True)
+        try:
+            new = ClusterRecord(cluster, BACKEND, device, existing.created_at if existing else time.time(), settings.to_dict())
+            if existing is None:
+                store.init_cluster(new)
+            else:
+                store.update_cluster(new)
+            # What cluster create found, for `cluster list`; the controller reads the live nodes.
+            now = time.time()
+            slices = [Slice(s.name, s.device_type, s.nodes, i) for i, s in enumerate(discovery.slices)]
+            nodes = [Node(n.name, n.slice, n.host, n.state) for n in discovery.nodes.values()]
+            store.save_snapshot(store.load_snapshot(now), Snapshot.build(now, slices, nodes, (), next_seq=0, next_ordinal=len(slices)))
+        finally:
+            store.close()
+
+    @staticmethod
+    def _summary(cluster: str, device_type: str, settings: KubeSettings, discovery: Discovery) -> dict[str, Any]:
+        device = get_device_type(device_type)
+        return {
+            "name": cluster,
+            "backend": BACKEND,
+            "device_type": device.name,
+            "hosts_per_slice": device.hosts_per_slice,
+            "chips_per_host": device.chips_per_host,
+            "num_slices": discovery.slices_by_type().get(device.name, 0),
+            "slices_by_type": discovery.slices_by_type(),
+            "context": settings.context,
+            "namespace": settings.namespace,
+            "kueue": settings.kueue,
+            "controller_pid": None,
+        }
+
+    def delete_cluster(self, cluster: str) -> None:
+        """Forget the cluster: its record goes; nothing in the Kubernetes cluster is touched."""
+        settings_of(cluster)
+        shutil.rmtree(ClusterPaths.of(cluster).root, ignore_errors=True)
+
+    def describe_cluster(self, cluster: str) -> dict[str, Any]:
+        found = record(cluster)
+        settings = settings_of(cluster)
+        client = self._client(settings)
+        discovery = discover(client.list_nodes(), settings)
+        holders = {}
+        workloads = []
+        for obj in client.list_jobsets(cluster):
+            view = view_of(read_jobset(obj), {})
+            workloads.append({"name": view["name"], "status": view["status"], "slices": view["slices"]})
+            holders.update({s: view["name"] for s in view["slices"]})
+        summary = self._summary(cluster, found.device_type if found else "", settings, discovery)
+        summary["slices"] = [
+            {
+                "name": s.name,
+                "device_type": s.device_type,
+                "workload": holders.get(s.name),
+                "healthy": discovery.healthy(s.name),
+                "nodes": [{"name": n, "state": discovery.nodes[n].state.value} for n in s.nodes],
+            }
+            for s in discovery.slices
+        ]
+        summary["workloads"] = workloads
+        summary["api_server"] = client.host
+        return summary
+
+    # ------------------------------------------------------------------ workloads
+
+    def dry_run(self, cluster: str | None, spec: WorkloadSpec, launch: dict[str, Any]) -> Any:
+        """The JobSet ``workload create`` would apply, exactly; no API server is needed."""
+        name = cluster or "cluster"
+        found = record(name) if cluster else None
+        settings = KubeSettings.from_options(found.settings) if found and found.backend == BACKEND else KubeSettings()
+        return render_jobset(spec, name, settings, _volume(launch, settings))
+
+    def create_workload(self, cluster: str, spec: WorkloadSpec, launch: dict[str, Any]) -> dict[str, Any]:
+        settings = settings_of(cluster)
+        manifest = render_jobset(spec, cluster, settings, _volume(launch, settings))
+        client = self._client(settings)
+        counts = discover(client.list_nodes(), settings).slices_by_type()
+        have = counts.get(spec.device_type, 0)
+        if have < spec.num_slices:
+            where = f"only {have}" if have else "none"
+            raise CapacityError(
+                f"it needs {spec.num_slices} slice(s) of {spec.device_type} and the cluster has {where}; it could never run"
+            )
+        if client.get_jobset(spec.name) is not None:
+            raise ConflictError(f"a workload named {spec.name} already exists in namespace {settings.namespace}")
+        applied = client.apply(manifest)
+        return view_of(read_jobset(applied), {})
+
+    def delete_workload(self, cluster: str, name: str) -> None:
+        settings = settings_of(cluster)
+        client = self._client(settings)
+        if client.get_jobset(name) is None:
+            raise NotFoundError(f"no workload named {name} in cluster {cluster}")
+        client.delete_jobset(name)
+
+    def _kueue(self, client: Any, settings: KubeSettings) -> dict[str, tuple[str, str]]:
+        return kueue_status(client.list_kueue_workloads()) if settings.kueue else {}
+
+    def list_workloads(self, cluster: str, status: str, job_prefix: str | None) -> list[dict[str, Any]]:
+        settings = settings_of(cluster)
+        client = self._client(settings)
+        kueue = self._kueue(client, settings)
+        views = [view_of(read_jobset(obj), kueue) for obj in client.list_jobsets(cluster)]
+        return [v for v in views if matches(v, status, job_prefix)]
+
+    def describe_workload(self, cluster: str, name: str) -> dict[str, Any]:
+        settings = settings_of(cluster)
+        client = self._client(settings)
+        obj = client.get_jobset(name)
+        if obj is None:
+            raise NotFoundError(f"no workload named {name} in cluster {cluster}")
+        job = read_jobset(obj)
+        view = view_of(job, self._kueue(client, settings))
+        spec = job.spec
+        view["spec"] = spec.model_dump(mode="json") if spec else {}
+        view["checkpoint_dir"] = (checkpoint_dir(spec, cluster, _volume({}, settings)) if spec else None) or "none (no --checkpoint-volume)"
+        view["workdir"] = None
+        discovery = discover(client.list_nodes(), settings)
+        pods = [p for p in (read_pod(o) for o in client.list_pods(f"{labels.JOBSET_NAME_LABEL}={name}")) if p is not None]
+        replicas = (job.state or {}).get("replicas") or view["slices"]
+        view["placement"] = [
+            {
+                "replica": index,
+                "slice": slice_name,
+                "nodes": [{"name": n, "state": discovery.nodes[n].state.value} for s in discovery.slices if s.name == slice_name for n in s.nodes],
+            }
+            for index, slice_name in enumerate(replicas)
+            if slice_name
+        ]
+        attempt = view["attempt"]
+        view["workers"] = [
+            {
+                "attempt": attempt,
+                "replica": p.replica,
+                "host": p.host,
+                "slice": discovery.slice_of_node.get(p.node or "", None),
+                "pid": p.name,
+                "state": "terminating" if p.terminating else ("gated" if p.gated else ("scheduled" if p.node else "pending")),
+                "exit_code": None,
+            }
+            for p in sorted(pods, key=lambda p: (p.replica or 0, p.host or 0))
+        ]
+        view["logs"] = f"hotswap workload logs --cluster {cluster} --workload {name}"
+        view["main_log"] = view["logs"]
+        view["timeline"] = []
+        view["goodput"] = goodput_view(job, time.time())
+        return view
+
+    def logs(
+        self, cluster: str, name: str, slice_: str | None, host: int, follow: bool, write: Callable[[bytes], None]
+    ) -> None:
+        settings = settings_of(cluster)
+        client = self._client(settings)
+        obj = client.get_jobset(name)
+        if obj is None:
+            raise NotFoundError(f"no workload named {name} in cluster {cluster}")
+        job = read_jobset(obj)
+        replicas = list((job.state or {}).get("replicas") or [])
+        num = job.spec.num_slices if job.spec else len(replicas)
+        replica = 0
+        if slice_ is not None:
+            if slice_.isdigit():
+                replica = int(slice_)
+            elif slice_ in replicas:
+                replica = replicas.index(slice_)
+            else:
+                raise NotFoundError(f"workload {name} does not run on slice {slice_}; give a replica index (0-{num - 1})")
+        if not 0 <= replica < max(num, 1):
+            raise NotFoundError(f"workload {name} has replicas 0-{num - 1}, not {replica}")
+        pods = [p for p in (read_pod(o) for o in client.list_pods(f"{labels.JOBSET_NAME_LABEL}={name},{labels.JOB_INDEX_LABEL}={replica}")) if p is not None]
+        pod = next((p for p in pods if p.host == host and not p.terminating), None) or next((p for p in pods if p.host == host), None)
+        if pod is None:
+            raise NotFoundError(f"no pod for replica {replica} host {host} of workload {name} yet (it may be queued)")
+        for chunk in client.pod_log(pod.name, follow):
+            write(chunk)
+
+    # ------------------------------------------------------------------ nodes
+
+    def list_nodes(self, cluster: str) -> list[dict[str, Any]]:
+        settings = settings_of(cluster)
+        client = self._client(settings)
+        discovery = discover(client.list_nodes(), settings)
+        holders: dict[str, str] = {}
+        for obj in client.list_jobsets(cluster):
+            view = view_of(read_jobset(obj), {})
+            holders.update({s: view["name"] for s in view["slices"]})
+        return [
+            {"name": n.name, "slice": n.slice, "host": n.host, "state": n.state.value, "workload": holders.get(n.slice)}
+            for n in sorted(discovery.nodes.values(), key=lambda n: (n.slice, n.host))
+            if not n.placeholder
+        ]
+
+    def node_operation(self, cluster: str, operation: str, node: str | None, slice_: str | None) -> list[str]:
+        """``cordon``/``uncordon``/``drain`` as kubectl does them (drain evicts through the
+        Eviction API). Hardware faults cannot be injected into a real cluster."""
+        if operation == "fail":
+            raise InvalidInputError(
+                "`node fail` injects a hardware fault on the local backend only; on Kubernetes rehearse with"
+                " `hotswap node drain` or `hotswap node cordon`"
+            )
+        if operation not in NODE_OPERATIONS:
+            raise InvalidInputError(f"unknown node operation {operation!r}")
+        if (node is None) == (slice_ is None):
+            raise InvalidInputError("give exactly one of --node or --slice")
+        settings = settings_of(cluster)
+        client = self._client(settings)
+        discovery = discover(client.list_nodes(), settings)
+        real = [n for n in discovery.nodes.values() if not n.placeholder]
+        if node is not None:
+            targets = [n.name for n in real if n.name == node]
+            if not targets:
+                raise NotFoundError(f"no node named {node} in cluster {cluster} (see `hotswap node list --cluster {cluster}`)")
+        else:
+            targets = sorted(n.name for n in real if n.slice == slice_)
+            if not targets:
+                raise NotFoundError(f"no slice named {slice_} in cluster {cluster} (see `hotswap cluster describe --cluster {cluster}`)")
+        for name in targets:
+            client.set_unschedulable(name, operation != "uncordon")
+        if operation == "drain":
+            for name in targets:
+                for pod in client.list_pods_on_node(name):
+                    meta = pod.get("metadata") or {}
+                    owners = meta.get("ownerReferences") or []
+                    if meta.get("namespace") != settings.namespace or any(o.get("kind") == "DaemonSet" for o in owners):
+                        continue  # like kubectl drain --ignore-daemonsets, and only hotswap's namespace
+                    with contextlib.suppress(NotFoundError):
+                        client.evict(meta["name"])
+        return targets
+

@@ -1,0 +1,118 @@
+"""What ``workload list`` and ``describe`` show about JobSets: the same rows and JSON as the local
+backend (see :mod:`hotswap.backends.local.views`), built from live objects (pure)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from hotswap.backends.kubernetes import labels
+from hotswap.backends.kubernetes.translate import LiveJobSet, read_jobset
+
+FINISHED = ("SUCCESSFUL", "FAILED")
+
+
+def iso(t: float | None) -> str | None:
+    if not t:
+        return None
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def kueue_status(workloads: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
+    """JobSet name -> (status, message) from Kueue's Workload objects (owned by the JobSet)."""
+    found: dict[str, tuple[str, str]] = {}
+    for item in workloads:
+        owners = (item.get("metadata") or {}).get("ownerReferences") or []
+        owner = next((o.get("name") for o in owners if o.get("kind") == "JobSet"), None)
+        if owner is None:
+            continue
+        conditions = {c.get("type"): c for c in (item.get("status") or {}).get("conditions") or []}
+        for kind, status in (("Finished", None), ("Evicted", "QUEUED"), ("Admitted", "RUNNING"), ("QuotaReserved", "QUEUED")):
+            condition = conditions.get(kind)
+            if condition and condition.get("status") == "True" and status is not None:
+                found[owner] = (status, f"Kueue: {condition.get('message') or kind}")
+                break
+        else:
+            pending = next((c for c in conditions.values() if c.get("status") == "False"), None)
+            message = pending.get("message") if pending else "waiting for Kueue to admit it"
+            found.setdefault(owner, ("QUEUED", f"Kueue: {message}"))
+    return found
+
+
+def workload_view(obj: dict[str, Any], kueue: dict[str, tuple[str, str]] | None = None) -> dict[str, Any]:
+    """One row of ``workload list --output json`` for a JobSet."""
+    job = read_jobset(obj)
+    return view_of(job, kueue or {})
+
+
+def view_of(job: LiveJobSet, kueue: dict[str, tuple[str, str]]) -> dict[str, Any]:
+    spec = job.spec
+    state = job.state or {}
+    status, message, when = _status(job, kueue)
+    return {
+        "name": job.name,
+        "priority": spec.priority.label if spec else (job.annotations.get(labels.PRIORITY_NAME_LABEL) or "unknown"),
+        "status": status,
+        "status_message": message,
+        "status_time": iso(when),
+        "created_time": iso(job.created),
+        "slices": [] if status in FINISHED or status == "QUEUED" else list(state.get("slices") or []),
+        "num_slices": spec.num_slices if spec else None,
+        "min_slices": spec.min_slices if spec else None,
+        "device_type": spec.device_type if spec else None,
+        "restarts": job.restarts,
+        "preemptions": int(state.get("preemptions") or 0),
+        "disruptions": int(state.get("disruptions") or 0),
+        "attempt": int(state.get("attempt") or 0),
+        "command": spec.command if spec else None,
+    }
+
+
+def _status(job: LiveJobSet, kueue: dict[str, tuple[str, str]]) -> tuple[str, str, float | None]:
+    state = job.state or {}
+    if job.terminal is not None:
+        verb = "finished" if job.terminal.value == "SUCCESSFUL" else "failed"
+        return job.terminal.value, f"{verb}: {job.terminal_message}", state.get("status_time") or None
+    if job.spec is None:
+        return "FAILED", f"not a hotswap workload (no readable {labels.SPEC_ANNOTATION} annotation)", None
+    if job.rejected is not None:
+        return "FAILED", f"rejected: {job.rejected}", None
+    if job.name in kueue:
+        status, message = kueue[job.name]
+        return status, message, state.get("status_time") or None
+    if not state:
+        return "QUEUED", "waiting for the hotswap controller (`hotswap controller run`)", job.created
+    return str(state.get("phase", "QUEUED")), str(state.get("status_message", "")), state.get("status_time") or None
+
+
+def matches(view: dict[str, Any], status: str, job_prefix: str | None) -> bool:
+    """xpk's filters, as on the local backend: ``--filter-by-status`` and ``--filter-by-job``."""
+    if job_prefix and not view["name"].startswith(job_prefix):
+        return False
+    current = view["status"]
+    if status == "EVERYTHING":
+        return True
+    if status == "FINISHED":
+        return current in FINISHED
+    if status == "RUNNING":
+        return current in ("RUNNING", "RESTARTING")
+    return current == status
+
+
+def goodput_view(job: LiveJobSet, now: float) -> dict[str, Any]:
+    """Where the workload's time went, as the controller saw its phases. Coarser than the local
+    backend's (startup and checkpoint time count as running: the workers' own goodput events
+    stay in their pods)."""
+    state = job.state or {}
+    seconds = dict(state.get("phase_seconds") or {})
+    phase = state.get("phase")
+    if phase is not None:
+        seconds[phase] = seconds.get(phase, 0.0) + max(0.0, now - float(state.get("phase_since") or now))
+    wall = sum(seconds.values())
+    share = {key: (value / wall if wall else 0.0) for key, value in seconds.items()}
+    return {
+        "goodput": share.get("RUNNING", 0.0),
+        "wall_s": wall,
+        "source": "controller phase times",
+        "badput": {"queued": share.get("QUEUED", 0.0), "recovery": share.get("RESTARTING", 0.0)},
+    }

@@ -1,0 +1,114 @@
+"""What the training processes themselves reported: steps, restores, elastic changes.
+
+The demo measures recovery from these records, not from the controller's view: MTTR ends at
+the first training step completed after a failure, as the workers logged it. Sources are the
+goodput events files (``HOTSWAP_EVENTS_FILE``: precise times) and the per-host logs (the
+contract's ``step=`` and ``restored`` lines, which the seed-001 awk script also reads).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from hotswap.api import worker as contract
+
+
+@dataclasses.dataclass(frozen=True)
+class StepRecord:
+    t: float
+    step: int
+    attempt: int
+    replica: int
+    host: int
+    slices: int | None
+    loss: float | None
+
+
+@dataclasses.dataclass(frozen=True)
+class RestoreRecord:
+    t: float
+    step: int
+    source: str
+    attempt: int
+
+
+@dataclasses.dataclass
+class Trace:
+    """Every worker's records of one workload, in time order."""
+
+    steps: list[StepRecord]
+    restores: list[RestoreRecord]
+    stops: list[dict]
+
+    @property
+    def last_step(self) -> int:
+        return max((s.step for s in self.steps), default=0)
+
+    def last_step_before(self, t: float) -> int:
+        return max((s.step for s in self.steps if s.t <= t), default=0)
+
+    def first_step_after(self, t: float) -> StepRecord | None:
+        return next((s for s in self.steps if s.t > t), None)
+
+    def restore_after(self, t: float) -> RestoreRecord | None:
+        return next((r for r in self.restores if r.t > t), None)
+
+    def latest_loss(self) -> float | None:
+        return next((s.loss for s in reversed(self.steps) if s.loss is not None), None)
+
+
+def read_trace(workload_dir: Path) -> Trace:
+    steps: list[StepRecord] = []
+    restores: list[RestoreRecord] = []
+    stops: list[dict] = []
+    for path in sorted((workload_dir / "events").glob("*.jsonl")):
+        try:
+            attempt, replica, host = (int(part) for part in path.stem.split("-"))
+        except ValueError:
+            continue
+        for line in path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut short by a kill
+            kind = record.get("kind")
+            if kind == contract.EVENT_STEP:
+                loss = record.get("loss")
+                steps.append(
+                    StepRecord(
+                        float(record["t"]), int(record["step"]), attempt, replica, host,
+                        record.get("slices"), float(loss) if loss is not None else None,
+                    )
+                )
+            elif kind == contract.EVENT_CHECKPOINT_RESTORE:
+                restores.append(RestoreRecord(float(record["t"]), int(record.get("step", 0)), str(record.get("source", "")), attempt))
+            elif kind == contract.EVENT_STOP:
+                stops.append({**record, "attempt": attempt, "replica": replica, "host": host})
+    steps.sort(key=lambda s: (s.t, s.step))
+    restores.sort(key=lambda r: r.t)
+    return Trace(steps, restores, stops)
+
+
+def log_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return []
+
+
+def slice_count_changes(lines: list[str]) -> list[tuple[int, int, int]]:
+    """(step, old, new) whenever ``elastic_manager.good_slice_count`` changes: what the seed-001
+    awk script prints, computed the same way."""
+    changes = []
+    previous: int | None = None
+    for line in lines:
+        if "step=" not in line or "elastic_manager.elastic_down_event_count=" not in line:
+            continue
+        fields = contract.parse_fields(line)
+        count = int(fields.get("elastic_manager.good_slice_count", "0"))
+        if previous is not None and count != previous:
+            changes.append((int(fields.get("step", "0")), previous, count))
+        previous = count
+    return changes
