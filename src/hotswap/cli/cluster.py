@@ -19,16 +19,44 @@ def create(
     backend: str = typer.Option("local", "--backend", help="local (processes on this machine) or kubernetes."),
     force: bool = typer.Option(False, "--force", help="Shrink without asking."),
     output: Format = typer.Option(Format.TABLE, "--output", "-o", help="table, json or yaml."),
+    context: str | None = typer.Option(None, "--context", help="Kubernetes: kubeconfig context (default: the current one)."),
+    namespace: str | None = typer.Option(None, "--namespace", help="Kubernetes: namespace of the workloads (default: default)."),
+    kueue: bool = typer.Option(False, "--kueue", help="Kubernetes: admit through Kueue (creates its ResourceFlavor, ClusterQueue, LocalQueue)."),
+    cluster_queue: str | None = typer.Option(None, "--cluster-queue", help="Kubernetes with --kueue: ClusterQueue name (default: cluster-queue)."),
+    local_queue: str | None = typer.Option(None, "--local-queue", help="Kubernetes with --kueue: LocalQueue name (default: multislice-queue)."),
+    node_pool_label: str | None = typer.Option(None, "--node-pool-label", help="Kubernetes: node label naming a node pool (default: cloud.google.com/gke-nodepool)."),
+    accelerator_label: str | None = typer.Option(None, "--accelerator-label", help="Kubernetes: TPU accelerator node label (default: cloud.google.com/gke-tpu-accelerator)."),
+    topology_label: str | None = typer.Option(None, "--topology-label", help="Kubernetes: TPU topology node label (default: cloud.google.com/gke-tpu-topology)."),
+    gpu_accelerator_label: str | None = typer.Option(None, "--gpu-accelerator-label", help="Kubernetes: GPU accelerator node label (default: cloud.google.com/gke-accelerator)."),
+    checkpoint_volume: str | None = typer.Option(None, "--checkpoint-volume", help="Kubernetes: default checkpoint volume of workloads, pvc:<claim> or gcsfuse:<bucket>."),
 ) -> None:
-    """Create a cluster and start its controller; re-run with another --num-slices to resize it."""
+    """Create a cluster and start its controller; re-run with another --num-slices to resize it.
+
+    With --backend kubernetes: check that JobSet (and Kueue) are installed, find the slices among
+    the nodes, create the PriorityClasses (and Kueue queues), and record how to reach it.
+    """
     from hotswap.cli.backends import named
+
+    given = {
+        "context": context,
+        "namespace": namespace,
+        "kueue": kueue or None,
+        "cluster_queue": cluster_queue,
+        "local_queue": local_queue,
+        "node_pool_label": node_pool_label,
+        "accelerator_label": accelerator_label,
+        "topology_label": topology_label,
+        "gpu_accelerator_label": gpu_accelerator_label,
+        "checkpoint_volume": checkpoint_volume,
+    }
+    options = {key: value for key, value in given.items() if value is not None}
 
     def confirm(question: str) -> bool:
         if not sys.stdin.isatty():
             return False
         return typer.confirm(question, default=False, err=True)
 
-    summary = named(backend).create_cluster(cluster, device_type, num_slices, force, confirm, {})
+    summary = named(backend).create_cluster(cluster, device_type, num_slices, force, confirm, options)
     if output is not Format.TABLE:
         document(summary, output)
         return

@@ -34,6 +34,7 @@ def create(
     docker_image: str | None = typer.Option(None, "--docker-image", help="Image (used on Kubernetes; recorded locally)."),
     base_docker_image: str | None = typer.Option(None, "--base-docker-image", help="Base image (used on Kubernetes; recorded locally)."),
     script_dir: str | None = typer.Option(None, "--script-dir", help="Directory the workers run in (default: here)."),
+    checkpoint_volume: str | None = typer.Option(None, "--checkpoint-volume", help="Kubernetes: pvc:<claim> or gcsfuse:<bucket>, mounted at /checkpoints."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate and show what would run; change nothing."),
     backend: str | None = typer.Option(None, "--backend", help="With --dry-run and no cluster record: local or kubernetes."),
     output: Format = typer.Option(Format.TABLE, "--output", "-o", help="table, json or yaml."),
@@ -59,6 +60,8 @@ def create(
     if record is not None and backend is not None and backend != record.backend:
         raise InvalidInputError(f"cluster {cluster} uses the {record.backend} backend, not {backend}")
     chosen = named(backend or record.backend)  # type: ignore[union-attr]
+    if checkpoint_volume is not None and chosen.name == "local":
+        raise InvalidInputError("--checkpoint-volume is only for --backend kubernetes (use --checkpoint-dir)")
     workdir = os.path.abspath(script_dir) if script_dir else os.getcwd()
     if script_dir and chosen.name == "local" and not os.path.isdir(workdir):
         raise InvalidInputError(f"--script-dir {script_dir}: no such directory")
@@ -85,8 +88,12 @@ def create(
         checkpoint_dir or operations.default_checkpoint_dir(cluster, workload)
     )
     launch = launch_record(environ=dict(os.environ), cwd=workdir, user_env=user_env, checkpoint_dir=checkpoints)
+    if checkpoint_volume is not None:
+        launch["checkpoint_volume"] = checkpoint_volume
     if dry_run:
-        document(chosen.dry_run(cluster if record else None, spec, launch), Format.YAML if output is Format.TABLE else output)
+        # A Kubernetes dry run renders for the named cluster even without a record of it.
+        target = cluster if record is not None or chosen.name != "local" else None
+        document(chosen.dry_run(target, spec, launch), Format.YAML if output is Format.TABLE else output)
         return
     view = chosen.create_workload(cluster, spec, launch)
     if output is not Format.TABLE:

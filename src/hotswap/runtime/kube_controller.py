@@ -141,7 +141,7 @@ class KubeController:
         elif isinstance(op, tr.ForceDeletePod):
             client.force_delete_pod(op.pod)
         elif isinstance(op, tr.PlacePod):
-            spec: dict[str, Any] = {"schedulingGates": [{"name": g} for g in op.gates] or None}
+            spec: dict[str, Any] = {"schedulingGates": [{"name": g} for g in op.gates]}
             if op.node_selector:
                 spec["nodeSelector"] = op.node_selector
             client.patch_pod(op.pod, {"metadata": {"annotations": op.annotations}, "spec": spec})
@@ -157,6 +157,8 @@ class KubeController:
             threading.Thread(target=self.client.watch, args=(kind, self.cluster, changed, stop), name=f"watch-{kind}", daemon=True)
             for kind in ("nodes", "jobsets", "pods")
         ]
+        # Stopping must wake the loop at once, wherever it waits.
+        watchers.append(threading.Thread(target=lambda: (stop.wait(), changed.set()), name="stop", daemon=True))
         for thread in watchers:
             thread.start()
         next_renew = 0.0
@@ -197,8 +199,6 @@ def run_kubernetes_controller(cluster: str, settings: dict[str, Any] | None = No
     """Run the controller of a Kubernetes cluster in the foreground until SIGTERM or Ctrl-C."""
     resolved = settings_for(cluster, settings)
     client = KubeClient.connect(resolved)
-    from hotswap.backends.kubernetes.client import KubernetesError
-
     client.require_apis(labels.JOBSET_API_VERSION, *([labels.KUEUE_API_VERSION] if resolved.kueue else []))
     identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
     stop = threading.Event()
@@ -211,6 +211,4 @@ def run_kubernetes_controller(cluster: str, settings: dict[str, Any] | None = No
     try:
         KubeController(client, cluster).run(stop, identity)
     except KeyboardInterrupt:
-        stop.set()
-    except KubernetesError:
-        raise
+        stop.set()  # the Lease was released on the way out

@@ -179,7 +179,7 @@ class KubeClient:
             response = function(*args, _preload_content=False, **kwargs)
         except ApiException as error:
             raise api_error(error, doing, missing_api) from None
-        except (OSError, ValueError) as error:
+        except OSError as error:
             raise api_error(error, doing) from None
         except Exception as error:  # urllib3's MaxRetryError and friends: no route to the server
             if type(error).__module__.startswith("urllib3"):
@@ -280,7 +280,7 @@ class KubeClient:
         kind = manifest["kind"]
         name = manifest["metadata"]["name"]
         group, _, version = manifest["apiVersion"].rpartition("/")
-        body = json.dumps(manifest)  # JSON is YAML: the body of an apply patch as a document
+        body = manifest  # sent as JSON, which is YAML: a valid apply-patch+yaml document
         common = {"field_manager": labels.FIELD_MANAGER, "force": True, "_content_type": APPLY}
         doing = f"apply {kind} {name}"
         if kind == "PriorityClass":
@@ -302,7 +302,7 @@ class KubeClient:
             self.namespace,
             labels.JOBSET_PLURAL,
             name,
-            json.dumps(patch),
+            patch,
             _content_type=MERGE,
             missing_api=labels.JOBSET_API_VERSION,
         )
@@ -342,14 +342,14 @@ class KubeClient:
             pass
 
     def patch_pod(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-        return self._call(f"update pod {name}", self.core.patch_namespaced_pod, name, self.namespace, json.dumps(patch), _content_type=MERGE)
+        return self._call(f"update pod {name}", self.core.patch_namespaced_pod, name, self.namespace, patch, _content_type=MERGE)
 
     def set_unschedulable(self, node: str, unschedulable: bool) -> None:
         self._call(
             f"{'cordon' if unschedulable else 'uncordon'} node {node}",
             self.core.patch_node,
             node,
-            json.dumps({"spec": {"unschedulable": unschedulable or None}}),
+            {"spec": {"unschedulable": unschedulable or None}},
             _content_type=MERGE,
         )
 

@@ -593,6 +593,8 @@ def _enact(observation: Observation, job: LiveJobSet, action: act.Action) -> lis
     """Edge-triggered operations of one action (suspension and pod placement are level-triggered
     in :func:`plan`)."""
     name = job.name
+    if not observation.managed_admission and isinstance(action, (act.Admit, act.Preempt, act.ScaleUp, act.StartWorkers)):
+        return []  # Kueue admits, and kube-scheduler preempts: nothing of ours to do or report
     if isinstance(action, act.Reject):
         return [
             SetAnnotations(name, {labels.REJECTED_ANNOTATION: action.reason}),

@@ -1,0 +1,202 @@
+"""The CLI with --backend kubernetes: dry runs need nothing but the CLI; the rest talks to an
+HTTP-level fake API server through a kubeconfig, as a user's CLI talks to GKE."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from hotswap.backends.kubernetes import labels
+
+FIXTURES = Path(__file__).resolve().parent / "k8s_fixtures"
+
+
+def environment(home: Path, env: dict[str, str] | None) -> dict[str, str]:
+    return {"HOTSWAP_HOME": str(home), "KUBECONFIG": str(home / "no-kubeconfig"), **(env or {})}
+
+
+def hotswap_process(home: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The CLI as a separate process, as a user runs it."""
+    environ = {**os.environ, **environment(home, env)}
+    environ.pop("KUBERNETES_SERVICE_HOST", None)
+    return subprocess.run([sys.executable, "-m", "hotswap", *args], capture_output=True, text=True, env=environ, timeout=120)
+
+
+def hotswap(home: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The CLI in this process (what ``hotswap.cli.app.main`` does), to keep the tests fast."""
+    from hotswap.api.errors import HotswapError
+    from hotswap.cli.app import app
+
+    saved = {key: os.environ.get(key) for key in (*environment(home, env), "KUBERNETES_SERVICE_HOST")}
+    os.environ.update(environment(home, env))
+    os.environ.pop("KUBERNETES_SERVICE_HOST", None)
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                app(args=list(args), prog_name="hotswap")
+            except SystemExit as exit_:
+                code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+            except HotswapError as error:
+                print(f"error: {error}", file=sys.stderr)
+                code = error.exit_code
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
+
+
+DRY_RUN = ("workload", "create", "--backend", "kubernetes", "--cluster", "any", "--workload", "w", "--command", "python3 train.py",
+           "--device-type", "v6e-16", "--num-slices", "2", "--dry-run")
+
+
+def test_dry_run_prints_only_the_jobset_and_needs_no_server_or_record(tmp_path: Path) -> None:
+    result = hotswap_process(tmp_path, *DRY_RUN)
+    assert result.returncode == 0, result.stderr
+    documents = list(yaml.safe_load_all(result.stdout))
+    assert len(documents) == 1
+    jobset = documents[0]
+    assert jobset["kind"] == "JobSet" and jobset["spec"]["replicatedJobs"][0]["replicas"] == 2
+    assert jobset["metadata"]["labels"][labels.CLUSTER_LABEL] == "any"
+    assert not (tmp_path / "clusters").exists()  # nothing recorded
+    as_json = hotswap(tmp_path, *DRY_RUN, "--output", "json")
+    assert json.loads(as_json.stdout) == jobset
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (("--checkpoint-volume", "nfs:share"), "--checkpoint-volume 'nfs:share': use pvc:<claim-name> or gcsfuse:<bucket-name>"),
+        (("--priority", "urgent"), "unknown priority 'urgent'"),
+        (("--device-type", "v6e-17"), "did you mean v6e-16"),
+    ],
+)
+def test_bad_input_is_one_line_on_stderr(tmp_path: Path, extra: tuple[str, ...], message: str) -> None:
+    result = hotswap(tmp_path, *DRY_RUN, *extra)
+    assert result.returncode != 0 and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0]
+
+
+def test_kubernetes_flags_are_refused_by_the_local_backend(tmp_path: Path) -> None:
+    result = hotswap(tmp_path, "cluster", "create", "--cluster", "c", "--device-type", "v6e-4", "--num-slices", "1", "--context", "gke")
+    assert result.returncode == 2 and result.stderr.strip() == "error: --context: only for --backend kubernetes"
+    assert not (tmp_path / "clusters" / "c").exists()
+    volume = hotswap(tmp_path, "workload", "create", "--backend", "local", "--cluster", "c", "--workload", "w", "--command", "x",
+                     "--device-type", "v6e-4", "--dry-run", "--checkpoint-volume", "pvc:x")
+    assert volume.returncode == 2 and "only for --backend kubernetes" in volume.stderr
+
+
+class ClusterApi:
+    """State behind the fake API server: nodes from the recording, JobSets as applied."""
+
+    def __init__(self) -> None:
+        self.nodes = yaml.safe_load((FIXTURES / "gke_v6e16_nodes.yaml").read_text())
+        self.jobsets: dict[str, dict[str, Any]] = {}
+        self.applied: list[str] = []
+
+    def route(self, method: str, path: str, query: dict[str, list[str]], body: Any) -> tuple[int, Any]:
+        from test_kubernetes_client import APIS, status
+
+        jobsets = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets"
+        if path.rstrip("/") == "/apis":
+            return 200, APIS
+        if path == "/api/v1/nodes":
+            return 200, self.nodes
+        if path == "/api/v1/namespaces/default/pods":
+            return 200, {"kind": "PodList", "items": []}
+        if path.startswith("/apis/scheduling.k8s.io/v1/priorityclasses/"):
+            self.applied.append(path.rsplit("/", 1)[1])
+            return 200, body
+        if path == jobsets:
+            return 200, {"kind": "JobSetList", "items": list(self.jobsets.values())}
+        if path.startswith(jobsets + "/"):
+            name = path.rsplit("/", 1)[1]
+            if method == "PATCH":
+                obj = {**body, "metadata": {**body["metadata"], "uid": "u1", "creationTimestamp": "2026-01-06T09:00:00Z"}}
+                self.jobsets[name] = obj
+                return 200, obj
+            if name in self.jobsets:
+                return 200, self.jobsets[name]
+            return status(404, "NotFound", f'jobsets.jobset.x-k8s.io "{name}" not found', name, "jobsets")
+        return 404, "404 page not found"
+
+
+def test_cluster_and_workload_commands_against_a_fake_api_server(tmp_path: Path) -> None:
+    from test_kubernetes_client import FakeApiServer, write_kubeconfig
+
+    state = ClusterApi()
+    server = FakeApiServer(state.route)
+    try:
+        env = {"KUBECONFIG": str(write_kubeconfig(tmp_path / "kubeconfig", server.url))}
+        created = hotswap(tmp_path, "cluster", "create", "--backend", "kubernetes", "--cluster", "trillium", "--context", "fake", "--output", "json", env=env)
+        assert created.returncode == 0, created.stderr
+        summary = json.loads(created.stdout)
+        assert (summary["device_type"], summary["num_slices"], summary["hosts_per_slice"]) == ("v6e-16", 3, 4)
+        assert state.applied == ["very-low", "low", "medium", "high", "very-high"]
+
+        submitted = hotswap(tmp_path, "workload", "create", "--cluster", "trillium", "--workload", "high", "--priority", "high",
+                            "--num-slices", "2", "--command", "python3 train.py", env=env)
+        assert submitted.returncode == 0, submitted.stderr
+        assert "workload high created: QUEUED" in submitted.stderr
+        assert state.jobsets["high"]["metadata"]["namespace"] == "default"
+
+        again = hotswap(tmp_path, "workload", "create", "--cluster", "trillium", "--workload", "high", "--command", "x", env=env)
+        assert again.returncode == 4 and again.stderr.strip() == "error: a workload named high already exists in namespace default"
+        too_big = hotswap(tmp_path, "workload", "create", "--cluster", "trillium", "--workload", "big", "--num-slices", "4", "--command", "x", env=env)
+        assert too_big.returncode == 5 and "cluster has only 3" in too_big.stderr
+
+        listed = hotswap(tmp_path, "workload", "list", "--cluster", "trillium", "--output", "json", env=env)
+        assert listed.returncode == 0, listed.stderr
+        (row,) = json.loads(listed.stdout)
+        assert {k: row[k] for k in ("name", "priority", "status", "num_slices", "slices", "restarts", "preemptions")} == {
+            "name": "high", "priority": "high", "status": "QUEUED", "num_slices": 2, "slices": [], "restarts": 0, "preemptions": 0,
+        }
+        assert {"status_message", "status_time", "created_time"} <= set(row)
+
+        described = hotswap(tmp_path, "workload", "describe", "--cluster", "trillium", "--workload", "high", env=env)
+        assert described.returncode == 0, described.stderr
+        assert "Workload high on cluster trillium: QUEUED" in described.stdout
+        nodes = hotswap(tmp_path, "node", "list", "--cluster", "trillium", "--output", "json", env=env)
+        assert nodes.returncode == 0, nodes.stderr
+        assert {n["slice"] for n in json.loads(nodes.stdout)} == {"tpu-v6e-np-0", "tpu-v6e-np-1", "tpu-v6e-np-2"}
+        fail = hotswap(tmp_path, "node", "fail", "--cluster", "trillium", "--slice", "tpu-v6e-np-0", env=env)
+        assert fail.returncode == 2 and "local backend only" in fail.stderr
+
+        manifests = hotswap(tmp_path, "controller", "manifests", "--cluster", "trillium", "--image", "registry.example/hotswap:0.1", env=env)
+        assert manifests.returncode == 0, manifests.stderr
+        documents = list(yaml.safe_load_all(manifests.stdout))
+        assert [d["kind"] for d in documents][-1] == "Deployment"
+        kubernetes_validate = pytest.importorskip("kubernetes_validate")
+        for document in documents:
+            kubernetes_validate.validate(document, "1.30.0", strict=True)
+    finally:
+        server.close()
+
+
+def test_cluster_create_says_what_to_install_when_jobset_is_missing(tmp_path: Path) -> None:
+    from test_kubernetes_client import FakeApiServer, write_kubeconfig
+
+    server = FakeApiServer(lambda method, path, query, body: (200, {"kind": "APIGroupList", "groups": []}))
+    try:
+        env = {"KUBECONFIG": str(write_kubeconfig(tmp_path / "kubeconfig", server.url))}
+        result = hotswap(tmp_path, "cluster", "create", "--backend", "kubernetes", "--cluster", "c", env=env)
+        assert result.returncode == 3
+        assert result.stderr.strip().startswith("error: the API jobset.x-k8s.io/v1alpha2 is not installed on this cluster; install JobSet")
+        assert len(result.stderr.strip().splitlines()) == 1
+        assert not (tmp_path / "clusters" / "c").exists()  # a rejected command records nothing
+    finally:
+        server.close()
