@@ -41,7 +41,8 @@ class KubeSettings:
         known = {field.name for field in dataclasses.fields(cls)}
         unknown = sorted(set(options) - known)
         if unknown:
-            raise InvalidInputError(f"unknown kubernetes option(s): {', '.join(unknown)}")
+            flags = ", ".join("--" + key.replace("_", "-") for key in unknown)
+            raise InvalidInputError(f"{flags}: not an option of --backend kubernetes")
         values = {key: value for key, value in options.items() if value is not None}
         settings = cls(**values)
         settings.validate()
