@@ -1,0 +1,1 @@
+"""Training scripts that use hotswap.train; the demo runs them (shipped as hotswap.examples)."""

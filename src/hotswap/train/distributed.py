@@ -1,0 +1,259 @@
+"""The process group of one generation: rendezvous, the few collectives a run needs, teardown.
+
+Each generation meets at its own ``master_addr:master_port`` through a fresh ``TCPStore``
+hosted by its rank 0, so a re-formed group never meets a stale one. The rendezvous is a
+polling loop on our side (never one long blocking call), so a SIGTERM or a newer membership
+interrupts it. Collectives time out after ``collective_timeout_s``: a peer that died closes its
+sockets and fails them at once; a peer that hangs fails them at the timeout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterable
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from hotswap.train.snapshot import join_tensors, split_tensors
+
+BROADCAST_CHUNK_BYTES = 64 << 20  # each collective well inside the timeout, whatever the state size
+_POLL_S = 0.02
+_CONNECT_ATTEMPT_S = 2.0
+
+
+class RendezvousFailed(Exception):
+    """The members of a generation did not all arrive (or the wait was interrupted)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupSpec:
+    generation: int
+    rank: int
+    world_size: int
+    master_addr: str
+    master_port: int
+
+
+def default_backend() -> str:
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def is_peer_failure(error: BaseException) -> bool:
+    """Whether a collective failed because a peer died, hung or left (not a bug in the step)."""
+    if isinstance(error, (dist.DistError, RendezvousFailed)):
+        return True
+    # gloo reports a lost or stuck peer as a plain RuntimeError whose message names gloo.
+    return type(error) is RuntimeError and "gloo" in str(error).lower()
+
+
+class ProcessGroup:
+    """torch.distributed's default group, formed and destroyed once per generation."""
+
+    def __init__(self, backend: str, collective_timeout_s: float, rendezvous_timeout_s: float) -> None:
+        self.backend = backend
+        self.collective_timeout_s = collective_timeout_s
+        self.rendezvous_timeout_s = rendezvous_timeout_s
+        self.spec: GroupSpec | None = None
+        self._store: dist.Store | None = None
+        self._owned = False
+
+    @property
+    def rank(self) -> int:
+        return self.spec.rank if self.spec else 0
+
+    @property
+    def world_size(self) -> int:
+        return self.spec.world_size if self.spec else 1
+
+    @property
+    def device(self) -> torch.device:
+        if self.backend == "nccl":
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
+
+    # Forming and leaving -------------------------------------------------------------------
+
+    def form(self, spec: GroupSpec, interrupted: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + self.rendezvous_timeout_s
+
+        def check(what: str) -> None:
+            if interrupted():
+                raise RendezvousFailed(f"interrupted while {what}")
+            if time.monotonic() >= deadline:
+                raise RendezvousFailed(f"timed out after {self.rendezvous_timeout_s:g}s {what}")
+
+        store = self._connect(spec, check)
+        try:
+            store.add("hotswap/arrived", 1)
+            while store.add("hotswap/arrived", 0) < spec.world_size:
+                check(f"waiting for {spec.world_size} members of generation {spec.generation}")
+                time.sleep(_POLL_S)
+            dist.init_process_group(
+                self.backend,
+                store=store,
+                rank=spec.rank,
+                world_size=spec.world_size,
+                timeout=timedelta(seconds=self.collective_timeout_s),
+            )
+        except RuntimeError as error:
+            if not is_peer_failure(error):
+                raise
+            # a member (or the store's host, rank 0) went away mid-rendezvous
+            raise RendezvousFailed(f"generation {spec.generation}: {_first_line(error)}") from error
+        self._store, self.spec, self._owned = store, spec, True
+
+    def _connect(self, spec: GroupSpec, check: Callable[[str], None]) -> dist.Store:
+        timeout = timedelta(seconds=self.collective_timeout_s)
+        if spec.rank == 0:
+            try:
+                return dist.TCPStore(
+                    spec.master_addr, spec.master_port, spec.world_size, True, timeout, wait_for_workers=False
+                )
+            except dist.DistError as error:
+                raise RendezvousFailed(
+                    f"cannot host the rendezvous of generation {spec.generation} at "
+                    f"{spec.master_addr}:{spec.master_port}: {_first_line(error)}"
+                ) from error
+        while True:
+            try:
+                store = dist.TCPStore(
+                    spec.master_addr,
+                    spec.master_port,
+                    spec.world_size,
+                    False,
+                    timedelta(seconds=_CONNECT_ATTEMPT_S),
+                )
+            except dist.DistError:
+                check(f"connecting to {spec.master_addr}:{spec.master_port}")
+                continue
+            store.set_timeout(timeout)
+            return store
+
+    def adopt(self) -> None:
+        """Use a default group the training script initialised itself (it stays the owner)."""
+        self.spec = GroupSpec(0, dist.get_rank(), dist.get_world_size(), "", 0)
+        self._owned = False
+
+    def destroy(self) -> None:
+        if self._owned and dist.is_initialized():
+            dist.destroy_process_group()
+        self._store, self.spec, self._owned = None, None, False
+
+    # Collectives ---------------------------------------------------------------------------
+
+    def agree_max(self, values: list[int]) -> list[int]:
+        tensor = torch.tensor(values, dtype=torch.int64, device=self.device)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+        return [int(v) for v in tensor.tolist()]
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        gathered: list[Any] = [None] * self.world_size
+        dist.all_gather_object(gathered, obj)
+        return gathered
+
+    def broadcast_object(self, obj: Any, src: int) -> Any:
+        box = [obj]
+        dist.broadcast_object_list(box, src=src, device=self.device)
+        return box[0]
+
+    def broadcast_tree(self, tree: Any, src: int) -> Any:
+        """Send a state tree from ``src`` to every rank (no disk): its structure as one pickled
+        object, its tensors' bytes through one reused buffer of at most
+        :data:`BROADCAST_CHUNK_BYTES`. Receivers get freshly allocated tensors."""
+        if self.rank == src:
+            structure, tensors = split_tensors(tree)
+            for tensor in tensors:
+                if tensor.layout != torch.strided:
+                    raise TypeError(f"cannot send a {tensor.layout} tensor to other replicas")
+            tensors = [t.detach().contiguous() for t in tensors]
+            header = (structure, [(tuple(t.shape), t.dtype, t.is_cuda) for t in tensors])
+        else:
+            header = None
+        structure, layout = self.broadcast_object(header, src)
+        if self.rank != src:
+            tensors = [
+                torch.empty(shape, dtype=dtype, device=self.device if on_gpu else "cpu")
+                for shape, dtype, on_gpu in layout
+            ]
+        views = [t.reshape(-1).view(torch.uint8) for t in tensors]
+        total = sum(view.numel() for view in views)
+        chunk = torch.empty(min(total, BROADCAST_CHUNK_BYTES), dtype=torch.uint8, device=self.device)
+        for start in range(0, total, BROADCAST_CHUNK_BYTES):
+            piece = chunk[: min(total - start, BROADCAST_CHUNK_BYTES)]
+            if self.rank == src:
+                _copy_between(views, start, piece, into_piece=True)
+            dist.broadcast(piece, src=src)
+            if self.rank != src:
+                _copy_between(views, start, piece, into_piece=False)
+        return tree if self.rank == src else join_tensors(structure, tensors)
+
+    def store_barrier(self, name: str, interrupted: Callable[[], bool]) -> None:
+        """Wait until every rank reached ``name``, through the store rather than a collective: a
+        joiner still building its model, or rank 0 reading a large checkpoint, may take longer
+        than the collective timeout. Each name is used once per generation."""
+        if self._store is None:  # a group the script formed itself: no store of ours
+            return
+        key = f"hotswap/barrier/{name}"
+        deadline = time.monotonic() + self.rendezvous_timeout_s
+        self._store.add(key, 1)
+        while self._store.add(key, 0) < self.world_size:
+            if interrupted() or time.monotonic() >= deadline:
+                raise RendezvousFailed(
+                    f"not every rank reached {name!r} of generation {self.spec.generation if self.spec else 0}"
+                )
+            time.sleep(_POLL_S)
+
+
+def _copy_between(views: list[torch.Tensor], start: int, piece: torch.Tensor, into_piece: bool) -> None:
+    """Copy the bytes ``[start, start + len(piece))`` of the concatenated ``views`` into the
+    piece, or back out of it."""
+    end = start + piece.numel()
+    offset = 0
+    for view in views:
+        low, high = max(start, offset), min(end, offset + view.numel())
+        if low < high:
+            inside = piece[low - start : high - start]
+            outside = view[low - offset : high - offset]
+            if into_piece:
+                inside.copy_(outside)
+            else:
+                outside.copy_(inside)
+        offset += view.numel()
+        if offset >= end:
+            break
+
+
+def _first_line(error: BaseException) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+
+
+def average_gradients(parameters: Iterable[torch.nn.Parameter] | torch.nn.Module) -> None:
+    """Average the gradients over all ranks, one all-reduce per dtype.
+
+    Use it instead of DistributedDataParallel in elastic jobs: DDP binds its process group when
+    it is constructed and cannot follow a group re-formed after a slice is lost or returns.
+    Does nothing in a single process.
+    """
+    if not dist.is_available() or not dist.is_initialized():
+        return
+    world_size = dist.get_world_size()
+    if world_size == 1:
+        return
+    if isinstance(parameters, torch.nn.Module):
+        parameters = parameters.parameters()
+    by_kind: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
+    for parameter in parameters:
+        if parameter.grad is not None:
+            by_kind.setdefault((parameter.grad.device, parameter.grad.dtype), []).append(parameter.grad)
+    for grads in by_kind.values():
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat)
+        flat /= world_size
+        offset = 0
+        for grad in grads:
+            grad.copy_(flat[offset : offset + grad.numel()].view_as(grad))
+            offset += grad.numel()

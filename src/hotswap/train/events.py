@@ -1,0 +1,34 @@
+"""Goodput events: JSON lines appended to ``HOTSWAP_EVENTS_FILE`` for the controller to read."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TextIO
+
+from hotswap.api.worker import event_record
+
+
+class EventLog:
+    """Appends one :func:`~hotswap.api.worker.event_record` line per event and flushes it, so a
+    worker killed at any moment leaves every event before that moment on disk. Without a file
+    (a run outside hotswap) recording does nothing."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self._handle: TextIO | None = open(path, "a", buffering=1) if path else None
+        self._lock = threading.Lock()  # the checkpoint writer thread records too
+
+    def record(self, kind: str, t: float | None = None, **fields: object) -> None:
+        if self._handle is None:
+            return
+        line = event_record(kind, time.time() if t is None else t, **fields)
+        with self._lock:
+            self._handle.write(line + "\n")
+            self._handle.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._handle is not None:
+                self._handle.close()
+                self._handle = None

@@ -1,0 +1,109 @@
+"""A consistent copy of a state tree in host memory, taken at a step boundary.
+
+The tree is pickled with its tensors set aside (pickle's persistent ids, the mechanism
+``torch.save`` itself uses): the pickle is a deep copy of everything else, and each tensor is
+copied into a host buffer kept from the previous snapshot when shape and dtype still match,
+so a steady-state snapshot costs one memory copy, not an allocation (first-touch page faults
+of a fresh buffer cost far more than the copy). GPU tensors go to pinned buffers.
+
+Tensors that only ``optimizer.step()`` changes (parameters, optimizer state) may be copied
+later, in the background, as long as the next optimizer step waits for that copy: the
+training loop then blocks only for the rest (buffers, RNG states, small values).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import pickle
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+
+def split_tensors(tree: Any) -> tuple[bytes, list[torch.Tensor]]:
+    """The tree pickled without its tensors, and the tensors (each shared one once)."""
+    tensors: list[torch.Tensor] = []
+    index_of: dict[int, int] = {}
+
+    class _Pickler(pickle.Pickler):
+        def persistent_id(self, obj: Any) -> int | None:
+            if isinstance(obj, torch.Tensor):
+                key = id(obj)
+                if key not in index_of:
+                    index_of[key] = len(tensors)
+                    tensors.append(obj)
+                return index_of[key]
+            return None
+
+    buffer = io.BytesIO()
+    _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(tree)
+    return buffer.getvalue(), tensors
+
+
+def join_tensors(structure: bytes, tensors: list[torch.Tensor]) -> Any:
+    """Inverse of :func:`split_tensors`."""
+
+    class _Unpickler(pickle.Unpickler):
+        def persistent_load(self, pid: Any) -> torch.Tensor:
+            return tensors[pid]
+
+    return _Unpickler(io.BytesIO(structure)).load()
+
+
+@dataclasses.dataclass
+class HostSnapshot:
+    """A state tree frozen in host memory: valid until the next :meth:`HostStaging.capture`.
+
+    Copies that :meth:`HostStaging.capture` deferred are made by :meth:`finish_copy`.
+    """
+
+    structure: bytes
+    tensors: list[torch.Tensor]
+    pending: list[tuple[torch.Tensor, torch.Tensor]]  # (host buffer, live tensor) still to copy
+
+    def finish_copy(self) -> None:
+        from_gpu = False
+        for buffer, tensor in self.pending:
+            buffer.copy_(tensor, non_blocking=tensor.is_cuda)
+            from_gpu = from_gpu or tensor.is_cuda
+        if from_gpu:
+            torch.cuda.synchronize()
+        self.pending = []
+
+    def tree(self) -> Any:
+        return join_tensors(self.structure, self.tensors)
+
+
+def _plain(tensor: torch.Tensor) -> bool:
+    return tensor.layout == torch.strided and not tensor.is_quantized
+
+
+class HostStaging:
+    """Host buffers reused from one snapshot to the next."""
+
+    def __init__(self) -> None:
+        self._buffers: list[torch.Tensor] = []
+
+    def capture(self, tree: Any, defer: Callable[[torch.Tensor], bool] | None = None) -> HostSnapshot:
+        """Freeze ``tree``: everything is copied now, except tensors for which ``defer`` says
+        the copy may wait for :meth:`HostSnapshot.finish_copy` (the caller guarantees they do
+        not change before then)."""
+        structure, tensors = split_tensors(tree)
+        host: list[torch.Tensor] = []
+        pending: list[tuple[torch.Tensor, torch.Tensor]] = []
+        now = HostSnapshot(structure, host, [])
+        for index, tensor in enumerate(tensors):
+            tensor = tensor.detach()
+            if not _plain(tensor):
+                host.append(tensor.to("cpu", copy=True))  # sparse/quantized: rare, no reuse
+                continue
+            buffer = self._buffers[index] if index < len(self._buffers) else None
+            if buffer is None or not _plain(buffer) or buffer.shape != tensor.shape or buffer.dtype != tensor.dtype:
+                buffer = torch.empty(tensor.shape, dtype=tensor.dtype, device="cpu", pin_memory=tensor.is_cuda)
+            host.append(buffer)
+            (pending if defer is not None and defer(tensor) else now.pending).append((buffer, tensor))
+        now.finish_copy()
+        self._buffers = host
+        return HostSnapshot(structure, host, pending)
