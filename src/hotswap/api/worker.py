@@ -12,6 +12,9 @@ A worker that stops because it was asked to (SIGTERM: preemption, drain, deletio
 state and exits with :data:`CHECKPOINTED_EXIT_CODE`, the code a SIGTERM-killed process reports
 anyway (128 + 15). It is in the default restart codes, so it never counts as success or as a
 user error anywhere (locally, or to a Kubernetes Job).
+
+Step numbers count from 1: ``step=N`` is the N-th step done, a checkpoint of step N holds the
+state after N steps, and ``restored step=N`` is followed by step N+1.
 """
 
 from __future__ import annotations
@@ -48,6 +51,10 @@ HOTSWAP_EVENTS_FILE = "HOTSWAP_EVENTS_FILE"  # JSON lines of goodput events, one
 HOTSWAP_TERMINATION_GRACE_S = "HOTSWAP_TERMINATION_GRACE_S"
 
 CHECKPOINTED_EXIT_CODE = 143
+# The worker cannot go on for a reason outside the training code (a non-elastic group lost a
+# peer, no membership came, the rendezvous failed): restart it. It is in xpk's default restart
+# codes, and hotswap's. The worker saves what it holds first.
+RESTART_EXIT_CODE = 42
 
 REPLICATED_JOB = "slice"  # the one replicated job of a hotswap JobSet
 
@@ -184,7 +191,9 @@ EVENT_STEP = "step"  # a training step finished: {"step", "duration_s", "slices"
 EVENT_CHECKPOINT_SAVE = "checkpoint_save"  # {"step", "blocking_s", "total_s", "bytes", "reason"}
 EVENT_CHECKPOINT_RESTORE = "checkpoint_restore"  # {"step", "duration_s", "source"}
 EVENT_ELASTIC = "elastic"  # membership change applied: {"generation", "slices", "duration_s"}
-EVENT_STOP = "stop"  # the worker leaves: {"step", "reason", "exit_code"}
+EVENT_STOP = "stop"  # the worker leaves: {"step", "reason", "exit_code"}; reasons: complete,
+# terminated, removed, peer_lost, no_membership, rendezvous_failed. checkpoint_save reasons:
+# periodic, termination, final, recovery (only the writing rank records saves).
 EVENT_KINDS = (
     EVENT_START,
     EVENT_STEP,

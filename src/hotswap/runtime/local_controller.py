@@ -565,6 +565,7 @@ class LocalController:
                     cluster=self.cluster.name,
                     workload=workload.name,
                     slices=slices,
+                    num_slices=workload.spec.num_slices,
                     replica=replica,
                     host=host,
                     hosts_per_slice=len(nodes),

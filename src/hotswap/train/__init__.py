@@ -30,6 +30,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from hotswap.api.worker import CHECKPOINTED_EXIT_CODE, RESTART_EXIT_CODE
 from hotswap.train.data import ResumableBatches
 from hotswap.train.scaling import scale_by_slices
 
@@ -37,12 +38,11 @@ from hotswap.train.scaling import scale_by_slices
 _TORCH_EXPORTS = {
     "init": "hotswap.train.run",
     "Run": "hotswap.train.run",
-    "RESTART_EXIT_CODE": "hotswap.train.run",
     "average_gradients": "hotswap.train.distributed",
     "migrator": "hotswap.train.migration",
 }
 
-__all__ = ["ResumableBatches", "scale_by_slices", *_TORCH_EXPORTS]
+__all__ = ["CHECKPOINTED_EXIT_CODE", "RESTART_EXIT_CODE", "ResumableBatches", "scale_by_slices", *_TORCH_EXPORTS]
 
 
 def __getattr__(name: str) -> Any:

@@ -25,6 +25,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from hotswap.api.worker import (
     CHECKPOINTED_EXIT_CODE,
+    RESTART_EXIT_CODE,
     EVENT_CHECKPOINT_RESTORE,
     EVENT_ELASTIC,
     EVENT_START,
@@ -46,14 +47,20 @@ from hotswap.train.termination import TerminationRequest
 
 log = logging.getLogger("hotswap.train")
 
-# The worker cannot go on for a reason outside the training code (its peers are gone and no new
-# membership came, or a non-elastic group lost a member): restart it. xpk's default restart codes
-# include 42, and so do hotswap's.
-RESTART_EXIT_CODE = 42
 
 
 def _say(line: str) -> None:
     print(line, flush=True)
+
+
+def _leave_now(code: int) -> None:
+    """The last exit handler to be registered runs first: flush and end the process."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 class Run:
@@ -343,12 +350,14 @@ class Run:
         if self.elastic:
             self._change_membership(failed=True)
             return
-        # Not elastic: the group cannot be re-formed in place. Rank 0 saves what it holds (the
-        # last complete step), so the restart the controller makes loses nothing.
+        # Not elastic: the group cannot be re-formed in place. Every survivor holds the same
+        # replica at the last complete step and saves it (the store keeps the first of
+        # identical saves), so the restart the controller makes loses nothing even when the
+        # lost peer was rank 0.
         self.group.destroy()
         if self.termination.requested:
             self._stop_without_group()
-        if self._last_rank == 0 and self._has_state and self.checkpointer is not None:
+        if self._has_state and self.checkpointer is not None:
             self._save_now("recovery", [rng_state()])
         self._exit(RESTART_EXIT_CODE, "peer_lost", "hotswap: a peer was lost and the workload is not elastic")
 
@@ -458,8 +467,9 @@ class Run:
         self._exit(CHECKPOINTED_EXIT_CODE, "terminated")
 
     def _stop_without_group(self) -> None:
-        """SIGTERM while waiting for a membership: the last rank 0 saves what it holds."""
-        if self._last_rank == 0 and self._has_state and self.checkpointer is not None:
+        """SIGTERM with no group to agree in: every rank holding the replica saves it (the first
+        identical save wins in the store)."""
+        if self._has_state and self.checkpointer is not None:
             self._save_now("termination", [rng_state()])
         self._exit(CHECKPOINTED_EXIT_CODE, "terminated")
 
@@ -483,7 +493,10 @@ class Run:
             self.checkpointer.wait()
         self.events.record(EVENT_STOP, step=self.step, reason=reason, exit_code=code)
         self.group.destroy()
-        sys.stdout.flush()
+        self.events.close()
+        # The user's finally blocks still run (SystemExit), but the interpreter's teardown of
+        # PyTorch (about half a second) is skipped: a restart waits for this process to be gone.
+        atexit.register(_leave_now, code)
         raise SystemExit(code)
 
     # State ---------------------------------------------------------------------------------

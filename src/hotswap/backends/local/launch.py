@@ -63,6 +63,7 @@ def worker_environment(
     cluster: str,
     workload: str,
     slices: tuple[str, ...],
+    num_slices: int,
     replica: int,
     host: int,
     hosts_per_slice: int,
@@ -81,7 +82,7 @@ def worker_environment(
         contract.REPLICATED_JOB_NAME: contract.REPLICATED_JOB,
         contract.JOB_INDEX: replica,
         contract.JOB_COMPLETION_INDEX: host,
-        contract.MEGASCALE_NUM_SLICES: len(slices),
+        contract.MEGASCALE_NUM_SLICES: num_slices,  # the workload's size; elastic workers read the active count
         contract.MEGASCALE_SLICE_ID: replica,
         contract.MASTER_ADDR: LOCALHOST,
         contract.MASTER_PORT: master_port,

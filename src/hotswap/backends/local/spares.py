@@ -27,7 +27,9 @@ from hotswap.backends.local.supervisor import Supervisor, WorkerLaunch
 from hotswap.store.state import Store, WorkerRow
 
 WARM = Path(__file__).with_name("warm.py")
-DEFAULT_PRELOAD = ("torch", "torch.distributed", "hotswap.train", "hotswap.train.run")
+# What a training worker imports before its first step; torch._dynamo comes with the first
+# optimizer (about a second by itself).
+DEFAULT_PRELOAD = ("torch", "torch.distributed", "torch.optim", "torch._dynamo", "hotswap.train", "hotswap.train.run")
 PYTHON_NAMES = ("python", "python3", f"python3.{sys.version_info.minor}")
 
 
