@@ -26,6 +26,7 @@ from hotswap.backends.local import client, operations
 from hotswap.backends.local.launch import launch_record, log_path
 from hotswap.demo.observe import Trace, log_lines, read_trace, slice_count_changes
 from hotswap.demo.view import DemoView
+from hotswap.store.paths import home
 
 DEVICE = "v6e-4"  # one host per slice: one training process per slice on a laptop
 REPAIR_BASELINE_S = 600.0  # GKE's node repair, what a job waits without hotswap
@@ -201,6 +202,8 @@ class Drill(abc.ABC):
                 summary["timeline"] = self._safe_timeline()
                 summary["marks"] = self.marks
                 summary["progress"] = self._safe_progress()
+                if not self.options.keep:
+                    self._archive(summary)
                 self.cleanup()
         summary["checks"] = [dataclasses.asdict(c) for c in self.checks]
         summary["passed"] = bool(self.checks) and all(c.passed for c in self.checks)
@@ -210,6 +213,20 @@ class Drill(abc.ABC):
         summary.setdefault("preempted", [])
         summary.setdefault("logs", None)
         return summary
+
+    def _archive(self, summary: dict[str, Any]) -> None:
+        """Keep the training logs and goodput events of a drill whose cluster is removed
+        (``<state>/demo-runs/<cluster>/``); the summary's paths point there."""
+        try:
+            source = operations.existing(self.cluster).root / "workloads"
+        except Exception:
+            return
+        target = home() / "demo-runs" / self.cluster
+        shutil.copytree(source, target, ignore=shutil.ignore_patterns("workers", "membership.*"), dirs_exist_ok=True)
+        for key in ("logs",):
+            if summary.get(key):
+                summary[key] = str(summary[key]).replace(str(source), str(target))
+        summary["archive"] = str(target)
 
     def _safe_progress(self) -> dict[str, list[tuple[float, int]]]:
         """Each job's (time, step) as its rank 0 reported them, thinned to a few hundred points."""

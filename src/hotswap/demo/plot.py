@@ -80,8 +80,8 @@ def plot_drill(summary: dict[str, Any], path: str | Path) -> Path:
         colour = "red" if mark["what"] == "fail" else "green"
         for ax in (slices_ax, steps_ax):
             ax.axvline(mark["t"] - start, color=colour, linestyle="--", linewidth=1)
-        slices_ax.annotate(f"{'failure' if mark['what'] == 'fail' else 'repair'}: {mark['node']}", (mark["t"] - start, len(names) - 0.5),
-                           fontsize=7, color=colour, rotation=90, va="top", ha="right")
+        slices_ax.text(mark["t"] - start, 0.98, f"{'failure' if mark['what'] == 'fail' else 'repair'} {mark['node']} ",
+                       transform=slices_ax.get_xaxis_transform(), fontsize=7, color=colour, rotation=90, va="top", ha="right")
     figure.tight_layout()
     target = Path(path)
     figure.savefig(target, dpi=110)

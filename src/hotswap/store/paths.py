@@ -12,10 +12,14 @@ the platform's user state directory (``~/.local/state/hotswap`` on Linux).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
+import stat
+import tempfile
 from pathlib import Path
 
 HOME_VARIABLE = "HOTSWAP_HOME"
+MAX_SOCKET_PATH = 100
 
 
 def home() -> Path:
@@ -53,7 +57,13 @@ class ClusterPaths:
 
     @property
     def socket(self) -> Path:
-        return self.root / "controller.sock"
+        """The controller's Unix socket. Socket paths are limited to 107 bytes, so a deep state
+        directory gets a short one in a private runtime directory, named after the cluster's."""
+        inside = self.root / "controller.sock"
+        if len(os.fsencode(inside)) <= MAX_SOCKET_PATH:
+            return inside
+        digest = hashlib.sha256(os.fsencode(self.root)).hexdigest()[:20]
+        return runtime_dir() / f"{digest}.sock"
 
     @property
     def controller_log(self) -> Path:
@@ -64,6 +74,18 @@ class ClusterPaths:
 
     def checkpoint_dir(self, workload: str) -> Path:
         return self.root.parent.parent / "checkpoints" / self.name / workload
+
+
+def runtime_dir() -> Path:
+    """A short, private directory for sockets: ``$XDG_RUNTIME_DIR/hotswap`` or
+    ``/tmp/hotswap-<uid>``, which must be ours and closed to others."""
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    path = Path(base) / "hotswap" if base else Path(tempfile.gettempdir()) / f"hotswap-{os.getuid()}"
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    status = path.lstat()
+    if stat.S_ISLNK(status.st_mode) or status.st_uid != os.getuid() or stat.S_IMODE(status.st_mode) & 0o077:
+        raise PermissionError(f"{path} must be a directory of yours that nobody else can open")
+    return path
 
 
 def clusters_root(base: Path | None = None) -> Path:
