@@ -406,3 +406,16 @@ def test_logs_follow_until_the_workload_finishes(home: Path, tmp_path: Path) -> 
     assert status(home, "counter")[0] == "SUCCESSFUL"
     bad = hotswap(home, "workload", "logs", "--cluster", "c", "--workload", "counter", "--slice", "7")
     assert bad.returncode != 0 and "replicas 0-0" in bad.stderr
+
+
+def test_sigterm_stops_the_controller_and_leaves_workers_running(home: Path, sleeper: str) -> None:
+    create_cluster(home, slices=1)
+    create(home, "a", sleeper)
+    wait_until(lambda: running_on(home, "a", 1), what="running")
+    worker = live_workers(home, "c", "a")[0]["pid"]
+    controller = int((home / "clusters" / "c" / "controller.lock").read_text())
+    os.kill(controller, signal.SIGTERM)
+    wait_until(lambda: not alive(controller), timeout=10, what="the controller to stop on SIGTERM")
+    assert alive(worker)  # a controller restart re-adopts it
+    hotswap(home, "workload", "list", "--cluster", "c", check=True)
+    wait_until(lambda: int((home / "clusters" / "c" / "controller.lock").read_text() or 0) not in (0, controller), what="restarted")

@@ -93,7 +93,15 @@ class LocalController:
                 return  # the cluster is being removed: nothing to serve, ever
             listener = self._listen()
             self.selector.register(listener, selectors.EVENT_READ, ("listener", None))
+            # A signal must wake the select (PEP 475 would otherwise resume it): the wakeup
+            # fd gets a byte for every signal, and the handler asks the loop to end.
+            wake_read, wake_write = socket.socketpair()
+            wake_read.setblocking(False)
+            wake_write.setblocking(False)
+            signal.set_wakeup_fd(wake_write.fileno(), warn_on_full_buffer=False)
+            self.selector.register(wake_read, selectors.EVENT_READ, ("signal", None))
             signal.signal(signal.SIGTERM, lambda *_: self._stop_loop())
+            signal.signal(signal.SIGINT, lambda *_: self._stop_loop())
             self._recover()
             while not self.stopped:
                 timeout = self._next_deadline()
@@ -105,6 +113,11 @@ class LocalController:
                         self._read(key.fileobj)  # type: ignore[arg-type]
                     elif kind == "worker":
                         self._worker_ended(key.fd)
+                    elif kind == "signal":
+                        with contextlib.suppress(BlockingIOError):
+                            key.fileobj.recv(64)  # type: ignore[union-attr]
+                if self.stopped:
+                    break
                 self._expire_grace_periods()
                 self._refill_spares_if_due()
                 self._work()
