@@ -123,7 +123,7 @@ def list_(
 ) -> None:
     """Workloads of a cluster, xpk's table (or a JSON/YAML array)."""
     from hotswap.api.errors import InvalidInputError
-    from hotswap.backends.local.views import STATUS_FILTERS, TABLE_COLUMNS, table_row
+    from hotswap.backends.views import STATUS_FILTERS, TABLE_COLUMNS, table_row
     from hotswap.cli.backends import for_cluster
 
     status = filter_by_status.upper()

@@ -442,12 +442,7 @@ class Run:
     def _terminate(self) -> None:
         """SIGTERM, agreed by every rank at this boundary: save and exit."""
         started = time.monotonic()
-        try:
-            rngs = self._gather_rng()
-        except Exception as error:
-            if not is_peer_failure(error):
-                raise
-            rngs = [rng_state()]
+        rngs = self._gather_rng_or_own()
         if self.rank == 0 and self.checkpointer is not None:
             self.checkpointer.wait()
             if self.checkpointer.store.latest_step() == self.step:
@@ -474,12 +469,7 @@ class Run:
         self._exit(CHECKPOINTED_EXIT_CODE, "terminated")
 
     def _finish(self) -> None:
-        try:
-            rngs = self._gather_rng()
-        except Exception as error:
-            if not is_peer_failure(error):
-                raise
-            rngs = [rng_state()]
+        rngs = self._gather_rng_or_own()
         if self.rank == 0 and self.checkpointer is not None:
             self.checkpointer.wait()
             if self.checkpointer.store.latest_step() != self.step:
@@ -512,6 +502,15 @@ class Run:
         if self.world_size == 1:
             return [rng_state()]
         return self.group.all_gather_object(rng_state())
+
+    def _gather_rng_or_own(self) -> list[dict[str, Any]]:
+        """Every rank's RNG states, or only this rank's when a peer is already gone."""
+        try:
+            return self._gather_rng()
+        except Exception as error:
+            if not is_peer_failure(error):
+                raise
+            return [rng_state()]
 
     def _save_now(self, reason: str, rngs: list[dict[str, Any]]) -> None:
         assert self.checkpointer is not None

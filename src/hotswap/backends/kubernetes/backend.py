@@ -27,8 +27,9 @@ from hotswap.backends.kubernetes.render import (
     render_priority_classes,
 )
 from hotswap.backends.kubernetes.settings import KubeSettings
-from hotswap.backends.kubernetes.translate import read_jobset, read_pod
-from hotswap.backends.kubernetes.views import goodput_view, kueue_status, matches, view_of
+from hotswap.backends.kubernetes.translate import LiveJobSet, read_jobset, read_pod
+from hotswap.backends.kubernetes.views import goodput_view, kueue_status, view_of
+from hotswap.backends.views import matches
 from hotswap.core.model import Node, Slice, Snapshot
 from hotswap.store.paths import ClusterPaths, private_dir
 from hotswap.store.state import ClusterRecord, Store
@@ -234,10 +235,7 @@ class KubernetesBackend:
     def describe_workload(self, cluster: str, name: str) -> dict[str, Any]:
         settings = settings_of(cluster)
         client = self._client(settings)
-        obj = client.get_jobset(name)
-        if obj is None:
-            raise NotFoundError(f"no workload named {name} in cluster {cluster}")
-        job = read_jobset(obj)
+        job = _existing_jobset(client, cluster, name)
         view = view_of(job, self._kueue(client, settings))
         spec = job.spec
         view["spec"] = spec.model_dump(mode="json") if spec else {}
@@ -279,10 +277,7 @@ class KubernetesBackend:
     ) -> None:
         settings = settings_of(cluster)
         client = self._client(settings)
-        obj = client.get_jobset(name)
-        if obj is None:
-            raise NotFoundError(f"no workload named {name} in cluster {cluster}")
-        job = read_jobset(obj)
+        job = _existing_jobset(client, cluster, name)
         replicas = list((job.state or {}).get("replicas") or [])
         num = job.spec.num_slices if job.spec else len(replicas)
         replica = 0
@@ -355,3 +350,10 @@ class KubernetesBackend:
                         client.evict(meta["name"])
         return targets
 
+
+def _existing_jobset(client: Any, cluster: str, name: str) -> LiveJobSet:
+    """The workload's JobSet, or the same one-line error as the local backend gives."""
+    obj = client.get_jobset(name)
+    if obj is None:
+        raise NotFoundError(f"no workload named {name} in cluster {cluster}")
+    return read_jobset(obj)

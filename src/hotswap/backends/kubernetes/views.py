@@ -3,20 +3,11 @@ backend (see :mod:`hotswap.backends.local.views`), built from live objects (pure
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from typing import Any
 
 from hotswap.backends.kubernetes import labels
+from hotswap.backends.views import FINISHED, iso
 from hotswap.backends.kubernetes.translate import LiveJobSet, read_jobset
-
-FINISHED = ("SUCCESSFUL", "FAILED")
-
-
-def iso(t: float | None) -> str | None:
-    if not t:
-        return None
-    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
 
 def kueue_status(workloads: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
     """JobSet name -> (status, message) from Kueue's Workload objects (owned by the JobSet)."""
@@ -83,20 +74,6 @@ def _status(job: LiveJobSet, kueue: dict[str, tuple[str, str]]) -> tuple[str, st
     if not state:
         return "QUEUED", "waiting for the hotswap controller (`hotswap controller run`)", job.created
     return str(state.get("phase", "QUEUED")), str(state.get("status_message", "")), state.get("status_time") or None
-
-
-def matches(view: dict[str, Any], status: str, job_prefix: str | None) -> bool:
-    """xpk's filters, as on the local backend: ``--filter-by-status`` and ``--filter-by-job``."""
-    if job_prefix and not view["name"].startswith(job_prefix):
-        return False
-    current = view["status"]
-    if status == "EVERYTHING":
-        return True
-    if status == "FINISHED":
-        return current in FINISHED
-    if status == "RUNNING":
-        return current in ("RUNNING", "RESTARTING")
-    return current == status
 
 
 def goodput_view(job: LiveJobSet, now: float) -> dict[str, Any]:

@@ -22,7 +22,8 @@ from hotswap.api.names import validate_cluster_name
 from hotswap.api.spec import WorkloadSpec
 from hotswap.backends.local import client
 from hotswap.backends.local import launch as files
-from hotswap.backends.local.views import matches, workload_view
+from hotswap.backends.local.views import workload_view
+from hotswap.backends.views import matches
 from hotswap.store.paths import ClusterPaths, clusters_root, private_dir
 from hotswap.store.state import ClusterRecord, Store
 
@@ -349,7 +350,7 @@ def describe_workload(cluster: str, name: str, timeline: bool = True) -> dict[st
     view["logs"] = str(directory / "logs")
     view["main_log"] = str(files.log_path(directory, 0, 0))
     if timeline:
-        from hotswap.backends.local.views import iso
+        from hotswap.backends.views import iso
 
         view["timeline"] = [{"time": iso(e["t"]), "event": e["kind"], "message": e["message"]} for e in events]
         view["goodput"] = workload_goodput(record, events, directory, time.time())

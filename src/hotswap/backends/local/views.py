@@ -6,20 +6,10 @@ stays fast.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from typing import Any
 
 from hotswap.api.priority import Priority
-
-FINISHED = ("SUCCESSFUL", "FAILED")
-STATUS_FILTERS = ("EVERYTHING", "FINISHED", "RUNNING", "QUEUED", "FAILED", "SUCCESSFUL")
-
-
-def iso(t: float | None) -> str | None:
-    """UTC time as ISO 8601, like xpk's table (``2026-11-22T12:00:00Z``)."""
-    if t is None:
-        return None
-    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+from hotswap.backends.views import iso
 
 
 def workload_view(record: dict[str, Any]) -> dict[str, Any]:
@@ -41,47 +31,3 @@ def workload_view(record: dict[str, Any]) -> dict[str, Any]:
         "attempt": record["attempt"],
         "command": spec["command"],
     }
-
-
-def matches(view: dict[str, Any], status: str, job_prefix: str | None) -> bool:
-    """xpk's filters: ``--filter-by-status`` and ``--filter-by-job`` (a name prefix)."""
-    if job_prefix and not view["name"].startswith(job_prefix):
-        return False
-    current = view["status"]
-    if status == "EVERYTHING":
-        return True
-    if status == "FINISHED":
-        return current in FINISHED
-    if status == "RUNNING":
-        return current in ("RUNNING", "RESTARTING")
-    return current == status
-
-
-def table_row(view: dict[str, Any]) -> list[str]:
-    """One row of the ``workload list`` table, in xpk's column order."""
-    held = len(view["slices"])
-    done = view["num_slices"] if view["status"] == "SUCCESSFUL" else None
-    return [
-        view["name"],
-        view["created_time"] or "",
-        view["priority"],
-        str(view["num_slices"]),
-        str(held) if held else "<none>",
-        str(done) if done is not None else "<none>",
-        view["status"],
-        view["status_message"],
-        view["status_time"] or "",
-    ]
-
-
-TABLE_COLUMNS = [
-    "Name",
-    "Created Time",
-    "Priority",
-    "Slices Needed",
-    "Slices Running",
-    "Slices Done",
-    "Status",
-    "Status Message",
-    "Status Time",
-]
