@@ -32,6 +32,10 @@ DEVICE = "v6e-4"  # one host per slice: one training process per slice on a lapt
 REPAIR_BASELINE_S = 600.0  # GKE's node repair, what a job waits without hotswap
 
 
+# Controller decisions worth showing as they happen (node faults appear as the drill's own lines).
+_SHOWN = {"admit", "preempt", "restart", "startworkers", "requeue", "scaledown", "scaleup", "fail", "complete"}
+
+
 class DrillFailed(Exception):
     """The drill could not go on (a wait timed out); the summary reports it as failed."""
 
@@ -67,6 +71,7 @@ class Drill(abc.ABC):
         self.marks: list[dict[str, Any]] = []  # failures and repairs, for the plot
         self.started = time.time()
         self.view = DemoView(f"hotswap demo {self.scenario}: {self.title}", self._state, live)
+        self._seen_event = 0  # the controller's timeline, shown as it grows
         self.workdir = Path.cwd()
 
     # ------------------------------------------------------------------ plumbing
@@ -99,8 +104,24 @@ class Drill(abc.ABC):
             if time.monotonic() > deadline:
                 raise DrillFailed(f"timed out waiting for {what}")
             self._fail_fast()
+            self._follow_controller()
             self.view.refresh()
             time.sleep(0.05)
+
+    def _follow_controller(self) -> None:
+        """Show the controller's decisions as they are committed (admissions, preemptions, ...)."""
+        try:
+            store = operations.open_store(operations.existing(self.cluster))
+        except Exception:
+            return
+        try:
+            rows = store.events_after(self._seen_event)
+        finally:
+            store.close()
+        for row in rows:
+            self._seen_event = row["id"]
+            if row["kind"] in _SHOWN and row["workload"]:
+                self.view.event(f"  controller: {row['workload']} {row['message']}")
 
     def _fail_fast(self) -> None:
         """A training job that failed will not recover: stop waiting and show why."""
@@ -159,6 +180,7 @@ class Drill(abc.ABC):
         if outcome.status != "done":
             raise DrillFailed(outcome.message)
         self.marks.append({"t": t, "what": operation, "node": node})
+        self._follow_controller()
         return t
 
     def main_log(self, name: str) -> Path:

@@ -237,6 +237,10 @@ class Store:
             (t, workload, seq, kind, message, json.dumps(data, sort_keys=True) if data else None),
         )
 
+    def events_after(self, event_id: int) -> list[sqlite3.Row]:
+        """Timeline rows newer than ``event_id`` (to follow the timeline as it grows)."""
+        return self.connection.execute("SELECT * FROM events WHERE id > ? ORDER BY id", (event_id,)).fetchall()
+
     def timeline(self, workload: str | None = None, seq: int | None = None) -> list[sqlite3.Row]:
         if workload is None:
             return self.connection.execute("SELECT * FROM events ORDER BY id").fetchall()
