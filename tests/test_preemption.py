@@ -93,3 +93,32 @@ def test_zero_deficit_needs_nothing() -> None:
     plan = plan_reclaim(0, [], 0.0)
     assert plan is not None and plan.victims == () and plan.shrinks == ()
 
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_the_scheduler_lists_enough_candidates_for_the_same_plan(data: st.DataObject) -> None:
+    """The scheduler lists only the candidates a plan can use; the plan equals the plan over
+    every strictly lower-priority holder."""
+    from builders import World, create
+
+    from hotswap.core.scheduler import _Round
+
+    world = World(slices=12)
+    for i in range(data.draw(st.integers(1, 8))):
+        size = data.draw(st.integers(1, 3))
+        extra = {"min_slices": data.draw(st.integers(1, size - 1))} if size > 1 and data.draw(st.booleans()) else {}
+        world.step(create(f"w{i}", size, data.draw(st.sampled_from(PRIORITIES)), **extra))
+    preemptor = data.draw(st.sampled_from(["low", "medium", "high"]))
+    world.step(create("p", 1, preemptor))
+    round_ = _Round(world.snapshot, world.now + 5.0, world.config)
+    demanding = world.snapshot.workloads["p"]
+    full = [
+        Candidate(w, len(w.slices), max(0, len(w.slices) - w.spec.floor_slices) if w.spec.min_slices else 0)
+        for w in world.snapshot.workloads.values()
+        if w.slices and w.priority < demanding.priority
+    ]
+    deficit = data.draw(st.integers(1, 12))
+    listed = round_._candidates(demanding, deficit)
+    assert {c.workload.name for c in listed} <= {c.workload.name for c in full}
+    assert plan_reclaim(deficit, listed, round_.now) == plan_reclaim(deficit, full, round_.now)

@@ -31,7 +31,7 @@ from hotswap.api.spec import RestartStrategy
 from hotswap.core import actions as act
 from hotswap.core import events as ev
 from hotswap.core.model import Node, Slice, Snapshot, Workload, holder_class
-from hotswap.core.ordering import DemandKind, demand_order
+from hotswap.core.ordering import DemandKind, candidates_ordering, demand_order
 from hotswap.core.policy import DEFAULT_CONFIG, ExitVerdict, FailurePolicy, SchedulerConfig
 from hotswap.core.preemption import Candidate, plan_reclaim
 
@@ -580,33 +580,46 @@ class _Round:
     def _candidates(self, workload: Workload, deficit: int) -> list[Candidate]:
         """Strictly lower-priority holders of the workload's type that a plan may need.
 
-        The plan evicts in priority order, lowest first, so once the lowest levels hold
-        ``deficit`` healthy slices the higher levels can only contribute by shrinking: only
-        their elastic members are listed. The plan is the same as over every holder.
+        The plan evicts in :func:`candidates_ordering` order, lowest priority first, and every
+        victim frees at least one slice, so it never evicts more than ``deficit`` workloads:
+        from the lowest levels only the ``deficit`` cheapest are listed, and once they cover
+        the deficit the higher levels can only contribute by shrinking, so only elastic
+        holders are listed there. Every elastic holder that can shrink is listed (shrinks go
+        in the same order across levels). The plan is the same as over every holder.
         """
         device_type, priority, _ = holder_class(workload)
-        classes = sorted(k for k in self.class_held if k[0] == device_type and k[1] < priority)
+        levels = sorted({k[1] for k in self.class_held if k[0] == device_type and k[1] < priority})
         broken = self._broken_by_holder()
         elastic = self.config.elastic
         found: list[Candidate] = []
         covered = 0
-        for level in sorted({k[1] for k in classes}):
-            every = covered < deficit
+        for level in levels:
+            evictable: list[Candidate] = []
             for key in ((device_type, level, False), (device_type, level, True)):
-                if not every and not (key[2] and elastic):
+                if covered >= deficit and not (key[2] and elastic):
                     continue
                 for name in self._members_view(key):
                     other = self.workloads[name]
                     if other.phase not in _HOLDING:
                         continue
                     healthy = len(other.slices) - broken.get(name, 0)
+                    if healthy <= 0:
+                        continue
                     shrinkable = 0
                     if key[2] and elastic and other.phase is RUNNING:
                         shrinkable = max(0, min(healthy, len(other.slices) - other.spec.floor_slices))
-                    if healthy > 0 and (every or shrinkable):
-                        found.append(Candidate(other, healthy, shrinkable))
-                        if every:
-                            covered += healthy
+                    candidate = Candidate(other, healthy, shrinkable)
+                    if covered < deficit:
+                        evictable.append(candidate)
+                    elif shrinkable:
+                        found.append(candidate)
+            if evictable:
+                need = deficit - covered
+                cheapest = heapq.nsmallest(need, evictable, key=lambda c: candidates_ordering(c.workload, self.now))
+                chosen = {id(c) for c in cheapest}
+                found.extend(cheapest)
+                found.extend(c for c in evictable if c.shrinkable and id(c) not in chosen)
+                covered += sum(c.healthy for c in cheapest)
         return found
 
     def _serve(self, demand: _Demand) -> None:
