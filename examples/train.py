@@ -41,7 +41,8 @@ def main() -> None:
     )
     parser.add_argument("--step-sleep", type=float, default=0.0, help="seconds per step, to slow down drills")
     parser.add_argument(
-        "--collective-timeout", type=float, default=60.0, help="seconds before a silent peer counts as lost"
+        "--collective-timeout", type=float, default=None,
+        help="seconds before a silent peer counts as lost (default: half the grace period, 5-60 s)"
     )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()

@@ -419,3 +419,77 @@ def test_sigterm_stops_the_controller_and_leaves_workers_running(home: Path, sle
     assert alive(worker)  # a controller restart re-adopts it
     hotswap(home, "workload", "list", "--cluster", "c", check=True)
     wait_until(lambda: int((home / "clusters" / "c" / "controller.lock").read_text() or 0) not in (0, controller), what="restarted")
+
+
+def test_a_stopping_worker_never_charges_its_workload(home: Path, tmp_path: Path, sleeper: str) -> None:
+    """Drain then repair at once: the elastic job scales down, then back up onto the same
+    slice while the old worker there still finishes its checkpoint. Its late exit (143) is
+    expected and must not fail the job or use a restart."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    create_cluster(home, slices=3)
+    create(home, "e", sleeper, "--num-slices", "3", "--min-slices", "2", "--env", f"MARKS={marks}", "--env", "LINGER=2")
+    wait_until(lambda: running_on(home, "e", 3), what="running")
+    target = status(home, "e")[1][2]
+    hotswap(home, "node", "drain", "--cluster", "c", "--slice", target, check=True)
+    hotswap(home, "node", "uncordon", "--cluster", "c", "--slice", target, check=True)
+    wait_until(lambda: len(list(marks.glob("e-1-2-0.stop"))) == 1, what="the drained worker to finish")
+    wait_until(lambda: not [w for w in live_workers(home, "c", "e") if w["state"] == "stopping"], what="old worker gone")
+    record = workloads(home, "c")["e"]
+    assert record["phase"] == "RUNNING" and record["restarts"] == 0 and len(record["slices"]) == 3
+    dirs = [w["dir"] for w in live_workers(home, "c", "e")]
+    assert len(set(dirs)) == len(dirs)  # every process has a directory of its own
+
+
+def test_a_command_that_cannot_run_says_so_and_follows_the_policy(home: Path) -> None:
+    create_cluster(home, slices=1)
+    create(home, "typo", "pyhton3 train.py", "--max-restarts", "1")
+    wait_until(lambda: status(home, "typo")[0] == "FAILED", what="failed after its restart")
+    record = workloads(home, "c")["typo"]
+    assert record["restarts"] == 1 and "127" in record["status_message"]
+    log = hotswap(home, "workload", "logs", "--cluster", "c", "--workload", "typo", check=True).stdout
+    assert "cannot run 'pyhton3'" in log
+
+
+def test_a_finished_command_is_not_kept_alive_by_what_it_left_running(home: Path, tmp_path: Path) -> None:
+    create_cluster(home, slices=1)
+    script = tmp_path / "leaves.py"
+    script.write_text("import subprocess\nsubprocess.Popen(['sleep', '300'])\nprint('done', flush=True)\n")
+    create(home, "leaves", f"python3 {script}")
+    wait_until(lambda: status(home, "leaves")[0] == "SUCCESSFUL", timeout=30, what="finished despite the straggler")
+
+
+def test_concurrent_creates_of_one_cluster_name_explain_themselves(home: Path) -> None:
+    import concurrent.futures
+
+    devices = ["v6e-4", "v5p-16", "v6e-4", "v4-8", "v6e-16"]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=5) as pool:
+        results = list(pool.map(
+            lambda d: hotswap(home, "cluster", "create", "--cluster", "race", "--device-type", d, "--num-slices", "1"), devices
+        ))
+    winners = [d for d, r in zip(devices, results) if r.returncode == 0]
+    assert len(set(winners)) == 1
+    for result in results:
+        if result.returncode != 0:
+            assert len(result.stderr.strip().splitlines()) == 1 and "cannot change" in result.stderr, result.stderr
+
+
+def test_warm_spares_apply_pythonpath(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hotswap.api.spec import workload_spec
+    from hotswap.backends.local import operations
+    from hotswap.backends.local.launch import launch_record
+
+    monkeypatch.setenv("HOTSWAP_HOME", str(home))
+    library = tmp_path / "lib"
+    library.mkdir()
+    (library / "helpermod.py").write_text("VALUE = 'from PYTHONPATH'\n")
+    (tmp_path / "job.py").write_text("import time, helpermod\nprint(helpermod.VALUE, flush=True)\ntime.sleep(600)\n")
+    operations.create_cluster("c", "v6e-4", 1, True, lambda _: True, warm_workers=1, warm_preload=["json"])
+    wait_until(lambda: query(home, "c", "SELECT * FROM workers WHERE state = 'warm' AND pid IS NOT NULL"), what="a spare")
+    spare = query(home, "c", "SELECT * FROM workers WHERE state = 'warm'")[0]
+    wait_until(lambda: (Path(spare["dir"]) / "ready").exists(), what="spare ready")
+    launch = launch_record(environ=dict(os.environ), cwd=str(tmp_path), user_env={"PYTHONPATH": str(library)}, checkpoint_dir=str(tmp_path / "c"))
+    operations.create_workload("c", workload_spec(name="job", command=f"{sys.executable} job.py", device_type="v6e-4"), launch)
+    log = operations.log_file("c", "job", None, 0)
+    wait_until(lambda: "from PYTHONPATH" in log.read_text(), what="the module found on a spare")
+    assert "on a warm spare" in log.read_text()

@@ -92,7 +92,12 @@ def main() -> None:
                 write_forever(directory, restored_step, asynchronous=trial % 2 == 1)
             finally:
                 os._exit(1)
-        time.sleep(chooser.uniform(0.01, 0.12))
+        # Kill only once this writer has committed a checkpoint, so every trial has something
+        # to restore however slow the machine is; then at a random point of the next writes.
+        deadline = time.monotonic() + 30
+        while (CheckpointStore(directory, keep=3).latest_step() or 0) <= restored_step and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(chooser.uniform(0.0, 0.08))
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         summary["trials"] += 1

@@ -60,7 +60,7 @@ class Workload:
     running_since: float | None = None  # when the current attempt's workers started
     last_checkpoint_at: float | None = None
     last_checkpoint_step: int | None = None
-    exited_ok: frozenset[tuple[str, int, bool]] = frozenset()  # (slice, host) of this attempt done
+    exited_ok: frozenset[tuple[str, int]] = frozenset()  # (slice, host) of this attempt done
     status_message: str = ""
     status_time: float = 0.0
 

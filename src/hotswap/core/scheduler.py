@@ -644,11 +644,8 @@ class _Round:
         target = min(deficit, bound)
         if target == 0 or have + target < demand.need:
             return []
-        candidates = self._candidates(workload, target)
-        if target == 0 or have + target < demand.need:
-            return []
-        plan = plan_reclaim(target, candidates, self.now)
-        if plan is None:  # cannot happen: target <= available
+        plan = plan_reclaim(target, self._candidates(workload, target), self.now)
+        if plan is None:  # cannot happen: the held slices counted cover the target
             return []
         for victim in plan.victims:
             self._preempt(victim, workload)

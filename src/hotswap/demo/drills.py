@@ -27,6 +27,7 @@ from hotswap.backends.local.launch import launch_record, log_path
 from hotswap.demo.observe import Trace, log_lines, read_trace, slice_count_changes
 from hotswap.demo.view import DemoView
 from hotswap.store.paths import home
+from hotswap.store.state import LIVE_WORKER_STATES
 
 DEVICE = "v6e-4"  # one host per slice: one training process per slice on a laptop
 REPAIR_BASELINE_S = 600.0  # GKE's node repair, what a job waits without hotswap
@@ -155,11 +156,8 @@ class Drill(abc.ABC):
 
     def workload_dir(self, name: str) -> Path | None:
         paths = operations.existing(self.cluster)
-        store = operations.open_store(paths)
-        try:
+        with operations.open_store(paths) as store:
             seq = next((r["seq"] for r, _ in store.workload_records() if r["spec"]["name"] == name), None)
-        finally:
-            store.close()
         return None if seq is None else paths.workload_dir(name, seq)
 
     def trace(self, name: str) -> Trace | None:
@@ -193,11 +191,8 @@ class Drill(abc.ABC):
 
     def timeline(self) -> list[dict[str, Any]]:
         paths = operations.existing(self.cluster)
-        store = operations.open_store(paths)
-        try:
+        with operations.open_store(paths) as store:
             return [dict(r) for r in store.timeline()]
-        finally:
-            store.close()
 
     def cleanup(self) -> None:
         if self.options.keep:
@@ -376,11 +371,8 @@ class HotswapDrill(Drill):
 
     def _spares_ready(self) -> bool:
         paths = operations.existing(self.cluster)
-        store = operations.open_store(paths)
-        try:
+        with operations.open_store(paths) as store:
             spares = store.workers(("warm",))
-        finally:
-            store.close()
         return len(spares) >= 2 and all((Path(s.dir) / "ready").exists() for s in spares)
 
 
@@ -478,11 +470,8 @@ class MigrationDrill(Drill):
 
     def _live(self, name: str) -> bool:
         paths = operations.existing(self.cluster)
-        store = operations.open_store(paths)
-        try:
-            return any(w.workload == name for w in store.workers(("starting", "running", "stopping")))
-        finally:
-            store.close()
+        with operations.open_store(paths) as store:
+            return any(w.workload == name for w in store.workers(LIVE_WORKER_STATES))
 
 
 SEED_001_AWK = Path(__file__).with_name("seed001_slice_changes.awk")

@@ -65,7 +65,7 @@ def read_trace(workload_dir: Path) -> Trace:
     stops: list[dict] = []
     for path in sorted((workload_dir / "events").glob("*.jsonl")):
         try:
-            attempt, replica, host = (int(part) for part in path.stem.split("-"))
+            attempt, replica, host = (int(part) for part in path.stem.split("-")[:3])
         except ValueError:
             continue
         for line in path.read_text().splitlines():

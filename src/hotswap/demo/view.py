@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 Snapshot = Callable[[], dict[str, Any]]
+REDRAW_EVERY_S = 0.5
 
 
 class DemoView:
@@ -25,6 +26,7 @@ class DemoView:
         self.started = time.monotonic()
         self.events: list[str] = []
         self._live = None
+        self._drawn = 0.0
 
     def __enter__(self) -> DemoView:
         if self.live_enabled:
@@ -50,10 +52,13 @@ class DemoView:
             self._live.update(self._render())
 
     def refresh(self) -> None:
-        if self._live is not None:
+        """Redraw, at most a few times a second: reading every worker's events costs CPU the
+        training processes need."""
+        if self._live is not None and time.monotonic() - self._drawn >= REDRAW_EVERY_S:
             self._live.update(self._render())
 
     def _render(self) -> Any:
+        self._drawn = time.monotonic()
         from rich.console import Group
         from rich.table import Table
         from rich.text import Text

@@ -19,6 +19,7 @@ import dataclasses
 import fcntl
 import json
 import os
+import resource
 import selectors
 import signal
 import socket
@@ -34,7 +35,7 @@ from hotswap.api.cluster import node_name, slice_name
 from hotswap.api.spec import WorkloadSpec
 from hotswap.api.worker import HOTSWAP_EVENTS_FILE, Membership
 from hotswap.backends.local import launch as files
-from hotswap.backends.local.spares import DEFAULT_PRELOAD, SparePool
+from hotswap.backends.local.spares import DEFAULT_PRELOAD, SpareGone, SparePool
 from hotswap.backends.local.supervisor import Supervisor, WorkerLaunch
 from hotswap.core import actions as act
 from hotswap.core import events as ev
@@ -42,10 +43,11 @@ from hotswap.core.model import Snapshot, Workload
 from hotswap.core.policy import SchedulerConfig
 from hotswap.core.scheduler import decide
 from hotswap.store.codec import workload_to_json
-from hotswap.store.paths import ClusterPaths
-from hotswap.store.state import Request, Store, WorkerRow
+from hotswap.store.paths import ClusterPaths, new_dirs_private
+from hotswap.store.state import LIVE_WORKER_STATES, Request, Store, WorkerRow
 
-LIVE = ("starting", "running", "stopping")
+LIVE = LIVE_WORKER_STATES
+CANNOT_START_EXIT_CODE = 127  # what a shell reports for a command it cannot run
 SPARE_REFILL_DELAY_S = 5.0  # let a failover's workers have the CPU before new spares import torch
 
 
@@ -71,6 +73,10 @@ class LocalController:
         self.waiters: dict[int, list[socket.socket]] = {}  # request id -> connections
         self.buffers: dict[socket.socket, bytes] = {}
         self.pending_events: list[ev.Event] = []
+        # Worker exits seen but not yet committed: they are written in the transaction of the
+        # round that decides on them, so a crash in between is repaired by _recover (the
+        # worker is then found dead again) and no exit is ever decided on twice or never.
+        self.pending_exits: dict[int, tuple[int, float]] = {}  # worker id -> (code, ended at)
         self.shutting_down: int | None = None  # request id of a shutdown in progress
         self.stopped = False
         self.snapshot: Snapshot = self.store.load_snapshot(time.time())
@@ -87,6 +93,7 @@ class LocalController:
     # ------------------------------------------------------------------ lifecycle
 
     def run(self) -> None:
+        _raise_descriptor_limit()  # a pidfd per worker: big clusters need many descriptors
         lock = self._lock()
         try:
             if self.store.deleted():
@@ -158,6 +165,9 @@ class LocalController:
                 connection, _ = listener.accept()
             except BlockingIOError:
                 return
+            except OSError:  # out of descriptors: the client retries, we keep serving
+                traceback.print_exc()
+                return
             connection.setblocking(False)
             self.buffers[connection] = b""
             self.selector.register(connection, selectors.EVENT_READ, ("connection", None))
@@ -177,7 +187,11 @@ class LocalController:
         while b"\n" in self.buffers.get(connection, b""):
             line, rest = self.buffers[connection].split(b"\n", 1)
             self.buffers[connection] = rest
-            message = json.loads(line)
+            try:
+                message = json.loads(line)
+            except json.JSONDecodeError:
+                self._drop(connection)
+                return
             if "ping" in message:
                 self._send(connection, {"pong": os.getpid()})
             elif "wait" in message:
@@ -230,20 +244,27 @@ class LocalController:
         self._record_exit(row, self.supervisor.exit_code(row))
 
     def _record_exit(self, row: WorkerRow, code: int) -> None:
-        now = time.time()
-        with self.store.transaction():
-            self.store.update_worker(row.id, state="exited", exit_code=code, ended_at=now)
-        self.pending_events.append(ev.WorkerExited(row.workload, row.attempt, row.slice, row.host, code))
+        self.pending_exits[row.id] = (code, time.time())
+        if row.state != "stopping":
+            # A worker told to stop (preempted, restarted, scaled away, drained) ends as asked:
+            # its exit code says nothing about the workload and is never judged.
+            self.pending_events.append(ev.WorkerExited(row.workload, row.attempt, row.slice, row.host, code))
         workload = self.snapshot.workloads.get(row.workload)
         if workload is not None and workload.seq == row.seq:
             if not self._live_workers(row.workload, row.seq, row.attempt):
                 self.pending_events.append(ev.WorkersStopped(row.workload, row.attempt))
 
+    def _commit_exits(self) -> None:
+        """Write the pending exits (inside the caller's transaction)."""
+        for worker_id, (code, ended_at) in self.pending_exits.items():
+            self.store.update_worker(worker_id, state="exited", exit_code=code, ended_at=ended_at)
+        self.pending_exits.clear()
+
     def _live_workers(self, workload: str, seq: int, attempt: int | None = None) -> list[WorkerRow]:
         return [
             w
             for w in self.store.workers(LIVE, workload)
-            if w.seq == seq and (attempt is None or w.attempt == attempt)
+            if w.seq == seq and (attempt is None or w.attempt == attempt) and w.id not in self.pending_exits
         ]
 
     def _next_deadline(self) -> float | None:
@@ -289,7 +310,10 @@ class LocalController:
         self.refill_at = time.time()
 
     def _refill_spares_if_due(self) -> None:
-        if self.refill_at is None or self.refill_at > time.time() or self.shutting_down is not None:
+        if self.shutting_down is not None:
+            self.refill_at = None  # no new spares for a cluster going away
+            return
+        if self.refill_at is None or self.refill_at > time.time():
             return
         self.refill_at = None
         for _ in range(self.spares.wanted()):
@@ -303,7 +327,7 @@ class LocalController:
         the workers a committed decision asked for but a crash left unstarted."""
         for row in self.store.workers(LIVE):
             if row.pid is None:
-                row = self._adopt_from_pid_file(row)
+                row = self._adopt_from_pid_file(self.spares.adopt_after_crash(row))
             if row.pid is None:
                 self._spawn_rows([(row, None)])
                 continue
@@ -318,6 +342,8 @@ class LocalController:
         for row in self.store.workers(("stopping",)):
             self.supervisor.signal(row, signal.SIGTERM)
         for row in self.spares.rows():
+            if row.pid is None:
+                row = self._adopt_from_pid_file(row)
             pidfd = self.supervisor.pidfd(row) if row.pid is not None else None
             if pidfd is None:
                 with self.store.transaction():
@@ -352,12 +378,17 @@ class LocalController:
                 continue
             self._serve(request)
         if self.shutting_down is not None:
+            with self.store.transaction():
+                self._commit_exits()
             self.pending_events.clear()  # workers are being stopped on purpose: no restarts
             if not self.store.workers(LIVE) and not self.spares.rows():
                 self._finish_shutdown()
             return
         if self.pending_events:
             self._round([], None)
+        elif self.pending_exits:  # exits nobody decides on (a deleted workload's workers)
+            with self.store.transaction():
+                self._commit_exits()
 
     def _serve(self, request: Request) -> None:
         payload = request.payload
@@ -383,7 +414,9 @@ class LocalController:
                 self._finish(request, _Outcome("rejected", f"unknown request {request.kind!r}"))
         except Exception as error:  # a bug: answer, log it, keep serving the other requests
             traceback.print_exc()
-            self._finish(request, _Outcome("rejected", f"internal error: {error!r}"))
+            current = self.store.request(request.id)
+            if current is not None and current.status == "pending":
+                self._finish(request, _Outcome("rejected", f"internal error: {error!r}"))
 
     def _serve_node(self, request: Request) -> None:
         operation, nodes = request.payload["op"], request.payload["nodes"]
@@ -457,7 +490,6 @@ class LocalController:
     def _round(self, events: list[ev.Event], request: Request | None) -> None:
         now = time.time()
         inputs = self.pending_events + events
-        self.pending_events = []
         old = self.snapshot
         decision = decide(old, inputs, now, self.config)
         new = decision.snapshot
@@ -479,16 +511,19 @@ class LocalController:
                 starts, stops = self._effects(action, old, new, now)
                 to_start += starts
                 to_stop += stops
-            started_rows = [self._add_worker_row(launch, now) for launch in to_start]
+            started = [self._add_worker_row(launch, now) for launch in to_start]
+            self._commit_exits()
             if request is not None:
                 self.store.finish_request(request.id, outcome.status, outcome.message)
+        self.pending_events = []
         self.snapshot = new
         if request is not None:
             self._answer(request.id)  # committed: the caller may go on
-        # Effects only after the commit: a crash from here on is repaired by _recover.
-        self._spawn_rows([(row, launch) for launch, row in zip(to_start, started_rows)])
+        # Effects only after the commit: a crash from here on is repaired by _recover. Stops
+        # first: they free the CPU the new workers are about to need.
         for row in to_stop:
             self.supervisor.signal(row, signal.SIGTERM)
+        self._spawn_rows(started)
 
     def _effects(
         self, action: act.Action, old: Snapshot, new: Snapshot, now: float
@@ -564,6 +599,7 @@ class LocalController:
             self._publish(workload, slices, snapshot)
         _, port = self.store.membership(workload.name)
         launch = self.store.launch(workload.name)
+        new_dirs_private(Path(launch["checkpoint_dir"]))  # training state is the owner's alone
         directory = self._workload_dir(workload)
         elastic = workload.spec.min_slices is not None
         launches = []
@@ -571,7 +607,6 @@ class LocalController:
             replica = slices.index(slice_)
             nodes = snapshot.slices[slice_].nodes
             for host, node in enumerate(nodes):
-                events_file = files.events_path(directory, attempt, replica, host)
                 env = files.worker_environment(
                     base=launch["environ"],
                     user=launch["user_env"],
@@ -585,7 +620,7 @@ class LocalController:
                     attempt=attempt,
                     master_port=port,
                     checkpoint_dir=launch["checkpoint_dir"],
-                    events_file=events_file,
+                    events_file=None,  # one per worker process, set with its row
                     grace_s=workload.spec.termination_grace_period_s,
                     membership_file=files.membership_path(directory) if elastic else None,
                 )
@@ -598,7 +633,7 @@ class LocalController:
                         replica=replica,
                         host=host,
                         node=node,
-                        dir=files.worker_dir(directory, attempt, replica, host),
+                        dir=directory / "workers",  # one per worker process, set with its row
                         log=files.log_path(directory, replica, host),
                         command=workload.spec.command,
                         cwd=launch["cwd"],
@@ -607,7 +642,10 @@ class LocalController:
                 )
         return launches
 
-    def _add_worker_row(self, launch: WorkerLaunch, now: float) -> WorkerRow:
+    def _add_worker_row(self, launch: WorkerLaunch, now: float) -> tuple[WorkerRow, WorkerLaunch]:
+        """The worker's row, and its launch with a directory and events file of its own (two
+        workers of one attempt may share a replica index: a scale-up onto a slice whose old
+        worker is still stopping)."""
         worker_id = self.store.add_worker(
             workload=launch.workload,
             seq=launch.seq,
@@ -620,39 +658,40 @@ class LocalController:
             state="starting",
             started_at=now,
         )
+        directory = self.paths.workload_dir(launch.workload, launch.seq)
+        events = files.events_path(directory, launch.attempt, launch.replica, launch.host, worker_id)
+        launch = dataclasses.replace(
+            launch,
+            dir=files.worker_dir(directory, worker_id),
+            env={**launch.env, HOTSWAP_EVENTS_FILE: str(events)},
+        )
+        self.store.update_worker(worker_id, dir=str(launch.dir))
         launch.dir.mkdir(parents=True, exist_ok=True)
         launch.log.parent.mkdir(parents=True, exist_ok=True)
-        Path(launch.env[HOTSWAP_EVENTS_FILE]).parent.mkdir(parents=True, exist_ok=True)
+        events.parent.mkdir(parents=True, exist_ok=True)
         (launch.dir / "launch.json").write_text(
             json.dumps({"command": launch.command, "cwd": launch.cwd, "env": launch.env, "log": str(launch.log)})
         )
-        return self.store.worker(worker_id)
+        return self.store.worker(worker_id), launch
 
     def _spawn_rows(self, rows: list[tuple[WorkerRow, WorkerLaunch | None]]) -> None:
-        """Start the processes of committed worker rows, then record their pids at once."""
+        """Start the processes of committed worker rows (on warm spares where one fits), then
+        record their pids at once. A worker that cannot be started ends with 127, like a
+        command that cannot be run, and the failure policy decides; the others still start."""
         started: list[tuple[WorkerRow, int, int | None]] = []
-        handed_over = False
         for row, launch in rows:
-            launch = launch or self._saved_launch(row)
-            warm = self.spares.argv_for(launch) if row.workload and self.spares.size else None
-            spare = self.spares.take() if warm else None
-            if row.workload:
-                with open(launch.log, "a") as log:
-                    log.write(
-                        f"--- hotswap: attempt {row.attempt} of {row.workload} on {row.slice} host {row.host}"
-                        f" (node {row.node}){' on a warm spare' if spare else ''} at {_iso(time.time())} ---\n"
-                    )
-            if spare is not None and warm is not None:
-                self.spares.hand_over(spare, row, launch, warm)
-                for pidfd, watched in list(self.watched.items()):
-                    if watched == spare.id:
-                        self.watched[pidfd] = row.id
-                handed_over = True
+            try:
+                launch = launch or self._saved_launch(row)
+                if row.workload and self._start_on_spare(row, launch):
+                    continue
+                if row.workload:
+                    self._log_header(row, launch, warm=False)
+                pid, ticks = self.supervisor.spawn(row, launch)
+            except OSError as error:
+                traceback.print_exc()
+                self._cannot_start(row, launch, error)
                 continue
-            pid, ticks = self.supervisor.spawn(row, launch)
             started.append((row, pid, ticks))
-        if handed_over:
-            self.refill_at = time.time() + SPARE_REFILL_DELAY_S
         with self.store.transaction():
             for row, pid, ticks in started:
                 state = "running" if row.workload else row.state  # a spare stays "warm"
@@ -664,6 +703,41 @@ class LocalController:
                 self._record_exit(current, self.supervisor.exit_code(current))
             else:
                 self._watch(pidfd, row.id)
+
+    def _cannot_start(self, row: WorkerRow, launch: WorkerLaunch | None, error: OSError) -> None:
+        if not row.workload:  # a spare: the pool refills later
+            with self.store.transaction():
+                self.store.update_worker(row.id, state="exited", exit_code=CANNOT_START_EXIT_CODE)
+            return
+        if launch is not None:
+            with contextlib.suppress(OSError), open(launch.log, "a") as log:
+                log.write(f"hotswap: cannot start this worker: {error}\n")
+        self._record_exit(row, CANNOT_START_EXIT_CODE)
+
+    def _start_on_spare(self, row: WorkerRow, launch: WorkerLaunch) -> bool:
+        """Hand the worker to a warm spare, if one fits and is ready."""
+        argv = self.spares.argv_for(launch) if self.spares.size else None
+        spare = self.spares.take(launch.env) if argv else None
+        if spare is None or argv is None:
+            return False
+        self._log_header(row, launch, warm=True)
+        try:
+            self.spares.hand_over(spare, row, launch, argv)
+        except SpareGone:
+            return False  # it died meanwhile: start the worker cold
+        for pidfd, watched in list(self.watched.items()):
+            if watched == spare.id:
+                self.watched[pidfd] = row.id
+        self.refill_at = time.time() + SPARE_REFILL_DELAY_S
+        return True
+
+    @staticmethod
+    def _log_header(row: WorkerRow, launch: WorkerLaunch, warm: bool) -> None:
+        with open(launch.log, "a") as log:
+            log.write(
+                f"--- hotswap: attempt {row.attempt} of {row.workload} on {row.slice} host {row.host}"
+                f" (node {row.node}){' on a warm spare' if warm else ''} at {_iso(time.time())} ---\n"
+            )
 
     @staticmethod
     def _saved_launch(row: WorkerRow) -> WorkerLaunch:
@@ -747,6 +821,13 @@ class LocalController:
                 message = repr(action)
         kind = type(action).__name__.lower()
         self.store.record_event(now, kind, message, name, seq, dataclasses.asdict(action))
+
+
+def _raise_descriptor_limit() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 1 << 20, hard))
 
 
 def _iso(t: float) -> str:

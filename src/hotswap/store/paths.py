@@ -31,9 +31,22 @@ def home() -> Path:
     return Path(platformdirs.user_state_dir("hotswap"))
 
 
+def new_dirs_private(path: Path) -> Path:
+    """Create ``path`` and any missing parent readable by the owner only; leave existing ones
+    as they are (a shared checkpoint directory a user names keeps its mode)."""
+    missing = []
+    current = path
+    while not current.exists():
+        missing.append(current)
+        current = current.parent
+    for directory in reversed(missing):
+        directory.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
 def private_dir(path: Path) -> Path:
-    """Create ``path`` (and parents) readable by the owner only."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    """``path`` (created with its missing parents if needed) readable by the owner only."""
+    new_dirs_private(path)
     os.chmod(path, 0o700)
     return path
 

@@ -20,6 +20,9 @@ from hotswap.store import db
 from hotswap.store.codec import workload_from_json, workload_to_json
 
 
+LIVE_WORKER_STATES = ("starting", "running", "stopping")  # a process that is, or may be, alive
+
+
 @dataclasses.dataclass(frozen=True)
 class ClusterRecord:
     name: str
@@ -70,6 +73,12 @@ class Store:
 
     def close(self) -> None:
         self.connection.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:

@@ -589,17 +589,24 @@ def init(
     checkpoint_every: int | None = 100,
     keep: int = 3,
     async_checkpoints: bool = True,
-    collective_timeout_s: float = 60.0,
+    collective_timeout_s: float | None = None,
     rendezvous_timeout_s: float = 300.0,
     membership_timeout_s: float = 300.0,
     backend: str | None = None,
 ) -> Run:
-    """Start this process's part of the job (see :mod:`hotswap.train`)."""
+    """Start this process's part of the job (see :mod:`hotswap.train`).
+
+    ``collective_timeout_s`` defaults to half the termination grace period (at most 60 s, at
+    least 5 s): a rank stuck on a hung peer then still has time to act on SIGTERM and save.
+    """
     global _current
     if _current is not None:
         raise RuntimeError("hotswap.train.init() was already called in this process")
+    env = WorkerEnv.from_environ()
+    if collective_timeout_s is None:
+        collective_timeout_s = max(5.0, min(60.0, env.grace_period_s / 2))
     _current = Run(
-        WorkerEnv.from_environ(),
+        env,
         checkpoint_dir=checkpoint_dir,
         checkpoint_every=checkpoint_every,
         keep=keep,

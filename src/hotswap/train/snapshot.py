@@ -64,12 +64,15 @@ class HostSnapshot:
     pending: list[tuple[torch.Tensor, torch.Tensor]]  # (host buffer, live tensor) still to copy
 
     def finish_copy(self) -> None:
-        from_gpu = False
+        devices = set()
         for buffer, tensor in self.pending:
             buffer.copy_(tensor, non_blocking=tensor.is_cuda)
-            from_gpu = from_gpu or tensor.is_cuda
-        if from_gpu:
-            torch.cuda.synchronize()
+            if tensor.is_cuda:
+                devices.add(tensor.device)
+        # This runs on the writer thread, whose current device is not the tensors': wait for
+        # each device the copies came from before the bytes are written and summed.
+        for device in devices:
+            torch.cuda.synchronize(device)
         self.pending = []
 
     def tree(self) -> Any:

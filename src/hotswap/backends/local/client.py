@@ -28,6 +28,12 @@ class ControllerUnavailable(HotswapError):
     """The cluster's controller could not be started."""
 
 
+class ClusterBeingDeleted(HotswapError):
+    """``cluster delete`` has stopped the cluster's controller for good."""
+
+    exit_code = 4
+
+
 def ping(paths: ClusterPaths, timeout: float = 2.0) -> int | None:
     """The controller's pid if one answers on the socket, else None."""
     try:
@@ -78,6 +84,8 @@ def request(paths: ClusterPaths, kind: str, payload: dict[str, Any]) -> Request:
     """Queue a request and wait until the controller has committed its outcome."""
     store = Store.open(paths.database)
     try:
+        if store.deleted():
+            raise ClusterBeingDeleted(f"cluster {paths.name} is being deleted")
         request_id = store.submit(kind, payload, time.time())
         while True:
             found = store.request(request_id)

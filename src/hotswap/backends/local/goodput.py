@@ -26,18 +26,15 @@ _STOPS = {"preempt", "requeue", "fail", "remove", "complete", "restart"}
 
 
 def _events_of_attempt(directory: Path, attempt: int) -> list[dict[str, Any]]:
-    """Rank 0's goodput events for one attempt (replica 0 host 0), in time order."""
-    path = directory / "events" / f"{attempt}-0-0.jsonl"
+    """Rank 0's goodput events for one attempt (replica 0 host 0, every process that held
+    that place), in time order."""
     records: list[dict[str, Any]] = []
-    try:
-        lines = path.read_text().splitlines()
-    except FileNotFoundError:
-        return records
-    for line in lines:
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a line cut short by a kill
+    for path in sorted((directory / "events").glob(f"{attempt}-0-0*.jsonl")):
+        for line in path.read_text().splitlines():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a line cut short by a kill
     records.sort(key=lambda r: r.get("t", 0.0))
     return records
 

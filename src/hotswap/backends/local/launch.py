@@ -31,12 +31,14 @@ def log_path(workload_dir: Path, replica: int, host: int) -> Path:
     return workload_dir / "logs" / f"slice-{replica}-host-{host}.log"
 
 
-def worker_dir(workload_dir: Path, attempt: int, replica: int, host: int) -> Path:
-    return workload_dir / "workers" / f"{attempt}-{replica}-{host}"
+def worker_dir(workload_dir: Path, worker_id: int) -> Path:
+    """One directory per worker process (its row in the worker table)."""
+    return workload_dir / "workers" / str(worker_id)
 
 
-def events_path(workload_dir: Path, attempt: int, replica: int, host: int) -> Path:
-    return workload_dir / "events" / f"{attempt}-{replica}-{host}.jsonl"
+def events_path(workload_dir: Path, attempt: int, replica: int, host: int, worker_id: int) -> Path:
+    """One goodput events file per worker process: ``<attempt>-<replica>-<host>-<worker>``."""
+    return workload_dir / "events" / f"{attempt}-{replica}-{host}-{worker_id}.jsonl"
 
 
 def membership_path(workload_dir: Path) -> Path:
@@ -70,7 +72,7 @@ def worker_environment(
     attempt: int,
     master_port: int,
     checkpoint_dir: str,
-    events_file: Path,
+    events_file: Path | None,
     grace_s: float,
     membership_file: Path | None,
 ) -> dict[str, str]:
@@ -96,9 +98,10 @@ def worker_environment(
         contract.HOTSWAP_ATTEMPT: attempt,
         contract.HOTSWAP_SLICE: slices[replica],
         contract.HOTSWAP_HOSTS_PER_SLICE: hosts_per_slice,
-        contract.HOTSWAP_EVENTS_FILE: events_file,
         contract.HOTSWAP_TERMINATION_GRACE_S: grace_s,
     }
+    if events_file is not None:
+        contract_vars[contract.HOTSWAP_EVENTS_FILE] = events_file
     if membership_file is not None:
         contract_vars[contract.HOTSWAP_MEMBERSHIP_FILE] = membership_file
     env.update({key: str(value) for key, value in contract_vars.items()})

@@ -11,12 +11,13 @@ import contextlib
 import fcntl
 import os
 import shutil
+import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from hotswap.api.catalog import get_device_type
+from hotswap.api.catalog import DeviceType, get_device_type
 from hotswap.api.errors import ConflictError, InvalidInputError, NotFoundError
 from hotswap.api.names import validate_cluster_name
 from hotswap.api.spec import WorkloadSpec
@@ -57,11 +58,8 @@ def open_store(paths: ClusterPaths) -> Store:
 
 
 def record_of(paths: ClusterPaths) -> ClusterRecord:
-    store = open_store(paths)
-    try:
+    with open_store(paths) as store:
         return store.cluster()
-    finally:
-        store.close()
 
 
 # ---------------------------------------------------------------------- clusters
@@ -92,17 +90,40 @@ def create_cluster(
         raise InvalidInputError(f"--num-slices must be between 1 and {MAX_LOCAL_SLICES}")
     paths = ClusterPaths.of(name)
     private_dir(paths.root.parent)
+    with _creation_lock(paths):
+        return _create_or_resize(paths, device, num_slices, force, confirm, warm_workers, warm_preload, hotswap)
+
+
+@contextlib.contextmanager
+def _creation_lock(paths: ClusterPaths) -> Iterator[None]:
+    """One `cluster create` of a name at a time: concurrent ones wait, then see the cluster."""
+    descriptor = os.open(paths.root.parent / f".{paths.name}.create.lock", os.O_CREAT | os.O_RDWR, 0o600)
     try:
-        paths.root.mkdir(mode=0o700)  # the atomic claim of the name
-        fresh = True
-    except FileExistsError:
-        fresh = not paths.database.exists()
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)
+
+
+def _create_or_resize(
+    paths: ClusterPaths,
+    device: DeviceType,
+    num_slices: int,
+    force: bool,
+    confirm: Callable[[str], bool],
+    warm_workers: int | None,
+    warm_preload: list[str] | None,
+    hotswap: bool | None,
+) -> dict[str, Any]:
+    name = paths.name
+    state = _state_of(paths)
+    if state == "deleted":  # a `cluster delete` that was cut short: finish it first
+        shutil.rmtree(paths.root, ignore_errors=True)
+    fresh = state != "live"
     if fresh:
-        store = Store.open(paths.database, create=True)
-        try:
+        private_dir(paths.root)
+        with Store.open(paths.database, create=True) as store:
             store.init_cluster(ClusterRecord(name, BACKEND, device.name, time.time()))
-        finally:
-            store.close()
     else:
         record = record_of(paths)
         if record.backend != BACKEND:
@@ -134,20 +155,33 @@ def create_cluster(
     return describe_cluster(name)
 
 
+def _holders(store: Store) -> dict[str, str]:
+    """slice -> the workload holding it."""
+    return {s: record["spec"]["name"] for record, _ in store.workload_records() for s in record["slices"]}
+
+
+def _state_of(paths: ClusterPaths) -> str:
+    """``missing`` (no usable record yet), ``deleted`` (being removed) or ``live``."""
+    if not paths.database.exists():
+        return "missing"
+    with open_store(paths) as store:
+        try:
+            if store.deleted():
+                return "deleted"
+            store.cluster()
+            return "live"
+        except (LookupError, sqlite3.OperationalError):
+            return "missing"  # created, but its record was never written (a crash at creation)
+
+
 def _slice_count(paths: ClusterPaths) -> int:
-    store = open_store(paths)
-    try:
+    with open_store(paths) as store:
         return len(store.slice_rows())
-    finally:
-        store.close()
 
 
 def _held_slices(paths: ClusterPaths) -> int:
-    store = open_store(paths)
-    try:
+    with open_store(paths) as store:
         return sum(len(record["slices"]) for record, _ in store.workload_records())
-    finally:
-        store.close()
 
 
 def delete_cluster(name: str) -> None:
@@ -180,24 +214,18 @@ def _lock_when_free(descriptor: int, timeout: float) -> None:
 
 
 def _longest_grace(paths: ClusterPaths) -> float:
-    store = open_store(paths)
-    try:
+    with open_store(paths) as store:
         return max((r["spec"]["termination_grace_period_s"] for r, _ in store.workload_records()), default=0.0)
-    finally:
-        store.close()
 
 
 def list_clusters() -> list[dict[str, Any]]:
     rows = []
     for name in cluster_names():
         paths = ClusterPaths.of(name)
-        store = open_store(paths)
-        try:
+        with open_store(paths) as store:
             record = store.cluster()
             workloads = [workload_view(r) for r, _ in store.workload_records()]
             slices = len(store.slice_rows())
-        finally:
-            store.close()
         rows.append(
             {
                 "name": name,
@@ -216,10 +244,9 @@ def list_clusters() -> list[dict[str, Any]]:
 def describe_cluster(name: str) -> dict[str, Any]:
     paths = existing(name)
     client.ensure_controller(paths)
-    store = open_store(paths)
-    try:
+    with open_store(paths) as store:
         record = store.cluster()
-        holders = {s: r["spec"]["name"] for r, _ in store.workload_records() for s in r["slices"]}
+        holders = _holders(store)
         nodes_by_slice: dict[str, list[dict[str, Any]]] = {}
         for row in store.node_rows():
             nodes_by_slice.setdefault(row["slice"], []).append({"name": row["name"], "state": row["state"]})
@@ -234,8 +261,6 @@ def describe_cluster(name: str) -> dict[str, Any]:
             for row in store.slice_rows()
         ]
         workloads = [workload_view(r) for r, _ in store.workload_records()]
-    finally:
-        store.close()
     device = get_device_type(record.device_type)
     return {
         "name": record.name,
@@ -286,22 +311,16 @@ def list_workloads(cluster: str, status: str = "EVERYTHING", job_prefix: str | N
     paths = existing(cluster)
     with contextlib.suppress(client.ControllerUnavailable):
         client.ensure_controller(paths, wait=False)
-    store = open_store(paths)
-    try:
+    with open_store(paths) as store:
         views = [workload_view(r) for r, _ in store.workload_records()]
-    finally:
-        store.close()
     return [v for v in views if matches(v, status, job_prefix)]
 
 
 def _record(paths: ClusterPaths, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    store = open_store(paths)
-    try:
+    with open_store(paths) as store:
         for record, launch in store.workload_records():
             if record["spec"]["name"] == name:
                 return record, launch
-    finally:
-        store.close()
     raise NotFoundError(f"no workload named {name} in cluster {paths.name}")
 
 
@@ -310,16 +329,13 @@ def describe_workload(cluster: str, name: str, timeline: bool = True) -> dict[st
 
     paths = existing(cluster)
     record, launch = _record(paths, name)
-    store = open_store(paths)
-    try:
+    with open_store(paths) as store:
         events = store.timeline(name, record["seq"]) if timeline else []
         workers = [w for w in store.workers(workload=name) if w.seq == record["seq"]]
         nodes = {row["name"]: row["state"] for row in store.node_rows()}
         slice_nodes: dict[str, list[str]] = {}
         for row in store.node_rows():
             slice_nodes.setdefault(row["slice"], []).append(row["name"])
-    finally:
-        store.close()
     view = workload_view(record)
     directory = paths.workload_dir(name, record["seq"])
     spec = record["spec"]
@@ -387,9 +403,8 @@ def list_nodes(cluster: str) -> list[dict[str, Any]]:
     paths = existing(cluster)
     with contextlib.suppress(client.ControllerUnavailable):
         client.ensure_controller(paths, wait=False)
-    store = open_store(paths)
-    try:
-        holders = {s: r["spec"]["name"] for r, _ in store.workload_records() for s in r["slices"]}
+    with open_store(paths) as store:
+        holders = _holders(store)
         return [
             {
                 "name": row["name"],
@@ -400,8 +415,6 @@ def list_nodes(cluster: str) -> list[dict[str, Any]]:
             }
             for row in store.node_rows()
         ]
-    finally:
-        store.close()
 
 
 NODE_OPERATIONS = ("fail", "drain", "cordon", "uncordon")

@@ -15,7 +15,9 @@ A simple command (words only) is executed directly, so the process that gets SIG
 program itself and its exit code is the worker's. Anything needing a shell runs under
 ``/bin/sh -c``; a shell killed by SIGTERM may leave its children finishing their checkpoint,
 so the shim is a child subreaper and waits for every descendant before it records the exit:
-the worker is gone only when all of it is gone.
+the worker is gone only when all of it is gone. Once the command has exited, what it leaves
+behind gets SIGTERM and, a few seconds later, SIGKILL. A command that cannot be run is
+reported in the log and ends with 127.
 
 Standard library only, and run by path: it must start fast and import nothing of hotswap.
 """
@@ -27,8 +29,11 @@ import os
 import shlex
 import signal
 import sys
+import time
 
 PR_SET_CHILD_SUBREAPER = 36
+CANNOT_RUN = 127  # a shell's code for a command it cannot run
+STRAGGLER_GRACE_S = 5.0
 SHELL_SYNTAX = set("|&;<>()$`*?[]#~{}\n")
 
 
@@ -60,6 +65,60 @@ def argv_of(command: str) -> list[str]:
     return ["/bin/sh", "-c", command]
 
 
+def reap(pid: int, log: int) -> int:
+    """Wait for the command; then give what it left behind a bounded time to finish.
+
+    As a child subreaper the shim inherits every orphaned descendant. Once the command has
+    exited they get SIGTERM and, after STRAGGLER_GRACE_S, SIGKILL, so a worker whose program
+    has finished is not kept alive by a forgotten child.
+    """
+    code: int | None = None
+    deadline: float | None = None
+    while True:
+        try:
+            flags = 0 if deadline is None else os.WNOHANG
+            reaped, status = os.waitpid(-1, flags)
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            break
+        if reaped == pid:
+            code = os.waitstatus_to_exitcode(status)
+            stragglers = children()
+            if stragglers:
+                os.write(log, f"hotswap: the command exited; stopping {len(stragglers)} process(es) it left\n".encode())
+                for child in stragglers:
+                    signal_quietly(child, signal.SIGTERM)
+                deadline = time.monotonic() + STRAGGLER_GRACE_S
+        elif reaped == 0:  # stragglers still running
+            if time.monotonic() >= deadline:  # type: ignore[operator]
+                for child in children():
+                    signal_quietly(child, signal.SIGKILL)
+                deadline = float("inf")
+            time.sleep(0.05)
+    assert code is not None
+    return code
+
+
+def children() -> list[int]:
+    """The shim's direct children (orphans are re-parented to it as subreaper)."""
+    found: list[int] = []
+    for task in os.listdir(f"/proc/{os.getpid()}/task"):
+        try:
+            with open(f"/proc/{os.getpid()}/task/{task}/children") as listing:
+                found.extend(int(p) for p in listing.read().split())
+        except FileNotFoundError:
+            continue
+    return found
+
+
+def signal_quietly(pid: int, number: int) -> None:
+    try:
+        os.kill(pid, number)
+    except ProcessLookupError:
+        pass
+
+
 def main(argv: list[str]) -> int:
     worker_dir, log_file, separator, *rest = argv
     if separator != "--" or len(rest) != 1:
@@ -76,26 +135,21 @@ def main(argv: list[str]) -> int:
         signal.signal(number, lambda *_: None)
     log = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     null = os.open(os.devnull, os.O_RDONLY)
-    pid = os.posix_spawnp(
-        command[0],
-        command,
-        os.environ,
-        file_actions=[(os.POSIX_SPAWN_DUP2, null, 0), (os.POSIX_SPAWN_DUP2, log, 1), (os.POSIX_SPAWN_DUP2, log, 2)],
-        setsigdef=forwarded,
-    )
-    os.close(log)
-    os.close(null)
-    code = None
-    while True:  # reap the command and, as subreaper, every descendant it leaves behind
-        try:
-            reaped, status = os.waitpid(-1, 0)
-        except InterruptedError:
-            continue
-        except ChildProcessError:
-            break
-        if reaped == pid:
-            code = os.waitstatus_to_exitcode(status)
-    assert code is not None
+    try:
+        pid = os.posix_spawnp(
+            command[0],
+            command,
+            os.environ,
+            file_actions=[(os.POSIX_SPAWN_DUP2, null, 0), (os.POSIX_SPAWN_DUP2, log, 1), (os.POSIX_SPAWN_DUP2, log, 2)],
+            setsigdef=forwarded,
+        )
+    except OSError as error:  # not found, not executable: say so where the user looks, as a shell would
+        os.write(log, f"hotswap: cannot run {command[0]!r}: {error.strerror}\n".encode())
+        write_atomically(os.path.join(worker_dir, "exit"), f"{CANNOT_RUN}\n")
+        return CANNOT_RUN
+    finally:
+        os.close(null)
+    code = reap(pid, log)
     code = 128 - code if code < 0 else code
     write_atomically(os.path.join(worker_dir, "exit"), f"{code}\n")
     return code

@@ -27,10 +27,22 @@ from hotswap.backends.local.supervisor import Supervisor, WorkerLaunch
 from hotswap.store.state import Store, WorkerRow
 
 WARM = Path(__file__).with_name("warm.py")
+SPARE_POINTER = "spare"  # in a worker's directory: the spare that runs it
 # What a training worker imports before its first step; torch._dynamo comes with the first
 # optimizer (about a second by itself).
 DEFAULT_PRELOAD = ("torch", "torch.distributed", "torch.optim", "torch._dynamo", "hotswap.train", "hotswap.train.run")
 PYTHON_NAMES = ("python", "python3", f"python3.{sys.version_info.minor}")
+# Variables that shape a Python process before its first line runs: a spare started under other
+# values would not be the process the worker asked for, so it is not used. (PYTHONPATH and the
+# thread counts are applied by the spare at hand-over instead.)
+IMPORT_TIME_VARIABLES = (
+    "PYTHONHOME", "PYTHONHASHSEED", "PYTHONOPTIMIZE", "PYTHONNOUSERSITE", "PYTHONSAFEPATH",
+    "LD_PRELOAD", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
+)
+
+
+class SpareGone(Exception):
+    """The spare is no longer waiting for an assignment (it died)."""
 
 
 def preload_modules(requested: tuple[str, ...] = DEFAULT_PRELOAD) -> list[str]:
@@ -78,9 +90,11 @@ class SparePool:
         if not fifo.exists():
             os.mkfifo(fifo, 0o600)
         command = shlex.join([sys.executable, "-u", str(WARM), str(directory), *preload_modules(self.preload)])
+        environment = dict(os.environ)
+        (directory / "env.json").write_text(json.dumps(environment))
         launch = WorkerLaunch(
             workload="", seq=0, attempt=0, slice="", replica=-1, host=-1, node="", dir=directory,
-            log=directory / "spare.log", command=command, cwd=str(directory), env=dict(os.environ),
+            log=directory / "spare.log", command=command, cwd=str(directory), env=environment,
         )
         return self.store.worker(spare_id), launch
 
@@ -95,24 +109,42 @@ class SparePool:
         if not words[1].endswith(".py") or any(c in launch.command for c in "|&;<>()$`"):
             return None
         interpreter = shutil.which(words[0], path=launch.env.get("PATH")) if os.sep not in words[0] else words[0]
-        if interpreter is None or os.path.realpath(interpreter) != os.path.realpath(sys.executable):
+        # The same environment (virtualenv), not merely the same binary: compare directories.
+        if interpreter is None or os.path.realpath(Path(interpreter).parent) != os.path.realpath(Path(sys.executable).parent):
             return None
         script = Path(launch.cwd) / words[1]
         if not script.is_file():
             return None
         return [words[0], str(script), *words[2:]]
 
-    def take(self) -> WorkerRow | None:
-        """A spare that has finished importing and waits, if any."""
+    def take(self, env: dict[str, str]) -> WorkerRow | None:
+        """A spare that has finished importing, waits, and was started as ``env`` would start
+        a Python process, if any."""
         for row in self.rows():
-            if (Path(row.dir) / "ready").exists() and self.supervisor.alive(row):
+            if not (Path(row.dir) / "ready").exists() or not self.supervisor.alive(row):
+                continue
+            try:
+                started_with = json.loads((Path(row.dir) / "env.json").read_text())
+            except (FileNotFoundError, json.JSONDecodeError):
+                continue
+            if all(started_with.get(name) == env.get(name) for name in IMPORT_TIME_VARIABLES):
                 return row
         return None
 
     def hand_over(self, spare: WorkerRow, worker: WorkerRow, launch: WorkerLaunch, argv: list[str]) -> WorkerRow:
-        """Give ``worker``'s assignment to ``spare``; the worker row now points at its process."""
+        """Give ``worker``'s assignment to ``spare``; the worker row now points at its process.
+
+        Order matters for a controller killed half-way: the worker's directory first names the
+        spare (so a restarted controller adopts the spare's process instead of starting a
+        second one), then the spare gets the assignment, then the rows are committed.
+        """
+        (Path(launch.dir) / SPARE_POINTER).write_text(spare.dir)
         message = json.dumps({"argv": argv, "env": launch.env, "cwd": launch.cwd, "log": str(launch.log)}) + "\n"
-        channel = os.open(Path(spare.dir) / "assignment", os.O_WRONLY | os.O_NONBLOCK)
+        try:
+            channel = os.open(Path(spare.dir) / "assignment", os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as error:  # ENXIO: nobody reads the FIFO any more
+            (Path(launch.dir) / SPARE_POINTER).unlink(missing_ok=True)
+            raise SpareGone(spare.dir) from error
         try:
             flags = fcntl.fcntl(channel, fcntl.F_GETFL)
             fcntl.fcntl(channel, fcntl.F_SETFL, flags & ~os.O_NONBLOCK)
@@ -127,3 +159,18 @@ class SparePool:
         self.supervisor.adopt(spare.id, worker.id)
         self.failures = 0
         return dataclasses.replace(worker, pid=spare.pid, start_ticks=spare.start_ticks, dir=spare.dir, state="running")
+
+    def adopt_after_crash(self, worker: WorkerRow) -> WorkerRow:
+        """A worker handed to a spare by a controller that died before committing it: point the
+        row at the spare's process and retire the spare's own row."""
+        pointer = Path(worker.dir) / SPARE_POINTER
+        try:
+            spare_dir = pointer.read_text().strip()
+        except FileNotFoundError:
+            return worker
+        with self.store.transaction():
+            for spare in self.store.workers(("warm",)):
+                if spare.dir == spare_dir:
+                    self.store.update_worker(spare.id, state="assigned")
+            self.store.update_worker(worker.id, dir=spare_dir)
+        return self.store.worker(worker.id)

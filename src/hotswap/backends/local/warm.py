@@ -39,6 +39,12 @@ def main(argv: list[str]) -> int:
     os.environ.clear()
     os.environ.update(assignment["env"])
     os.chdir(assignment["cwd"])
+    # What a cold start would take from the environment at start-up, applied now.
+    extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[1:1] = [p for p in extra if p not in sys.path]
+    threads = os.environ.get("OMP_NUM_THREADS") or os.environ.get("MKL_NUM_THREADS")
+    if threads and threads.isdigit() and "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(int(threads))
     log = os.open(assignment["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     sys.stdout.flush()
     sys.stderr.flush()
