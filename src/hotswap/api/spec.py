@@ -17,6 +17,7 @@ import pydantic
 from hotswap.api.errors import InvalidInputError
 from hotswap.api.names import MAX_WORKLOAD_NAME_LENGTH, validate_workload_name
 from hotswap.api.priority import DEFAULT_PRIORITY, Priority
+from hotswap.api.worker import DEFAULT_GRACE_PERIOD_S
 
 
 class RestartStrategy(str, enum.Enum):
@@ -106,7 +107,6 @@ def _merge(ranges: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
 
 
 DEFAULT_RESTART_EXIT_CODES = ExitCodes.parse("42,127-255")
-DEFAULT_GRACE_PERIOD_S = 30.0
 
 ExitCodesField = Annotated[
     ExitCodes,

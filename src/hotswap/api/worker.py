@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,6 +37,7 @@ MASTER_PORT = "MASTER_PORT"
 RANK = "RANK"
 WORLD_SIZE = "WORLD_SIZE"
 LOCAL_RANK = "LOCAL_RANK"
+LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE"
 # hotswap.
 HOTSWAP_CLUSTER = "HOTSWAP_CLUSTER"
 HOTSWAP_WORKLOAD = "HOTSWAP_WORKLOAD"
@@ -58,6 +58,77 @@ RESTART_EXIT_CODE = 42
 
 REPLICATED_JOB = "slice"  # the one replicated job of a hotswap JobSet
 
+# Contract defaults: what a worker assumes when a variable is missing, and what backends set.
+DEFAULT_GRACE_PERIOD_S = 30.0  # SIGTERM -> SIGKILL, as Kubernetes' terminationGracePeriodSeconds
+DEFAULT_MASTER_ADDR = "127.0.0.1"
+DEFAULT_MASTER_PORT = 29500  # torch.distributed's customary port
+
+# -- Values derived from the indices. The formulas are data so that a backend that cannot
+# compute them itself (a Kubernetes pod gets only the indices from the downward API) can have a
+# shell compute them with exactly the same arithmetic (:func:`derived_shell_exports`).
+# Each formula is a sum of products of environment variables and integer constants.
+_Term = tuple[str | int, ...]
+DERIVED: dict[str, tuple[_Term, ...]] = {
+    # Host h of replica r: ranks are contiguous per slice, replica-major (torchrun's node_rank).
+    RANK: ((JOB_INDEX, HOTSWAP_HOSTS_PER_SLICE), (JOB_COMPLETION_INDEX,)),
+    HOTSWAP_ATTEMPT: ((HOTSWAP_RESTART_COUNT,), (1,)),
+}
+
+
+# What an unset index counts as, in Python and in the shell alike (as :class:`WorkerEnv` reads it).
+_UNSET = {HOTSWAP_HOSTS_PER_SLICE: 1}
+
+
+def _evaluate(formula: tuple[_Term, ...], values: Mapping[str, int]) -> int:
+    total = 0
+    for term in formula:
+        product = 1
+        for factor in term:
+            product *= factor if isinstance(factor, int) else int(values.get(factor, _UNSET.get(factor, 0)))
+        total += product
+    return total
+
+
+def derived_values(values: Mapping[str, int]) -> dict[str, int]:
+    """RANK and HOTSWAP_ATTEMPT from the indices they are computed from."""
+    return {name: _evaluate(formula, values) for name, formula in DERIVED.items()}
+
+
+def derived_shell_exports() -> str:
+    """A POSIX shell line that exports the derived values from the indices in the environment
+    (the Kubernetes prelude), with the same formulas and the same values for unset indices."""
+
+    def factor(item: str | int) -> str:
+        return str(item) if isinstance(item, int) else f"${{{item}:-{_UNSET.get(item, 0)}}}"
+
+    assignments = [
+        f'{name}="$(({" + ".join(" * ".join(factor(f) for f in term) for term in formula)}))"'
+        for name, formula in DERIVED.items()
+    ]
+    return "export " + " ".join(assignments) + "\n"
+
+
+def global_rank(replica: int, host: int, hosts_per_slice: int) -> int:
+    """The rank of host ``host`` of replica ``replica`` (the RANK formula above)."""
+    values = {JOB_INDEX: replica, HOTSWAP_HOSTS_PER_SLICE: hosts_per_slice, JOB_COMPLETION_INDEX: host}
+    return derived_values(values)[RANK]
+
+
+def world_size(num_replicas: int, hosts_per_slice: int) -> int:
+    return num_replicas * hosts_per_slice
+
+
+def replica_index(slices: tuple[str, ...] | list[str], slice_name: str) -> int:
+    """Replica index (JOB_INDEX) of the worker on ``slice_name``: its position in the
+    workload's slice list, which the core keeps in replica order."""
+    return list(slices).index(slice_name)
+
+
+def coordinator_host(jobset: str, replica: int = 0, host: int = 0) -> str:
+    """The stable DNS name of one JobSet pod through the JobSet's headless service (named after
+    the JobSet): ``<jobset>-<replicated job>-<job index>-<pod index>.<jobset>``."""
+    return f"{jobset}-{REPLICATED_JOB}-{replica}-{host}.{jobset}"
+
 
 @dataclasses.dataclass(frozen=True)
 class WorkerEnv:
@@ -73,18 +144,19 @@ class WorkerEnv:
     host_index: int = 0
     hosts_per_slice: int = 1
     slice_name: str = ""
-    master_addr: str = "127.0.0.1"
-    master_port: int = 29500
+    master_addr: str = DEFAULT_MASTER_ADDR
+    master_port: int = DEFAULT_MASTER_PORT
     attempt: int = 1
     restart_count: int = 0
     checkpoint_dir: str | None = None
     membership_file: str | None = None
     events_file: str | None = None
-    grace_period_s: float = 30.0
+    grace_period_s: float = DEFAULT_GRACE_PERIOD_S
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str] | None = None) -> WorkerEnv:
-        env = os.environ if environ is None else environ
+    def from_environ(cls, env: Mapping[str, str]) -> WorkerEnv:
+        """Read from ``env`` (``os.environ`` in a worker; this module stays free of I/O because
+        the pure core imports its constants)."""
 
         def number(name: str, default: int) -> int:
             value = env.get(name)
@@ -100,14 +172,14 @@ class WorkerEnv:
             host_index=number(JOB_COMPLETION_INDEX, 0),
             hosts_per_slice=number(HOTSWAP_HOSTS_PER_SLICE, 1),
             slice_name=env.get(HOTSWAP_SLICE, ""),
-            master_addr=env.get(MASTER_ADDR, "127.0.0.1"),
-            master_port=number(MASTER_PORT, 29500),
+            master_addr=env.get(MASTER_ADDR, DEFAULT_MASTER_ADDR),
+            master_port=number(MASTER_PORT, DEFAULT_MASTER_PORT),
             attempt=number(HOTSWAP_ATTEMPT, 1),
             restart_count=number(HOTSWAP_RESTART_COUNT, 0),
             checkpoint_dir=env.get(HOTSWAP_CHECKPOINT_DIR) or None,
             membership_file=env.get(HOTSWAP_MEMBERSHIP_FILE) or None,
             events_file=env.get(HOTSWAP_EVENTS_FILE) or None,
-            grace_period_s=float(env.get(HOTSWAP_TERMINATION_GRACE_S) or 30.0),
+            grace_period_s=float(env.get(HOTSWAP_TERMINATION_GRACE_S) or DEFAULT_GRACE_PERIOD_S),
         )
 
 
@@ -127,13 +199,13 @@ class Membership:
 
     @property
     def world_size(self) -> int:
-        return len(self.slices) * self.hosts_per_slice
+        return world_size(len(self.slices), self.hosts_per_slice)
 
     def rank_of(self, slice_name: str, host: int) -> int | None:
         """The rank of a worker in this generation, or None when its slice is not a member."""
         if slice_name not in self.slices:
             return None
-        return self.slices.index(slice_name) * self.hosts_per_slice + host
+        return global_rank(replica_index(self.slices, slice_name), host, self.hosts_per_slice)
 
     def to_json(self) -> str:
         data = dataclasses.asdict(self)

@@ -22,6 +22,6 @@ def named(name: str) -> Backend:
 
 def for_cluster(cluster: str) -> Backend:
     """The backend of an existing cluster (a one-line error names the clusters there are)."""
-    from hotswap.backends.local import operations
+    from hotswap.store import registry
 
-    return named(operations.record_of(operations.existing(cluster)).backend)
+    return named(registry.record_of(cluster).backend)

@@ -17,6 +17,8 @@ What each action asks of the workers:
 from __future__ import annotations
 
 import dataclasses
+import typing
+from typing import Protocol, TypeVar
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -104,3 +106,46 @@ class Remove:
 Action = (
     Reject | Admit | Preempt | Restart | StartWorkers | Requeue | ScaleDown | ScaleUp | Fail | Complete | Remove
 )
+
+
+_T_co = TypeVar("_T_co", covariant=True)
+
+
+class ActionHandler(Protocol[_T_co]):
+    """What a backend or the simulator does for each kind of action. Every enactment of a
+    decision goes through :func:`dispatch`, so a new action type is a missing method
+    everywhere at once (a type error, and :data:`HANDLER_METHODS` checked in the tests), not a
+    branch forgotten in one ``isinstance`` chain."""
+
+    def on_reject(self, action: Reject) -> _T_co: ...
+    def on_admit(self, action: Admit) -> _T_co: ...
+    def on_preempt(self, action: Preempt) -> _T_co: ...
+    def on_restart(self, action: Restart) -> _T_co: ...
+    def on_start_workers(self, action: StartWorkers) -> _T_co: ...
+    def on_requeue(self, action: Requeue) -> _T_co: ...
+    def on_scale_down(self, action: ScaleDown) -> _T_co: ...
+    def on_scale_up(self, action: ScaleUp) -> _T_co: ...
+    def on_fail(self, action: Fail) -> _T_co: ...
+    def on_complete(self, action: Complete) -> _T_co: ...
+    def on_remove(self, action: Remove) -> _T_co: ...
+
+
+HANDLER_METHODS: dict[type, str] = {
+    Reject: "on_reject",
+    Admit: "on_admit",
+    Preempt: "on_preempt",
+    Restart: "on_restart",
+    StartWorkers: "on_start_workers",
+    Requeue: "on_requeue",
+    ScaleDown: "on_scale_down",
+    ScaleUp: "on_scale_up",
+    Fail: "on_fail",
+    Complete: "on_complete",
+    Remove: "on_remove",
+}
+ACTION_TYPES: tuple[type, ...] = typing.get_args(Action)
+
+
+def dispatch(action: Action, handler: ActionHandler[_T_co]) -> _T_co:
+    """Call the handler's method for ``action``'s type."""
+    return getattr(handler, HANDLER_METHODS[type(action)])(action)

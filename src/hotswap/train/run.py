@@ -602,7 +602,7 @@ def init(
     global _current
     if _current is not None:
         raise RuntimeError("hotswap.train.init() was already called in this process")
-    env = WorkerEnv.from_environ()
+    env = WorkerEnv.from_environ(os.environ)
     if collective_timeout_s is None:
         collective_timeout_s = max(5.0, min(60.0, env.grace_period_s / 2))
     _current = Run(

@@ -1,0 +1,52 @@
+"""The clusters of this user, of every backend: each is a directory under ``<home>/clusters``
+whose database holds the cluster's record (which backend serves it, and its settings).
+
+The CLI finds a cluster here and hands it to the backend its record names; no backend looks
+another's clusters up.
+"""
+
+from __future__ import annotations
+
+from hotswap.api.errors import NotFoundError
+from hotswap.api.names import validate_cluster_name
+from hotswap.store.paths import ClusterPaths, clusters_root
+from hotswap.store.state import ClusterRecord, Store
+
+
+def cluster_names() -> list[str]:
+    """Every cluster with a database, sorted by name."""
+    root = clusters_root()
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / "state.db").exists())
+
+
+def find(cluster: str) -> ClusterRecord | None:
+    """The record of ``cluster``, or None when there is no such cluster."""
+    validate_cluster_name(cluster)
+    paths = ClusterPaths.of(cluster)
+    if not paths.database.exists():
+        return None
+    with Store.open(paths.database) as store:
+        return store.cluster()
+
+
+def existing(cluster: str) -> ClusterPaths:
+    """The paths of a cluster that exists, or a one-line error that says which ones do."""
+    validate_cluster_name(cluster)
+    paths = ClusterPaths.of(cluster)
+    if not paths.database.exists():
+        known = cluster_names()
+        hint = f"; clusters: {', '.join(known)}" if known else ""
+        raise NotFoundError(
+            f"no cluster named {cluster}: create it with `hotswap cluster create --cluster {cluster}"
+            f" --device-type T --num-slices N`{hint}"
+        )
+    return paths
+
+
+def record_of(cluster: str) -> ClusterRecord:
+    """The record of a cluster that exists (see :func:`existing` for the error)."""
+    paths = existing(cluster)
+    with Store.open(paths.database) as store:
+        return store.cluster()
