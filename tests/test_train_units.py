@@ -1,5 +1,6 @@
 """hotswap.train pieces that need no PyTorch: the checkpoint directory, the data position, the
-scaling rule, the membership watcher, the events log, and importing the package without torch."""
+scaling rule, the membership watcher, the events log, and importing the package (and its
+framework-neutral modules) without torch."""
 
 from __future__ import annotations
 
@@ -257,7 +258,7 @@ def test_events_are_contract_records_one_per_line(tmp_path: Path) -> None:
 
 # The package without torch -------------------------------------------------------------------
 
-_WITHOUT_TORCH = """
+_NO_TORCH = """
 import sys
 
 class NoTorch:
@@ -267,6 +268,9 @@ class NoTorch:
         return None
 
 sys.meta_path.insert(0, NoTorch())
+"""
+
+_WITHOUT_TORCH = _NO_TORCH + """
 import hotswap.train as ht
 print(ht.scale_by_slices(0.6, 1, 3), ht.ResumableBatches(4, 2).take())
 try:
@@ -287,3 +291,16 @@ def test_the_package_imports_without_torch_and_says_what_to_install() -> None:
         "(where the CPU build is on disk, pip install torch==2.13.0 first)"
     )
     assert lines[2] == "[]"
+
+
+# What a second framework's SDK reuses: group formation, step boundaries, termination, progress,
+# membership, events and log lines.
+_NEUTRAL_MODULES = ("boundary", "events", "formation", "membership", "progress", "rendezvous", "termination")
+
+
+def test_the_framework_neutral_modules_import_without_torch() -> None:
+    imports = "".join(f"import hotswap.train.{name}\n" for name in _NEUTRAL_MODULES)
+    probe = _NO_TORCH + imports + "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy')))\n"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

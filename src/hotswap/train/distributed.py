@@ -9,7 +9,6 @@ sockets and fails them at once; a peer that hangs fails them at the timeout.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Iterable
 from datetime import timedelta
@@ -18,24 +17,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from hotswap.train.rendezvous import GroupSpec, RendezvousFailed, first_line
 from hotswap.train.snapshot import join_tensors, split_tensors
 
 BROADCAST_CHUNK_BYTES = 64 << 20  # each collective well inside the timeout, whatever the state size
 _POLL_S = 0.02
 _CONNECT_ATTEMPT_S = 2.0
-
-
-class RendezvousFailed(Exception):
-    """The members of a generation did not all arrive (or the wait was interrupted)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class GroupSpec:
-    generation: int
-    rank: int
-    world_size: int
-    master_addr: str
-    master_port: int
 
 
 def default_backend() -> str:
@@ -53,8 +40,12 @@ def is_peer_failure(error: BaseException) -> bool:
 class ProcessGroup:
     """torch.distributed's default group, formed and destroyed once per generation."""
 
-    def __init__(self, backend: str, collective_timeout_s: float, rendezvous_timeout_s: float) -> None:
-        self.backend = backend
+    def __init__(
+        self, backend: str | None, collective_timeout_s: float, rendezvous_timeout_s: float, local_rank: int
+    ) -> None:
+        self.backend = backend or default_backend()
+        if self.backend == "nccl":
+            torch.cuda.set_device(local_rank)
         self.collective_timeout_s = collective_timeout_s
         self.rendezvous_timeout_s = rendezvous_timeout_s
         self.spec: GroupSpec | None = None
@@ -68,6 +59,11 @@ class ProcessGroup:
     @property
     def world_size(self) -> int:
         return self.spec.world_size if self.spec else 1
+
+    @staticmethod
+    def is_peer_failure(error: BaseException) -> bool:
+        """:func:`is_peer_failure`, for the framework-neutral modules that drive this group."""
+        return is_peer_failure(error)
 
     @property
     def device(self) -> torch.device:
@@ -103,7 +99,7 @@ class ProcessGroup:
             if not is_peer_failure(error):
                 raise
             # a member (or the store's host, rank 0) went away mid-rendezvous
-            raise RendezvousFailed(f"generation {spec.generation}: {_first_line(error)}") from error
+            raise RendezvousFailed(f"generation {spec.generation}: {first_line(error)}") from error
         self._store, self.spec, self._owned = store, spec, True
 
     def _connect(self, spec: GroupSpec, check: Callable[[str], None]) -> dist.Store:
@@ -116,7 +112,7 @@ class ProcessGroup:
             except dist.DistError as error:
                 raise RendezvousFailed(
                     f"cannot host the rendezvous of generation {spec.generation} at "
-                    f"{spec.master_addr}:{spec.master_port}: {_first_line(error)}"
+                    f"{spec.master_addr}:{spec.master_port}: {first_line(error)}"
                 ) from error
         while True:
             try:
@@ -133,10 +129,14 @@ class ProcessGroup:
             store.set_timeout(timeout)
             return store
 
-    def adopt(self) -> None:
-        """Use a default group the training script initialised itself (it stays the owner)."""
+    def adopt_existing(self) -> bool:
+        """Use the default group if the training script initialised one itself (it stays the
+        owner); False when it did not."""
+        if not (dist.is_available() and dist.is_initialized()):
+            return False
         self.spec = GroupSpec(0, dist.get_rank(), dist.get_world_size(), "", 0)
         self._owned = False
+        return True
 
     def destroy(self) -> None:
         if self._owned and dist.is_initialized():
@@ -225,10 +225,6 @@ def _copy_between(views: list[torch.Tensor], start: int, piece: torch.Tensor, in
         offset += view.numel()
         if offset >= end:
             break
-
-
-def _first_line(error: BaseException) -> str:
-    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
 
 def average_gradients(parameters: Iterable[torch.nn.Parameter] | torch.nn.Module) -> None:

@@ -1,4 +1,5 @@
-"""Goodput events: JSON lines appended to ``HOTSWAP_EVENTS_FILE`` for the controller to read."""
+"""What a worker tells the outside: goodput events, JSON lines appended to
+``HOTSWAP_EVENTS_FILE`` for the controller to read, and log lines on stdout. Framework-neutral."""
 
 from __future__ import annotations
 
@@ -7,6 +8,11 @@ import time
 from typing import TextIO
 
 from hotswap.api.worker import event_record
+
+
+def say(line: str) -> None:
+    """Print a log line at once: the controller and the user's scripts read them as they come."""
+    print(line, flush=True)
 
 
 class EventLog:

@@ -1,11 +1,30 @@
-"""SIGTERM as a request: the handler only notes the time; the training loop acts on it at the
-next step boundary (no I/O in a signal handler, never mid-step)."""
+"""How a worker's run ends: SIGTERM noted as a request (no I/O in a signal handler, never
+mid-step) and acted on at a step boundary by saving inside the grace period and exiting with
+the contract's code; the last save after the last step; and an exit the controller restarts.
+
+Framework-neutral: the group and the state it saves are passed in.
+"""
 
 from __future__ import annotations
 
+import atexit
+import logging
+import os
 import signal
+import sys
 import threading
 import time
+from typing import TYPE_CHECKING, NoReturn
+
+from hotswap.api.worker import CHECKPOINTED_EXIT_CODE, EVENT_STOP
+from hotswap.train.events import EventLog, say
+from hotswap.train.progress import Progress
+
+if TYPE_CHECKING:
+    from hotswap.train.distributed import ProcessGroup
+    from hotswap.train.sync import StateSync
+
+log = logging.getLogger("hotswap.train")
 
 
 class TerminationRequest:
@@ -33,3 +52,79 @@ class TerminationRequest:
         if self.requested_at is None:
             return self.grace_period_s
         return self.grace_period_s - (time.monotonic() - self.requested_at)
+
+
+class Termination:
+    """Ends this worker's run; every way out but an uncaught error goes through here."""
+
+    def __init__(
+        self,
+        request: TerminationRequest,
+        group: ProcessGroup,
+        state: StateSync,
+        progress: Progress,
+        events: EventLog,
+    ) -> None:
+        self.request = request
+        self.group = group
+        self.state = state
+        self.progress = progress
+        self.events = events
+
+    @property
+    def requested(self) -> bool:
+        return self.request.requested
+
+    def terminate(self) -> NoReturn:
+        """SIGTERM, agreed by every rank at this boundary: save and exit."""
+        started = time.monotonic()
+        if self.state.save_last("termination"):
+            say(
+                f"checkpoint saved step={self.progress.step} reason=termination "
+                f"seconds={time.monotonic() - started:.3f} grace_left_s={self.request.seconds_left():.1f}"
+            )
+            if self.request.seconds_left() < 0:
+                log.warning(
+                    "hotswap: the step and the save outlasted the %gs grace period: raise the workload's "
+                    "--termination-grace-period, or a kill may cut the next save short",
+                    self.request.grace_period_s,
+                )
+        self.exit(CHECKPOINTED_EXIT_CODE, "terminated")
+
+    def stop_without_group(self) -> NoReturn:
+        """SIGTERM with no group to agree in: every rank holding the replica saves it (the first
+        identical save wins in the store)."""
+        self.state.save_own("termination")
+        self.exit(CHECKPOINTED_EXIT_CODE, "terminated")
+
+    def finish(self) -> None:
+        """After the last step: the final checkpoint, unless that step is on disk already."""
+        self.state.save_last("final")
+        self.events.record(EVENT_STOP, step=self.progress.step, reason="complete", exit_code=0)
+
+    def exit(self, code: int, reason: str, message: str | None = None) -> NoReturn:
+        if message:
+            print(message, file=sys.stderr, flush=True)
+        self.state.wait_for_writes()
+        self.events.record(EVENT_STOP, step=self.progress.step, reason=reason, exit_code=code)
+        self.close()
+        # The user's finally blocks still run (SystemExit), but the interpreter's teardown of
+        # PyTorch (about half a second) is skipped: a restart waits for this process to be gone.
+        atexit.register(_leave_now, code)
+        raise SystemExit(code)
+
+    def close(self) -> None:
+        """Finish the checkpoint in flight, leave the process group, close the events file."""
+        self.state.wait_for_writes()
+        self.group.destroy()
+        self.events.close()
+
+
+def _leave_now(code: int) -> None:
+    """The last exit handler to be registered runs first: flush and end the process."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)

@@ -1,0 +1,204 @@
+"""Forming this worker's process group and keeping it formed.
+
+The first group comes from the worker environment, from the elastic membership file, or from
+the training script itself. In an elastic workload a new group is formed at each membership
+generation the controller publishes, or when a collective fails because a peer is gone: the
+group is destroyed, the worker waits for the next generation that forms (leaving if its slice
+is no longer a member), and the state is synchronised so that joiners get it from survivors.
+A workload that is not elastic cannot re-form in place: it saves and asks for a restart.
+
+Framework-neutral: the group, the state and the termination it drives are passed in.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from hotswap.api.worker import CHECKPOINTED_EXIT_CODE, EVENT_ELASTIC, RESTART_EXIT_CODE, Membership, WorkerEnv
+from hotswap.train.events import EventLog, say
+from hotswap.train.membership import MembershipWatcher
+from hotswap.train.progress import Progress
+from hotswap.train.rendezvous import GroupSpec, RendezvousFailed, first_line
+from hotswap.train.termination import Termination
+
+if TYPE_CHECKING:
+    from hotswap.train.distributed import ProcessGroup
+    from hotswap.train.sync import StateSync
+
+log = logging.getLogger("hotswap.train")
+
+
+class GroupFormation:
+    """This worker's membership: the generation its group was formed for, and moving on."""
+
+    def __init__(
+        self,
+        env: WorkerEnv,
+        group: ProcessGroup,
+        termination: Termination,
+        state: StateSync,
+        progress: Progress,
+        events: EventLog,
+        *,
+        membership_timeout_s: float,
+    ) -> None:
+        if env.membership_file and not env.slice_name:
+            raise ValueError(
+                "HOTSWAP_MEMBERSHIP_FILE is set but HOTSWAP_SLICE is not: an elastic worker must know its slice"
+            )
+        self.env = env
+        self.group = group
+        self.termination = termination
+        self.state = state
+        self.progress = progress
+        self.events = events
+        self.membership_timeout_s = membership_timeout_s
+        self.membership: Membership | None = None  # the generation the group was formed for
+        self._watcher = MembershipWatcher(env.membership_file) if env.membership_file else None
+
+    @property
+    def elastic(self) -> bool:
+        return self._watcher is not None
+
+    @property
+    def slices(self) -> int:
+        """Active slices: the current membership's, or the workload's when it is not elastic."""
+        return len(self.membership.slices) if self.membership else self.env.num_slices
+
+    @property
+    def generation(self) -> int:
+        return self.membership.generation if self.membership else 0
+
+    def newest_generation(self) -> int:
+        """The newest generation published so far (the current one when not elastic)."""
+        latest = self._watcher.poll() if self._watcher else None
+        return latest.generation if latest else self.generation
+
+    def interrupted(self) -> bool:
+        """Whether a wait for the other members should give up: SIGTERM, or a newer generation."""
+        return self.termination.requested or self.newest_generation() > self.generation
+
+    # Forming -------------------------------------------------------------------------------
+
+    def join_first(self) -> None:
+        if self._watcher is not None:
+            self._form_elastic_group(after_generation=-1, fresh=True)
+        elif not self.group.adopt_existing() and self.env.world_size > 1:
+            spec = GroupSpec(0, self.env.rank, self.env.world_size, self.env.master_addr, self.env.master_port)
+            try:
+                self.group.form(spec, interrupted=lambda: self.termination.requested)
+            except RendezvousFailed as error:
+                if self.termination.requested:
+                    self.termination.exit(CHECKPOINTED_EXIT_CODE, "terminated")
+                self.termination.exit(
+                    RESTART_EXIT_CODE, "rendezvous_failed", f"hotswap: cannot form the process group: {error}"
+                )
+
+    def _form_elastic_group(self, after_generation: int, fresh: bool) -> None:
+        """Join the first generation newer than ``after_generation`` that forms. A fresh process
+        waits for one that includes its slice; a survivor leaves if the newest one does not."""
+        while True:
+            membership = self._await_membership(after_generation, fresh)
+            rank = membership.rank_of(self.env.slice_name, self.env.host_index)
+            if rank is None:
+                say(f"leaving: slice {self.env.slice_name} is not in membership generation {membership.generation}")
+                self.termination.exit(CHECKPOINTED_EXIT_CODE, "removed")
+            if self._form(membership, rank):
+                return
+            after_generation = membership.generation
+
+    def _await_membership(self, after_generation: int, fresh: bool) -> Membership:
+        assert self._watcher is not None
+        slice_name, host = self.env.slice_name, self.env.host_index
+
+        def acceptable(membership: Membership) -> bool:
+            newer = membership.generation > after_generation
+            return newer and (not fresh or membership.rank_of(slice_name, host) is not None)
+
+        membership = self._watcher.wait_for(acceptable, self.membership_timeout_s, lambda: self.termination.requested)
+        if membership is None:
+            if self.termination.requested:
+                self.termination.stop_without_group()
+            self.termination.exit(
+                RESTART_EXIT_CODE,
+                "no_membership",
+                f"hotswap: no membership generation after {after_generation} with slice "
+                f"{slice_name!r} within {self.membership_timeout_s:g}s",
+            )
+        return membership
+
+    def _form(self, membership: Membership, rank: int) -> bool:
+        """Form the group of ``membership``; False when it did not form (a member missing, or a
+        newer generation published meanwhile)."""
+        spec = GroupSpec(
+            membership.generation, rank, membership.world_size, membership.master_addr, membership.master_port
+        )
+        try:
+            self.group.form(
+                spec,
+                interrupted=lambda: self.termination.requested or self.newest_generation() > membership.generation,
+            )
+        except RendezvousFailed as error:
+            if self.termination.requested:
+                self.termination.stop_without_group()
+            log.warning("hotswap: generation %d did not form: %s", membership.generation, error)
+            return False
+        self.membership = membership
+        return True
+
+    # Re-forming ----------------------------------------------------------------------------
+
+    def reconfigure(self, generation: int) -> None:
+        """Move to ``generation``, which the ranks agreed the controller has published."""
+        assert self._watcher is not None
+        # Another rank may have seen the new file first: read until this rank sees it too.
+        self._watcher.wait_for(lambda m: m.generation >= generation, self.membership_timeout_s, lambda: False)
+        self._change_membership(failed=False)
+
+    def recover(self) -> None:
+        """A collective failed: a peer is gone."""
+        if self.elastic:
+            self._change_membership(failed=True)
+            return
+        # Not elastic: the group cannot be re-formed in place. Every survivor holds the same
+        # replica at the last complete step and saves it (the store keeps the first of
+        # identical saves), so the restart the controller makes loses nothing even when the
+        # lost peer was rank 0.
+        self.group.destroy()
+        if self.termination.requested:
+            self.termination.stop_without_group()
+        self.state.save_own("recovery")
+        self.termination.exit(
+            RESTART_EXIT_CODE, "peer_lost", "hotswap: a peer was lost and the workload is not elastic"
+        )
+
+    def _change_membership(self, failed: bool) -> None:
+        """Move to the next generation: after a failed collective, or because the controller
+        published one. Survivors keep their state; joiners receive it from a survivor."""
+        started = time.monotonic()
+        previous = self.membership
+        assert previous is not None
+        after = previous.generation
+        while True:
+            self.group.destroy()
+            self._form_elastic_group(after_generation=after, fresh=False)
+            try:
+                self.state.synchronise(self.interrupted)
+                break
+            except Exception as error:
+                if not self.group.is_peer_failure(error):
+                    raise
+                log.warning(
+                    "hotswap: generation %d lost a member while forming: %s", self.generation, first_line(error)
+                )
+                after = self.generation
+        if self.slices < len(previous.slices):
+            self.progress.elastic_down_events += 1
+        elapsed = time.monotonic() - started
+        self.events.record(EVENT_ELASTIC, generation=self.generation, slices=self.slices, duration_s=round(elapsed, 6))
+        say(
+            f"elastic generation={self.generation} slices={self.slices} world_size={self.group.world_size} "
+            f"rank={self.group.rank} cause={'peer_failure' if failed else 'membership'} seconds={elapsed:.3f}"
+        )

@@ -1,0 +1,193 @@
+"""The job's state on the move, with PyTorch: from disk or from the most advanced rank into
+every rank when a group (re)forms, and from the ranks to disk, with every rank's RNG states.
+
+Which rank's state the others take is decided by :func:`~hotswap.train.progress.plan_peer_copy`
+(framework-neutral); moving it, the state tree, the RNG states and the checkpointer are
+torch-specific and live here.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+from hotswap.api.worker import EVENT_CHECKPOINT_RESTORE, restored_line
+from hotswap.train.checkpointer import Checkpointer
+from hotswap.train.distributed import ProcessGroup
+from hotswap.train.events import EventLog, say
+from hotswap.train.progress import Progress, plan_peer_copy
+from hotswap.train.state import StateRegistry, build_tree, rng_state, set_rng_state
+
+log = logging.getLogger("hotswap.train")
+
+# Where an abandoned step starts again: the data positions and this rank's RNG states.
+Savepoint = tuple[dict[str, Any], dict[str, Any]]
+
+
+class StateSync:
+    """Moves the job's state into every rank and onto disk (see the module)."""
+
+    def __init__(
+        self,
+        registry: StateRegistry,
+        checkpointer: Checkpointer | None,
+        group: ProcessGroup,
+        progress: Progress,
+        events: EventLog,
+        *,
+        async_checkpoints: bool,
+    ) -> None:
+        self.registry = registry
+        self.checkpointer = checkpointer
+        self.group = group
+        self.progress = progress
+        self.events = events
+        self.async_checkpoints = async_checkpoints
+        if checkpointer is not None:
+            # An async checkpoint copies parameters and optimizer state while the next step
+            # computes; that step's optimizer update waits until the copy is done.
+            register_optimizer_step_pre_hook(self._before_optimizer_step)
+
+    # Into the ranks ------------------------------------------------------------------------
+
+    def synchronise(self, interrupted: Callable[[], bool]) -> None:
+        """Make every rank hold the same state: from the most advanced survivor if any rank has
+        live state, else from the newest complete checkpoint (read by rank 0). ``interrupted``
+        ends the waits for slow ranks (SIGTERM, a newer generation)."""
+        started = time.monotonic()
+        if self.group.world_size == 1:
+            if not self.progress.has_state:
+                self._restore_from_disk(started, interrupted)
+            return
+        self.group.store_barrier("synchronise", interrupted)
+        copy = plan_peer_copy(self.group.all_gather_object((self.progress.has_state, self.progress.step)))
+        if copy is None:
+            self._restore_from_disk(started, interrupted)
+            return
+        if not copy.receivers:
+            return  # every replica already holds the same step
+        own = self._tree([rng_state()]) if self.group.rank == copy.source else None
+        tree = self.group.broadcast_tree(own, copy.source)
+        if self.group.rank in copy.receivers:  # survivors at that step keep their own
+            self._load(tree)
+            self._announce_restore("peer", started)
+
+    def _restore_from_disk(self, started: float, interrupted: Callable[[], bool]) -> None:
+        tree, reason = None, None
+        if self.group.rank == 0 and self.checkpointer is not None:
+            found = self.checkpointer.restore_latest()
+            if found is not None:
+                tree, reason = found[0], found[1].reason
+        if self.group.world_size > 1:
+            self.group.store_barrier("restored", interrupted)
+            reason = self.group.broadcast_object(reason, 0)
+            if reason is not None:
+                tree = self.group.broadcast_tree(tree, 0)
+        self.progress.has_state = True
+        if tree is None:
+            return
+        self._load(tree)
+        self._announce_restore("migration" if reason == "termination" else "checkpoint", started)
+
+    def _load(self, tree: dict[str, Any]) -> None:
+        if self.checkpointer is not None:
+            self.checkpointer.wait_for_copy()
+        self.registry.load(tree["objects"])
+        self.progress.load(tree["progress"])
+        rngs = tree["rng"]
+        rank = self.group.rank
+        set_rng_state(rngs[rank] if rank < len(rngs) else rngs[0])
+
+    def _announce_restore(self, source: str, started: float) -> None:
+        elapsed = time.monotonic() - started
+        self.events.record(
+            EVENT_CHECKPOINT_RESTORE, step=self.progress.step, duration_s=round(elapsed, 6), source=source
+        )
+        say(restored_line(self.progress.step, source))
+
+    def savepoint(self) -> Savepoint:
+        """Taken at a step's start: an abandoned step (a peer lost mid-step) is re-run on the
+        same batch and draws."""
+        return self.registry.positions(), rng_state()
+
+    def rewind(self, savepoint: Savepoint) -> None:
+        positions, rng = savepoint
+        self.registry.restore_positions(positions)
+        set_rng_state(rng)
+
+    # Onto disk -----------------------------------------------------------------------------
+
+    def can_start_save(self) -> bool:
+        """A checkpoint directory is set and no write is in flight (one at a time: a periodic
+        save that finds one waits for a later boundary)."""
+        return self.checkpointer is not None and not self.checkpointer.busy
+
+    def save_periodic(self) -> None:
+        """Every rank's RNG states to rank 0, which writes (in the background if asynchronous)."""
+        rngs = self._gather_rng()
+        if self.group.rank != 0 or self.checkpointer is None:
+            return
+        step = self.progress.step
+        if self.async_checkpoints:
+            self.checkpointer.save_async(step, self._tree(rngs), "periodic", self.registry.changed_only_by_optimizers())
+        else:
+            self.checkpointer.save(step, self._tree(rngs), "periodic")
+
+    def save_last(self, reason: str) -> bool:
+        """This process's last save (``termination`` or ``final``): every rank's RNG states (only
+        its own when a peer is already gone) to rank 0, which writes unless that step is on disk
+        already (a termination then relabels it: same state). True on the writing rank."""
+        rngs = self._gather_rng_or_own()
+        if self.group.rank != 0 or self.checkpointer is None:
+            return False
+        self.checkpointer.wait()
+        if self.checkpointer.store.latest_step() != self.progress.step:
+            self._save_now(reason, rngs)
+        elif reason == "termination":
+            self.checkpointer.store.set_reason(self.progress.step, reason)  # same state, already on disk
+        return True
+
+    def save_own(self, reason: str) -> None:
+        """Without a group: save this rank's replica if it holds one. Every survivor holds the
+        same replica at the last complete step, and the store keeps the first of identical
+        saves, so nothing is lost whichever rank is gone."""
+        if self.progress.has_state and self.checkpointer is not None:
+            self._save_now(reason, [rng_state()])
+
+    def wait_for_writes(self) -> None:
+        if self.checkpointer is not None:
+            self.checkpointer.wait()
+
+    def _tree(self, rngs: list[dict[str, Any]]) -> dict[str, Any]:
+        return build_tree(self.registry, self.progress.counters(), rngs)
+
+    def _gather_rng(self) -> list[dict[str, Any]]:
+        """Every rank's RNG states, so a restart at the same size draws what it would have."""
+        if self.group.world_size == 1:
+            return [rng_state()]
+        return self.group.all_gather_object(rng_state())
+
+    def _gather_rng_or_own(self) -> list[dict[str, Any]]:
+        """Every rank's RNG states, or only this rank's when a peer is already gone."""
+        try:
+            return self._gather_rng()
+        except Exception as error:
+            if not self.group.is_peer_failure(error):
+                raise
+            return [rng_state()]
+
+    def _save_now(self, reason: str, rngs: list[dict[str, Any]]) -> None:
+        assert self.checkpointer is not None
+        try:
+            self.checkpointer.save(self.progress.step, self._tree(rngs), reason)
+        except OSError as error:
+            log.warning("hotswap: %s checkpoint of step %d failed: %s", reason, self.progress.step, error)
+
+    def _before_optimizer_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if self.checkpointer is not None:
+            self.checkpointer.wait_for_copy()

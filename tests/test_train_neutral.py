@@ -1,0 +1,317 @@
+"""hotswap.train's framework-neutral pieces, in process and without PyTorch: the step-boundary
+decision, the plan of a peer state copy, and group formation, boundaries and termination
+driven through stand-ins for a framework's collectives and state (as a second framework's
+would drive them)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import types
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from hotswap.api.worker import CHECKPOINTED_EXIT_CODE, RESTART_EXIT_CODE, Membership, WorkerEnv
+from hotswap.train import termination
+from hotswap.train.boundary import Action, StepBoundary, Vote, decide, periodic_checkpoint_due
+from hotswap.train.events import EventLog
+from hotswap.train.formation import GroupFormation
+from hotswap.train.progress import PeerCopy, Progress, plan_peer_copy
+from hotswap.train.rendezvous import GroupSpec, RendezvousFailed
+from hotswap.train.termination import Termination, TerminationRequest
+
+# Pure decisions ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("elastic", "agreed", "generation", "action"),
+    [
+        (True, Vote(stop=True, generation=3, save=True), 2, Action.REFORM),  # a new group votes again
+        (True, Vote(stop=True, generation=2, save=True), 2, Action.STOP),  # a stop saves anyway
+        (True, Vote(stop=False, generation=2, save=True), 2, Action.SAVE),
+        (True, Vote(stop=False, generation=2, save=False), 2, Action.CONTINUE),
+        (True, Vote(stop=False, generation=1, save=False), 2, Action.CONTINUE),  # an older file changes nothing
+        (False, Vote(stop=False, generation=5, save=False), 0, Action.CONTINUE),  # only elastic jobs re-form
+        (False, Vote(stop=True, generation=0, save=False), 0, Action.STOP),
+    ],
+)
+def test_every_rank_takes_one_action_at_a_boundary(
+    elastic: bool, agreed: Vote, generation: int, action: Action
+) -> None:
+    assert decide(agreed, generation, elastic) is action
+
+
+def test_votes_travel_as_integers_agreed_by_maximum() -> None:
+    vote = Vote(stop=True, generation=7, save=False)
+    assert vote.as_ints() == [1, 7, 0]
+    assert Vote.from_ints(vote.as_ints()) == vote
+
+
+@pytest.mark.parametrize(
+    ("step", "total", "last", "every", "due"),
+    [
+        (100, 1000, 0, 100, True),
+        (99, 1000, 0, 100, False),
+        (250, 1000, 100, 100, True),  # a save put off while the previous one was writing
+        (1000, 1000, 900, 100, False),  # the final checkpoint follows instead
+        (500, 1000, 0, None, False),
+    ],
+)
+def test_periodic_checkpoints_are_due_every_n_steps_before_the_last(
+    step: int, total: int, last: int, every: int | None, due: bool
+) -> None:
+    assert periodic_checkpoint_due(step, total, last, every) is due
+
+
+@pytest.mark.parametrize(
+    ("offers", "plan"),
+    [
+        ([(False, 0), (False, 0)], None),  # nobody holds state: read the newest checkpoint
+        ([(True, 5), (True, 5)], PeerCopy(0, frozenset())),  # already the same everywhere
+        ([(True, 5), (False, 0), (True, 5)], PeerCopy(0, frozenset({1}))),  # a joiner
+        ([(True, 3), (True, 5), (True, 5)], PeerCopy(1, frozenset({0}))),  # the most advanced, lowest rank
+        ([(False, 9), (True, 2)], PeerCopy(1, frozenset({0}))),  # a step without state counts for nothing
+    ],
+)
+def test_ranks_take_the_state_of_the_most_advanced_holder(offers: list[tuple[bool, int]], plan: PeerCopy) -> None:
+    assert plan_peer_copy(offers) == plan
+
+
+# Stand-ins for a framework's collectives and state ----------------------------------------------
+
+
+class PeerLost(Exception):
+    pass
+
+
+class Group:
+    """Forms what it is asked to (``form`` may refuse), and agrees with scripted peers' votes."""
+
+    def __init__(
+        self,
+        rank: int = 0,
+        world_size: int = 1,
+        form: Callable[[GroupSpec], None] = lambda spec: None,
+        peer_votes: list[list[int] | Exception] | None = None,
+    ) -> None:
+        self.spec: GroupSpec | None = GroupSpec(0, rank, world_size, "", 0)
+        self.attempts: list[GroupSpec] = []
+        self.destroyed = 0
+        self._form = form
+        self.peer_votes = peer_votes or []
+
+    @property
+    def rank(self) -> int:
+        return self.spec.rank if self.spec else 0
+
+    @property
+    def world_size(self) -> int:
+        return self.spec.world_size if self.spec else 1
+
+    @staticmethod
+    def is_peer_failure(error: BaseException) -> bool:
+        return isinstance(error, (PeerLost, RendezvousFailed))
+
+    def adopt_existing(self) -> bool:
+        return False
+
+    def form(self, spec: GroupSpec, interrupted: Callable[[], bool]) -> None:
+        self.attempts.append(spec)
+        self._form(spec)
+        self.spec = spec
+
+    def destroy(self) -> None:
+        self.destroyed += 1
+        self.spec = None
+
+    def agree_max(self, values: list[int]) -> list[int]:
+        peers = self.peer_votes.pop(0)
+        if isinstance(peers, Exception):
+            raise peers
+        return [max(mine, theirs) for mine, theirs in zip(values, peers)]
+
+
+class State:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def synchronise(self, interrupted: Callable[[], bool]) -> None:
+        self.calls.append("synchronise")
+
+    def can_start_save(self) -> bool:
+        return True
+
+    def save_periodic(self) -> None:
+        self.calls.append("periodic")
+
+    def save_last(self, reason: str) -> bool:
+        self.calls.append(reason)
+        return True
+
+    def save_own(self, reason: str) -> None:
+        self.calls.append(f"own {reason}")
+
+    def wait_for_writes(self) -> None:
+        pass
+
+
+@pytest.fixture
+def leaving(monkeypatch: pytest.MonkeyPatch) -> list[tuple[object, ...]]:
+    """Exit handlers a worker registers to end at once: kept from ending pytest."""
+    registered: list[tuple[object, ...]] = []
+    monkeypatch.setattr(termination, "atexit", types.SimpleNamespace(register=lambda *args: registered.append(args)))
+    return registered
+
+
+def ending(tmp_path: Path, group: Group, state: State, progress: Progress, sigterm: bool = False) -> Termination:
+    request = TerminationRequest(grace_period_s=30.0)
+    if sigterm:
+        request.requested_at = time.monotonic()
+    return Termination(request, group, state, progress, EventLog(str(tmp_path / "events.jsonl")))
+
+
+def stop_event(tmp_path: Path) -> dict[str, object]:
+    records = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    [stop] = [record for record in records if record["kind"] == "stop"]
+    return {key: stop[key] for key in ("step", "reason", "exit_code")}
+
+
+def publish(path: Path, generation: int, slices: tuple[str, ...]) -> None:
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(Membership(generation, slices, 1, "127.0.0.1", 1000 + generation).to_json())
+    os.replace(temporary, path)
+
+
+# Group formation ---------------------------------------------------------------------------------
+
+
+def worker(
+    tmp_path: Path, env: WorkerEnv, group: Group, state: State, progress: Progress, sigterm: bool = False
+) -> GroupFormation:
+    stop = ending(tmp_path, group, state, progress, sigterm)
+    return GroupFormation(env, group, stop, state, progress, EventLog(None), membership_timeout_s=5.0)
+
+
+def elastic_worker(tmp_path: Path, group: Group, slice_name: str) -> GroupFormation:
+    env = WorkerEnv(slice_name=slice_name, num_slices=3, membership_file=str(tmp_path / "membership.json"))
+    return worker(tmp_path, env, group, State(), Progress())
+
+
+def test_an_elastic_worker_joins_the_first_generation_that_forms_at_its_rank(tmp_path: Path) -> None:
+    publish(tmp_path / "membership.json", 1, ("a", "b"))
+
+    def form(spec: GroupSpec) -> None:
+        if spec.generation == 1:
+            publish(tmp_path / "membership.json", 2, ("c", "b", "a"))  # the controller moved on meanwhile
+            raise RendezvousFailed("slice a never came")
+
+    group = Group(form=form)
+    formation = elastic_worker(tmp_path, group, "b")
+    formation.join_first()
+    assert [spec.generation for spec in group.attempts] == [1, 2]
+    assert group.spec == GroupSpec(2, 1, 3, "127.0.0.1", 1002)
+    assert (formation.generation, formation.slices, formation.elastic) == (2, 3, True)
+
+
+def test_a_survivor_whose_slice_was_removed_leaves_with_the_checkpointed_code(
+    tmp_path: Path, leaving: list[tuple[object, ...]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    publish(tmp_path / "membership.json", 1, ("a", "b"))
+    group = Group()
+    formation = elastic_worker(tmp_path, group, "b")
+    formation.join_first()
+    publish(tmp_path / "membership.json", 2, ("a",))
+    with pytest.raises(SystemExit) as exited:
+        formation.reconfigure(2)
+    assert exited.value.code == CHECKPOINTED_EXIT_CODE
+    assert "leaving: slice b is not in membership generation 2" in capsys.readouterr().out
+    assert stop_event(tmp_path) == {"step": 0, "reason": "removed", "exit_code": CHECKPOINTED_EXIT_CODE}
+    assert group.destroyed and leaving
+
+
+@pytest.mark.parametrize(
+    ("sigterm", "save", "code", "reason"),
+    [
+        (False, "own recovery", RESTART_EXIT_CODE, "peer_lost"),
+        (True, "own termination", CHECKPOINTED_EXIT_CODE, "terminated"),
+    ],
+)
+def test_without_elasticity_a_lost_peer_saves_the_replica_and_exits(
+    tmp_path: Path, leaving: list[tuple[object, ...]], sigterm: bool, save: str, code: int, reason: str
+) -> None:
+    group, state, progress = Group(), State(), Progress(step=7, has_state=True)
+    env = WorkerEnv(rank=1, world_size=2)
+    formation = worker(tmp_path, env, group, state, progress, sigterm)
+    formation.join_first()
+    assert group.spec == GroupSpec(0, 1, 2, env.master_addr, env.master_port)
+    with pytest.raises(SystemExit) as exited:
+        formation.recover()
+    assert exited.value.code == code and state.calls == [save]
+    assert stop_event(tmp_path) == {"step": 7, "reason": reason, "exit_code": code}
+
+
+# Step boundaries ---------------------------------------------------------------------------------
+
+
+class Formation:
+    """A group already formed at generation 1, told of newer ones."""
+
+    def __init__(self, published: int = 1) -> None:
+        self.elastic, self.generation, self.published = True, 1, published
+        self.calls: list[str] = []
+
+    def newest_generation(self) -> int:
+        return self.published
+
+    def reconfigure(self, generation: int) -> None:
+        self.calls.append(f"reconfigure {generation}")
+        self.generation = generation
+
+    def recover(self) -> None:
+        self.calls.append("recover")
+
+
+def boundary(tmp_path: Path, group: Group, formation: Formation, progress: Progress) -> StepBoundary:
+    state = State()
+    stop = ending(tmp_path, group, state, progress)
+    return StepBoundary(group, formation, stop, state, progress, checkpoint_every=10)
+
+
+def test_a_new_generation_re_forms_the_group_which_then_agrees_again(tmp_path: Path) -> None:
+    formation = Formation(published=2)
+    group = Group(rank=1, world_size=2, peer_votes=[[0, 2, 0], [0, 2, 0]])
+    boundary(tmp_path, group, formation, Progress(step=3)).cross(total=100)
+    assert formation.calls == ["reconfigure 2"] and not group.peer_votes
+
+
+def test_a_peer_lost_while_agreeing_is_recovered_and_the_boundary_crossed(tmp_path: Path) -> None:
+    formation = Formation()
+    group = Group(rank=0, world_size=2, peer_votes=[PeerLost("gloo: connection closed by peer"), [0, 1, 0]])
+    boundary(tmp_path, group, formation, Progress(step=3)).cross(total=100)
+    assert formation.calls == ["recover"]
+
+
+def test_rank_0_calls_periodic_saves_and_every_rank_takes_part(tmp_path: Path) -> None:
+    alone = boundary(tmp_path, Group(), Formation(), Progress(step=10))
+    alone.cross(total=100)
+    assert alone.state.calls == ["periodic"] and alone.progress.last_checkpoint_step == 10
+    alone.cross(total=100)  # the same step again: saved already
+    assert alone.state.calls == ["periodic"]
+    follower = boundary(tmp_path, Group(rank=1, world_size=2, peer_votes=[[0, 1, 1]]), Formation(), Progress(step=10))
+    follower.cross(total=100)
+    assert follower.state.calls == ["periodic"] and follower.progress.last_checkpoint_step == 10
+
+
+def test_a_sigterm_seen_by_any_rank_saves_and_exits_with_the_checkpointed_code(
+    tmp_path: Path, leaving: list[tuple[object, ...]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    group = Group(rank=0, world_size=2, peer_votes=[[1, 1, 0]])
+    with pytest.raises(SystemExit) as exited:
+        boundary(tmp_path, group, Formation(), Progress(step=42)).cross(total=100)
+    assert exited.value.code == CHECKPOINTED_EXIT_CODE
+    assert capsys.readouterr().out.startswith("checkpoint saved step=42 reason=termination seconds=")
+    assert stop_event(tmp_path) == {"step": 42, "reason": "terminated", "exit_code": CHECKPOINTED_EXIT_CODE}
+    assert group.destroyed == 1 and leaving == [(termination._leave_now, CHECKPOINTED_EXIT_CODE)]
