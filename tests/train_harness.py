@@ -137,12 +137,12 @@ def worker_env(
     slice_name: str | None = None,
     num_slices: int | None = None,
     membership_file: Path | None = None,
-    grace_s: float = 30.0,
+    grace_s: float = contract.DEFAULT_GRACE_PERIOD_S,
 ) -> dict[str, object]:
-    """The contract's variables for one host of a one-host-per-slice workload."""
+    """The contract's variables for host 0 of slice ``rank`` of a one-host-per-slice workload."""
     env: dict[str, object] = {
         contract.HOTSWAP_WORKLOAD: "test",
-        contract.RANK: rank,
+        contract.RANK: contract.global_rank(rank, 0, hosts_per_slice=1),
         contract.WORLD_SIZE: world_size,
         contract.MASTER_ADDR: LOCALHOST,
         contract.MASTER_PORT: port,
