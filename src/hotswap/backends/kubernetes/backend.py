@@ -18,19 +18,15 @@ from hotswap.api.errors import CapacityError, ConflictError, InvalidInputError, 
 from hotswap.api.names import validate_cluster_name
 from hotswap.api.spec import WorkloadSpec
 from hotswap.backends.kubernetes import labels
+from hotswap.backends.kubernetes.checkpoint_volume import checkpoint_dir, parse_checkpoint_volume
 from hotswap.backends.kubernetes.discovery import Discovery, discover
-from hotswap.backends.kubernetes.render import (
-    checkpoint_dir,
-    parse_checkpoint_volume,
-    render_jobset,
-    render_kueue,
-    render_priority_classes,
-)
+from hotswap.backends.kubernetes.live_objects import LiveJobSet, read_jobset, read_pod
+from hotswap.backends.kubernetes.render import render_jobset, render_kueue, render_priority_classes
 from hotswap.backends.kubernetes.settings import KubeSettings
-from hotswap.backends.kubernetes.translate import LiveJobSet, read_jobset, read_pod
 from hotswap.backends.kubernetes.views import goodput_view, kueue_status, view_of
 from hotswap.backends.views import matches
 from hotswap.core.model import Node, Slice, Snapshot
+from hotswap.store import registry
 from hotswap.store.paths import ClusterPaths, private_dir
 from hotswap.store.state import ClusterRecord, Store
 
@@ -38,20 +34,8 @@ BACKEND = "kubernetes"
 NODE_OPERATIONS = ("cordon", "uncordon", "drain")
 
 
-def record(cluster: str) -> ClusterRecord | None:
-    """The cluster's record, or None when there is none."""
-    paths = ClusterPaths.of(cluster)
-    if not paths.database.exists():
-        return None
-    store = Store.open(paths.database)
-    try:
-        return store.cluster()
-    finally:
-        store.close()
-
-
 def settings_of(cluster: str) -> KubeSettings:
-    found = record(cluster)
+    found = registry.find(cluster)
     if found is None:
         raise NotFoundError(
             f"no cluster named {cluster}: create it with `hotswap cluster create --backend kubernetes --cluster {cluster}`"
@@ -92,7 +76,7 @@ class KubernetesBackend:
         wanted = get_device_type(device_type).name if device_type else None
         if num_slices is not None and num_slices < 1:
             raise InvalidInputError("--num-slices must be at least 1")
-        existing = record(cluster)
+        existing = registry.find(cluster)
         if existing is not None and existing.backend != BACKEND:
             raise ConflictError(f"cluster {cluster} exists on the {existing.backend} backend")
         client = self._client(settings)
@@ -165,7 +149,7 @@ class KubernetesBackend:
         shutil.rmtree(ClusterPaths.of(cluster).root, ignore_errors=True)
 
     def describe_cluster(self, cluster: str) -> dict[str, Any]:
-        found = record(cluster)
+        found = registry.find(cluster)
         settings = settings_of(cluster)
         client = self._client(settings)
         discovery = discover(client.list_nodes(), settings)
@@ -195,7 +179,7 @@ class KubernetesBackend:
     def dry_run(self, cluster: str | None, spec: WorkloadSpec, launch: dict[str, Any]) -> Any:
         """The JobSet ``workload create`` would apply, exactly; no API server is needed."""
         name = cluster or "cluster"
-        found = record(name) if cluster else None
+        found = registry.find(name) if cluster else None
         settings = KubeSettings.from_options(found.settings) if found and found.backend == BACKEND else KubeSettings()
         return render_jobset(spec, name, settings, _volume(launch, settings))
 

@@ -13,10 +13,10 @@ import json
 import os
 import threading
 from collections.abc import Callable, Iterator
-from datetime import datetime, timezone
 from typing import Any
 
 from hotswap.api.errors import ConflictError, HotswapError, InvalidInputError, NotFoundError
+from hotswap.api.times import iso_utc
 from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes.settings import KubeSettings
 
@@ -107,10 +107,6 @@ def _install_hint(api: str) -> str:
 def _first_line(error: Exception) -> str:
     text = str(error).strip() or type(error).__name__
     return text.splitlines()[0]
-
-
-def _rfc3339(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def load_api_client(settings: KubeSettings) -> Any:
@@ -367,7 +363,7 @@ class KubeClient:
 
     def record_event(self, jobset: dict[str, Any] | None, name: str, reason: str, message: str, warning: bool, now: float) -> None:
         uid = ((jobset or {}).get("metadata") or {}).get("uid")
-        stamp = _rfc3339(now)
+        stamp = iso_utc(now, 6)
         body = {
             "apiVersion": "v1",
             "kind": "Event",

@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from hotswap.backends.kubernetes import labels
+from hotswap.backends.kubernetes.live_objects import LiveJobSet, read_jobset
 from hotswap.backends.views import FINISHED, iso
-from hotswap.backends.kubernetes.translate import LiveJobSet, read_jobset
+
 
 def kueue_status(workloads: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
     """JobSet name -> (status, message) from Kueue's Workload objects (owned by the JobSet)."""
