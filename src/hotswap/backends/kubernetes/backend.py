@@ -23,7 +23,14 @@ from hotswap.backends.kubernetes.discovery import Discovery, discover
 from hotswap.backends.kubernetes.live_objects import LiveJobSet, read_jobset, read_pod
 from hotswap.backends.kubernetes.render import render_jobset, render_kueue, render_priority_classes
 from hotswap.backends.kubernetes.settings import KubeSettings
-from hotswap.backends.kubernetes.views import goodput_view, kueue_status, view_of
+from hotswap.backends.kubernetes.views import (
+    goodput_view,
+    kueue_status,
+    placement_view,
+    slice_holders,
+    view_of,
+    workers_view,
+)
 from hotswap.backends.views import matches
 from hotswap.core.model import Node, Slice, Snapshot
 from hotswap.store import registry
@@ -153,12 +160,8 @@ class KubernetesBackend:
         settings = settings_of(cluster)
         client = self._client(settings)
         discovery = discover(client.list_nodes(), settings)
-        holders = {}
-        workloads = []
-        for obj in client.list_jobsets(cluster):
-            view = view_of(read_jobset(obj), {})
-            workloads.append({"name": view["name"], "status": view["status"], "slices": view["slices"]})
-            holders.update({s: view["name"] for s in view["slices"]})
+        views = [view_of(read_jobset(obj), {}) for obj in client.list_jobsets(cluster)]
+        holders = slice_holders(views)
         summary = self._summary(cluster, found.device_type if found else "", settings, discovery)
         summary["slices"] = [
             {
@@ -170,7 +173,7 @@ class KubernetesBackend:
             }
             for s in discovery.slices
         ]
-        summary["workloads"] = workloads
+        summary["workloads"] = [{"name": v["name"], "status": v["status"], "slices": v["slices"]} for v in views]
         summary["api_server"] = client.host
         return summary
 
@@ -227,29 +230,8 @@ class KubernetesBackend:
         view["workdir"] = None
         discovery = discover(client.list_nodes(), settings)
         pods = [p for p in (read_pod(o) for o in client.list_pods(f"{labels.JOBSET_NAME_LABEL}={name}")) if p is not None]
-        replicas = (job.state or {}).get("replicas") or view["slices"]
-        view["placement"] = [
-            {
-                "replica": index,
-                "slice": slice_name,
-                "nodes": [{"name": n, "state": discovery.nodes[n].state.value} for s in discovery.slices if s.name == slice_name for n in s.nodes],
-            }
-            for index, slice_name in enumerate(replicas)
-            if slice_name
-        ]
-        attempt = view["attempt"]
-        view["workers"] = [
-            {
-                "attempt": attempt,
-                "replica": p.replica,
-                "host": p.host,
-                "slice": discovery.slice_of_node.get(p.node or "", None),
-                "pid": p.name,
-                "state": "terminating" if p.terminating else ("gated" if p.gated else ("scheduled" if p.node else "pending")),
-                "exit_code": None,
-            }
-            for p in sorted(pods, key=lambda p: (p.replica or 0, p.host or 0))
-        ]
+        view["placement"] = placement_view((job.state or {}).get("replicas") or view["slices"], discovery)
+        view["workers"] = workers_view(pods, discovery, view["attempt"])
         view["logs"] = f"hotswap workload logs --cluster {cluster} --workload {name}"
         view["main_log"] = view["logs"]
         view["timeline"] = []
@@ -287,10 +269,7 @@ class KubernetesBackend:
         settings = settings_of(cluster)
         client = self._client(settings)
         discovery = discover(client.list_nodes(), settings)
-        holders: dict[str, str] = {}
-        for obj in client.list_jobsets(cluster):
-            view = view_of(read_jobset(obj), {})
-            holders.update({s: view["name"] for s in view["slices"]})
+        holders = slice_holders([view_of(read_jobset(obj), {}) for obj in client.list_jobsets(cluster)])
         return [
             {"name": n.name, "slice": n.slice, "host": n.host, "state": n.state.value, "workload": holders.get(n.slice)}
             for n in sorted(discovery.nodes.values(), key=lambda n: (n.slice, n.host))

@@ -143,7 +143,13 @@ def load_api_client(settings: KubeSettings) -> Any:
 
 
 class KubeClient:
-    """hotswap's calls on one cluster, in one namespace."""
+    """hotswap's calls on one cluster, in one namespace.
+
+    Longer than our other classes on purpose: one thin method per API call hotswap makes, all
+    through one error translation (:meth:`_call`), so that this class is the whole surface that
+    touches an API server (and the one that test doubles such as ``k8s_fixtures/world.py``
+    stand in for).
+    """
 
     def __init__(self, api_client: Any, settings: KubeSettings) -> None:
         from kubernetes import client
