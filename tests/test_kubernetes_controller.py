@@ -11,7 +11,7 @@ from k8s_fixtures.world import World, load_nodes, set_ready
 
 from hotswap.api.spec import workload_spec
 from hotswap.backends.kubernetes import labels
-from hotswap.backends.kubernetes import translate as tr
+from hotswap.backends.kubernetes import operations as ops
 from hotswap.backends.kubernetes.lease import LeaseRecord, next_step, read_lease, lease_body, released
 from hotswap.backends.kubernetes.render import render_jobset
 from hotswap.backends.kubernetes.settings import KubeSettings
@@ -26,9 +26,9 @@ def submit(world: World, name: str, priority: str, slices: int, **fields) -> Non
     world.apply(render_jobset(spec, "c", world.settings))
 
 
-def run(world: World, controller: KubeController, rounds: int = 4, finish_terminations: bool = True) -> list[tr.Operation]:
+def run(world: World, controller: KubeController, rounds: int = 4, finish_terminations: bool = True) -> list[ops.Operation]:
     """Reconcile and let the cluster react, until nothing more happens."""
-    done: list[tr.Operation] = []
+    done: list[ops.Operation] = []
     for _ in range(rounds):
         operations = controller.reconcile()
         done.extend(operations)
@@ -86,13 +86,13 @@ def test_node_fault_under_high_preempts_low_and_restarts_high_on_its_pool(world:
 
     operations = controller.reconcile()
 
-    assert tr.SetSuspend("low", True) in operations  # whole, and kept queued: suspended, not deleted
-    assert tr.RecreateJobs("high") in operations
+    assert ops.SetSuspend("low", True) in operations  # whole, and kept queued: suspended, not deleted
+    assert ops.RecreateJobs("high") in operations
     assert "low" in world.jobsets
     if fault == "cordon":
-        assert not any(isinstance(op, tr.ForceDeletePod) for op in operations)  # drained gracefully instead
+        assert not any(isinstance(op, ops.ForceDeletePod) for op in operations)  # drained gracefully instead
     if fault == "not-ready":  # its pod can never finish terminating on a machine that is gone
-        assert [tr.ForceDeletePod(name) for name in stuck] == [op for op in operations if isinstance(op, tr.ForceDeletePod)]
+        assert [ops.ForceDeletePod(name) for name in stuck] == [op for op in operations if isinstance(op, ops.ForceDeletePod)]
     run(world, controller)
     assert world.pools_of("high") == [low, high[1]]  # the lost replica takes low's pool; the other stays
     assert world.state("high")["restarts"] == 0 and world.state("high")["disruptions"] == 1
@@ -107,7 +107,7 @@ def test_node_fault_under_high_preempts_low_and_restarts_high_on_its_pool(world:
     else:
         world.nodes[broken]["spec"].pop("unschedulable")
     operations = run(world, controller)
-    assert tr.SetSuspend("low", False) in operations
+    assert ops.SetSuspend("low", False) in operations
     assert world.pools_of("low") == [high[0]]
     assert world.state("low")["phase"] == "RUNNING"
 
@@ -119,7 +119,7 @@ def test_free_spare_slice_is_used_before_anyone_is_preempted(world: World, contr
     spare = next(p for p in POOLS if p not in high)
     set_ready(world.nodes[world.node_of_pool(high[1])], False)
     operations = run(world, controller)
-    assert not any(isinstance(op, tr.SetSuspend) for op in operations)
+    assert not any(isinstance(op, ops.SetSuspend) for op in operations)
     assert world.pools_of("high") == [high[0], spare]
 
 
@@ -161,7 +161,7 @@ def test_elastic_workload_scales_down_without_restart_and_grows_back(world: Worl
     broken = world.node_of_pool(pools[1])
     set_ready(world.nodes[broken], False)
     operations = run(world, controller)
-    assert tr.RecreateJobs("el", (1,)) in operations  # only the lost replica's Job
+    assert ops.RecreateJobs("el", (1,)) in operations  # only the lost replica's Job
     assert survivors <= set(world.pods)  # the others keep running
     assert world.pools_of("el") == [pools[0], None, pools[2]]  # replica 1 parked behind its gate
     membership = json.loads(world.pods[sorted(survivors)[0]]["metadata"]["annotations"][labels.MEMBERSHIP_ANNOTATION])
@@ -176,7 +176,7 @@ def test_elastic_workload_scales_down_without_restart_and_grows_back(world: Worl
 def test_workload_the_cluster_can_never_hold_is_rejected(world: World, controller: KubeController) -> None:
     submit(world, "huge", "high", 4)
     operations = controller.reconcile()
-    rejected = [op for op in operations if isinstance(op, tr.SetAnnotations) and labels.REJECTED_ANNOTATION in op.annotations]
+    rejected = [op for op in operations if isinstance(op, ops.SetAnnotations) and labels.REJECTED_ANNOTATION in op.annotations]
     assert rejected and "it needs 4 slice(s) of v6e-16 and the cluster has only 3" in rejected[0].annotations[labels.REJECTED_ANNOTATION]
     assert world.jobsets["huge"]["spec"]["suspend"] is True
 
@@ -203,14 +203,14 @@ def test_kueue_mode_only_restarts_what_lost_a_node() -> None:
         world.settle()
     assert None not in world.pools_of("high")
     first = controller.reconcile()
-    assert first and all(isinstance(op, tr.SetAnnotations) for op in first)  # it only records what it sees
+    assert first and all(isinstance(op, ops.SetAnnotations) for op in first)  # it only records what it sees
     assert world.state("high")["phase"] == "RUNNING"
     high = world.pools_of("high")
     set_ready(world.nodes[world.node_of_pool(high[0])], False)
     operations = controller.reconcile()
-    assert tr.RecreateJobs("high") in operations
-    assert not any(isinstance(op, tr.SetSuspend) for op in operations)  # Kueue owns suspension
-    assert not any(isinstance(op, tr.PlacePod) for op in operations)
+    assert ops.RecreateJobs("high") in operations
+    assert not any(isinstance(op, ops.SetSuspend) for op in operations)  # Kueue owns suspension
+    assert not any(isinstance(op, ops.PlacePod) for op in operations)
 
 
 def test_observe_turns_live_losses_into_core_events(world: World, controller: KubeController) -> None:

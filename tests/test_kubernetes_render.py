@@ -18,15 +18,15 @@ from hotswap.api import worker as contract
 from hotswap.api.errors import InvalidInputError
 from hotswap.api.spec import WorkloadSpec, workload_spec
 from hotswap.backends.kubernetes import labels
+from hotswap.backends.kubernetes.checkpoint_volume import parse_checkpoint_volume
 from hotswap.backends.kubernetes.render import (
-    container_command,
-    parse_checkpoint_volume,
     render_controller_manifests,
     render_jobset,
     render_kueue,
     render_priority_classes,
-    restartable_codes,
 )
+from hotswap.backends.kubernetes.render.container import container_command
+from hotswap.backends.kubernetes.render.jobset import restartable_codes
 from hotswap.backends.kubernetes.settings import KubeSettings
 
 FIXTURES = Path(__file__).resolve().parent / "k8s_fixtures"
@@ -223,7 +223,7 @@ def test_command_prelude_computes_rank_and_execs_simple_commands() -> None:
     env = {"JOB_INDEX": "1", "JOB_COMPLETION_INDEX": "2", "HOTSWAP_HOSTS_PER_SLICE": "4", "HOTSWAP_RESTART_COUNT": "3", "PATH": "/usr/bin:/bin"}
     assert run_prelude(argv, env) == "6 4 python3 train.py --lr a b"
     assert argv[-4:] == shlex.split("python3 train.py --lr 'a b'")
-    # A command that needs a shell runs in it; a preStop hook passes SIGTERM on (see render.py).
+    # A command that needs a shell runs in it; a preStop hook passes SIGTERM on (see render/container.py).
     shell_argv = container_command("cd /app && python train.py")
     assert shell_argv[2].endswith("cd /app && python train.py")
     assert run_prelude(shell_argv, {**env, "HOTSWAP_RESTART_COUNT": ""}) == "6 1"

@@ -3,7 +3,7 @@ from the Deployment of ``hotswap controller manifests``).
 
 Level-triggered: watches on Nodes, JobSets and pods only say *something changed*; each wake-up
 (or a periodic resync) lists the live objects, rebuilds the core's snapshot from them
-(:func:`hotswap.backends.kubernetes.translate.observe`), runs one decision round of the same
+(:func:`hotswap.backends.kubernetes.observation.observe`), runs one decision round of the same
 core the simulator and the local backend use, and enacts the resulting operations. Nothing is
 kept in memory that the cluster does not also hold, so a restarted controller picks up where
 the last one stopped.
@@ -21,14 +21,16 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
 from typing import Any
 
 from hotswap.api.errors import ConflictError, HotswapError
+from hotswap.api.times import iso_utc
 from hotswap.backends.kubernetes import labels
-from hotswap.backends.kubernetes import translate as tr
+from hotswap.backends.kubernetes import operations as ops
 from hotswap.backends.kubernetes.client import KubeClient
 from hotswap.backends.kubernetes.lease import lease_body, next_step, read_lease, released
+from hotswap.backends.kubernetes.observation import Observation, observe
+from hotswap.backends.kubernetes.planning import plan
 from hotswap.backends.kubernetes.settings import KubeSettings
 from hotswap.core.policy import SchedulerConfig
 from hotswap.core.scheduler import decide
@@ -40,8 +42,7 @@ DEBOUNCE_S = 0.1  # let a burst of watch events (a drained pool) become one reco
 
 
 def _log(message: str) -> None:
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    print(f"{stamp} {message}", file=sys.stderr, flush=True)
+    print(f"{iso_utc(time.time())} {message}", file=sys.stderr, flush=True)
 
 
 class LeaderElector:
@@ -98,9 +99,9 @@ class KubeController:
         self.clock = clock
         self.config = SchedulerConfig()
 
-    def observe(self) -> tr.Observation:
+    def observe(self) -> Observation:
         client = self.client
-        return tr.observe(
+        return observe(
             nodes=client.list_nodes(),
             jobsets=client.list_jobsets(self.cluster),
             jobs=client.list_jobs(),
@@ -110,17 +111,17 @@ class KubeController:
             now=self.clock(),
         )
 
-    def reconcile(self) -> list[tr.Operation]:
+    def reconcile(self) -> list[ops.Operation]:
         """One round: observe, decide, enact. Returns what it did."""
         observation = self.observe()
         decision = decide(observation.snapshot, observation.events, observation.now, self.config)
-        operations = tr.plan(observation, decision)
-        for line in tr.decisions_summary(operations):
+        operations = plan(observation, decision)
+        for line in ops.decisions_summary(operations):
             _log(line)
         self.enact(operations, observation)
         return operations
 
-    def enact(self, operations: list[tr.Operation], observation: tr.Observation) -> None:
+    def enact(self, operations: list[ops.Operation], observation: Observation) -> None:
         """Apply operations in order; one failing does not stop the others (the next reconcile
         retries whatever is still out of line)."""
         raw = {name: {"metadata": {"uid": job.uid}} for name, job in observation.jobsets.items()}
@@ -130,24 +131,24 @@ class KubeController:
             except HotswapError as error:
                 _log(f"warning: {error}")
 
-    def _enact_one(self, op: tr.Operation, raw: dict[str, Any], now: float) -> None:
+    def _enact_one(self, op: ops.Operation, raw: dict[str, Any], now: float) -> None:
         client = self.client
-        if isinstance(op, tr.SetSuspend):
+        if isinstance(op, ops.SetSuspend):
             client.patch_jobset(op.jobset, {"spec": {"suspend": op.suspend}})
-        elif isinstance(op, tr.SetAnnotations):
+        elif isinstance(op, ops.SetAnnotations):
             client.patch_jobset(op.jobset, {"metadata": {"annotations": op.annotations}})
-        elif isinstance(op, tr.RecreateJobs):
+        elif isinstance(op, ops.RecreateJobs):
             client.delete_jobs(op.jobset, op.replicas)
-        elif isinstance(op, tr.ForceDeletePod):
+        elif isinstance(op, ops.ForceDeletePod):
             client.force_delete_pod(op.pod)
-        elif isinstance(op, tr.PlacePod):
+        elif isinstance(op, ops.PlacePod):
             spec: dict[str, Any] = {"schedulingGates": [{"name": g} for g in op.gates]}
             if op.node_selector:
                 spec["nodeSelector"] = op.node_selector
             client.patch_pod(op.pod, {"metadata": {"annotations": op.annotations}, "spec": spec})
-        elif isinstance(op, tr.AnnotatePod):
+        elif isinstance(op, ops.AnnotatePod):
             client.patch_pod(op.pod, {"metadata": {"annotations": op.annotations}})
-        elif isinstance(op, tr.RecordEvent):
+        elif isinstance(op, ops.RecordEvent):
             client.record_event(raw.get(op.jobset), op.jobset, op.reason, op.message, op.warning, now)
 
     def run(self, stop: threading.Event, identity: str) -> None:

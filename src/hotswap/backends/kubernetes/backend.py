@@ -18,19 +18,22 @@ from hotswap.api.errors import CapacityError, ConflictError, InvalidInputError, 
 from hotswap.api.names import validate_cluster_name
 from hotswap.api.spec import WorkloadSpec
 from hotswap.backends.kubernetes import labels
+from hotswap.backends.kubernetes.checkpoint_volume import checkpoint_dir, parse_checkpoint_volume
 from hotswap.backends.kubernetes.discovery import Discovery, discover
-from hotswap.backends.kubernetes.render import (
-    checkpoint_dir,
-    parse_checkpoint_volume,
-    render_jobset,
-    render_kueue,
-    render_priority_classes,
-)
+from hotswap.backends.kubernetes.live_objects import LiveJobSet, read_jobset, read_pod
+from hotswap.backends.kubernetes.render import render_jobset, render_kueue, render_priority_classes
 from hotswap.backends.kubernetes.settings import KubeSettings
-from hotswap.backends.kubernetes.translate import LiveJobSet, read_jobset, read_pod
-from hotswap.backends.kubernetes.views import goodput_view, kueue_status, view_of
+from hotswap.backends.kubernetes.views import (
+    goodput_view,
+    kueue_status,
+    placement_view,
+    slice_holders,
+    view_of,
+    workers_view,
+)
 from hotswap.backends.views import matches
 from hotswap.core.model import Node, Slice, Snapshot
+from hotswap.store import registry
 from hotswap.store.paths import ClusterPaths, private_dir
 from hotswap.store.state import ClusterRecord, Store
 
@@ -38,20 +41,8 @@ BACKEND = "kubernetes"
 NODE_OPERATIONS = ("cordon", "uncordon", "drain")
 
 
-def record(cluster: str) -> ClusterRecord | None:
-    """The cluster's record, or None when there is none."""
-    paths = ClusterPaths.of(cluster)
-    if not paths.database.exists():
-        return None
-    store = Store.open(paths.database)
-    try:
-        return store.cluster()
-    finally:
-        store.close()
-
-
 def settings_of(cluster: str) -> KubeSettings:
-    found = record(cluster)
+    found = registry.find(cluster)
     if found is None:
         raise NotFoundError(
             f"no cluster named {cluster}: create it with `hotswap cluster create --backend kubernetes --cluster {cluster}`"
@@ -92,7 +83,7 @@ class KubernetesBackend:
         wanted = get_device_type(device_type).name if device_type else None
         if num_slices is not None and num_slices < 1:
             raise InvalidInputError("--num-slices must be at least 1")
-        existing = record(cluster)
+        existing = registry.find(cluster)
         if existing is not None and existing.backend != BACKEND:
             raise ConflictError(f"cluster {cluster} exists on the {existing.backend} backend")
         client = self._client(settings)
@@ -165,16 +156,12 @@ class KubernetesBackend:
         shutil.rmtree(ClusterPaths.of(cluster).root, ignore_errors=True)
 
     def describe_cluster(self, cluster: str) -> dict[str, Any]:
-        found = record(cluster)
+        found = registry.find(cluster)
         settings = settings_of(cluster)
         client = self._client(settings)
         discovery = discover(client.list_nodes(), settings)
-        holders = {}
-        workloads = []
-        for obj in client.list_jobsets(cluster):
-            view = view_of(read_jobset(obj), {})
-            workloads.append({"name": view["name"], "status": view["status"], "slices": view["slices"]})
-            holders.update({s: view["name"] for s in view["slices"]})
+        views = [view_of(read_jobset(obj), {}) for obj in client.list_jobsets(cluster)]
+        holders = slice_holders(views)
         summary = self._summary(cluster, found.device_type if found else "", settings, discovery)
         summary["slices"] = [
             {
@@ -186,7 +173,7 @@ class KubernetesBackend:
             }
             for s in discovery.slices
         ]
-        summary["workloads"] = workloads
+        summary["workloads"] = [{"name": v["name"], "status": v["status"], "slices": v["slices"]} for v in views]
         summary["api_server"] = client.host
         return summary
 
@@ -195,7 +182,7 @@ class KubernetesBackend:
     def dry_run(self, cluster: str | None, spec: WorkloadSpec, launch: dict[str, Any]) -> Any:
         """The JobSet ``workload create`` would apply, exactly; no API server is needed."""
         name = cluster or "cluster"
-        found = record(name) if cluster else None
+        found = registry.find(name) if cluster else None
         settings = KubeSettings.from_options(found.settings) if found and found.backend == BACKEND else KubeSettings()
         return render_jobset(spec, name, settings, _volume(launch, settings))
 
@@ -243,29 +230,8 @@ class KubernetesBackend:
         view["workdir"] = None
         discovery = discover(client.list_nodes(), settings)
         pods = [p for p in (read_pod(o) for o in client.list_pods(f"{labels.JOBSET_NAME_LABEL}={name}")) if p is not None]
-        replicas = (job.state or {}).get("replicas") or view["slices"]
-        view["placement"] = [
-            {
-                "replica": index,
-                "slice": slice_name,
-                "nodes": [{"name": n, "state": discovery.nodes[n].state.value} for s in discovery.slices if s.name == slice_name for n in s.nodes],
-            }
-            for index, slice_name in enumerate(replicas)
-            if slice_name
-        ]
-        attempt = view["attempt"]
-        view["workers"] = [
-            {
-                "attempt": attempt,
-                "replica": p.replica,
-                "host": p.host,
-                "slice": discovery.slice_of_node.get(p.node or "", None),
-                "pid": p.name,
-                "state": "terminating" if p.terminating else ("gated" if p.gated else ("scheduled" if p.node else "pending")),
-                "exit_code": None,
-            }
-            for p in sorted(pods, key=lambda p: (p.replica or 0, p.host or 0))
-        ]
+        view["placement"] = placement_view((job.state or {}).get("replicas") or view["slices"], discovery)
+        view["workers"] = workers_view(pods, discovery, view["attempt"])
         view["logs"] = f"hotswap workload logs --cluster {cluster} --workload {name}"
         view["main_log"] = view["logs"]
         view["timeline"] = []
@@ -303,10 +269,7 @@ class KubernetesBackend:
         settings = settings_of(cluster)
         client = self._client(settings)
         discovery = discover(client.list_nodes(), settings)
-        holders: dict[str, str] = {}
-        for obj in client.list_jobsets(cluster):
-            view = view_of(read_jobset(obj), {})
-            holders.update({s: view["name"] for s in view["slices"]})
+        holders = slice_holders([view_of(read_jobset(obj), {}) for obj in client.list_jobsets(cluster)])
         return [
             {"name": n.name, "slice": n.slice, "host": n.host, "state": n.state.value, "workload": holders.get(n.slice)}
             for n in sorted(discovery.nodes.values(), key=lambda n: (n.slice, n.host))

@@ -13,10 +13,10 @@ import json
 import os
 import threading
 from collections.abc import Callable, Iterator
-from datetime import datetime, timezone
 from typing import Any
 
 from hotswap.api.errors import ConflictError, HotswapError, InvalidInputError, NotFoundError
+from hotswap.api.times import iso_utc
 from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes.settings import KubeSettings
 
@@ -109,10 +109,6 @@ def _first_line(error: Exception) -> str:
     return text.splitlines()[0]
 
 
-def _rfc3339(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 def load_api_client(settings: KubeSettings) -> Any:
     """An ApiClient configured as kubectl would be: ``--context`` (else the current context) of
     ``$KUBECONFIG`` (colon-separated files, merged) or ``~/.kube/config``; inside a pod with no
@@ -147,7 +143,13 @@ def load_api_client(settings: KubeSettings) -> Any:
 
 
 class KubeClient:
-    """hotswap's calls on one cluster, in one namespace."""
+    """hotswap's calls on one cluster, in one namespace.
+
+    Longer than our other classes on purpose: one thin method per API call hotswap makes, all
+    through one error translation (:meth:`_call`), so that this class is the whole surface that
+    touches an API server (and the one that test doubles such as ``k8s_fixtures/world.py``
+    stand in for).
+    """
 
     def __init__(self, api_client: Any, settings: KubeSettings) -> None:
         from kubernetes import client
@@ -367,7 +369,7 @@ class KubeClient:
 
     def record_event(self, jobset: dict[str, Any] | None, name: str, reason: str, message: str, warning: bool, now: float) -> None:
         uid = ((jobset or {}).get("metadata") or {}).get("uid")
-        stamp = _rfc3339(now)
+        stamp = iso_utc(now, 6)
         body = {
             "apiVersion": "v1",
             "kind": "Event",

@@ -67,7 +67,6 @@ PLACEMENT_GATE = "hotswap.dev/placement"
 
 CONTAINER_NAME = "worker"
 DEFAULT_IMAGE = "python:3.10"  # xpk's default --docker-image
-MASTER_PORT = 29500  # torch.distributed's customary port; the JobSet service name gives the host
 MEMBERSHIP_DIR = "/etc/hotswap"
 MEMBERSHIP_FILE = "membership.json"
 CHECKPOINT_MOUNT = "/checkpoints"

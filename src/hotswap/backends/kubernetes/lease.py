@@ -9,10 +9,9 @@ win (the other gets 409 Conflict and stays a follower).
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime, timezone
 from typing import Any
 
-from hotswap.backends.kubernetes.translate import timestamp
+from hotswap.api.times import iso_utc, parse_iso_utc
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,7 +29,11 @@ class LeaseRecord:
 
 def micro_time(seconds: float) -> str:
     """Kubernetes MicroTime: RFC 3339 with microseconds."""
-    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return iso_utc(seconds, 6)
+
+
+def _time(text: str | None) -> float | None:
+    return parse_iso_utc(text) if text else None
 
 
 def read_lease(obj: dict[str, Any]) -> LeaseRecord:
@@ -38,8 +41,8 @@ def read_lease(obj: dict[str, Any]) -> LeaseRecord:
     meta = obj.get("metadata") or {}
     return LeaseRecord(
         holder=spec.get("holderIdentity") or None,
-        acquired=timestamp(spec.get("acquireTime")) or None,
-        renewed=timestamp(spec.get("renewTime")) or None,
+        acquired=_time(spec.get("acquireTime")),
+        renewed=_time(spec.get("renewTime")),
         duration_s=int(spec.get("leaseDurationSeconds") or 15),
         transitions=int(spec.get("leaseTransitions") or 0),
         resource_version=meta.get("resourceVersion"),

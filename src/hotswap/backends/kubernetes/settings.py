@@ -12,6 +12,7 @@ from typing import Any
 
 from hotswap.api.errors import InvalidInputError
 from hotswap.backends.kubernetes import labels
+from hotswap.backends.kubernetes.checkpoint_volume import parse_checkpoint_volume
 
 # A qualified label key: an optional DNS-subdomain prefix and a name (Kubernetes' rules).
 _LABEL_KEY = re.compile(
@@ -63,8 +64,6 @@ class KubeSettings:
             if not _LABEL_KEY.fullmatch(value):
                 raise InvalidInputError(f"{flag} {value!r} is not a valid label key (e.g. cloud.google.com/gke-nodepool)")
         if self.checkpoint_volume is not None:
-            from hotswap.backends.kubernetes.render import parse_checkpoint_volume
-
             parse_checkpoint_volume(self.checkpoint_volume)
 
     def to_dict(self) -> dict[str, Any]:

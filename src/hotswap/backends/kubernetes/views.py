@@ -6,8 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from hotswap.backends.kubernetes import labels
+from hotswap.backends.kubernetes.discovery import Discovery
+from hotswap.backends.kubernetes.live_objects import LiveJobSet, LivePod, read_jobset
 from hotswap.backends.views import FINISHED, iso
-from hotswap.backends.kubernetes.translate import LiveJobSet, read_jobset
+
 
 def kueue_status(workloads: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
     """JobSet name -> (status, message) from Kueue's Workload objects (owned by the JobSet)."""
@@ -93,3 +95,38 @@ def goodput_view(job: LiveJobSet, now: float) -> dict[str, Any]:
         "source": "controller phase times",
         "badput": {"queued": share.get("QUEUED", 0.0), "recovery": share.get("RESTARTING", 0.0)},
     }
+
+
+def slice_holders(views: list[dict[str, Any]]) -> dict[str, str]:
+    """Slice -> the workload holding it, from ``workload list`` rows."""
+    return {slice_name: view["name"] for view in views for slice_name in view["slices"]}
+
+
+def placement_view(replicas: list[str | None], discovery: Discovery) -> list[dict[str, Any]]:
+    """``describe``'s placement: each placed replica's slice and the state of its nodes."""
+    return [
+        {
+            "replica": index,
+            "slice": slice_name,
+            "nodes": [{"name": n, "state": discovery.nodes[n].state.value} for s in discovery.slices if s.name == slice_name for n in s.nodes],
+        }
+        for index, slice_name in enumerate(replicas)
+        if slice_name
+    ]
+
+
+def workers_view(pods: list[LivePod], discovery: Discovery, attempt: int) -> list[dict[str, Any]]:
+    """``describe``'s workers: one row per pod, in replica and host order (the pod's name
+    stands where the local backend shows a pid)."""
+    return [
+        {
+            "attempt": attempt,
+            "replica": p.replica,
+            "host": p.host,
+            "slice": discovery.slice_of_node.get(p.node or "", None),
+            "pid": p.name,
+            "state": "terminating" if p.terminating else ("gated" if p.gated else ("scheduled" if p.node else "pending")),
+            "exit_code": None,
+        }
+        for p in sorted(pods, key=lambda p: (p.replica or 0, p.host or 0))
+    ]

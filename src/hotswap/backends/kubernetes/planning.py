@@ -1,0 +1,239 @@
+"""From the core's decision to operations on the live objects (pure; :mod:`.operations`).
+
+How actions become operations: admission and resumption unsuspend the JobSet; preemption and
+requeueing suspend it (JobSet stops its pods gracefully, the JobSet stays queued); a restart
+deletes its child Jobs so that JobSet recreates them at once, and force-deletes pods stuck on
+machines that are gone. New pods carry a scheduling gate; the controller pins each one to the
+slice the core chose for its replica and lifts the gate, and only while the workload is
+RUNNING, which is how BlockingRecreate's "old workers gone first" holds.
+
+Some operations are edge-triggered, one per action (:class:`Enactment`: events, recreating
+Jobs); the others are level-triggered, written whenever the live objects differ from the
+decision (suspension, the state annotation, pod placement and membership), so a reconcile that
+was cut short is completed by the next one.
+
+With Kueue, Kueue admits and kube-scheduler preempts (JobSet's priority-aware exclusive
+placement frees the lower-priority slices): the controller then neither suspends nor places,
+and reports only what it did itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hotswap.api import worker as contract
+from hotswap.api.catalog import get_device_type
+from hotswap.api.cluster import NodeState
+from hotswap.api.phases import WorkloadPhase
+from hotswap.api.worker import Membership
+from hotswap.backends.kubernetes import labels
+from hotswap.backends.kubernetes.live_objects import LiveJobSet
+from hotswap.backends.kubernetes.observation import Observation
+from hotswap.backends.kubernetes.operations import (
+    AnnotatePod,
+    ForceDeletePod,
+    Operation,
+    PlacePod,
+    RecordEvent,
+    RecreateJobs,
+    SetAnnotations,
+    SetSuspend,
+    in_order,
+)
+from hotswap.backends.kubernetes.state_annotation import encode_state, state_of
+from hotswap.core import actions as act
+from hotswap.core.model import Workload
+from hotswap.core.scheduler import Decision
+
+
+def plan(observation: Observation, decision: Decision) -> list[Operation]:
+    """The operations that enact a decision and bring the live objects in line with it."""
+    operations: list[Operation] = []
+    by_workload: dict[str, list[act.Action]] = {}
+    for action in decision.actions:
+        by_workload.setdefault(action.workload, []).append(action)
+    managed = observation.managed_admission
+    discovery = observation.discovery
+    pins = {s.name: s.pin for s in discovery.slices}
+    for name, job in observation.jobsets.items():
+        if job.spec is None:
+            continue
+        actions = by_workload.get(name, [])
+        enactment = Enactment(observation, job)
+        for action in actions:
+            operations.extend(act.dispatch(action, enactment))
+        workload = decision.snapshot.workloads.get(name)
+        if workload is None:
+            continue
+        replicas = replicas_after(actions, observation.replicas.get(name, []), job.spec.num_slices)
+        state = state_of(workload, replicas, job.state, observation.now)
+        if state != job.state:
+            operations.append(SetAnnotations(name, {labels.STATE_ANNOTATION: encode_state(state)}))
+        # Pods left on machines that are gone, by a workload that no longer holds that slice.
+        held = set(workload.slices) if workload.phase.holds_slices else set()
+        for pod in observation.pods_of(name):
+            if pod.node is None or pod.finished:
+                continue
+            node = discovery.nodes.get(pod.node)
+            if node is not None and node.state is NodeState.FAILED and node.slice not in held:
+                operations.append(ForceDeletePod(pod.name))
+        if not managed or job.terminal is not None:
+            continue
+        want_suspended = not workload.phase.holds_slices
+        if want_suspended != job.suspended:
+            operations.append(SetSuspend(name, want_suspended))
+        if workload.phase is not WorkloadPhase.RUNNING:
+            continue
+        hosts = get_device_type(job.spec.device_type).hosts_per_slice
+        membership = elastic_membership(name, workload, replicas, hosts).to_json() if job.spec.elastic else None
+        recreated = {i for a in actions if isinstance(a, act.ScaleDown) for i, s in enumerate(observation.replicas.get(name, [])) if s in a.removed}
+        restarted = any(isinstance(a, act.Restart) for a in actions)
+        for pod in observation.pods_of(name):
+            if pod.terminating or pod.finished or pod.replica is None or pod.replica >= len(replicas):
+                continue
+            current = pod.owner_uid is None or pod.owner_uid in observation.job_uids
+            if not current or restarted or pod.replica in recreated:
+                continue  # about to be replaced
+            slice_name = replicas[pod.replica]
+            if pod.gated and slice_name is not None:
+                selector = {k: v for k, v in pins[slice_name].items() if k not in pod.node_selector} if slice_name in pins else {}
+                annotations = {labels.SLICE_ANNOTATION: slice_name}
+                if membership is not None:
+                    annotations[labels.MEMBERSHIP_ANNOTATION] = membership
+                gates = tuple(g for g in pod.gates if g != labels.PLACEMENT_GATE)
+                operations.append(PlacePod(pod.name, selector, annotations, gates))
+            elif membership is not None and not pod.gated and pod.annotations.get(labels.MEMBERSHIP_ANNOTATION) != membership:
+                operations.append(AnnotatePod(pod.name, {labels.MEMBERSHIP_ANNOTATION: membership}))
+    return in_order(operations)
+
+
+def elastic_membership(name: str, workload: Workload, replicas: Sequence[str | None], hosts: int) -> Membership:
+    """The elastic membership record of a workload's active replicas; the lowest active replica's
+    first host coordinates."""
+    active = [index for index, slice_name in enumerate(replicas) if slice_name is not None]
+    first = active[0] if active else 0
+    return Membership(
+        generation=workload.membership,
+        slices=tuple(s for s in replicas if s is not None),
+        hosts_per_slice=hosts,
+        master_addr=contract.coordinator_host(name, first),
+        # A new generation rendezvous on its own port, so it never meets the previous group.
+        master_port=contract.DEFAULT_MASTER_PORT + 1 + workload.membership,
+    )
+
+
+class ReplicaMap:
+    """Which slice each replica index runs on (None: parked), as the actions change it: an
+    :class:`~hotswap.core.actions.ActionHandler` that updates :attr:`slices` in place."""
+
+    def __init__(self, replicas: Sequence[str | None], num_slices: int) -> None:
+        self.num_slices = num_slices
+        self.slices = list(replicas) + [None] * (num_slices - len(replicas))
+
+    def _placed(self, slices: tuple[str, ...]) -> None:
+        self.slices = list(slices) + [None] * (self.num_slices - len(slices))
+
+    def _parked(self) -> None:
+        self.slices = [None] * self.num_slices
+
+    def on_admit(self, action: act.Admit) -> None:
+        self._placed(action.slices)
+
+    def on_restart(self, action: act.Restart) -> None:
+        self._placed(action.slices)
+
+    def on_scale_down(self, action: act.ScaleDown) -> None:
+        self.slices = [None if s in action.removed else s for s in self.slices]
+
+    def on_scale_up(self, action: act.ScaleUp) -> None:
+        added = iter(action.added)
+        self.slices = [next(added, None) if s is None else s for s in self.slices]
+
+    def on_preempt(self, action: act.Preempt) -> None:
+        self._parked()
+
+    def on_requeue(self, action: act.Requeue) -> None:
+        self._parked()
+
+    def on_fail(self, action: act.Fail) -> None:
+        self._parked()
+
+    def on_complete(self, action: act.Complete) -> None:
+        self._parked()
+
+    # These change no placement.
+    def on_reject(self, action: act.Reject) -> None:
+        pass
+
+    def on_start_workers(self, action: act.StartWorkers) -> None:
+        pass
+
+    def on_remove(self, action: act.Remove) -> None:
+        pass
+
+
+def replicas_after(actions: Sequence[act.Action], replicas: list[str | None], num_slices: int) -> list[str | None]:
+    """The slice of each replica index once ``actions`` are enacted (the state annotation's map)."""
+    replica_map = ReplicaMap(replicas, num_slices)
+    for action in actions:
+        act.dispatch(action, replica_map)
+    return replica_map.slices[:num_slices]
+
+
+class Enactment:
+    """Edge-triggered operations of one action of one JobSet (suspension and pod placement are
+    level-triggered in :func:`plan`): an :class:`~hotswap.core.actions.ActionHandler`."""
+
+    def __init__(self, observation: Observation, job: LiveJobSet) -> None:
+        self.observation = observation
+        self.name = job.name
+
+    def _if_hotswap_admits(self, operations: list[Operation]) -> list[Operation]:
+        """Admission and preemption are Kueue's and kube-scheduler's under Kueue: nothing of
+        ours to do or report."""
+        return operations if self.observation.managed_admission else []
+
+    def on_reject(self, action: act.Reject) -> list[Operation]:
+        return [
+            SetAnnotations(self.name, {labels.REJECTED_ANNOTATION: action.reason}),
+            RecordEvent(self.name, "Rejected", action.reason, warning=True),
+        ]
+
+    def on_admit(self, action: act.Admit) -> list[Operation]:
+        return self._if_hotswap_admits([RecordEvent(self.name, "Admitted", f"admitted onto {', '.join(action.slices)}")])
+
+    def on_preempt(self, action: act.Preempt) -> list[Operation]:
+        return self._if_hotswap_admits([RecordEvent(self.name, "Preempted", action.reason, warning=True)])
+
+    def on_scale_up(self, action: act.ScaleUp) -> list[Operation]:
+        return self._if_hotswap_admits([RecordEvent(self.name, "ScaledUp", f"grew onto {', '.join(action.added)}")])
+
+    def on_start_workers(self, action: act.StartWorkers) -> list[Operation]:
+        return []  # the workers start when their pods are placed (level-triggered)
+
+    def on_requeue(self, action: act.Requeue) -> list[Operation]:
+        operations: list[Operation] = [RecordEvent(self.name, "Requeued", action.reason, warning=True)]
+        if not self.observation.managed_admission:
+            operations.insert(0, RecreateJobs(self.name))  # Kueue keeps it admitted: restart it in place
+        return operations
+
+    def on_restart(self, action: act.Restart) -> list[Operation]:
+        where = ", ".join(action.slices)
+        return [RecreateJobs(self.name), RecordEvent(self.name, "Restarted", f"{action.reason}; restarting on {where}")]
+
+    def on_scale_down(self, action: act.ScaleDown) -> list[Operation]:
+        previous = self.observation.replicas.get(self.name, [])
+        lost = tuple(i for i, s in enumerate(previous) if s in action.removed)
+        return [
+            RecreateJobs(self.name, lost),
+            RecordEvent(self.name, "ScaledDown", f"{action.reason}; running on {len(action.slices)} slice(s)", warning=True),
+        ]
+
+    def on_fail(self, action: act.Fail) -> list[Operation]:
+        return [RecordEvent(self.name, "Failed", action.reason, warning=True)]
+
+    def on_complete(self, action: act.Complete) -> list[Operation]:
+        return []  # JobSet detects and reports completion itself
+
+    def on_remove(self, action: act.Remove) -> list[Operation]:
+        return []  # nothing to do on the cluster

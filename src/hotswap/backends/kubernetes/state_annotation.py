@@ -1,0 +1,67 @@
+"""The ``hotswap.dev/state`` annotation: what only the core knows about a workload (queue order,
+attempts, preemptions, the slice each replica was placed on), kept on its JobSet so that the
+controller stays stateless. The controller writes it; every reconcile, and a new leader, reads
+it back.
+
+The record is the store's JSON of the core's :class:`~hotswap.core.model.Workload` without its
+spec (the spec has its own annotation), plus three keys of the Kubernetes backend: the replica
+map and the seconds spent in each phase (for ``describe``'s goodput).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import pydantic
+
+from hotswap.api.spec import WorkloadSpec
+from hotswap.core.model import Workload
+from hotswap.store.codec import workload_from_json, workload_to_dict
+
+_EXTRA_STATE = ("replicas", "phase_seconds", "phase_since")
+
+
+def state_of(
+    workload: Workload, replicas: Sequence[str | None], previous: dict[str, Any] | None, now: float
+) -> dict[str, Any]:
+    """What the state annotation holds: the core's record without the spec, the replica map,
+    and the seconds spent in each phase so far (closed at every phase change, so the annotation
+    is rewritten only when something happens)."""
+    record = workload_to_dict(workload)
+    del record["spec"]
+    record["replicas"] = list(replicas)
+    ledger = dict((previous or {}).get("phase_seconds") or {})
+    since = (previous or {}).get("phase_since", now)
+    old_phase = (previous or {}).get("phase")
+    if old_phase is not None and old_phase != record["phase"]:
+        ledger[old_phase] = ledger.get(old_phase, 0.0) + max(0.0, now - since)
+        since = now
+    record["phase_seconds"] = ledger
+    record["phase_since"] = since
+    return record
+
+
+def workload_from_state(spec: WorkloadSpec, state: dict[str, Any]) -> Workload | None:
+    """The core's workload from its spec and state record, or None when the record is not one
+    (edited by hand, or written by another version)."""
+    record = {key: value for key, value in state.items() if key not in _EXTRA_STATE}
+    record["spec"] = spec.model_dump(mode="json")
+    try:
+        return workload_from_json(json.dumps(record))
+    except (KeyError, TypeError, ValueError, pydantic.ValidationError):
+        return None
+
+
+def encode_state(state: dict[str, Any]) -> str:
+    """The annotation's text (keys sorted: the same record is always the same text)."""
+    return json.dumps(state, sort_keys=True)
+
+
+def decode_state(text: str) -> Any:
+    """The annotation's JSON, or None when it is not JSON."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None

@@ -1,0 +1,185 @@
+"""The pieces between live Kubernetes objects and the core, each on its own: parsing live
+objects, the state annotation, planning's action handlers, and the operations' order and log."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from hotswap.api import worker as contract
+from hotswap.api.phases import WorkloadPhase
+from hotswap.api.spec import workload_spec
+from hotswap.backends.kubernetes import labels
+from hotswap.backends.kubernetes import operations as ops
+from hotswap.backends.kubernetes.lease import micro_time
+from hotswap.backends.kubernetes.live_objects import read_jobset, read_pod
+from hotswap.backends.kubernetes.observation import observe
+from hotswap.backends.kubernetes.planning import Enactment, ReplicaMap, elastic_membership, replicas_after
+from hotswap.backends.kubernetes.settings import KubeSettings
+from hotswap.backends.kubernetes.state_annotation import decode_state, encode_state, state_of, workload_from_state
+from hotswap.core import actions as act
+from hotswap.core.model import Workload
+
+SPEC = workload_spec(name="w", command="python3 train.py", device_type="v6e-16", num_slices=3, min_slices=2)
+
+
+def jobset(annotations: dict[str, str] | None = None, conditions: list[dict[str, str]] | None = None, suspend: bool = True) -> dict:
+    return {
+        "metadata": {
+            "name": "w",
+            "uid": "u-1",
+            "creationTimestamp": "2026-01-06T09:00:00Z",
+            "annotations": {labels.SPEC_ANNOTATION: SPEC.model_dump_json(), **(annotations or {})},
+        },
+        "spec": {"suspend": suspend},
+        "status": {"restartsCountTowardsMax": 2, "conditions": conditions or []},
+    }
+
+
+# ---------------------------------------------------------------------- live objects
+
+
+def test_a_jobset_reads_as_its_spec_state_and_conditions() -> None:
+    state = {"phase": "RUNNING"}
+    job = read_jobset(jobset({labels.STATE_ANNOTATION: json.dumps(state)}, [{"type": "Failed", "status": "True", "message": "boom"}], suspend=False))
+    assert (job.name, job.uid, job.spec, job.state, job.suspended, job.restarts) == ("w", "u-1", SPEC, state, False, 2)
+    assert (job.terminal, job.terminal_message) == (WorkloadPhase.FAILED, "boom")
+    assert job.created == 1_767_690_000.0
+
+
+def test_what_hotswap_did_not_write_reads_as_not_there() -> None:
+    job = read_jobset(jobset({labels.SPEC_ANNOTATION: "{not json", labels.STATE_ANNOTATION: "{not json"}, [{"type": "Completed", "status": "False"}]))
+    assert (job.spec, job.state, job.terminal) == (None, None, None)
+    assert read_jobset({"metadata": {"name": "bare"}}).created == 0.0
+
+
+def test_api_times_keep_their_formats() -> None:
+    assert micro_time(1_767_690_000.25) == "2026-01-06T09:00:00.250000Z"  # the Lease's MicroTime
+
+
+def test_pods_of_other_owners_are_not_read_and_ours_carry_their_indices() -> None:
+    assert read_pod({"metadata": {"name": "p", "labels": {"app": "x"}}}) is None
+    pod = read_pod(
+        {
+            "metadata": {
+                "name": "p",
+                "labels": {labels.JOBSET_NAME_LABEL: "w", labels.JOB_INDEX_LABEL: "1"},
+                "annotations": {labels.JOB_COMPLETION_INDEX_ANNOTATION: "3"},
+                "ownerReferences": [{"kind": "Job", "uid": "j-1"}],
+                "deletionTimestamp": "2026-01-06T10:00:00Z",
+            },
+            "spec": {"nodeName": "n", "schedulingGates": [{"name": labels.PLACEMENT_GATE}]},
+            "status": {"phase": "Running"},
+        }
+    )
+    assert pod is not None
+    assert (pod.workload, pod.replica, pod.host, pod.node, pod.owner_uid) == ("w", 1, 3, "n", "j-1")
+    assert pod.gated and pod.terminating and not pod.finished
+
+
+# ---------------------------------------------------------------------- the state annotation
+
+
+def test_state_round_trips_and_closes_the_phase_ledger_only_on_a_phase_change() -> None:
+    queued = Workload(spec=SPEC, seq=4, created_at=100.0)
+    first = state_of(queued, [None, None, None], None, now=100.0)
+    assert workload_from_state(SPEC, first) == queued
+    assert first["replicas"] == [None, None, None] and first["phase_seconds"] == {}
+    assert state_of(queued, [None, None, None], first, now=150.0) == first  # nothing to rewrite
+    running = Workload(spec=SPEC, seq=4, created_at=100.0, phase=WorkloadPhase.RUNNING, slices=("a", "b", "c"), attempt=1)
+    second = state_of(running, ["a", "b", "c"], first, now=160.0)
+    assert second["phase_seconds"] == {"QUEUED": 60.0} and second["phase_since"] == 160.0
+    assert workload_from_state(SPEC, second) == running
+    assert decode_state(encode_state(second)) == second
+
+
+def test_a_state_record_that_is_not_one_reads_as_none() -> None:
+    assert workload_from_state(SPEC, {"phase": "SOMEWHERE"}) is None
+    assert decode_state("[") is None
+
+
+# ---------------------------------------------------------------------- planning
+
+
+def test_every_planning_handler_handles_every_action_type() -> None:
+    for handler in (ReplicaMap, Enactment):
+        assert all(callable(getattr(handler, method, None)) for method in act.HANDLER_METHODS.values()), handler
+
+
+@pytest.mark.parametrize(
+    ("action", "after"),
+    [
+        (act.Admit("w", 1, ("x", "y", "z")), ["x", "y", "z"]),
+        (act.Restart("w", 2, ("x", "b"), "lost", charged=False), ["x", "b", None]),
+        (act.ScaleDown("w", ("b",), ("a", "c"), 1, "lost"), ["a", None, "c"]),
+        (act.Preempt("w", "h", "preempted"), [None, None, None]),
+        (act.Requeue("w", "no capacity"), [None, None, None]),
+        (act.Fail("w", "boom"), [None, None, None]),
+        (act.Complete("w"), [None, None, None]),
+        (act.StartWorkers("w", 1, ("a", "b", "c")), ["a", "b", "c"]),
+        (act.Reject("w", "too big"), ["a", "b", "c"]),
+        (act.Remove("w"), ["a", "b", "c"]),
+    ],
+)
+def test_replica_map_after_each_action(action: act.Action, after: list[str | None]) -> None:
+    assert replicas_after([action], ["a", "b", "c"], 3) == after
+
+
+def test_scale_up_fills_parked_replicas_in_order() -> None:
+    grown = replicas_after([act.ScaleUp("w", ("x", "y"), ("x", "b", "y"), 2)], [None, "b", None], 3)
+    assert grown == ["x", "b", "y"]
+
+
+def _observation(kueue: bool, replicas: list[str | None]):
+    observation = observe([], [jobset()], [], [], KubeSettings(kueue=kueue), "c", now=0.0)
+    observation.replicas["w"] = replicas
+    return observation
+
+
+def test_enactment_under_kueue_leaves_admission_to_kueue_and_restarts_requeued_work_in_place() -> None:
+    for kueue in (False, True):
+        observation = _observation(kueue, ["a", "b", "c"])
+        enactment = Enactment(observation, observation.jobsets["w"])
+        admitted = act.dispatch(act.Admit("w", 1, ("a", "b", "c")), enactment)
+        requeued = act.dispatch(act.Requeue("w", "no capacity"), enactment)
+        scaled = act.dispatch(act.ScaleDown("w", ("b",), ("a", "c"), 1, "lost"), enactment)
+        assert admitted == ([] if kueue else [ops.RecordEvent("w", "Admitted", "admitted onto a, b, c")])
+        assert (ops.RecreateJobs("w") in requeued) is kueue
+        assert scaled[0] == ops.RecreateJobs("w", (1,))  # only the lost replica's Job, in both modes
+
+
+def test_elastic_membership_is_coordinated_by_the_first_active_replica() -> None:
+    workload = Workload(spec=SPEC, seq=0, created_at=0.0, phase=WorkloadPhase.RUNNING, membership=3)
+    membership = elastic_membership("w", workload, [None, "b", "c"], 4)
+    assert membership.master_addr == contract.coordinator_host("w", 1) == "w-slice-1-0.w"
+    assert membership.master_port == contract.DEFAULT_MASTER_PORT + 4  # a port per generation
+    assert (membership.slices, membership.world_size) == (("b", "c"), 8)
+
+
+# ---------------------------------------------------------------------- operations
+
+
+def test_side_effects_come_before_the_record_of_them() -> None:
+    record = ops.SetAnnotations("w", {labels.STATE_ANNOTATION: "{}"})
+    planned = [ops.PlacePod("p", {}, {labels.SLICE_ANNOTATION: "a"}, ()), record, ops.SetSuspend("w", True), ops.RecreateJobs("w")]
+    assert ops.in_order(planned) == [ops.RecreateJobs("w"), ops.SetSuspend("w", True), record, planned[0]]
+    assert ops.decisions_summary(ops.in_order(planned)) == [
+        "recreate all jobs of jobset/w",
+        "suspend jobset/w",
+        "place pod/p on a",
+    ]
+
+
+def test_settings_validate_a_checkpoint_volume_without_the_renderer() -> None:
+    """settings -> render -> settings was an import cycle; settings now stand alone."""
+    probe = (
+        "import sys\n"
+        "from hotswap.backends.kubernetes.settings import KubeSettings\n"
+        "KubeSettings.from_options({'checkpoint_volume': 'pvc:ckpt'})\n"
+        "print('hotswap.backends.kubernetes.render' in sys.modules)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"

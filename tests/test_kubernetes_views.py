@@ -1,0 +1,42 @@
+"""What ``describe`` and ``node list`` show about live objects, built without an API server."""
+
+from __future__ import annotations
+
+from k8s_fixtures.world import load_nodes
+
+from hotswap.backends.kubernetes import labels
+from hotswap.backends.kubernetes.discovery import discover
+from hotswap.backends.kubernetes.live_objects import LivePod
+from hotswap.backends.kubernetes.settings import KubeSettings
+from hotswap.backends.kubernetes.views import placement_view, slice_holders, workers_view
+
+
+def pod(name: str, replica: int, host: int, node: str | None, gates: tuple[str, ...] = (), terminating: bool = False) -> LivePod:
+    return LivePod(name, "w", replica, host, node, gates, terminating, False, "j", {}, {})
+
+
+def test_slices_are_held_by_the_workloads_whose_rows_list_them() -> None:
+    rows = [{"name": "a", "slices": ["np-0", "np-1"]}, {"name": "b", "slices": []}, {"name": "c", "slices": ["np-2"]}]
+    assert slice_holders(rows) == {"np-0": "a", "np-1": "a", "np-2": "c"}
+
+
+def test_placement_and_workers_of_a_workload() -> None:
+    discovery = discover(load_nodes(), KubeSettings())
+    first, second = discovery.slices[0], discovery.slices[1]
+    placement = placement_view([None, first.name], discovery)
+    assert [(p["replica"], p["slice"]) for p in placement] == [(1, first.name)]
+    assert [n["name"] for n in placement[0]["nodes"]] == list(first.nodes)
+    pods = [
+        pod("p-1-0", 1, 0, None, gates=(labels.PLACEMENT_GATE,)),
+        pod("p-0-1", 0, 1, second.nodes[1], terminating=True),
+        pod("p-0-0", 0, 0, second.nodes[0]),
+        pod("p-1-1", 1, 1, None),
+    ]
+    rows = workers_view(pods, discovery, attempt=2)
+    assert [(r["pid"], r["slice"], r["state"]) for r in rows] == [
+        ("p-0-0", second.name, "scheduled"),
+        ("p-0-1", second.name, "terminating"),
+        ("p-1-0", None, "gated"),
+        ("p-1-1", None, "pending"),
+    ]
+    assert {r["attempt"] for r in rows} == {2}
