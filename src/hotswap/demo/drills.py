@@ -22,12 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from hotswap.api.spec import workload_spec
+from hotswap.backends.base import launch_record
 from hotswap.backends.local import client, operations
-from hotswap.backends.local.launch import launch_record, log_path
+from hotswap.backends.local.launch import log_path
+from hotswap.backends.local.protocol import RequestKind
 from hotswap.demo.observe import Trace, log_lines, read_trace, slice_count_changes
 from hotswap.demo.view import DemoView
+from hotswap.store import registry
 from hotswap.store.paths import home
-from hotswap.store.state import LIVE_WORKER_STATES
+from hotswap.store.state import LIVE_WORKER_STATES, Store
 
 DEVICE = "v6e-4"  # one host per slice: one training process per slice on a laptop
 REPAIR_BASELINE_S = 600.0  # GKE's node repair, what a job waits without hotswap
@@ -112,7 +115,7 @@ class Drill(abc.ABC):
     def _follow_controller(self) -> None:
         """Show the controller's decisions as they are committed (admissions, preemptions, ...)."""
         try:
-            store = operations.open_store(operations.existing(self.cluster))
+            store = Store.open(registry.existing(self.cluster).database)
         except Exception:
             return
         try:
@@ -146,7 +149,7 @@ class Drill(abc.ABC):
         )
         launch = launch_record(
             environ=dict(os.environ), cwd=str(self.workdir), user_env={"OMP_NUM_THREADS": "1"},
-            checkpoint_dir=operations.default_checkpoint_dir(self.cluster, name),
+            checkpoint_dir=str(registry.existing(self.cluster).checkpoint_dir(name)),
         )
         view = operations.create_workload(self.cluster, spec, launch)
         self.event(f"{name} ({priority}, {slices} slice(s)) submitted: {view['status']} on {', '.join(view['slices']) or '-'}")
@@ -155,8 +158,8 @@ class Drill(abc.ABC):
         return next((w for w in operations.list_workloads(self.cluster) if w["name"] == name), None)
 
     def workload_dir(self, name: str) -> Path | None:
-        paths = operations.existing(self.cluster)
-        with operations.open_store(paths) as store:
+        paths = registry.existing(self.cluster)
+        with Store.open(paths.database) as store:
             seq = next((r["seq"] for r, _ in store.workload_records() if r["spec"]["name"] == name), None)
         return None if seq is None else paths.workload_dir(name, seq)
 
@@ -172,9 +175,9 @@ class Drill(abc.ABC):
         self.wait(f"{name} to reach step {at_least}", lambda: self.steps_of(name) >= at_least)
 
     def node(self, operation: str, node: str) -> float:
-        paths = operations.existing(self.cluster)
+        paths = registry.existing(self.cluster)
         t = time.time()
-        outcome = client.request(paths, "node", {"op": operation, "nodes": [node]})
+        outcome = client.request(paths, RequestKind.NODE, {"op": operation, "nodes": [node]})
         if outcome.status != "done":
             raise DrillFailed(outcome.message)
         self.marks.append({"t": t, "what": operation, "node": node})
@@ -190,8 +193,8 @@ class Drill(abc.ABC):
         return operations.describe_workload(self.cluster, name)["goodput"]
 
     def timeline(self) -> list[dict[str, Any]]:
-        paths = operations.existing(self.cluster)
-        with operations.open_store(paths) as store:
+        paths = registry.existing(self.cluster)
+        with Store.open(paths.database) as store:
             return [dict(r) for r in store.timeline()]
 
     def cleanup(self) -> None:
@@ -199,7 +202,7 @@ class Drill(abc.ABC):
             self.event(f"kept cluster {self.cluster} (delete it with `hotswap cluster delete --cluster {self.cluster}`)")
             return
         try:
-            checkpoints = operations.existing(self.cluster).checkpoint_dir("x").parent
+            checkpoints = registry.existing(self.cluster).checkpoint_dir("x").parent
             operations.delete_cluster(self.cluster)
             shutil.rmtree(checkpoints, ignore_errors=True)
             self.event(f"cluster {self.cluster} deleted")
@@ -235,7 +238,7 @@ class Drill(abc.ABC):
         """Keep the training logs and goodput events of a drill whose cluster is removed
         (``<state>/demo-runs/<cluster>/``); the summary's paths point there."""
         try:
-            source = operations.existing(self.cluster).root / "workloads"
+            source = registry.existing(self.cluster).root / "workloads"
         except Exception:
             return
         target = home() / "demo-runs" / self.cluster
@@ -370,8 +373,8 @@ class HotswapDrill(Drill):
         return result
 
     def _spares_ready(self) -> bool:
-        paths = operations.existing(self.cluster)
-        with operations.open_store(paths) as store:
+        paths = registry.existing(self.cluster)
+        with Store.open(paths.database) as store:
             spares = store.workers(("warm",))
         return len(spares) >= 2 and all((Path(s.dir) / "ready").exists() for s in spares)
 
@@ -469,9 +472,9 @@ class MigrationDrill(Drill):
         }
 
     def _live(self, name: str) -> bool:
-        paths = operations.existing(self.cluster)
-        with operations.open_store(paths) as store:
-            return any(w.workload == name for w in store.workers(LIVE_WORKER_STATES))
+        paths = registry.existing(self.cluster)
+        with Store.open(paths.database) as store:
+            return any(w.identity.workload == name for w in store.workers(LIVE_WORKER_STATES))
 
 
 SEED_001_AWK = Path(__file__).with_name("seed001_slice_changes.awk")
