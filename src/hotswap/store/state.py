@@ -81,6 +81,9 @@ class WorkerRow:
 
 
 class Store:
+    """A cluster's database. One class on purpose, though long: its tables share one connection
+    and one transaction at a time; each section below is one table's reads and writes."""
+
     def __init__(self, connection: sqlite3.Connection) -> None:
         self.connection = connection
 
@@ -325,13 +328,13 @@ class Store:
         if clauses:
             query += " WHERE " + " AND ".join(clauses)
         rows = self.connection.execute(query + " ORDER BY id", args).fetchall()
-        return [self._worker(r) for r in rows]
+        return [_worker_row(r) for r in rows]
 
     def worker(self, worker_id: int) -> WorkerRow:
-        return self._worker(self.connection.execute("SELECT * FROM workers WHERE id = ?", (worker_id,)).fetchone())
+        return _worker_row(self.connection.execute("SELECT * FROM workers WHERE id = ?", (worker_id,)).fetchone())
 
-    @staticmethod
-    def _worker(row: sqlite3.Row) -> WorkerRow:
-        columns = dict(row)
-        identity = WorkerIdentity(**{name: columns.pop(name) for name in _IDENTITY_COLUMNS})
-        return WorkerRow(identity=identity, **columns)
+
+def _worker_row(row: sqlite3.Row) -> WorkerRow:
+    columns = dict(row)
+    identity = WorkerIdentity(**{name: columns.pop(name) for name in _IDENTITY_COLUMNS})
+    return WorkerRow(identity=identity, **columns)
