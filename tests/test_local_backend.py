@@ -365,7 +365,7 @@ def test_bad_input_explains_itself_and_changes_nothing(bad_input_home: Path, arg
 def test_warm_spares_take_over_starts_and_refill(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from hotswap.api.spec import workload_spec
     from hotswap.backends.local import operations
-    from hotswap.backends.local.launch import launch_record
+    from hotswap.backends.base import launch_record
 
     monkeypatch.setenv("HOTSWAP_HOME", str(home))
     script = tmp_path / "job.py"
@@ -477,7 +477,7 @@ def test_concurrent_creates_of_one_cluster_name_explain_themselves(home: Path) -
 def test_warm_spares_apply_pythonpath(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from hotswap.api.spec import workload_spec
     from hotswap.backends.local import operations
-    from hotswap.backends.local.launch import launch_record
+    from hotswap.backends.base import launch_record
 
     monkeypatch.setenv("HOTSWAP_HOME", str(home))
     library = tmp_path / "lib"

@@ -14,6 +14,13 @@ from typing import Any, Protocol
 from hotswap.api.spec import WorkloadSpec
 
 
+def launch_record(*, environ: dict[str, str], cwd: str, user_env: dict[str, str], checkpoint_dir: str) -> dict[str, Any]:
+    """How to start a workload's workers, as ``workload create`` hands it to a backend: the
+    creator's environment and directory, the user's variables, where checkpoints go (a backend
+    may add keys of its own, such as ``checkpoint_volume``)."""
+    return {"environ": environ, "cwd": cwd, "user_env": user_env, "checkpoint_dir": checkpoint_dir}
+
+
 class Backend(Protocol):
     name: str
 

@@ -7,8 +7,9 @@ The rows themselves are the JSON contract of DESIGN.md (``name``, ``priority``, 
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from typing import Any
+
+from hotswap.api.times import iso_utc
 
 FINISHED = ("SUCCESSFUL", "FAILED")
 STATUS_FILTERS = ("EVERYTHING", "FINISHED", "RUNNING", "QUEUED", "FAILED", "SUCCESSFUL")
@@ -29,7 +30,7 @@ def iso(t: float | None) -> str | None:
     """UTC time as ISO 8601, like xpk's table (``2026-11-22T12:00:00Z``)."""
     if not t:
         return None  # never set (a real time is never the epoch)
-    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return iso_utc(t)
 
 
 def matches(view: dict[str, Any], status: str, job_prefix: str | None) -> bool:

@@ -1,6 +1,12 @@
-"""Which backend serves a cluster: the one named in its record (``cluster create --backend``)."""
+"""Which backend serves a cluster: the one named in its record (``cluster create --backend``).
+
+The one module of the CLI that imports the backends themselves (import-linter keeps it so): the
+rest of the CLI reaches them through :class:`~hotswap.backends.base.Backend`.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 from hotswap.api.errors import InvalidInputError
 from hotswap.backends.base import Backend
@@ -25,3 +31,11 @@ def for_cluster(cluster: str) -> Backend:
     from hotswap.store import registry
 
     return named(registry.record_of(cluster).backend)
+
+
+def kubernetes_controller_manifests(cluster: str, image: str) -> list[dict[str, Any]]:
+    """What runs a Kubernetes cluster's controller inside it (``controller manifests``)."""
+    from hotswap.backends.kubernetes.backend import settings_of
+    from hotswap.backends.kubernetes.render import render_controller_manifests
+
+    return render_controller_manifests(cluster, settings_of(cluster), image)

@@ -105,10 +105,12 @@ def describe(
 
 @app.command("list")
 def list_(output: Format = typer.Option(Format.TABLE, "--output", "-o", help="table, json or yaml.")) -> None:
-    """Every cluster on this machine."""
-    from hotswap.backends.local import operations
+    """Every cluster on this machine, of every backend."""
+    import dataclasses
 
-    rows = operations.list_clusters()
+    from hotswap.store import registry
+
+    rows = [dataclasses.asdict(summary) for summary in registry.summaries()]
     if output is not Format.TABLE:
         document(rows, output)
         return

@@ -16,9 +16,7 @@ IN_CLUSTER_SETTINGS = "HOTSWAP_KUBERNETES_SETTINGS"
 @app.command("run")
 def run(cluster: str = typer.Option(..., "--cluster", help="Cluster name.")) -> None:
     """Run the controller in the foreground (the CLI otherwise starts it in the background)."""
-    from hotswap.api.errors import ConflictError
-    from hotswap.backends.local import client, operations
-    from hotswap.runtime.local_controller import AlreadyRunning, LocalController
+    from hotswap.store import registry
 
     if os.environ.get(IN_CLUSTER_SETTINGS):
         import json
@@ -27,20 +25,14 @@ def run(cluster: str = typer.Option(..., "--cluster", help="Cluster name.")) -> 
 
         run_kubernetes_controller(cluster, json.loads(os.environ[IN_CLUSTER_SETTINGS]))
         return
-
-    paths = operations.existing(cluster)
-    record = operations.record_of(paths)
-    if record.backend == "kubernetes":
+    if registry.record_of(cluster).backend == "kubernetes":
         from hotswap.runtime.kube_controller import run_kubernetes_controller
 
         run_kubernetes_controller(cluster)
         return
-    try:
-        LocalController(paths).run()
-    except AlreadyRunning:
-        raise ConflictError(
-            f"the controller of cluster {cluster} is already running (pid {client.controller_pid(paths)})"
-        ) from None
+    from hotswap.runtime.local_controller import run_local_controller
+
+    run_local_controller(cluster)
 
 
 @app.command("manifests")
@@ -54,8 +46,7 @@ def manifests(
 
     import yaml
 
-    from hotswap.backends.kubernetes.backend import settings_of
-    from hotswap.backends.kubernetes.render import render_controller_manifests
+    from hotswap.cli.backends import kubernetes_controller_manifests
 
-    documents = render_controller_manifests(cluster, settings_of(cluster), image)
+    documents = kubernetes_controller_manifests(cluster, image)
     sys.stdout.write(yaml.safe_dump_all(documents, sort_keys=False, default_flow_style=False))

@@ -41,7 +41,8 @@ def demo(
         raise InvalidInputError(
             "the demo trains real PyTorch jobs: pip install torch==2.13.0 'hotswap[torch]' first"
         ) from None
-    from hotswap.demo.drills import DRILLS, DemoOptions
+    from hotswap.demo.drills import DemoOptions
+    from hotswap.demo.scenarios import DRILLS
 
     drill = DRILLS[scenario.value](DemoOptions(keep=keep, warm=warm, step_sleep=step_sleep))
     summary = drill.run()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 
+from hotswap.api.worker import DEFAULT_GRACE_PERIOD_S
 from hotswap.cli.output import Format, document, note, table
 
 app = typer.Typer(help="Submit, inspect and delete training workloads.", no_args_is_help=True)
@@ -27,7 +28,7 @@ def create(
     restart_strategy: str = typer.Option("Recreate", "--restart-strategy", help="Recreate or BlockingRecreate."),
     restart_on_exit_codes: str = typer.Option("42,127-255", "--restart-on-exit-codes", help="Exit codes that restart, e.g. 42,127-255."),
     min_slices: int | None = typer.Option(None, "--min-slices", help="Elastic: keep running on at least this many slices."),
-    termination_grace_period: float = typer.Option(30.0, "--termination-grace-period", help="Seconds between SIGTERM and SIGKILL."),
+    termination_grace_period: float = typer.Option(DEFAULT_GRACE_PERIOD_S, "--termination-grace-period", help="Seconds between SIGTERM and SIGKILL."),
     checkpoint_dir: str | None = typer.Option(None, "--checkpoint-dir", help="Checkpoint directory; default keyed by cluster and workload."),
     env: list[str] = typer.Option([], "--env", help="NAME=value for the workers (repeatable)."),
     env_file: Path | None = typer.Option(None, "--env-file", help="Docker-style env file for the workers."),
@@ -43,16 +44,17 @@ def create(
     from hotswap.api.envfile import parse_env_pairs, read_env_file
     from hotswap.api.errors import InvalidInputError, NotFoundError
     from hotswap.api.spec import workload_spec
-    from hotswap.backends.local import operations
-    from hotswap.backends.local.launch import launch_record
+    from hotswap.backends.base import launch_record
     from hotswap.cli.backends import named
+    from hotswap.store import registry
+    from hotswap.store.paths import ClusterPaths
 
     user_env = {}
     if env_file is not None:
         user_env.update(read_env_file(env_file, os.environ))
     user_env.update(parse_env_pairs(env))
     try:
-        record = operations.record_of(operations.existing(cluster))
+        record = registry.record_of(cluster)
     except NotFoundError:
         if not (dry_run and backend):
             raise
@@ -85,7 +87,7 @@ def create(
         script_dir=script_dir,
     )
     checkpoints = os.path.abspath(checkpoint_dir) if checkpoint_dir and chosen.name == "local" else (
-        checkpoint_dir or operations.default_checkpoint_dir(cluster, workload)
+        checkpoint_dir or str(ClusterPaths.of(cluster).checkpoint_dir(workload))
     )
     launch = launch_record(environ=dict(os.environ), cwd=workdir, user_env=user_env, checkpoint_dir=checkpoints)
     if checkpoint_volume is not None:

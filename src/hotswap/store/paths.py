@@ -11,6 +11,7 @@ the platform's user state directory (``~/.local/state/hotswap`` on Linux).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import os
@@ -81,6 +82,14 @@ class ClusterPaths:
     @property
     def controller_log(self) -> Path:
         return self.root / "controller.log"
+
+    def controller_pid(self) -> int | None:
+        """The pid written in the controller's lock file, if a live process holds it."""
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            pid = int(self.lock.read_text().strip() or 0)
+            if pid and os.path.exists(f"/proc/{pid}"):
+                return pid
+        return None
 
     def workload_dir(self, workload: str, seq: int) -> Path:
         return self.root / "workloads" / f"{workload}-{seq}"

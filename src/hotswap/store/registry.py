@@ -7,8 +7,11 @@ another's clusters up.
 
 from __future__ import annotations
 
+import dataclasses
+
 from hotswap.api.errors import NotFoundError
 from hotswap.api.names import validate_cluster_name
+from hotswap.api.phases import WorkloadPhase
 from hotswap.store.paths import ClusterPaths, clusters_root
 from hotswap.store.state import ClusterRecord, Store
 
@@ -50,3 +53,42 @@ def record_of(cluster: str) -> ClusterRecord:
     paths = existing(cluster)
     with Store.open(paths.database) as store:
         return store.cluster()
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterSummary:
+    """A row of ``cluster list``, the same for every backend: the record, and what the cluster's
+    database holds (a Kubernetes cluster's holds the slices ``cluster create`` found)."""
+
+    name: str
+    backend: str
+    device_type: str
+    num_slices: int
+    workloads: int
+    running: int
+    queued: int
+    controller_pid: int | None  # of a local cluster's controller, while it runs
+
+
+def summaries() -> list[ClusterSummary]:
+    """Every cluster, sorted by name."""
+    rows = []
+    for name in cluster_names():
+        paths = ClusterPaths.of(name)
+        with Store.open(paths.database) as store:
+            record = store.cluster()
+            phases = [WorkloadPhase(r["phase"]) for r, _ in store.workload_records()]
+            slices = len(store.slice_rows())
+        rows.append(
+            ClusterSummary(
+                name=name,
+                backend=record.backend,
+                device_type=record.device_type,
+                num_slices=slices,
+                workloads=len(phases),
+                running=sum(1 for phase in phases if phase.holds_slices),
+                queued=phases.count(WorkloadPhase.QUEUED),
+                controller_pid=paths.controller_pid(),
+            )
+        )
+    return rows

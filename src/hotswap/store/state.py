@@ -43,8 +43,11 @@ class Request:
 
 
 @dataclasses.dataclass(frozen=True)
-class WorkerRow:
-    id: int
+class WorkerIdentity:
+    """Which worker a process is: host ``host`` (node ``node``) of replica ``replica`` (on slice
+    ``slice``) in attempt ``attempt`` of workload ``workload`` (its creation ``seq``). A worker's
+    row and the launch that starts it carry the same identity."""
+
     workload: str
     seq: int
     attempt: int
@@ -52,6 +55,20 @@ class WorkerRow:
     replica: int
     host: int
     node: str
+
+    @property
+    def is_spare(self) -> bool:
+        return not self.workload
+
+
+SPARE = WorkerIdentity(workload="", seq=0, attempt=0, slice="", replica=-1, host=-1, node="")  # serves no workload yet
+_IDENTITY_COLUMNS = tuple(field.name for field in dataclasses.fields(WorkerIdentity))
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerRow:
+    id: int
+    identity: WorkerIdentity
     dir: str
     pid: int | None
     start_ticks: int | None
@@ -64,6 +81,9 @@ class WorkerRow:
 
 
 class Store:
+    """A cluster's database. One class on purpose, though long: its tables share one connection
+    and one transaction at a time; each section below is one table's reads and writes."""
+
     def __init__(self, connection: sqlite3.Connection) -> None:
         self.connection = connection
 
@@ -285,7 +305,8 @@ class Store:
 
     # ------------------------------------------------------------------ workers (the supervisor's table)
 
-    def add_worker(self, **fields: Any) -> int:
+    def add_worker(self, identity: WorkerIdentity, **fields: Any) -> int:
+        fields = {**dataclasses.asdict(identity), **fields}
         columns = ", ".join(fields)
         marks = ", ".join("?" for _ in fields)
         cursor = self.connection.execute(f"INSERT INTO workers ({columns}) VALUES ({marks})", tuple(fields.values()))
@@ -307,8 +328,13 @@ class Store:
         if clauses:
             query += " WHERE " + " AND ".join(clauses)
         rows = self.connection.execute(query + " ORDER BY id", args).fetchall()
-        return [WorkerRow(**dict(r)) for r in rows]
+        return [_worker_row(r) for r in rows]
 
     def worker(self, worker_id: int) -> WorkerRow:
-        row = self.connection.execute("SELECT * FROM workers WHERE id = ?", (worker_id,)).fetchone()
-        return WorkerRow(**dict(row))
+        return _worker_row(self.connection.execute("SELECT * FROM workers WHERE id = ?", (worker_id,)).fetchone())
+
+
+def _worker_row(row: sqlite3.Row) -> WorkerRow:
+    columns = dict(row)
+    identity = WorkerIdentity(**{name: columns.pop(name) for name in _IDENTITY_COLUMNS})
+    return WorkerRow(identity=identity, **columns)

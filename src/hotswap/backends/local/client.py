@@ -8,8 +8,6 @@ the database directly and never need the controller.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import socket
 import subprocess
@@ -18,6 +16,8 @@ import time
 from typing import Any
 
 from hotswap.api.errors import HotswapError
+from hotswap.backends.local import protocol
+from hotswap.backends.local.protocol import RequestKind
 from hotswap.store.paths import ClusterPaths
 from hotswap.store.state import Request, Store
 
@@ -40,11 +40,11 @@ def ping(paths: ClusterPaths, timeout: float = 2.0) -> int | None:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
             connection.settimeout(timeout)
             connection.connect(str(paths.socket))
-            connection.sendall(b'{"ping": true}\n')
-            reply = _read_line(connection)
+            connection.sendall(protocol.ping())
+            reply = _read_message(connection)
     except (OSError, ValueError):
         return None
-    return int(reply["pong"]) if reply and "pong" in reply else None
+    return int(reply[protocol.PONG]) if reply and protocol.PONG in reply else None
 
 
 def ensure_controller(paths: ClusterPaths, wait: bool = True) -> int | None:
@@ -80,8 +80,9 @@ def ensure_controller(paths: ClusterPaths, wait: bool = True) -> int | None:
     )
 
 
-def request(paths: ClusterPaths, kind: str, payload: dict[str, Any]) -> Request:
+def request(paths: ClusterPaths, kind: RequestKind, payload: dict[str, Any]) -> Request:
     """Queue a request and wait until the controller has committed its outcome."""
+    kind = RequestKind(kind)  # an unknown kind fails here, before anything is queued
     store = Store.open(paths.database)
     try:
         if store.deleted():
@@ -111,26 +112,19 @@ def _wait(paths: ClusterPaths, request_id: int) -> dict[str, Any] | None:
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
             connection.connect(str(paths.socket))
-            connection.sendall((json.dumps({"wait": request_id}) + "\n").encode())
-            return _read_line(connection)
+            connection.sendall(protocol.wait(request_id))
+            return _read_message(connection)
     except OSError:
         return None
 
 
-def _read_line(connection: socket.socket) -> dict[str, Any] | None:
-    data = b""
-    while b"\n" not in data:
+def _read_message(connection: socket.socket) -> dict[str, Any] | None:
+    """The first message on the connection, None if it closes first."""
+    reader = protocol.LineReader()
+    while True:
         chunk = connection.recv(4096)
         if not chunk:
             return None
-        data += chunk
-    return json.loads(data.split(b"\n", 1)[0])
+        for message in reader.feed(chunk):
+            return message
 
-
-def controller_pid(paths: ClusterPaths) -> int | None:
-    """The pid written in the controller's lock file, if a live process holds it."""
-    with contextlib.suppress(FileNotFoundError, ValueError):
-        pid = int(paths.lock.read_text().strip() or 0)
-        if pid and os.path.exists(f"/proc/{pid}"):
-            return pid
-    return None

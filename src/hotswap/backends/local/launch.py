@@ -14,14 +14,16 @@ from typing import Any
 
 from hotswap.api import worker as contract
 from hotswap.api.worker import Membership
+from hotswap.backends.base import launch_record as launch_record  # the benchmarks import it from here
 
-LOCALHOST = "127.0.0.1"
+MASTER_ADDR = contract.DEFAULT_MASTER_ADDR  # every worker of a local cluster is on this machine
+PROCESSES_PER_HOST = 1  # one worker process per emulated host: LOCAL_RANK is always 0
 
 
 def free_port() -> int:
-    """A TCP port free right now on localhost (each attempt and generation gets its own)."""
+    """A TCP port free right now on :data:`MASTER_ADDR` (each attempt and generation gets its own)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((LOCALHOST, 0))
+        probe.bind((MASTER_ADDR, 0))
         return int(probe.getsockname()[1])
 
 
@@ -76,28 +78,32 @@ def worker_environment(
     grace_s: float,
     membership_file: Path | None,
 ) -> dict[str, str]:
-    """The full environment of one worker: the creator's, the user's, then the contract's."""
+    """The full environment of one worker: the creator's, the user's, then the contract's (the
+    indices, and RANK and HOTSWAP_ATTEMPT computed from them by the contract's formulas)."""
     env = dict(base)
     env.update(user)
-    contract_vars: dict[str, Any] = {
-        contract.JOBSET_NAME: workload,
-        contract.REPLICATED_JOB_NAME: contract.REPLICATED_JOB,
+    indices = {
         contract.JOB_INDEX: replica,
         contract.JOB_COMPLETION_INDEX: host,
+        contract.HOTSWAP_HOSTS_PER_SLICE: hosts_per_slice,
+        contract.HOTSWAP_RESTART_COUNT: attempt - 1,
+    }
+    contract_vars: dict[str, Any] = {
+        **indices,
+        **contract.derived_values(indices),
+        contract.JOBSET_NAME: workload,
+        contract.REPLICATED_JOB_NAME: contract.REPLICATED_JOB,
         contract.MEGASCALE_NUM_SLICES: num_slices,  # the workload's size; elastic workers read the active count
         contract.MEGASCALE_SLICE_ID: replica,
-        contract.MASTER_ADDR: LOCALHOST,
+        contract.MASTER_ADDR: MASTER_ADDR,
         contract.MASTER_PORT: master_port,
-        contract.RANK: replica * hosts_per_slice + host,
-        contract.WORLD_SIZE: len(slices) * hosts_per_slice,
+        contract.WORLD_SIZE: contract.world_size(len(slices), hosts_per_slice),
         contract.LOCAL_RANK: 0,
+        contract.LOCAL_WORLD_SIZE: PROCESSES_PER_HOST,
         contract.HOTSWAP_CLUSTER: cluster,
         contract.HOTSWAP_WORKLOAD: workload,
         contract.HOTSWAP_CHECKPOINT_DIR: checkpoint_dir,
-        contract.HOTSWAP_RESTART_COUNT: attempt - 1,
-        contract.HOTSWAP_ATTEMPT: attempt,
         contract.HOTSWAP_SLICE: slices[replica],
-        contract.HOTSWAP_HOSTS_PER_SLICE: hosts_per_slice,
         contract.HOTSWAP_TERMINATION_GRACE_S: grace_s,
     }
     if events_file is not None:
@@ -107,17 +113,6 @@ def worker_environment(
     env.update({key: str(value) for key, value in contract_vars.items()})
     env["PYTHONUNBUFFERED"] = env.get("PYTHONUNBUFFERED", "1")  # logs appear as they happen
     return env
-
-
-def launch_record(
-    *,
-    environ: dict[str, str],
-    cwd: str,
-    user_env: dict[str, str],
-    checkpoint_dir: str,
-) -> dict[str, Any]:
-    """What the store keeps about how to start a workload's workers."""
-    return {"environ": environ, "cwd": cwd, "user_env": user_env, "checkpoint_dir": checkpoint_dir}
 
 
 def read_membership(workload_dir: Path) -> Membership | None:

@@ -23,43 +23,19 @@ from hotswap.api.names import validate_cluster_name
 from hotswap.api.spec import WorkloadSpec
 from hotswap.backends.local import client
 from hotswap.backends.local import launch as files
+from hotswap.backends.local.protocol import NodeOperation, RequestKind
 from hotswap.backends.local.views import workload_view
-from hotswap.backends.views import matches
-from hotswap.store.paths import ClusterPaths, clusters_root, private_dir
+from hotswap.backends.views import iso, matches
+from hotswap.store.paths import ClusterPaths, private_dir
+from hotswap.store.registry import existing, record_of
 from hotswap.store.state import ClusterRecord, Store
 
 BACKEND = "local"
 MAX_LOCAL_SLICES = 1024
 
 
-def cluster_names() -> list[str]:
-    root = clusters_root()
-    if not root.is_dir():
-        return []
-    return sorted(p.name for p in root.iterdir() if (p / "state.db").exists())
-
-
-def existing(cluster: str) -> ClusterPaths:
-    """The paths of a cluster that exists, or a one-line error that says what does."""
-    validate_cluster_name(cluster)
-    paths = ClusterPaths.of(cluster)
-    if not paths.database.exists():
-        known = cluster_names()
-        hint = f"; clusters: {', '.join(known)}" if known else ""
-        raise NotFoundError(
-            f"no cluster named {cluster}: create it with `hotswap cluster create --cluster {cluster}"
-            f" --device-type T --num-slices N`{hint}"
-        )
-    return paths
-
-
 def open_store(paths: ClusterPaths) -> Store:
     return Store.open(paths.database)
-
-
-def record_of(paths: ClusterPaths) -> ClusterRecord:
-    with open_store(paths) as store:
-        return store.cluster()
 
 
 # ---------------------------------------------------------------------- clusters
@@ -125,7 +101,7 @@ def _create_or_resize(
         with Store.open(paths.database, create=True) as store:
             store.init_cluster(ClusterRecord(name, BACKEND, device.name, time.time()))
     else:
-        record = record_of(paths)
+        record = record_of(name)
         if record.backend != BACKEND:
             raise ConflictError(f"cluster {name} exists on the {record.backend} backend")
         if record.device_type != device.name:
@@ -149,7 +125,7 @@ def _create_or_resize(
             payload["warm_preload"] = warm_preload
     if hotswap is not None:
         payload["hotswap"] = hotswap
-    outcome = client.request(paths, "resize", payload)
+    outcome = client.request(paths, RequestKind.RESIZE, payload)
     if outcome.status != "done":
         raise ConflictError(outcome.message)
     return describe_cluster(name)
@@ -189,7 +165,7 @@ def delete_cluster(name: str) -> None:
 
     Checkpoints are kept (they live outside the cluster directory)."""
     paths = existing(name)
-    outcome = client.request(paths, "shutdown", {})
+    outcome = client.request(paths, RequestKind.SHUTDOWN, {})
     if outcome.status != "done":
         raise ConflictError(outcome.message)
     # Hold the controller lock while removing the state: no controller can start meanwhile.
@@ -216,29 +192,6 @@ def _lock_when_free(descriptor: int, timeout: float) -> None:
 def _longest_grace(paths: ClusterPaths) -> float:
     with open_store(paths) as store:
         return max((r["spec"]["termination_grace_period_s"] for r, _ in store.workload_records()), default=0.0)
-
-
-def list_clusters() -> list[dict[str, Any]]:
-    rows = []
-    for name in cluster_names():
-        paths = ClusterPaths.of(name)
-        with open_store(paths) as store:
-            record = store.cluster()
-            workloads = [workload_view(r) for r, _ in store.workload_records()]
-            slices = len(store.slice_rows())
-        rows.append(
-            {
-                "name": name,
-                "backend": record.backend,
-                "device_type": record.device_type,
-                "num_slices": slices,
-                "workloads": len(workloads),
-                "running": sum(1 for w in workloads if w["status"] in ("RUNNING", "RESTARTING")),
-                "queued": sum(1 for w in workloads if w["status"] == "QUEUED"),
-                "controller_pid": client.controller_pid(paths),
-            }
-        )
-    return rows
 
 
 def describe_cluster(name: str) -> dict[str, Any]:
@@ -270,7 +223,7 @@ def describe_cluster(name: str) -> dict[str, Any]:
         "chips_per_host": device.chips_per_host,
         "num_slices": len(slices),
         "created_time": record.created_at,
-        "controller_pid": client.controller_pid(paths),
+        "controller_pid": paths.controller_pid(),
         "warm_workers": int(record.settings.get("warm_workers", 0)),
         "hotswap": bool(record.settings.get("hotswap", True)),
         "state_dir": str(paths.root),
@@ -284,25 +237,21 @@ def describe_cluster(name: str) -> dict[str, Any]:
 
 def create_workload(cluster: str, spec: WorkloadSpec, launch: dict[str, Any]) -> dict[str, Any]:
     paths = existing(cluster)
-    record = record_of(paths)
+    record = record_of(cluster)
     if spec.device_type != record.device_type:
         raise InvalidInputError(
             f"cluster {cluster} has {record.device_type} slices; the workload asks for {spec.device_type}"
         )
-    outcome = client.request(paths, "create", {"spec": spec.model_dump(mode="json"), "launch": launch})
+    outcome = client.request(paths, RequestKind.CREATE, {"spec": spec.model_dump(mode="json"), "launch": launch})
     if outcome.status != "done":
         raise ConflictError(outcome.message)
     return describe_workload(cluster, spec.name, timeline=False)
 
 
-def default_checkpoint_dir(cluster: str, workload: str) -> str:
-    return str(ClusterPaths.of(cluster).checkpoint_dir(workload))
-
-
 def delete_workload(cluster: str, name: str) -> None:
     paths = existing(cluster)
     _record(paths, name)  # a clear error before anything is queued
-    outcome = client.request(paths, "delete", {"workload": name})
+    outcome = client.request(paths, RequestKind.DELETE, {"workload": name})
     if outcome.status != "done":
         raise NotFoundError(outcome.message)
 
@@ -331,7 +280,7 @@ def describe_workload(cluster: str, name: str, timeline: bool = True) -> dict[st
     record, launch = _record(paths, name)
     with open_store(paths) as store:
         events = store.timeline(name, record["seq"]) if timeline else []
-        workers = [w for w in store.workers(workload=name) if w.seq == record["seq"]]
+        workers = [w for w in store.workers(workload=name) if w.identity.seq == record["seq"]]
         nodes = {row["name"]: row["state"] for row in store.node_rows()}
         slice_nodes: dict[str, list[str]] = {}
         for row in store.node_rows():
@@ -352,22 +301,20 @@ def describe_workload(cluster: str, name: str, timeline: bool = True) -> dict[st
     ]
     view["workers"] = [
         {
-            "attempt": w.attempt,
-            "slice": w.slice,
-            "replica": w.replica,
-            "host": w.host,
+            "attempt": w.identity.attempt,
+            "slice": w.identity.slice,
+            "replica": w.identity.replica,
+            "host": w.identity.host,
             "pid": w.pid,
             "state": w.state,
             "exit_code": w.exit_code,
         }
         for w in workers
-        if w.attempt == record["attempt"] or w.state != "exited"
+        if w.identity.attempt == record["attempt"] or w.state != "exited"
     ]
     view["logs"] = str(directory / "logs")
     view["main_log"] = str(files.log_path(directory, 0, 0))
     if timeline:
-        from hotswap.backends.views import iso
-
         view["timeline"] = [{"time": iso(e["t"]), "event": e["kind"], "message": e["message"]} for e in events]
         view["goodput"] = workload_goodput(record, events, directory, time.time())
     return view
@@ -417,12 +364,9 @@ def list_nodes(cluster: str) -> list[dict[str, Any]]:
         ]
 
 
-NODE_OPERATIONS = ("fail", "drain", "cordon", "uncordon")
-
-
 def node_operation(cluster: str, operation: str, node: str | None, slice_: str | None) -> list[str]:
     """Apply a fault or a repair to one node or to every node of a slice; returns the nodes."""
-    if operation not in NODE_OPERATIONS:
+    if operation not in tuple(NodeOperation):
         raise InvalidInputError(f"unknown node operation {operation!r}")
     if (node is None) == (slice_ is None):
         raise InvalidInputError("give exactly one of --node or --slice")
@@ -436,7 +380,7 @@ def node_operation(cluster: str, operation: str, node: str | None, slice_: str |
         targets = [r["name"] for r in rows if r["slice"] == slice_]
         if not targets:
             raise NotFoundError(f"no slice named {slice_} in cluster {cluster} (see `hotswap cluster describe --cluster {cluster}`)")
-    outcome = client.request(paths, "node", {"op": operation, "nodes": targets})
+    outcome = client.request(paths, RequestKind.NODE, {"op": operation, "nodes": targets})
     if outcome.status != "done":
         raise NotFoundError(outcome.message)
     return targets

@@ -21,16 +21,19 @@ import os
 import shlex
 import shutil
 import sys
+import time
 from pathlib import Path
 
 from hotswap.backends.local.supervisor import Supervisor, WorkerLaunch
-from hotswap.store.state import Store, WorkerRow
+from hotswap.store.state import SPARE, Store, WorkerRow
 
 WARM = Path(__file__).with_name("warm.py")
 SPARE_POINTER = "spare"  # in a worker's directory: the spare that runs it
 # What a training worker imports before its first step; torch._dynamo comes with the first
 # optimizer (about a second by itself).
 DEFAULT_PRELOAD = ("torch", "torch.distributed", "torch.optim", "torch._dynamo", "hotswap.train", "hotswap.train.run")
+REFILL_AFTER_HAND_OVER_S = 5.0  # let a failover's workers have the CPU before new spares import torch
+REFILL_AFTER_DEATH_S = 1.0
 PYTHON_NAMES = ("python", "python3", f"python3.{sys.version_info.minor}")
 # Variables that shape a Python process before its first line runs: a spare started under other
 # values would not be the process the worker asked for, so it is not used. (PYTHONPATH and the
@@ -67,6 +70,8 @@ class SparePool:
         self.size = size
         self.preload = preload
         self.failures = 0  # spares that died unassigned in a row; a broken pool stops refilling
+        self.refill_at: float | None = None  # when to start the spares the pool lacks
+        self.closed = False  # the cluster is going away: no new spares
 
     def rows(self) -> list[WorkerRow]:
         return self.store.workers(("warm",))
@@ -76,13 +81,41 @@ class SparePool:
             return 0
         return max(0, self.size - len(self.rows()))
 
+    def resize(self, size: int, preload: tuple[str, ...] | None) -> list[WorkerRow]:
+        """A new size (and preload list) for the pool; returns the spares beyond it, to stop."""
+        self.size = size
+        if preload is not None:
+            self.preload = preload
+        self.failures = 0
+        self.refill_after(0.0)
+        return self.rows()[size:]
+
+    def close(self) -> list[WorkerRow]:
+        """No more spares (the cluster is being deleted); returns the spares, to stop."""
+        self.closed = True
+        self.refill_at = None
+        return self.rows()
+
+    def died(self) -> None:
+        """A spare ended before it was used (while the cluster lives, that counts as a failure)."""
+        if not self.closed:
+            self.failures += 1
+            self.refill_after(REFILL_AFTER_DEATH_S)
+
+    def refill_after(self, delay_s: float) -> None:
+        self.refill_at = time.time() + delay_s
+
+    def refill_due(self) -> bool:
+        """Whether it is time to start the spares the pool lacks (once per :attr:`refill_at`)."""
+        if self.closed or self.refill_at is None or self.refill_at > time.time():
+            return False
+        self.refill_at = None
+        return True
+
     def new_spare(self, now: float) -> tuple[WorkerRow, WorkerLaunch]:
         """A row (committed) and the launch of a new spare; the caller spawns and watches it."""
         with self.store.transaction():
-            spare_id = self.store.add_worker(
-                workload="", seq=0, attempt=0, slice="", replica=-1, host=-1, node="", dir="", state="warm",
-                started_at=now,
-            )
+            spare_id = self.store.add_worker(SPARE, dir="", state="warm", started_at=now)
             directory = self.root / "spares" / str(spare_id)
             self.store.update_worker(spare_id, dir=str(directory))
         directory.mkdir(parents=True, exist_ok=True)
@@ -92,10 +125,7 @@ class SparePool:
         command = shlex.join([sys.executable, "-u", str(WARM), str(directory), *preload_modules(self.preload)])
         environment = dict(os.environ)
         (directory / "env.json").write_text(json.dumps(environment))
-        launch = WorkerLaunch(
-            workload="", seq=0, attempt=0, slice="", replica=-1, host=-1, node="", dir=directory,
-            log=directory / "spare.log", command=command, cwd=str(directory), env=environment,
-        )
+        launch = WorkerLaunch(SPARE, directory, directory / "spare.log", command, str(directory), environment)
         return self.store.worker(spare_id), launch
 
     def argv_for(self, launch: WorkerLaunch) -> list[str] | None:
@@ -158,6 +188,7 @@ class SparePool:
             )
         self.supervisor.adopt(spare.id, worker.id)
         self.failures = 0
+        self.refill_after(REFILL_AFTER_HAND_OVER_S)
         return dataclasses.replace(worker, pid=spare.pid, start_ticks=spare.start_ticks, dir=spare.dir, state="running")
 
     def adopt_after_crash(self, worker: WorkerRow) -> WorkerRow:

@@ -10,32 +10,41 @@ Exits are noticed through pidfds (readable when the process ends): no polling.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
-from hotswap.store.state import Store, WorkerRow
+from hotswap.store.state import Store, WorkerIdentity, WorkerRow
 
 SHIM = Path(__file__).with_name("shim.py")
 KILLED_EXIT_CODE = 128 + signal.SIGKILL
+LAUNCH_FILE = "launch.json"
 
 
 @dataclasses.dataclass(frozen=True)
 class WorkerLaunch:
-    workload: str
-    seq: int
-    attempt: int
-    slice: str
-    replica: int
-    host: int
-    node: str
+    """How to start one worker process (``dir`` is its own directory: pid and exit records)."""
+
+    identity: WorkerIdentity
     dir: Path
     log: Path
     command: str
     cwd: str
     env: dict[str, str]
+
+    def save(self) -> None:
+        """Keep the launch beside the worker, for a controller that restarts before starting it."""
+        record = {"command": self.command, "cwd": self.cwd, "env": self.env, "log": str(self.log)}
+        (self.dir / LAUNCH_FILE).write_text(json.dumps(record))
+
+    @classmethod
+    def saved(cls, row: WorkerRow) -> WorkerLaunch:
+        """The launch :meth:`save` kept for a committed worker row."""
+        record = json.loads((Path(row.dir) / LAUNCH_FILE).read_text())
+        return cls(row.identity, Path(row.dir), Path(record["log"]), record["command"], record["cwd"], record["env"])
 
 
 def start_ticks(pid: int) -> int | None:

@@ -1,0 +1,161 @@
+"""What a decision's actions do to a local cluster's workers: the local twin of the Kubernetes
+backend's plan and enactment.
+
+:func:`plan` is pure: one action, the workload it names and that workload's live worker rows
+give a :class:`WorkerPlan` (rows to stop, a new membership generation, workers to start).
+:class:`Launcher` turns a plan's starts into :class:`WorkerLaunch` es inside the round's
+transaction (it publishes the generation, with a fresh rendezvous port, first). The controller
+commits both before any process is signalled or started (see ``workers.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from hotswap.api import worker as contract
+from hotswap.backends.local import launch as files
+from hotswap.backends.local.supervisor import WorkerLaunch
+from hotswap.core import actions as act
+from hotswap.core.model import Snapshot, Workload
+from hotswap.store.paths import ClusterPaths, new_dirs_private
+from hotswap.store.state import Store, WorkerIdentity, WorkerRow
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerPlan:
+    """The worker effects of one action."""
+
+    stop: tuple[WorkerRow, ...] = ()  # gracefully: SIGTERM, SIGKILL after the grace period
+    generation: tuple[str, ...] | None = None  # a new membership generation of these active slices
+    start: tuple[str, ...] = ()  # slices whose workers start...
+    slices: tuple[str, ...] = ()  # ...as replicas of this list (replica i on slices[i])
+    attempt: int = 0  # ...in this attempt
+
+
+def plan(action: act.Action, workload: Workload, live: Sequence[WorkerRow]) -> WorkerPlan:
+    """The worker effects of ``action`` on ``workload``, whose live workers are ``live``."""
+    return act.dispatch(action, _Planner(workload, live))
+
+
+class _Planner:
+    """The :class:`~hotswap.core.actions.ActionHandler` behind :func:`plan` (see the effects each
+    action asks for in :mod:`hotswap.core.actions`)."""
+
+    def __init__(self, workload: Workload, live: Sequence[WorkerRow]) -> None:
+        self.workload = workload
+        self.live = live
+
+    def _stopping(self, which: Callable[[WorkerRow], bool] = lambda _: True) -> tuple[WorkerRow, ...]:
+        """The live workers ``which`` selects, except those already told to stop."""
+        return tuple(w for w in self.live if w.state != "stopping" and which(w))
+
+    def _new_attempt(self, attempt: int, slices: tuple[str, ...], start: bool) -> WorkerPlan:
+        older = self._stopping(lambda w: w.identity.attempt < attempt)
+        if not start:
+            return WorkerPlan(stop=older)
+        return WorkerPlan(stop=older, generation=slices, start=slices, slices=slices, attempt=attempt)
+
+    def on_reject(self, action: act.Reject) -> WorkerPlan:
+        return WorkerPlan()
+
+    def on_complete(self, action: act.Complete) -> WorkerPlan:
+        return WorkerPlan()
+
+    def on_admit(self, action: act.Admit) -> WorkerPlan:
+        return self._new_attempt(action.attempt, action.slices, action.start)
+
+    def on_restart(self, action: act.Restart) -> WorkerPlan:
+        return self._new_attempt(action.attempt, action.slices, action.start)
+
+    def on_start_workers(self, action: act.StartWorkers) -> WorkerPlan:
+        slices = action.slices
+        return WorkerPlan(generation=slices, start=slices, slices=slices, attempt=action.attempt)
+
+    def on_preempt(self, action: act.Preempt) -> WorkerPlan:
+        return WorkerPlan(stop=self._stopping())
+
+    def on_requeue(self, action: act.Requeue) -> WorkerPlan:
+        return WorkerPlan(stop=self._stopping())
+
+    def on_fail(self, action: act.Fail) -> WorkerPlan:
+        return WorkerPlan(stop=self._stopping())
+
+    def on_remove(self, action: act.Remove) -> WorkerPlan:
+        return WorkerPlan(stop=self._stopping())
+
+    def on_scale_down(self, action: act.ScaleDown) -> WorkerPlan:
+        removed = set(action.removed)
+        return WorkerPlan(stop=self._stopping(lambda w: w.identity.slice in removed), generation=action.slices)
+
+    def on_scale_up(self, action: act.ScaleUp) -> WorkerPlan:
+        return WorkerPlan(
+            generation=action.slices, start=action.added, slices=action.slices, attempt=self.workload.attempt
+        )
+
+
+class Launcher:
+    """The launches of a plan's starts, built in the round's open transaction."""
+
+    def __init__(self, store: Store, paths: ClusterPaths) -> None:
+        self.store = store
+        self.paths = paths
+
+    def launches(self, workload: Workload, plan: WorkerPlan, snapshot: Snapshot) -> list[WorkerLaunch]:
+        if plan.generation is not None:
+            self._publish(workload, plan.generation, snapshot)
+        if not plan.start:
+            return []
+        _, port = self.store.membership(workload.name)
+        launch = self.store.launch(workload.name)
+        new_dirs_private(Path(launch["checkpoint_dir"]))  # training state is the owner's alone
+        directory = self.paths.workload_dir(workload.name, workload.seq)
+        elastic = workload.spec.min_slices is not None
+        launches = []
+        for slice_ in plan.start:
+            replica = contract.replica_index(plan.slices, slice_)
+            nodes = snapshot.slices[slice_].nodes
+            for host, node in enumerate(nodes):
+                env = files.worker_environment(
+                    base=launch["environ"],
+                    user=launch["user_env"],
+                    cluster=self.paths.name,
+                    workload=workload.name,
+                    slices=plan.slices,
+                    num_slices=workload.spec.num_slices,
+                    replica=replica,
+                    host=host,
+                    hosts_per_slice=len(nodes),
+                    attempt=plan.attempt,
+                    master_port=port,
+                    checkpoint_dir=launch["checkpoint_dir"],
+                    events_file=None,  # one per worker process, set with its row
+                    grace_s=workload.spec.termination_grace_period_s,
+                    membership_file=files.membership_path(directory) if elastic else None,
+                )
+                identity = WorkerIdentity(workload.name, workload.seq, plan.attempt, slice_, replica, host, node)
+                launches.append(
+                    WorkerLaunch(
+                        identity,
+                        dir=directory / "workers",  # one per worker process, set with its row
+                        log=files.log_path(directory, replica, host),
+                        command=workload.spec.command,
+                        cwd=launch["cwd"],
+                        env=env,
+                    )
+                )
+        return launches
+
+    def _publish(self, workload: Workload, slices: tuple[str, ...], snapshot: Snapshot) -> None:
+        """A new membership generation with its own rendezvous port (the file: elastic workloads)."""
+        generation, _ = self.store.membership(workload.name)
+        port = files.free_port()
+        generation += 1
+        self.store.set_membership(workload.name, generation, port)
+        if workload.spec.min_slices is not None:
+            hosts = len(snapshot.slices[slices[0]].nodes) if slices else 1
+            files.publish_membership(
+                self.paths.workload_dir(workload.name, workload.seq),
+                contract.Membership(generation, tuple(slices), hosts, files.MASTER_ADDR, port),
+            )

@@ -1,0 +1,112 @@
+"""The text of a local cluster's timeline (``workload describe``, the demo's live view): an entry
+for each input event worth showing and one for each action, written in the round that decides
+them. Pure: the controller writes the entries with :meth:`~hotswap.store.state.Store.record_event`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+from hotswap.core import actions as act
+from hotswap.core import events as ev
+from hotswap.core.model import Snapshot
+
+_NODE_VERBS: dict[type, str] = {
+    ev.NodeFailed: "failed",
+    ev.NodeCordoned: "cordoned",
+    ev.NodeDrained: "drained",
+    ev.NodeRepaired: "repaired (uncordoned)",
+}
+
+
+class Entry(NamedTuple):
+    kind: str
+    message: str
+    workload: str | None = None
+    seq: int | None = None
+    data: dict[str, Any] | None = None
+
+
+def input_entries(inputs: list[ev.Event], old: Snapshot, new: Snapshot, now: float) -> list[Entry]:
+    """Node faults and repairs (also in the timeline of the workload they hit), slices added and
+    removed, workloads created in this round, and workers that exited with an error."""
+    entries = []
+    for event in inputs:
+        match event:
+            case ev.NodeFailed() | ev.NodeCordoned() | ev.NodeDrained() | ev.NodeRepaired():
+                verb = _NODE_VERBS[type(event)]
+                message = f"node {event.node} {verb}"
+                entries.append(Entry(f"node-{verb.split()[0]}", message))
+                node = old.nodes.get(event.node)
+                holder = old.holders.get(node.slice) if node else None
+                if holder is not None:
+                    entries.append(Entry("node", message, holder, old.workloads[holder].seq))
+            case ev.SliceAdded(name=name):
+                entries.append(Entry("slice-added", f"slice {name} added"))
+            case ev.SliceRemoved(name=name):
+                entries.append(Entry("slice-removed", f"slice {name} removed"))
+            case ev.WorkloadCreated(spec=spec) if spec.name in new.workloads:
+                created = new.workloads[spec.name]
+                if old.workloads.get(spec.name) is not created and created.created_at == now:
+                    entries.append(Entry("created", "created", created.name, created.seq))
+            case ev.WorkerExited(code=code) if code != 0 and event.workload in old.workloads:
+                workload = old.workloads[event.workload]
+                entries.append(
+                    Entry(
+                        "worker-exited",
+                        f"worker {event.slice}/{event.host} of attempt {event.attempt} exited with code {code}",
+                        workload.name,
+                        workload.seq,
+                        {"code": code, "attempt": event.attempt},
+                    )
+                )
+    return entries
+
+
+def action_entry(action: act.Action, old: Snapshot, new: Snapshot) -> Entry:
+    """The action, in words, in the timeline of the workload it concerns (a rejected workload
+    has none: its entry is the cluster's)."""
+    workload = new.workloads.get(action.workload) or old.workloads.get(action.workload)
+    seq = workload.seq if workload is not None and not isinstance(action, act.Reject) else None
+    message = act.dispatch(action, _Messages())
+    return Entry(type(action).__name__.lower(), message, action.workload, seq, dataclasses.asdict(action))
+
+
+class _Messages:
+    """What each action says in the timeline (an :class:`~hotswap.core.actions.ActionHandler`)."""
+
+    def on_reject(self, action: act.Reject) -> str:
+        return f"rejected: {action.reason}"
+
+    def on_admit(self, action: act.Admit) -> str:
+        waiting = "" if action.start else "; waiting for old workers"
+        return f"admitted on {', '.join(action.slices)} (attempt {action.attempt}){waiting}"
+
+    def on_preempt(self, action: act.Preempt) -> str:
+        return action.reason
+
+    def on_restart(self, action: act.Restart) -> str:
+        waiting = "" if action.start else "; waiting to start"
+        return f"restarted on {', '.join(action.slices)} (attempt {action.attempt}): {action.reason}{waiting}"
+
+    def on_start_workers(self, action: act.StartWorkers) -> str:
+        return f"workers started on {', '.join(action.slices)} (attempt {action.attempt})"
+
+    def on_requeue(self, action: act.Requeue) -> str:
+        return f"requeued: {action.reason}"
+
+    def on_scale_down(self, action: act.ScaleDown) -> str:
+        return f"scaled down to {len(action.slices)} slice(s), without {', '.join(action.removed)}: {action.reason}"
+
+    def on_scale_up(self, action: act.ScaleUp) -> str:
+        return f"scaled up to {len(action.slices)} slice(s), adding {', '.join(action.added)}"
+
+    def on_fail(self, action: act.Fail) -> str:
+        return f"failed: {action.reason}"
+
+    def on_complete(self, action: act.Complete) -> str:
+        return "completed: every worker exited 0"
+
+    def on_remove(self, action: act.Remove) -> str:
+        return "deleted"

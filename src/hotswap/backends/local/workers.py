@@ -1,0 +1,254 @@
+"""The worker processes of a local cluster, as its controller runs them.
+
+How a worker starts: its row is committed first (state ``starting``, its launch saved beside it),
+then its process starts, on a warm spare where one fits (``spares.py``), else cold under the
+shim (``supervisor.py``); its pid and kernel start time are recorded and its pidfd is watched.
+
+How a worker stops: :meth:`Workers.mark_stopping` marks its row ``stopping`` with a deadline
+(now + its workload's grace period) in the transaction that decides it; after the commit,
+:meth:`Workers.terminate` sends SIGTERM (the worker checkpoints) and
+:meth:`Workers.expire_grace_periods` SIGKILL at the deadline. A failed node's workers get
+SIGKILL at once (:meth:`Workers.kill`): the hardware is gone. However a worker ends, its pidfd
+becomes readable; the exit waits in :attr:`Workers.pending_exits` until the round that decides
+on it commits it, and the exit code of a worker told to stop is never judged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import selectors
+import signal
+import time
+import traceback
+from collections.abc import Callable, Collection, Iterable
+
+from hotswap.api.times import iso_utc
+from hotswap.api.worker import HOTSWAP_EVENTS_FILE
+from hotswap.backends.local import launch as files
+from hotswap.backends.local.spares import SpareGone, SparePool
+from hotswap.backends.local.supervisor import Supervisor, WorkerLaunch
+from hotswap.store.paths import ClusterPaths
+from hotswap.store.state import LIVE_WORKER_STATES, Store, WorkerRow
+
+CANNOT_START_EXIT_CODE = 127  # what a shell reports for a command it cannot run
+
+
+class Workers:
+    def __init__(
+        self,
+        store: Store,
+        paths: ClusterPaths,
+        selector: selectors.BaseSelector,
+        spares: tuple[int, tuple[str, ...]],
+        grace_s: Callable[[str], float],
+        on_exit: Callable[[WorkerRow, int], None],
+    ) -> None:
+        """``spares``: the size and preload list of the warm pool; ``grace_s``: a workload's
+        grace period; ``on_exit``: told of every worker exit (not of spares')."""
+        self.store = store
+        self.paths = paths
+        self.selector = selector
+        self.grace_s = grace_s
+        self.on_exit = on_exit
+        self.supervisor = Supervisor(store)
+        self.spares = SparePool(store, self.supervisor, paths.root, *spares)
+        self.watched: dict[int, int] = {}  # pidfd -> worker id
+        # Exits seen but not yet committed: they are written in the transaction of the round
+        # that decides on them, so a crash in between is repaired by recovery (the worker is
+        # then found dead again) and no exit is ever decided on twice or never.
+        self.pending_exits: dict[int, tuple[int, float]] = {}  # worker id -> (code, ended at)
+
+    def live(self, workload: str, seq: int, attempt: int | None = None) -> list[WorkerRow]:
+        """The workload's workers that are, or may be, alive (and not seen ended)."""
+        return [
+            w
+            for w in self.store.workers(LIVE_WORKER_STATES, workload)
+            if w.identity.seq == seq
+            and (attempt is None or w.identity.attempt == attempt)
+            and w.id not in self.pending_exits
+        ]
+
+    def on_nodes(self, nodes: Collection[str]) -> list[WorkerRow]:
+        return [w for w in self.store.workers(LIVE_WORKER_STATES) if w.identity.node in nodes]
+
+    def all_gone(self) -> bool:
+        return not self.store.workers(LIVE_WORKER_STATES) and not self.spares.rows()
+
+    def next_deadline(self, now: float) -> float | None:
+        """Seconds until something is due: a SIGKILL at the end of a grace period, or a refill."""
+        deadlines = [w.kill_at for w in self.store.workers(("stopping",)) if w.kill_at is not None]
+        if self.spares.refill_at is not None:
+            deadlines.append(self.spares.refill_at)
+        return max(0.0, min(deadlines) - now) if deadlines else None
+
+    # ------------------------------------------------------------------ starting
+
+    def add(self, launch: WorkerLaunch, now: float) -> tuple[WorkerRow, WorkerLaunch]:
+        """The worker's row (in the caller's transaction), and its launch with a directory and
+        events file of its own (two workers of one attempt may share a replica index: a
+        scale-up onto a slice whose old worker is still stopping)."""
+        worker_id = self.store.add_worker(
+            launch.identity, dir=str(launch.dir), state="starting", started_at=now
+        )
+        who = launch.identity
+        directory = self.paths.workload_dir(who.workload, who.seq)
+        events = files.events_path(directory, who.attempt, who.replica, who.host, worker_id)
+        launch = dataclasses.replace(
+            launch,
+            dir=files.worker_dir(directory, worker_id),
+            env={**launch.env, HOTSWAP_EVENTS_FILE: str(events)},
+        )
+        self.store.update_worker(worker_id, dir=str(launch.dir))
+        launch.dir.mkdir(parents=True, exist_ok=True)
+        launch.log.parent.mkdir(parents=True, exist_ok=True)
+        events.parent.mkdir(parents=True, exist_ok=True)
+        launch.save()
+        return self.store.worker(worker_id), launch
+
+    def spawn(self, rows: Iterable[tuple[WorkerRow, WorkerLaunch | None]]) -> None:
+        """Start the processes of committed worker rows (on warm spares where one fits; a row
+        without a launch has it saved), then record their pids at once. A worker that cannot
+        be started ends with 127, like a command that cannot be run, and the failure policy
+        decides; the others still start."""
+        started: list[tuple[WorkerRow, int, int | None]] = []
+        for row, launch in rows:
+            try:
+                launch = launch or WorkerLaunch.saved(row)
+                if not row.identity.is_spare and self._start_on_spare(row, launch):
+                    continue
+                if not row.identity.is_spare:
+                    _log_header(row, launch, warm=False)
+                pid, ticks = self.supervisor.spawn(row, launch)
+            except OSError as error:
+                traceback.print_exc()
+                self._cannot_start(row, launch, error)
+                continue
+            started.append((row, pid, ticks))
+        with self.store.transaction():
+            for row, pid, ticks in started:
+                self.store.update_worker(row.id, pid=pid, start_ticks=ticks, state=_started_state(row))
+        for row, pid, ticks in started:
+            current = dataclasses.replace(row, pid=pid, start_ticks=ticks, state=_started_state(row))
+            pidfd = self.supervisor.pidfd(current)
+            if pidfd is None:
+                self.exited(current, self.supervisor.exit_code(current))
+            else:
+                self.watch(pidfd, row.id)
+
+    def _start_on_spare(self, row: WorkerRow, launch: WorkerLaunch) -> bool:
+        """Hand the worker to a warm spare, if one fits and is ready."""
+        argv = self.spares.argv_for(launch) if self.spares.size else None
+        spare = self.spares.take(launch.env) if argv else None
+        if spare is None or argv is None:
+            return False
+        _log_header(row, launch, warm=True)
+        try:
+            self.spares.hand_over(spare, row, launch, argv)
+        except SpareGone:
+            return False  # it died meanwhile: start the worker cold
+        for pidfd, watched in list(self.watched.items()):
+            if watched == spare.id:
+                self.watched[pidfd] = row.id
+        return True
+
+    def _cannot_start(self, row: WorkerRow, launch: WorkerLaunch | None, error: OSError) -> None:
+        if row.identity.is_spare:  # the pool refills later
+            with self.store.transaction():
+                self.store.update_worker(row.id, state="exited", exit_code=CANNOT_START_EXIT_CODE)
+            return
+        if launch is not None:
+            with contextlib.suppress(OSError), open(launch.log, "a") as log:
+                log.write(f"hotswap: cannot start this worker: {error}\n")
+        self.exited(row, CANNOT_START_EXIT_CODE)
+
+    # ------------------------------------------------------------------ stopping
+
+    def mark_stopping(self, rows: Iterable[WorkerRow], now: float) -> None:
+        """Record that the workers must stop, and their SIGKILL deadline (in the caller's
+        transaction; :meth:`terminate` them once it is committed)."""
+        for row in rows:
+            kill_at = now + self.grace_s(row.identity.workload)
+            self.store.update_worker(row.id, state="stopping", stop_requested_at=now, kill_at=kill_at)
+
+    def terminate(self, rows: Iterable[WorkerRow]) -> None:
+        for row in rows:
+            self.supervisor.signal(row, signal.SIGTERM)
+
+    def stop(self, rows: list[WorkerRow], now: float) -> None:
+        """Stop workers gracefully, outside a round: mark them, commit, SIGTERM."""
+        with self.store.transaction():
+            self.mark_stopping(rows, now)
+        self.terminate(rows)
+
+    def kill(self, rows: Iterable[WorkerRow]) -> None:
+        for row in rows:
+            self.supervisor.signal(row, signal.SIGKILL)
+
+    def expire_grace_periods(self) -> None:
+        now = time.time()
+        for row in self.store.workers(("stopping",)):
+            if row.kill_at is not None and row.kill_at <= now:
+                self.supervisor.signal(row, signal.SIGKILL)
+                with self.store.transaction():
+                    self.store.update_worker(row.id, kill_at=None)
+
+    def stop_everything(self, now: float) -> None:
+        """The cluster is being deleted: stop every worker and spare, start no new spare."""
+        self.stop(self.store.workers(("starting", "running")), now)
+        self.terminate(self.spares.close())
+
+    # ------------------------------------------------------------------ ending
+
+    def watch(self, pidfd: int, worker_id: int) -> None:
+        self.watched[pidfd] = worker_id
+        self.selector.register(pidfd, selectors.EVENT_READ, self._ended)
+
+    def _ended(self, pidfd: int) -> None:
+        worker_id = self.watched.pop(pidfd)
+        self.selector.unregister(pidfd)
+        os.close(pidfd)
+        row = self.store.worker(worker_id)
+        if row.state == "warm":  # a spare died before it was used
+            with self.store.transaction():
+                self.store.update_worker(row.id, state="exited", exit_code=self.supervisor.exit_code(row), ended_at=time.time())
+            self.spares.died()
+            return
+        self.exited(row, self.supervisor.exit_code(row))
+
+    def exited(self, row: WorkerRow, code: int) -> None:
+        """A worker has ended: hold its exit for the next round, and tell the controller."""
+        self.pending_exits[row.id] = (code, time.time())
+        self.on_exit(row, code)
+
+    def commit_exits(self) -> None:
+        """Write the pending exits (inside the caller's transaction)."""
+        for worker_id, (code, ended_at) in self.pending_exits.items():
+            self.store.update_worker(worker_id, state="exited", exit_code=code, ended_at=ended_at)
+        self.pending_exits.clear()
+
+    # ------------------------------------------------------------------ warm spares
+
+    def resize_spares(self, size: int, preload: tuple[str, ...] | None) -> None:
+        self.terminate(self.spares.resize(size, preload))
+
+    def refill_spares_if_due(self) -> None:
+        if not self.spares.refill_due():
+            return
+        for _ in range(self.spares.wanted()):
+            self.spawn([self.spares.new_spare(time.time())])
+
+
+def _started_state(row: WorkerRow) -> str:
+    return row.state if row.identity.is_spare else "running"  # a spare stays "warm"
+
+
+def _log_header(row: WorkerRow, launch: WorkerLaunch, warm: bool) -> None:
+    who = row.identity
+    with open(launch.log, "a") as log:
+        log.write(
+            f"--- hotswap: attempt {who.attempt} of {who.workload} on {who.slice} host {who.host}"
+            f" (node {who.node}){' on a warm spare' if warm else ''} at {iso_utc(time.time(), 2)} ---\n"
+        )
+

@@ -1,0 +1,174 @@
+"""What actions do to a local cluster's workers (``backends/local/effects.py``), the timeline's
+text (``timeline.py``), the worker identity shared by rows and launches, and the worker
+environment the local launcher derives from the contract."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hotswap.api import worker as contract
+from hotswap.api.spec import workload_spec
+from hotswap.backends.base import launch_record
+from hotswap.backends.local import effects, timeline
+from hotswap.backends.local.effects import Launcher, WorkerPlan
+from hotswap.backends.local.launch import membership_path, worker_environment
+from hotswap.backends.local.supervisor import WorkerLaunch
+from hotswap.core import actions as act
+from hotswap.core import events as ev
+from hotswap.core.model import Node, Slice, Snapshot, Workload
+from hotswap.runtime.local_controller import resize_events
+from hotswap.store.codec import workload_to_json
+from hotswap.store.paths import ClusterPaths
+from hotswap.store.state import SPARE, ClusterRecord, Store, WorkerIdentity, WorkerRow
+
+SLICES = ("s0", "s1", "s2")
+
+
+def workload(attempt: int = 2, min_slices: int | None = None, slices: tuple[str, ...] = ("s0", "s1")) -> Workload:
+    spec = workload_spec(name="w", command="python t.py", device_type="v5p-16", num_slices=2, min_slices=min_slices)
+    return Workload(spec=spec, seq=4, created_at=1.0, attempt=attempt, slices=slices)
+
+
+def row(worker_id: int, attempt: int, slice_: str, state: str = "running") -> WorkerRow:
+    identity = WorkerIdentity("w", 4, attempt, slice_, SLICES.index(slice_), 0, f"{slice_}-0")
+    return WorkerRow(worker_id, identity, f"/w/{worker_id}", 100 + worker_id, 1, state, None, 0.0, None, None, None)
+
+
+LIVE = (row(1, 1, "s2", "stopping"), row(2, 2, "s0"), row(3, 2, "s1"))
+
+
+def snapshot() -> Snapshot:
+    slices = [Slice(name, "v5p-16", (f"{name}-0", f"{name}-1"), i) for i, name in enumerate(SLICES)]
+    nodes = [Node(f"{name}-{h}", name, h) for name in SLICES for h in range(2)]
+    return Snapshot.build(0.0, slices, nodes, [workload()])
+
+
+@pytest.mark.parametrize(
+    ("action", "expected"),
+    [
+        (act.Reject("w", "no"), WorkerPlan()),
+        (act.Complete("w"), WorkerPlan()),
+        (act.Preempt("w", "high", "preempted by high"), WorkerPlan(stop=LIVE[1:])),
+        (act.Requeue("w", "lost"), WorkerPlan(stop=LIVE[1:])),
+        (act.Fail("w", "boom"), WorkerPlan(stop=LIVE[1:])),
+        (act.Remove("w"), WorkerPlan(stop=LIVE[1:])),
+        (
+            act.Restart("w", 3, ("s1", "s2"), "node failed", charged=False),
+            WorkerPlan(stop=LIVE[1:], generation=("s1", "s2"), start=("s1", "s2"), slices=("s1", "s2"), attempt=3),
+        ),
+        (act.Restart("w", 3, ("s1", "s2"), "waiting", charged=False, start=False), WorkerPlan(stop=LIVE[1:])),
+        (
+            act.Admit("w", 3, ("s0", "s1")),
+            WorkerPlan(stop=LIVE[1:], generation=("s0", "s1"), start=("s0", "s1"), slices=("s0", "s1"), attempt=3),
+        ),
+        (act.Admit("w", 2, ("s0", "s1"), start=False), WorkerPlan()),  # this attempt's workers are kept
+        (
+            act.StartWorkers("w", 3, ("s0", "s1")),
+            WorkerPlan(generation=("s0", "s1"), start=("s0", "s1"), slices=("s0", "s1"), attempt=3),
+        ),
+        (act.ScaleDown("w", ("s1",), ("s0",), 2, "node failed"), WorkerPlan(stop=(LIVE[2],), generation=("s0",))),
+        (
+            act.ScaleUp("w", ("s2",), ("s0", "s1", "s2"), 3),
+            WorkerPlan(generation=("s0", "s1", "s2"), start=("s2",), slices=("s0", "s1", "s2"), attempt=2),
+        ),
+    ],
+    ids=lambda value: type(value).__name__ if not isinstance(value, WorkerPlan) else "",
+)
+def test_plan_of_each_action(action: act.Action, expected: WorkerPlan) -> None:
+    assert effects.plan(action, workload(), LIVE) == expected
+
+
+def test_every_action_type_is_planned_and_has_a_timeline_message() -> None:
+    examples = {
+        act.Reject: act.Reject("w", "r"), act.Admit: act.Admit("w", 1, ("s0",)), act.Preempt: act.Preempt("w", "p", "r"),
+        act.Restart: act.Restart("w", 1, ("s0",), "r", True), act.StartWorkers: act.StartWorkers("w", 1, ("s0",)),
+        act.Requeue: act.Requeue("w", "r"), act.ScaleDown: act.ScaleDown("w", ("s1",), ("s0",), 1, "r"),
+        act.ScaleUp: act.ScaleUp("w", ("s1",), ("s0", "s1"), 1), act.Fail: act.Fail("w", "r"),
+        act.Complete: act.Complete("w"), act.Remove: act.Remove("w"),
+    }
+    assert set(examples) == set(act.ACTION_TYPES)
+    state = snapshot()
+    for action in examples.values():
+        assert isinstance(effects.plan(action, workload(), ()), WorkerPlan)
+        entry = timeline.action_entry(action, state, state)
+        assert entry.kind == type(action).__name__.lower() and entry.message and entry.workload == "w"
+        assert entry.seq == (None if isinstance(action, act.Reject) else 4)  # a rejected workload has no timeline
+
+
+def test_timeline_entries_of_inputs() -> None:
+    state = snapshot()
+    entries = timeline.input_entries(
+        [ev.NodeFailed("s0-1"), ev.NodeRepaired("s2-0"), ev.WorkerExited("w", 2, "s1", 1, 3), ev.WorkerExited("w", 2, "s1", 0, 0)],
+        state, state, 5.0,
+    )
+    assert entries == [
+        timeline.Entry("node-failed", "node s0-1 failed"),
+        timeline.Entry("node", "node s0-1 failed", "w", 4),  # also in the timeline of the workload it hit
+        timeline.Entry("node-repaired", "node s2-0 repaired (uncordoned)"),
+        timeline.Entry("worker-exited", "worker s1/1 of attempt 2 exited with code 3", "w", 4, {"code": 3, "attempt": 2}),
+    ]
+    assert timeline.action_entry(act.Admit("w", 3, ("s0",), start=False), state, state).message == (
+        "admitted on s0 (attempt 3); waiting for old workers"
+    )
+
+
+def test_a_worker_row_and_its_launch_share_one_identity(tmp_path: Path) -> None:
+    identity = WorkerIdentity("w", 4, 2, "s1", 1, 0, "s1-0")
+    with Store.open(tmp_path / "state.db", create=True) as store:
+        worker_id = store.add_worker(identity, dir=str(tmp_path), state="starting", started_at=1.0)
+        stored = store.worker(worker_id)
+        spare = store.worker(store.add_worker(SPARE, dir="", state="warm"))
+    assert stored.identity == identity and not stored.identity.is_spare and stored.state == "starting"
+    assert spare.identity == SPARE and spare.identity.is_spare
+    launch = WorkerLaunch(identity, tmp_path, tmp_path / "log", "python t.py", "/", {"A": "1"})
+    launch.save()
+    assert WorkerLaunch.saved(stored) == launch
+
+
+def test_the_launcher_starts_a_plan_with_the_contract_environment(tmp_path: Path) -> None:
+    paths = ClusterPaths("c", tmp_path / "c")
+    elastic = workload(min_slices=1, slices=("s2", "s0"))
+    with Store.open(paths.database, create=True) as store:
+        store.init_cluster(ClusterRecord("c", "local", "v5p-16", 0.0))
+        launch = launch_record(environ={"PATH": "/bin"}, cwd="/", user_env={"U": "1"}, checkpoint_dir=str(tmp_path / "ck"))
+        store.add_workload("w", workload_to_json(elastic), launch)
+        plan = effects.plan(act.ScaleUp("w", ("s0",), ("s2", "s0"), 3), elastic, ())
+        launches = Launcher(store, paths).launches(elastic, plan, snapshot())
+        generation, port = store.membership("w")
+    assert [(x.identity.slice, x.identity.replica, x.identity.host, x.identity.node) for x in launches] == [
+        ("s0", 1, 0, "s0-0"), ("s0", 1, 1, "s0-1"),
+    ]
+    assert [x.env[contract.RANK] for x in launches] == ["2", "3"]  # replica 1 of 2 hosts per slice
+    assert all(x.env[contract.MASTER_PORT] == str(port) and x.env["U"] == "1" for x in launches)
+    membership = contract.Membership.from_json(membership_path(paths.workload_dir("w", 4)).read_text())
+    assert generation == 1 and (membership.generation, membership.slices, membership.master_port) == (1, ("s2", "s0"), port)
+
+
+@pytest.mark.parametrize(("replica", "host", "hosts", "slices", "attempt"), [(0, 0, 1, 1, 1), (1, 1, 2, 3, 4), (2, 3, 4, 3, 1)])
+def test_the_local_environment_is_the_contracts(replica: int, host: int, hosts: int, slices: int, attempt: int) -> None:
+    names = tuple(f"s{i}" for i in range(slices))
+    env = worker_environment(
+        base={}, user={}, cluster="c", workload="w", slices=names, num_slices=slices, replica=replica, host=host,
+        hosts_per_slice=hosts, attempt=attempt, master_port=1234, checkpoint_dir="/ck", events_file=None,
+        grace_s=contract.DEFAULT_GRACE_PERIOD_S, membership_file=None,
+    )
+    seen = contract.WorkerEnv.from_environ(env)
+    assert seen.rank == contract.global_rank(replica, host, hosts)
+    assert seen.world_size == contract.world_size(slices, hosts)
+    assert (seen.attempt, seen.restart_count, seen.slice_name) == (attempt, attempt - 1, names[replica])
+    assert (seen.master_addr, seen.grace_period_s) == (contract.DEFAULT_MASTER_ADDR, contract.DEFAULT_GRACE_PERIOD_S)
+    assert (env[contract.LOCAL_RANK], env[contract.LOCAL_WORLD_SIZE]) == ("0", "1")  # one process per host
+    indices = {name: int(env[name]) for name in (contract.JOB_INDEX, contract.JOB_COMPLETION_INDEX, contract.HOTSWAP_HOSTS_PER_SLICE, contract.HOTSWAP_RESTART_COUNT)}
+    assert {name: int(env[name]) for name in contract.DERIVED} == contract.derived_values(indices)
+
+
+def test_resize_adds_new_names_and_removes_free_slices_first() -> None:
+    record = ClusterRecord("c", "local", "v5p-16", 0.0)
+    state = snapshot()  # w holds s0 and s1
+    grown = resize_events(state, record, 5)
+    assert [(e.name, e.nodes) for e in grown] == [("c-np-0", ("c-np-0-0", "c-np-0-1")), ("c-np-1", ("c-np-1-0", "c-np-1-1"))]
+    assert resize_events(state, record, 3) == []
+    assert resize_events(state, record, 1) == [ev.SliceRemoved("s2"), ev.SliceRemoved("s1")]
+
