@@ -15,12 +15,36 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
+from typing import Generic, TypeVar
 
 from hotswap.api.cluster import NodeState
 from hotswap.core.model import Node, Slice, Snapshot, Workload, holder_class
 
 HolderClass = tuple[str, int, bool]  # see holder_class: device type, priority value, elastic
+_K = TypeVar("_K")
+
+
+class _SetsPerKey(Generic[_K]):
+    """A snapshot's sets per key; each is copied the first time the round changes it."""
+
+    def __init__(self, original: Mapping[_K, frozenset[str]]) -> None:
+        self._original = original
+        self._copies: dict[_K, set[str]] = {}
+
+    def view(self, key: _K) -> Collection[str]:
+        found = self._copies.get(key)
+        return found if found is not None else self._original.get(key, ())
+
+    def writable(self, key: _K) -> set[str]:
+        found = self._copies.get(key)
+        if found is None:
+            found = set(self._original.get(key, ()))
+            self._copies[key] = found
+        return found
+
+    def freeze(self) -> dict[_K, frozenset[str]]:
+        return {**self._original, **{key: frozenset(names) for key, names in self._copies.items()}}
 
 
 class Capacity:
@@ -39,10 +63,8 @@ class Capacity:
         self.unhealthy: set[str] = set(snapshot.unhealthy)
         self.removed: set[str] = set()  # slices leaving the cluster; dropped by drop_removed()
         self.class_held: dict[HolderClass, int] = dict(snapshot.class_held)
-        self._free_in = snapshot.free_by_type
-        self._free_sets: dict[str, set[str]] = {}
-        self._members_in = snapshot.class_members
-        self._member_sets: dict[HolderClass, set[str]] = {}
+        self._free = _SetsPerKey(snapshot.free_by_type)
+        self._members = _SetsPerKey(snapshot.class_members)
         # Free healthy slices of a type as a heap by ordinal, built when first taken from.
         self._free_heaps: dict[str, list[tuple[int, str]]] = {}
 
@@ -52,29 +74,14 @@ class Capacity:
             self._owned.add(name)
             setattr(self, name, dict(getattr(self, name)))
 
-    def _free_set(self, device_type: str) -> set[str]:
-        found = self._free_sets.get(device_type)
-        if found is None:
-            found = set(self._free_in.get(device_type, ()))
-            self._free_sets[device_type] = found
-        return found
-
-    def _members(self, key: HolderClass) -> set[str]:
-        found = self._member_sets.get(key)
-        if found is None:
-            found = set(self._members_in.get(key, ()))
-            self._member_sets[key] = found
-        return found
-
     # ------------------------------------------------------------------ queries
 
     def healthy(self, name: str) -> bool:
         return name not in self.unhealthy
 
-    def members(self, key: HolderClass) -> Iterable[str]:
+    def members(self, key: HolderClass) -> Collection[str]:
         """Workloads of a holder class that hold slices (healthy or not)."""
-        found = self._member_sets.get(key)
-        return found if found is not None else self._members_in.get(key, ())
+        return self._members.view(key)
 
     def reclaimable(self, key: HolderClass) -> int:
         """Healthy slices of the class's device type held by strictly lower priorities."""
@@ -99,7 +106,7 @@ class Capacity:
 
     def set_holding(self, workload: Workload, holding: bool) -> None:
         """Record whether ``workload`` holds any slice (its holder class lists it if so)."""
-        members = self._members(holder_class(workload))
+        members = self._members.writable(holder_class(workload))
         if holding:
             members.add(workload.name)
         else:
@@ -136,16 +143,16 @@ class Capacity:
         """Up to ``count`` free healthy slices, lowest ordinal first (the placement order)."""
         heap = self._free_heaps.get(device_type)
         if heap is None:
-            heap = [(self.slices[n].ordinal, n) for n in self._free_set(device_type)]
+            heap = [(self.slices[n].ordinal, n) for n in self._free.writable(device_type)]
             heapq.heapify(heap)
             self._free_heaps[device_type] = heap
         taken = [heapq.heappop(heap)[1] for _ in range(min(count, len(heap)))]
-        self._free_set(device_type).difference_update(taken)
+        self._free.writable(device_type).difference_update(taken)
         return taken
 
     def return_free(self, device_type: str, names: Iterable[str]) -> None:
         """Put free healthy slices back in the pool (slices taken but not given to anyone)."""
-        free = self._free_set(device_type)
+        free = self._free.writable(device_type)
         heap = self._free_heaps.get(device_type)
         for name in names:
             free.add(name)
@@ -153,12 +160,12 @@ class Capacity:
                 heapq.heappush(heap, (self.slices[name].ordinal, name))
 
     def _leave_free(self, device_type: str, name: str) -> None:
-        self._free_set(device_type).discard(name)
+        self._free.writable(device_type).discard(name)
         # The heap can no longer be trusted; rebuilt from the set when next taken from.
         self._free_heaps.pop(device_type, None)
 
     def _join_free(self, device_type: str, name: str) -> None:
-        self._free_set(device_type).add(name)
+        self._free.writable(device_type).add(name)
         self._free_heaps.pop(device_type, None)
 
     # ------------------------------------------------------------------ health and topology
@@ -250,7 +257,7 @@ class Capacity:
             slices_by_type=self.slices_by_type,
             holders=self.holders,
             unhealthy=frozenset(self.unhealthy),
-            free_by_type={**self._free_in, **{t: frozenset(names) for t, names in self._free_sets.items()}},
-            class_members={**self._members_in, **{k: frozenset(names) for k, names in self._member_sets.items()}},
+            free_by_type=self._free.freeze(),
+            class_members=self._members.freeze(),
             class_held=self.class_held,
         )
