@@ -12,8 +12,7 @@ from hotswap.core.ordering import DemandKind
 
 def drain(queue: DemandQueue) -> list[tuple[str, DemandKind]]:
     served = []
-    while queue:
-        demand = queue.pop()
+    while (demand := queue.pop()) is not None:
         served.append((demand.workload, demand.kind))
     return served
 
@@ -42,10 +41,10 @@ def test_parked_demands_wait_for_capacity_of_their_type() -> None:
     v6e, v5p = holding("a", ("s0",)), holding("b", ("s1",), device="v5p-16")
     queue.park(Demand("a", DemandKind.ADMIT, 1, 1), v6e)
     queue.park(Demand("b", DemandKind.ADMIT, 1, 1), v5p)
-    assert not queue
+    assert queue.pop() is None
     queue.wake("v5p-16")
     assert drain(queue) == [("b", DemandKind.ADMIT)]
     queue.wake("v5p-16")  # woken once: parked again only if refused again
-    assert not queue
+    assert queue.pop() is None
     queue.wake("v6e-16")
     assert drain(queue) == [("a", DemandKind.ADMIT)]

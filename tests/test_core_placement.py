@@ -1,6 +1,8 @@
-"""Placement on its own: which slices a demand gets, and which replica runs on which slice.
+"""Placement on its own: how many slices a demand reclaims, and which replica runs where.
 
-The cluster has v6e-16 slices ``s0``..``s5`` in ordinal order, each one host.
+The cluster has v6e-16 slices ``s0``..``s5`` and a v5p-16 slice ``t0``, each one host.
+Which free slices a demand gets (lowest ordinal first) is the free pool's order, tested with
+the capacity indexes.
 """
 
 from __future__ import annotations
@@ -10,20 +12,19 @@ import dataclasses
 import pytest
 from builders import capacity_of, holding
 
-from hotswap.core.placement import Assignment, assign, fill_positions, give_up_last, split_healthy
+from hotswap.core.placement import fill_positions, give_up_last, reclaim_target, split_healthy
 
-SLICES = [(f"s{i}", "v6e-16") for i in range(6)]
+SLICES = [(f"s{i}", "v6e-16") for i in range(6)] + [("t0", "v5p-16")]
 
 
 @dataclasses.dataclass
 class Case:
     id: str
     held: dict[str, tuple[str, tuple[str, ...]]]  # holder -> (priority, slices)
+    have: int  # free slices the demand already got
     want: int
     need: int
-    expected: Assignment | None
-    may_reclaim: bool = True
-    priority: str = "high"
+    expected: int
     down: tuple[str, ...] = ()
 
 
@@ -31,61 +32,31 @@ def _low(*slices: str) -> tuple[str, tuple[str, ...]]:
     return ("low", slices)
 
 
+def _high(*slices: str) -> tuple[str, tuple[str, ...]]:
+    return ("high", slices)
+
+
 CASES = [
-    Case("free-slices-lowest-ordinal-first", {"l": _low("s0", "s2")}, 3, 3, Assignment(("s1", "s3", "s4"), 0)),
-    Case("short-takes-from-lower-priority", {"l": _low("s0", "s1", "s2", "s3")}, 3, 3, Assignment(("s4", "s5"), 1)),
-    Case("reclaims-only-what-is-missing", {"l": _low("s0", "s1", "s2", "s3", "s4")}, 3, 1, Assignment(("s5",), 2)),
-    Case(
-        "reclaims-no-more-than-lower-priorities-hold",
-        {"l": _low("s0", "s1"), "m": ("high", ("s2", "s3", "s4", "s5"))},
-        3, 2, Assignment((), 2),
-    ),
-    Case(
-        "equal-priority-is-never-reclaimed",
-        {"m": ("high", ("s0", "s1", "s2", "s3", "s4"))},
-        3, 3, None,
-    ),
-    Case(
-        "nobody-is-evicted-for-a-demand-that-cannot-be-met",
-        {"l": _low("s0"), "m": ("high", ("s1", "s2", "s3", "s4"))},
-        3, 3, None,
-    ),
-    Case(
-        "growth-takes-free-slices-only",
-        {"l": _low("s0", "s1", "s2", "s3", "s4")},
-        3, 1, Assignment(("s5",), 0), may_reclaim=False,
-    ),
-    Case(
-        "growth-with-no-free-slice-gets-nothing",
-        {"l": _low("s0", "s1", "s2", "s3", "s4", "s5")},
-        2, 1, None, may_reclaim=False,
-    ),
-    Case("fewer-free-than-needed-without-reclaim", {"l": _low("s0", "s1", "s2", "s3")}, 3, 3, None, may_reclaim=False),
-    Case(
-        "optional-demand-still-gets-something",  # need 0: an elastic workload above its floor
-        {"l": _low("s0", "s1", "s2", "s3", "s4")},
-        2, 0, Assignment(("s5",), 1),
-    ),
-    Case("optional-demand-with-nothing-to-get", {"m": ("high", tuple(f"s{i}" for i in range(6)))}, 2, 0, None),
-    Case(
-        "broken-slices-are-neither-free-nor-reclaimable",
-        {"l": _low("s0", "s1")},
-        5, 4, Assignment(("s2", "s3", "s4"), 1), down=("s0", "s5"),
-    ),
+    Case("takes-what-is-missing", {"l": _low("s0", "s1", "s2", "s3")}, 2, 3, 3, 1),
+    Case("takes-all-it-wants-when-nothing-is-free", {"l": _low("s0", "s1", "s2", "s3", "s4", "s5")}, 0, 2, 2, 2),
+    Case("no-more-than-lower-priorities-hold", {"l": _low("s0", "s1"), "m": _high("s2", "s3", "s4", "s5")}, 0, 3, 2, 2),
+    Case("equal-priority-is-never-reclaimed", {"m": _high("s0", "s1", "s2", "s3", "s4")}, 1, 3, 3, 0),
+    Case("nobody-is-evicted-for-a-demand-that-cannot-be-met", {"l": _low("s0"), "m": _high("s1", "s2", "s3", "s4")}, 1, 3, 3, 0),
+    Case("an-optional-demand-still-reclaims", {"l": _low("s0", "s1", "s2", "s3", "s4")}, 1, 2, 0, 1),
+    Case("broken-slices-free-nothing", {"l": _low("s0", "s1")}, 3, 5, 4, 1, down=("s0",)),
+    Case("other-device-types-free-nothing", {"l": ("low", ("t0",)), "m": _high("s0", "s1", "s2", "s3", "s4", "s5")}, 0, 1, 1, 0),
 ]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_assign(case: Case) -> None:
-    workloads = tuple(holding(name, slices, priority) for name, (priority, slices) in case.held.items())
-    capacity, live = capacity_of(SLICES, workloads, case.down)
-    demander = holding("d", ("x",), case.priority)
-    free_before = set(capacity.freeze(0.0, live, 0).free_healthy("v6e-16"))
-    got = assign(capacity, demander, case.want, case.need, case.may_reclaim)
-    assert got == case.expected
-    free_after = set(capacity.freeze(0.0, live, 0).free_healthy("v6e-16"))
-    taken = set(got.free) if got else set()
-    assert free_after == free_before - taken, "what is not assigned stays free"
+def test_reclaim_target(case: Case) -> None:
+    workloads = tuple(
+        holding(name, slices, priority, "v5p-16" if slices[0].startswith("t") else "v6e-16")
+        for name, (priority, slices) in case.held.items()
+    )
+    capacity, _ = capacity_of(SLICES, workloads, case.down)
+    demander = holding("d", ("x",), "high")
+    assert reclaim_target(capacity, demander, case.have, case.want, case.need) == case.expected
 
 
 @pytest.mark.parametrize(

@@ -2,10 +2,10 @@
 start the workers of workloads that were waiting.
 
 Demands (replacements, queued workloads, elastic growth) are served in
-:func:`hotswap.core.ordering.demand_order`. Each gets its slices from
-:func:`hotswap.core.placement.assign`: free healthy slices first, then (except growth) slices
-of strictly lower-priority work, chosen by :func:`hotswap.core.preemption.plan_reclaim`:
-elastic workloads shrink before anyone is evicted, and the victims are a minimal set.
+:func:`hotswap.core.ordering.demand_order`. Each gets free healthy slices first, then
+(except growth, see :func:`hotswap.core.placement.reclaim_target`) slices of strictly
+lower-priority work, chosen by :func:`hotswap.core.preemption.plan_reclaim`: elastic workloads
+shrink before anyone is evicted, and the victims are a minimal set.
 """
 
 from __future__ import annotations
@@ -13,14 +13,16 @@ from __future__ import annotations
 from hotswap.api.spec import RestartStrategy
 from hotswap.core import actions as act
 from hotswap.core.demands import Demand
-from hotswap.core.model import Workload
+from hotswap.core.model import HOLDING, Workload
 from hotswap.core.ordering import DemandKind
-from hotswap.core.placement import assign, fill_positions, give_up_last
+from hotswap.core.placement import fill_positions, give_up_last, reclaim_target
 from hotswap.core.preemption import find_candidates, plan_reclaim
 from hotswap.core.round_state import QUEUED, RESTARTING, RUNNING, RoundState
 
 
 def serve_demands(state: RoundState) -> None:
+    """Queue every demand for slices (replacements, queued workloads, elastic growth) and
+    serve them until none is left; each is granted, or refused and parked or requeued."""
     for workload in state.workloads.values():
         name = workload.name
         if name in state.replacing:
@@ -29,7 +31,7 @@ def serve_demands(state: RoundState) -> None:
             state.queue.push(_admit_demand(state, workload), workload)
         elif (
             len(workload.slices) < workload.spec.num_slices
-            and workload.phase.holds_slices
+            and workload.phase in HOLDING
             and state.elastic(workload)
         ):
             missing = workload.spec.num_slices - len(workload.slices)
@@ -37,11 +39,11 @@ def serve_demands(state: RoundState) -> None:
     # Each pass either admits, shrinks, evicts or gives up; priorities strictly fall along
     # every preemption chain, so this ends. The guard turns a bug into an error, not a hang.
     budget = 20 * (len(state.workloads) + 10)
-    while state.queue:
+    while (demand := state.queue.pop()) is not None:
         budget -= 1
         if budget < 0:
             raise RuntimeError("scheduler did not converge (bug)")
-        _serve(state, state.queue.pop())
+        _serve(state, demand)
 
 
 def start_ready(state: RoundState) -> None:
@@ -79,9 +81,9 @@ def _still_wanted(state: RoundState, demand: Demand) -> Workload | None:
     if demand.kind is DemandKind.ADMIT:
         return workload if workload.phase is QUEUED else None
     if demand.kind is DemandKind.REPLACE:
-        ok = state.replacing.get(demand.workload) is demand and workload.phase.holds_slices
+        ok = state.replacing.get(demand.workload) is demand and workload.phase in HOLDING
         return workload if ok else None
-    if workload.phase.holds_slices and len(workload.slices) < workload.spec.num_slices:
+    if workload.phase in HOLDING and len(workload.slices) < workload.spec.num_slices:
         demand.want = workload.spec.num_slices - len(workload.slices)
         return workload
     return None
@@ -91,19 +93,16 @@ def _serve(state: RoundState, demand: Demand) -> None:
     workload = _still_wanted(state, demand)
     if workload is None:
         return
-    assignment = assign(
-        state.capacity, workload, demand.want, demand.need, may_reclaim=demand.kind is not DemandKind.GROW
-    )
-    if assignment is None:
-        _refuse(state, workload, demand)
-        return
-    got = list(assignment.free)
-    if assignment.reclaim:
-        got.extend(_reclaim(state, workload, assignment.reclaim))
+    device_type = workload.device_type
+    got = state.capacity.take_free(device_type, demand.want)
+    if len(got) < demand.want and demand.kind is not DemandKind.GROW:
+        target = reclaim_target(state.capacity, workload, len(got), demand.want, demand.need)
+        if target:
+            got.extend(_reclaim(state, workload, target))
     if got and len(got) >= demand.need:
         _grant(state, workload, demand, tuple(got))
         return
-    state.capacity.return_free(workload.device_type, got)
+    state.capacity.return_free(device_type, got)
     _refuse(state, workload, demand)
 
 
@@ -154,6 +153,7 @@ def _grant(state: RoundState, workload: Workload, demand: Demand, got: tuple[str
         slices = fill_positions(demand.previous, workload.slices, got) if demand.previous else workload.slices + got
         state.update(workload, slices=slices)
     elif demand.kind is DemandKind.GROW or not demand.restart:
+        # Elastic: the running replicas keep their indices; the new ones join after them.
         slices = workload.slices + got
         membership = workload.membership + 1
         state.update(
@@ -164,6 +164,7 @@ def _grant(state: RoundState, workload: Workload, demand: Demand, got: tuple[str
         )
         state.actions.append(act.ScaleUp(name, got, slices, membership))
     else:
+        # Hotswap: every worker restarts, each replacement in a lost replica's position.
         workload = state.update(workload, slices=fill_positions(demand.previous, workload.slices, got))
         state.restart_in_place(workload, f"{demand.reason}; hotswapped", charged=False)
 

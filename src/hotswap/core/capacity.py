@@ -125,17 +125,18 @@ class Capacity:
 
         Returns whether any did (capacity that waiting demands of the type may use)."""
         key = holder_class(workload)
-        freed = False
+        freed: list[str] = []
         for name in names:
             if self.holders.get(name) != workload.name:
                 continue
             del self.holders[name]
-            if not self.healthy(name):
-                continue
-            self.class_held[key] -= 1
-            self.return_free(workload.device_type, (name,))
-            freed = True
-        return freed
+            if self.healthy(name):
+                self.class_held[key] -= 1
+                freed.append(name)
+        if not freed:
+            return False
+        self.return_free(workload.device_type, freed)
+        return True
 
     # ------------------------------------------------------------------ the free pool
 

@@ -38,14 +38,12 @@ class DemandQueue:
         self._counter = itertools.count()
         self._parked: dict[str, list[tuple[_Order, Demand]]] = {}
 
-    def __bool__(self) -> bool:
-        return bool(self._heap)
-
     def push(self, demand: Demand, workload: Workload) -> None:
         heapq.heappush(self._heap, (demand_order(workload, demand.kind), next(self._counter), demand))
 
-    def pop(self) -> Demand:
-        return heapq.heappop(self._heap)[2]
+    def pop(self) -> Demand | None:
+        """The next demand to serve, None when there is none."""
+        return heapq.heappop(self._heap)[2] if self._heap else None
 
     def park(self, demand: Demand, workload: Workload) -> None:
         """Keep a demand that cannot be served until capacity of its type is freed."""

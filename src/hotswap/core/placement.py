@@ -1,4 +1,4 @@
-"""Which slices a demand gets and where each replica runs, like Kueue's flavor assigner.
+"""How a demand gets its slices and where each replica runs, like Kueue's flavor assigner.
 
 ``Workload.slices[i]`` runs replica ``i`` (JobSet's ``JOB_INDEX``), so the order of a
 workload's slices is part of what the core decides: survivors keep their positions through a
@@ -7,39 +7,20 @@ hotswap, elastic scale-downs give up the last replicas, and growth appends.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 
 from hotswap.core.capacity import Capacity
 from hotswap.core.model import Workload, holder_class
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Assignment:
-    """What a demand gets: free slices now, and how many to take from lower-priority work."""
-
-    free: tuple[str, ...]  # free healthy slices, already taken from the pool
-    reclaim: int  # slices still to free by preempting or shrinking strictly lower priorities
-
-
-def assign(capacity: Capacity, workload: Workload, want: int, need: int, may_reclaim: bool) -> Assignment | None:
-    """Slices for a demand of ``want`` slices of which ``need`` are the fewest worth having.
-
-    Free healthy slices come first, lowest ordinal first. What they leave short is reclaimed
-    from strictly lower-priority holders when ``may_reclaim`` and only when that reaches
-    ``need``, so no one is evicted for a demand that could not be served anyway. Returns None,
-    with nothing taken, when the demand gets no slice or fewer than ``need``.
-    """
-    free = capacity.take_free(workload.device_type, want)
-    reclaim = 0
-    if len(free) < want and may_reclaim:
-        target = min(want - len(free), capacity.reclaimable(holder_class(workload)))
-        if len(free) + target >= need:
-            reclaim = target
-    if (free or reclaim) and len(free) + reclaim >= need:
-        return Assignment(tuple(free), reclaim)
-    capacity.return_free(workload.device_type, free)
-    return None
+def reclaim_target(capacity: Capacity, workload: Workload, have: int, want: int, need: int) -> int:
+    """How many slices a demand should take from strictly lower-priority work once it got
+    ``have`` free slices (lowest ordinal first, :meth:`Capacity.take_free`) of the ``want``
+    it asked for: what is missing, up to the healthy slices lower priorities hold; and 0 when
+    even that would not reach ``need``, so that nobody is evicted for a demand that cannot be
+    served anyway."""
+    target = min(want - have, capacity.reclaimable(holder_class(workload)))
+    return target if have + target >= need else 0
 
 
 def fill_positions(previous: tuple[str, ...], kept: tuple[str, ...], got: tuple[str, ...]) -> tuple[str, ...]:

@@ -13,8 +13,10 @@ from collections.abc import Iterator, Sequence
 
 from hotswap.api.phases import WorkloadPhase
 from hotswap.core.capacity import Capacity
-from hotswap.core.model import Workload, holder_class
+from hotswap.core.model import HOLDING, Workload, holder_class
 from hotswap.core.ordering import candidates_ordering
+
+_RUNNING = WorkloadPhase.RUNNING  # looked up once: a class attribute of an enum is slow to read
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -55,13 +57,13 @@ def find_candidates(capacity: Capacity, workload: Workload, deficit: int, now: f
                 continue
             for name in capacity.members(members_key):
                 other = capacity.workloads[name]
-                if not other.phase.holds_slices:
+                if other.phase not in HOLDING:
                     continue
                 healthy = len(other.slices) - broken.get(name, 0)
                 if healthy <= 0:
                     continue
                 shrinkable = 0
-                if members_key[2] and elastic and other.phase is WorkloadPhase.RUNNING:
+                if members_key[2] and elastic and other.phase is _RUNNING:
                     shrinkable = max(0, min(healthy, len(other.slices) - other.spec.floor_slices))
                 candidate = Candidate(other, healthy, shrinkable)
                 if covered < deficit:
