@@ -1,5 +1,6 @@
 """Small builders for readable scheduling scenarios: a cluster, workloads, events, and a
-compact text form of actions ("preempt low by high", "restart high np-0,np-2")."""
+compact text form of actions ("preempt low by high", "restart high np-0,np-2"); and for the
+capacity and placement tests, a round's capacity over a few named slices."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ import dataclasses
 from typing import Any
 
 from hotswap.api.catalog import get_device_type
-from hotswap.api.cluster import node_name, slice_name
+from hotswap.api.cluster import NodeState, node_name, slice_name
+from hotswap.api.phases import WorkloadPhase
 from hotswap.api.spec import WorkloadSpec, workload_spec
 from hotswap.core import actions as act
 from hotswap.core import events as ev
-from hotswap.core.model import Snapshot, Workload
+from hotswap.core.capacity import Capacity
+from hotswap.core.model import Node, Slice, Snapshot, Workload
 from hotswap.core.policy import SchedulerConfig
 from hotswap.core.scheduler import decide
 
@@ -143,3 +146,28 @@ class World:
 
     def checkpoint(self, name: str, step: int = 1) -> list[str]:
         return self.step(ev.CheckpointRecorded(name, step, self.now + 1))
+
+
+def holding(name: str, slices: tuple[str, ...], priority: str = "medium", device: str = "v6e-16", **more: Any) -> Workload:
+    """A running workload on ``slices``."""
+    return Workload(
+        spec=spec(name, len(slices), priority, device, **more),
+        seq=0,
+        created_at=0.0,
+        phase=WorkloadPhase.RUNNING,
+        slices=slices,
+        attempt=1,
+        running_since=0.0,
+    )
+
+
+def capacity_of(
+    slices: list[tuple[str, str]], workloads: tuple[Workload, ...] = (), down: tuple[str, ...] = ()
+) -> tuple[Capacity, dict[str, Workload]]:
+    """A round's capacity over one-host slices given as (name, device type), in ordinal order;
+    the slices in ``down`` have their node failed. Returns it with the workloads it reads."""
+    records = [Slice(name, device, (f"{name}-0",), ordinal) for ordinal, (name, device) in enumerate(slices)]
+    nodes = [Node(f"{name}-0", name, 0, NodeState.FAILED if name in down else NodeState.READY) for name, _ in slices]
+    snapshot = Snapshot.build(0.0, records, nodes, workloads)
+    live = dict(snapshot.workloads)
+    return Capacity(snapshot, live), live

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from hotswap.api.phases import WorkloadPhase
 from hotswap.core.model import Workload
-from hotswap.core.preemption import Candidate, plan_reclaim
+from hotswap.core.preemption import Candidate, find_candidates, plan_reclaim
 
 PRIORITIES = ["very-low", "low", "medium"]
 
@@ -102,7 +102,7 @@ def test_the_scheduler_lists_enough_candidates_for_the_same_plan(data: st.DataOb
     every strictly lower-priority holder."""
     from builders import World, create
 
-    from hotswap.core.scheduler import _Round
+    from hotswap.core.capacity import Capacity
 
     world = World(slices=12)
     for i in range(data.draw(st.integers(1, 8))):
@@ -111,7 +111,7 @@ def test_the_scheduler_lists_enough_candidates_for_the_same_plan(data: st.DataOb
         world.step(create(f"w{i}", size, data.draw(st.sampled_from(PRIORITIES)), **extra))
     preemptor = data.draw(st.sampled_from(["low", "medium", "high"]))
     world.step(create("p", 1, preemptor))
-    round_ = _Round(world.snapshot, world.now + 5.0, world.config)
+    now = world.now + 5.0
     demanding = world.snapshot.workloads["p"]
     full = [
         Candidate(w, len(w.slices), max(0, len(w.slices) - w.spec.floor_slices) if w.spec.min_slices else 0)
@@ -119,6 +119,6 @@ def test_the_scheduler_lists_enough_candidates_for_the_same_plan(data: st.DataOb
         if w.slices and w.priority < demanding.priority
     ]
     deficit = data.draw(st.integers(1, 12))
-    listed = round_._candidates(demanding, deficit)
+    listed = find_candidates(Capacity(world.snapshot, world.snapshot.workloads), demanding, deficit, now, world.config.elastic)
     assert {c.workload.name for c in listed} <= {c.workload.name for c in full}
-    assert plan_reclaim(deficit, listed, round_.now) == plan_reclaim(deficit, full, round_.now)
+    assert plan_reclaim(deficit, listed, now) == plan_reclaim(deficit, full, now)

@@ -19,6 +19,12 @@ from hotswap.api.priority import Priority
 from hotswap.api.spec import WorkloadSpec
 
 
+# The phases in which a workload holds slices (``WorkloadPhase.holds_slices``) as a set: the core
+# tests this for thousands of workloads per round, and a set lookup is an order of magnitude
+# cheaper than the enum property.
+HOLDING = frozenset({WorkloadPhase.RUNNING, WorkloadPhase.RESTARTING})
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Node:
     name: str

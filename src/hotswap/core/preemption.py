@@ -1,16 +1,22 @@
 """Choosing what to take from lower-priority work: shrink first, then a minimal victim set.
 
 Pure and separate from the scheduler so that it can be tested on its own, as Kueue tests its
-preemption targets.
+preemption targets: :func:`find_candidates` lists the holders a plan may touch (from the
+capacity indexes), :func:`plan_reclaim` chooses among them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from collections.abc import Iterator, Sequence
 
-from hotswap.core.model import Workload
+from hotswap.api.phases import WorkloadPhase
+from hotswap.core.capacity import Capacity
+from hotswap.core.model import HOLDING, Workload, holder_class
 from hotswap.core.ordering import candidates_ordering
+
+_RUNNING = WorkloadPhase.RUNNING  # looked up once: a class attribute of an enum is slow to read
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -28,8 +34,50 @@ class ReclaimPlan:
     shrinks: tuple[tuple[Workload, int], ...]  # (workload, slices it gives up)
 
 
-def reclaimable(candidates: Sequence[Candidate]) -> int:
-    return sum(c.healthy for c in candidates)
+def find_candidates(capacity: Capacity, workload: Workload, deficit: int, now: float, elastic: bool) -> list[Candidate]:
+    """Strictly lower-priority holders of the workload's type that a plan may need.
+
+    The plan evicts in :func:`candidates_ordering` order, lowest priority first, and every
+    victim frees at least one slice, so it never evicts more than ``deficit`` workloads:
+    from the lowest levels only the ``deficit`` cheapest are listed, and once they cover
+    the deficit the higher levels can only contribute by shrinking, so only elastic
+    holders are listed there. Every elastic holder that can shrink is listed (shrinks go
+    in the same order across levels). The plan is the same as over every holder. With
+    ``elastic`` off (the cluster does not scale workloads), nobody can shrink.
+    """
+    key = holder_class(workload)
+    device_type = key[0]
+    broken = capacity.broken_by_holder()
+    found: list[Candidate] = []
+    covered = 0
+    for level in capacity.levels_below(key):
+        evictable: list[Candidate] = []
+        for members_key in ((device_type, level, False), (device_type, level, True)):
+            if covered >= deficit and not (members_key[2] and elastic):
+                continue
+            for name in capacity.members(members_key):
+                other = capacity.workloads[name]
+                if other.phase not in HOLDING:
+                    continue
+                healthy = len(other.slices) - broken.get(name, 0)
+                if healthy <= 0:
+                    continue
+                shrinkable = 0
+                if members_key[2] and elastic and other.phase is _RUNNING:
+                    shrinkable = max(0, min(healthy, len(other.slices) - other.spec.floor_slices))
+                candidate = Candidate(other, healthy, shrinkable)
+                if covered < deficit:
+                    evictable.append(candidate)
+                elif shrinkable:
+                    found.append(candidate)
+        if evictable:
+            need = deficit - covered
+            cheapest = heapq.nsmallest(need, evictable, key=lambda c: candidates_ordering(c.workload, now))
+            chosen = {id(c) for c in cheapest}
+            found.extend(cheapest)
+            found.extend(c for c in evictable if c.shrinkable and id(c) not in chosen)
+            covered += sum(c.healthy for c in cheapest)
+    return found
 
 
 def plan_reclaim(deficit: int, candidates: Sequence[Candidate], now: float) -> ReclaimPlan | None:

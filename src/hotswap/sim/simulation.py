@@ -17,51 +17,15 @@ import math
 from collections.abc import Callable
 
 from hotswap.api.phases import WorkloadPhase
-from hotswap.api.spec import WorkloadSpec
 from hotswap.core import actions as act
 from hotswap.core import events as ev
-from hotswap.core.goodput import Category, Ledger
+from hotswap.core.goodput import Ledger
 from hotswap.core.model import Snapshot
 from hotswap.core.policy import SchedulerConfig
 from hotswap.core.scheduler import decide
 from hotswap.sim import mix
 from hotswap.sim.config import SimConfig
-
-
-class Mode(enum.Enum):
-    QUEUED = "queued"  # waiting in the queue, holds nothing
-    WAITING = "waiting"  # holds slices, workers not started (old ones stopping, or repair)
-    STARTING = "starting"  # workers started: runtime start-up, then checkpoint restore
-    RUNNING = "running"  # making progress
-    RECONFIGURING = "reconfiguring"  # elastic: re-forming the process group
-    DONE = "done"
-
-
-@dataclasses.dataclass
-class Job:
-    spec: WorkloadSpec
-    work_s: float
-    stream: int | None = None  # filler stream, None for the main job
-    index: int = 0
-    arrived: float = 0.0
-    ended: float | None = None
-    mode: Mode = Mode.QUEUED
-    mode_since: float = 0.0
-    last: float = 0.0  # accounted up to here
-    active: int = 0  # slices it runs on
-    joining: int = 0  # slices added by a scale-up whose workers are still starting
-    progress: float = 0.0  # seconds of full-size training done (not yet lost)
-    epoch: float | None = None  # start of the current attempt's productive period
-    trace: list[tuple[float, float]] = dataclasses.field(default_factory=list)  # (time, progress)
-    restored: float = 0.0  # progress at the start of the attempt
-    version: int = 0  # invalidates timers of an earlier mode
-    join_token: int = 0  # invalidates the timer of an earlier scale-up
-    disrupted_at: float | None = None
-    ledger: Ledger = dataclasses.field(default_factory=Ledger)
-
-    @property
-    def size(self) -> int:
-        return self.spec.num_slices
+from hotswap.sim.jobs import Job, Mode
 
 
 @dataclasses.dataclass
@@ -150,7 +114,7 @@ class PolicySimulation:
                 next_report = time + report_every
         self.now = end
         for job in self.jobs.values():
-            self._account(job)
+            job.account(self.now, self.config)
         if progress is not None:
             progress(1.0)
         return self._result()
@@ -211,11 +175,10 @@ class PolicySimulation:
         core next decides gives the same decisions as reporting each one as it happens.
         """
         reports: list[ev.Event] = []
-        interval = self.config.checkpoint_interval_s
         for name, job in self.live.items():
             if job.epoch is None or job.mode not in (Mode.RUNNING, Mode.RECONFIGURING):
                 continue
-            saved_at = job.epoch + math.floor((self.now - job.epoch) / interval) * interval
+            saved_at = job.last_checkpoint_time(self.now, self.config)
             if saved_at <= job.epoch:
                 continue
             workload = self.snapshot.workloads.get(name)
@@ -249,39 +212,8 @@ class PolicySimulation:
             if job.disrupted_at is None:
                 job.disrupted_at = self.now
 
-    def _account(self, job: Job) -> None:
-        """Book the time since ``job.last`` to the categories of its current mode."""
-        dt = self.now - job.last
-        if dt <= 0:
-            return
-        ledger, size, active = job.ledger, job.size, job.active
-        missing = max(0, size - active - job.joining)
-        if job.joining:
-            ledger.add(Category.STARTUP, job.joining * dt)
-        if job.mode is Mode.QUEUED:
-            ledger.add(Category.QUEUED, size * dt)
-        elif job.mode is Mode.WAITING:
-            ledger.add(Category.RECOVERY, size * dt)
-        elif job.mode is Mode.STARTING:
-            startup_end = job.mode_since + self.config.startup_s
-            in_startup = max(0.0, min(self.now, startup_end) - job.last)
-            ledger.add(Category.STARTUP, active * in_startup)
-            ledger.add(Category.CHECKPOINT_RESTORE, active * (dt - in_startup))
-            ledger.add(Category.DEGRADED, missing * dt)
-        elif job.mode is Mode.RUNNING:
-            useful = 1.0 - self.config.checkpoint_block_s / self.config.checkpoint_interval_s
-            ledger.add(Category.PRODUCTIVE, active * dt * useful)
-            ledger.add(Category.CHECKPOINT_SAVE, active * dt * (1.0 - useful))
-            ledger.add(Category.DEGRADED, missing * dt)
-            job.progress += active / size * dt * useful
-            job.trace.append((self.now, job.progress))
-        elif job.mode is Mode.RECONFIGURING:
-            ledger.add(Category.ELASTIC, active * dt)
-            ledger.add(Category.DEGRADED, missing * dt)
-        job.last = self.now
-
     def _set_mode(self, job: Job, mode: Mode) -> None:
-        self._account(job)
+        job.account(self.now, self.config)
         previous = job.mode
         job.mode = mode
         job.mode_since = self.now
@@ -307,7 +239,7 @@ class PolicySimulation:
     def _retire(self, job: Job) -> None:
         if job.mode is Mode.DONE:
             return  # e.g. the Remove that follows a Complete
-        self._account(job)
+        job.account(self.now, self.config)
         job.ended = self.now
         job.mode = Mode.DONE
         job.version += 1
@@ -315,7 +247,7 @@ class PolicySimulation:
         self.live.pop(job.spec.name, None)
 
     def _join(self, job: Job) -> None:
-        self._account(job)
+        job.account(self.now, self.config)
         job.active += job.joining
         job.joining = 0
         self._set_mode(job, Mode.RECONFIGURING)
@@ -328,91 +260,16 @@ class PolicySimulation:
         left = max(0.0, job.work_s - job.progress)
         self._at(self.now + left / rate, _Timer.FINISHED, (job.spec.name, job.version))
 
-    def _checkpointed_progress(self, job: Job) -> float:
-        """Progress saved by the last periodic checkpoint of the current attempt."""
-        if job.epoch is None or not job.trace:
-            return job.progress
-        interval = self.config.checkpoint_interval_s
-        saved_at = job.epoch + math.floor((self.now - job.epoch) / interval) * interval
-        if saved_at <= job.epoch:
-            return job.restored
-        previous_time, previous_progress = job.trace[0]
-        for time, value in job.trace:
-            if time >= saved_at:
-                span = time - previous_time
-                share = (saved_at - previous_time) / span if span > 0 else 1.0
-                return previous_progress + (value - previous_progress) * share
-            previous_time, previous_progress = time, value
-        return job.progress
-
-    def _stop(self, job: Job, hard: bool) -> None:
-        """Stop the job's workers: a hard stop loses the progress since the last checkpoint;
-        a graceful one (SIGTERM) saves a checkpoint first and loses nothing."""
-        self._account(job)
-        if hard and job.mode in (Mode.RUNNING, Mode.RECONFIGURING):
-            saved = self._checkpointed_progress(job)
-            job.ledger.waste((job.progress - saved) * job.size)
-            job.progress = saved
-        job.epoch = None
-        job.trace = []
-        job.joining = 0
-        job.join_token += 1
-
     def _enact(self, action: act.Action) -> None:
         job = self.jobs.get(action.workload)
-        if job is None:
-            return
-        if isinstance(action, act.Admit):
-            job.active = len(action.slices)
-            self._set_mode(job, Mode.STARTING if action.start else Mode.WAITING)
-        elif isinstance(action, act.StartWorkers):
-            job.active = len(action.slices)
-            self._set_mode(job, Mode.STARTING)
-        elif isinstance(action, act.Restart):
-            # The simulator injects only node failures, so every restart follows a hard stop.
-            self._stop(job, hard=True)
-            job.active = len(action.slices)
-            self._set_mode(job, Mode.STARTING if action.start else Mode.WAITING)
-        elif isinstance(action, act.Preempt):
-            self.preemptions += 1
-            self._stop(job, hard=False)
-            job.active = 0
-            self._set_mode(job, Mode.QUEUED)
-        elif isinstance(action, act.Requeue):
-            self._stop(job, hard=True)
-            job.active = 0
-            self._set_mode(job, Mode.QUEUED)
-        elif isinstance(action, act.ScaleDown):
-            # Survivors keep their state (elastic): no progress is lost, they re-form the group.
-            self._account(job)
-            job.joining = max(0, min(job.joining, len(action.slices) - job.active))
-            job.active = min(job.active, len(action.slices) - job.joining)
-            if job.mode in (Mode.RUNNING, Mode.RECONFIGURING):
-                self._set_mode(job, Mode.RECONFIGURING)
-        elif isinstance(action, act.ScaleUp):
-            # New workers start first; they join (and everyone re-forms) once they are up.
-            self._account(job)
-            if job.mode in (Mode.STARTING, Mode.WAITING, Mode.QUEUED):
-                job.active = len(action.slices)
-            else:
-                job.joining = len(action.slices) - job.active
-                job.join_token += 1
-                self._at(self.now + self.config.startup_s, _Timer.JOINED, (job.spec.name, job.join_token))
-        elif isinstance(action, act.Complete):
-            self._retire(job)
-            self.finished.append(ev.WorkloadDeleted(job.spec.name))
-            self.completed += 1
-            if job.stream is not None:
-                think = mix.filler_think_s(self.config, job.stream, job.index)
-                self._at(self.now + think, _Timer.ARRIVAL, (job.stream, job.index + 1))
-        elif isinstance(action, (act.Fail, act.Reject, act.Remove)):
-            self._retire(job)
+        if job is not None:
+            act.dispatch(action, _JobResponse(self, job))
 
     def _finish(self, job: Job) -> list[ev.Event]:
         workload = self.snapshot.workloads[job.spec.name]
         if workload.phase is not WorkloadPhase.RUNNING:
             return []
-        self._account(job)
+        job.account(self.now, self.config)
         hosts = self.config.hosts_per_slice
         return [
             ev.WorkerExited(job.spec.name, workload.attempt, s, h, 0) for s in workload.slices for h in range(hosts)
@@ -437,3 +294,81 @@ class PolicySimulation:
             main_timeline=self.main_timeline,
             jobs=self.jobs,
         )
+
+
+class _JobResponse:
+    """What the simulated world does when the core acts on one job (an
+    :class:`~hotswap.core.actions.ActionHandler`): its workers start, stop, or re-form."""
+
+    def __init__(self, simulation: PolicySimulation, job: Job) -> None:
+        self.sim = simulation
+        self.job = job
+
+    def _start(self, slices: tuple[str, ...], start: bool) -> None:
+        self.job.active = len(slices)
+        self.sim._set_mode(self.job, Mode.STARTING if start else Mode.WAITING)
+
+    def _stop(self, hard: bool) -> None:
+        self.job.stop(self.sim.now, self.sim.config, hard)
+
+    def _to_queue(self) -> None:
+        self.job.active = 0
+        self.sim._set_mode(self.job, Mode.QUEUED)
+
+    def on_admit(self, action: act.Admit) -> None:
+        self._start(action.slices, action.start)
+
+    def on_start_workers(self, action: act.StartWorkers) -> None:
+        self._start(action.slices, start=True)
+
+    def on_restart(self, action: act.Restart) -> None:
+        # The simulator injects only node failures, so every restart follows a hard stop.
+        self._stop(hard=True)
+        self._start(action.slices, action.start)
+
+    def on_preempt(self, action: act.Preempt) -> None:
+        self.sim.preemptions += 1
+        self._stop(hard=False)
+        self._to_queue()
+
+    def on_requeue(self, action: act.Requeue) -> None:
+        self._stop(hard=True)
+        self._to_queue()
+
+    def on_scale_down(self, action: act.ScaleDown) -> None:
+        # Survivors keep their state (elastic): no progress is lost, they re-form the group.
+        job = self.job
+        job.account(self.sim.now, self.sim.config)
+        job.joining = max(0, min(job.joining, len(action.slices) - job.active))
+        job.active = min(job.active, len(action.slices) - job.joining)
+        if job.mode in (Mode.RUNNING, Mode.RECONFIGURING):
+            self.sim._set_mode(job, Mode.RECONFIGURING)
+
+    def on_scale_up(self, action: act.ScaleUp) -> None:
+        # New workers start first; they join (and everyone re-forms) once they are up.
+        job = self.job
+        job.account(self.sim.now, self.sim.config)
+        if job.mode in (Mode.STARTING, Mode.WAITING, Mode.QUEUED):
+            job.active = len(action.slices)
+        else:
+            job.joining = len(action.slices) - job.active
+            job.join_token += 1
+            self.sim._at(self.sim.now + self.sim.config.startup_s, _Timer.JOINED, (job.spec.name, job.join_token))
+
+    def on_complete(self, action: act.Complete) -> None:
+        job = self.job
+        self.sim._retire(job)
+        self.sim.finished.append(ev.WorkloadDeleted(job.spec.name))
+        self.sim.completed += 1
+        if job.stream is not None:
+            think = mix.filler_think_s(self.sim.config, job.stream, job.index)
+            self.sim._at(self.sim.now + think, _Timer.ARRIVAL, (job.stream, job.index + 1))
+
+    def on_fail(self, action: act.Fail) -> None:
+        self.sim._retire(self.job)
+
+    def on_reject(self, action: act.Reject) -> None:
+        self.sim._retire(self.job)
+
+    def on_remove(self, action: act.Remove) -> None:
+        self.sim._retire(self.job)

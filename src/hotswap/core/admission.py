@@ -1,0 +1,197 @@
+"""The third and last steps of a round, like Kueue's scheduler: serve demands for slices, then
+start the workers of workloads that were waiting.
+
+Demands (replacements, queued workloads, elastic growth) are served in
+:func:`hotswap.core.ordering.demand_order`. Each gets free healthy slices first, then
+(except growth, see :func:`hotswap.core.placement.reclaim_target`) slices of strictly
+lower-priority work, chosen by :func:`hotswap.core.preemption.plan_reclaim`: elastic workloads
+shrink before anyone is evicted, and the victims are a minimal set.
+"""
+
+from __future__ import annotations
+
+from hotswap.api.spec import RestartStrategy
+from hotswap.core import actions as act
+from hotswap.core.demands import Demand
+from hotswap.core.model import HOLDING, Workload
+from hotswap.core.ordering import DemandKind
+from hotswap.core.placement import fill_positions, give_up_last, reclaim_target
+from hotswap.core.preemption import find_candidates, plan_reclaim
+from hotswap.core.round_state import QUEUED, RESTARTING, RUNNING, RoundState
+
+
+def serve_demands(state: RoundState) -> None:
+    """Queue every demand for slices (replacements, queued workloads, elastic growth) and
+    serve them until none is left; each is granted, or refused and parked or requeued."""
+    for workload in state.workloads.values():
+        name = workload.name
+        if name in state.replacing:
+            state.queue.push(state.replacing[name], workload)
+        elif workload.phase is QUEUED:
+            state.queue.push(_admit_demand(state, workload), workload)
+        elif (
+            len(workload.slices) < workload.spec.num_slices
+            and workload.phase in HOLDING
+            and state.elastic(workload)
+        ):
+            missing = workload.spec.num_slices - len(workload.slices)
+            state.queue.push(Demand(name, DemandKind.GROW, missing, 1), workload)
+    # Each pass either admits, shrinks, evicts or gives up; priorities strictly fall along
+    # every preemption chain, so this ends. The guard turns a bug into an error, not a hang.
+    budget = 20 * (len(state.workloads) + 10)
+    while (demand := state.queue.pop()) is not None:
+        budget -= 1
+        if budget < 0:
+            raise RuntimeError("scheduler did not converge (bug)")
+        _serve(state, demand)
+
+
+def start_ready(state: RoundState) -> None:
+    """Start the workers of workloads that waited (old workers stopping, repair, a floor)."""
+    for workload in list(state.workloads.values()):
+        if workload.phase is not RESTARTING:
+            continue
+        blocking = workload.spec.restart_strategy is RestartStrategy.BLOCKING_RECREATE
+        if blocking and workload.stopping:
+            continue
+        if not all(state.capacity.healthy(s) for s in workload.slices):
+            continue
+        if len(workload.slices) < state.floor(workload):
+            continue
+        state.update(
+            workload,
+            phase=RUNNING,
+            running_since=state.now,
+            exited_ok=frozenset(),
+            status_message=f"running on {len(workload.slices)} slice(s)",
+        )
+        state.actions.append(act.StartWorkers(workload.name, workload.attempt, workload.slices))
+
+
+def _admit_demand(state: RoundState, workload: Workload) -> Demand:
+    """A queued workload wants its size and needs its floor."""
+    return Demand(workload.name, DemandKind.ADMIT, workload.spec.num_slices, state.floor(workload))
+
+
+def _still_wanted(state: RoundState, demand: Demand) -> Workload | None:
+    """The workload, if the demand still stands (an earlier grant or eviction may end it)."""
+    workload = state.workloads.get(demand.workload)
+    if workload is None:
+        return None
+    if demand.kind is DemandKind.ADMIT:
+        return workload if workload.phase is QUEUED else None
+    if demand.kind is DemandKind.REPLACE:
+        ok = state.replacing.get(demand.workload) is demand and workload.phase in HOLDING
+        return workload if ok else None
+    if workload.phase in HOLDING and len(workload.slices) < workload.spec.num_slices:
+        demand.want = workload.spec.num_slices - len(workload.slices)
+        return workload
+    return None
+
+
+def _serve(state: RoundState, demand: Demand) -> None:
+    workload = _still_wanted(state, demand)
+    if workload is None:
+        return
+    device_type = workload.device_type
+    got = state.capacity.take_free(device_type, demand.want)
+    if len(got) < demand.want and demand.kind is not DemandKind.GROW:
+        target = reclaim_target(state.capacity, workload, len(got), demand.want, demand.need)
+        if target:
+            got.extend(_reclaim(state, workload, target))
+    if got and len(got) >= demand.need:
+        _grant(state, workload, demand, tuple(got))
+        return
+    state.capacity.return_free(device_type, got)
+    _refuse(state, workload, demand)
+
+
+def _reclaim(state: RoundState, workload: Workload, target: int) -> list[str]:
+    """Free ``target`` slices of lower-priority work and take them."""
+    candidates = find_candidates(state.capacity, workload, target, state.now, state.config.elastic)
+    plan = plan_reclaim(target, candidates, state.now)
+    if plan is None:  # cannot happen: the held slices counted cover the target
+        return []
+    for victim in plan.victims:
+        _preempt(state, victim, workload)
+    for donor, count in plan.shrinks:
+        donor = state.workloads[donor.name]
+        keep, given = give_up_last(donor.slices, count)
+        reason = f"gave {count} slice(s) to {workload.name} (priority {workload.priority.label})"
+        state.scale_down(donor, keep, given, reason, preemptor=workload.name)
+    return state.capacity.take_free(workload.device_type, target)
+
+
+def _preempt(state: RoundState, victim: Workload, preemptor: Workload) -> None:
+    victim = state.workloads[victim.name]
+    state.release(victim, victim.slices)
+    state.replacing.pop(victim.name, None)
+    reason = f"preempted by {preemptor.name} (priority {preemptor.priority.label})"
+    state.update(
+        victim,
+        phase=QUEUED,
+        slices=(),
+        stopping=state.stopping_after_stop(victim),
+        preemptions=victim.preemptions + 1,
+        running_since=None,
+        exited_ok=frozenset(),
+        status_message=reason,
+    )
+    state.actions.append(act.Preempt(victim.name, preemptor.name, reason))
+    state.queue.push(_admit_demand(state, victim), victim)
+
+
+def _grant(state: RoundState, workload: Workload, demand: Demand, got: tuple[str, ...]) -> None:
+    state.capacity.hold(workload, got)
+    name = workload.name
+    if demand.kind is DemandKind.ADMIT:
+        _admit(state, workload, got)
+        return
+    state.replacing.pop(name, None)
+    if workload.phase is RESTARTING:
+        # Workers not started yet: only the reservation changes; StartWorkers carries it.
+        slices = fill_positions(demand.previous, workload.slices, got) if demand.previous else workload.slices + got
+        state.update(workload, slices=slices)
+    elif demand.kind is DemandKind.GROW or not demand.restart:
+        # Elastic: the running replicas keep their indices; the new ones join after them.
+        slices = workload.slices + got
+        membership = workload.membership + 1
+        state.update(
+            workload,
+            slices=slices,
+            membership=membership,
+            status_message=f"running on {len(slices)} of {workload.spec.num_slices} slice(s)",
+        )
+        state.actions.append(act.ScaleUp(name, got, slices, membership))
+    else:
+        # Hotswap: every worker restarts, each replacement in a lost replica's position.
+        workload = state.update(workload, slices=fill_positions(demand.previous, workload.slices, got))
+        state.restart_in_place(workload, f"{demand.reason}; hotswapped", charged=False)
+
+
+def _admit(state: RoundState, workload: Workload, got: tuple[str, ...]) -> None:
+    blocked = workload.spec.restart_strategy is RestartStrategy.BLOCKING_RECREATE and workload.stopping
+    attempt = workload.attempt + 1
+    state.update(
+        workload,
+        phase=RESTARTING if blocked else RUNNING,
+        slices=got,
+        attempt=attempt,
+        running_since=None if blocked else state.now,
+        exited_ok=frozenset(),
+        status_message=(
+            "admitted: waiting for its previous workers to stop" if blocked else f"running on {len(got)} slice(s)"
+        ),
+    )
+    state.actions.append(act.Admit(workload.name, attempt, got, start=not blocked))
+
+
+def _refuse(state: RoundState, workload: Workload, demand: Demand) -> None:
+    if demand.kind is DemandKind.REPLACE and demand.need > 0:
+        state.replacing.pop(workload.name, None)
+        state.requeue(workload, f"{demand.reason}; no healthy capacity to replace it, waiting in the queue")
+        # It cannot fit now, but capacity released later in this round may change that.
+        state.queue.park(_admit_demand(state, workload), workload)
+        return
+    # Optional (it can run without it): wait for capacity of this type to be released later in the round.
+    state.queue.park(demand, workload)

@@ -1,0 +1,63 @@
+"""The second step of a round: workloads that lost slices this round (failed, cordoned,
+drained or removed) go on without them, are replaced, requeued, or wait for repair."""
+
+from __future__ import annotations
+
+from hotswap.core.demands import Demand
+from hotswap.core.model import Workload
+from hotswap.core.ordering import DemandKind
+from hotswap.core.placement import split_healthy
+from hotswap.core.round_state import RESTARTING, RoundState
+
+
+def handle_losses(state: RoundState) -> None:
+    """Decide for each workload that lost slices, oldest first.
+
+    - not started yet (its workers wait): only the reservation changes, nothing to stop;
+    - elastic and still at or above its floor: it scales down and survivors keep running;
+    - hotswap: it is restarted (or scaled) on replacement slices, see ``want_replacement``;
+    - otherwise it waits holding its slices until they are repaired, or is requeued when a
+      slice it held left the cluster and cannot come back.
+    """
+    hotswap = state.config.hotswap
+    for name in sorted(state.lost, key=lambda n: state.workloads[n].seq):
+        workload = state.workloads[name]
+        reason = "; ".join(state.lost[name].values())
+        keep, gone = split_healthy(workload.slices, state.capacity.healthy)
+        removed = any(s in state.capacity.removed for s in gone)
+        if workload.phase is RESTARTING:
+            if hotswap or removed:
+                state.release(workload, gone)
+                state.update(workload, slices=keep)
+                _want_replacement(state, workload, keep, reason, restart=True)
+            continue
+        workload = state.update(workload, disruptions=workload.disruptions + 1)
+        if state.elastic(workload) and len(keep) >= state.floor(workload):
+            state.scale_down(workload, keep, gone, reason)
+            if hotswap:
+                _want_replacement(state, workload, keep, reason, restart=False)
+        elif hotswap:
+            state.release(workload, gone)
+            state.update(workload, slices=keep)
+            _want_replacement(state, workload, keep, reason, restart=True)
+        elif removed:
+            state.requeue(workload, f"{reason}; it cannot wait for repair")
+        else:
+            state.restart_in_place(workload, f"{reason}; waiting for repair", charged=False, wait_for_repair=True)
+
+
+def _want_replacement(state: RoundState, workload: Workload, keep: tuple[str, ...], reason: str, restart: bool) -> None:
+    """Ask for slices to bring ``workload`` (its record from before the loss) back to its size.
+
+    ``need`` is what it must get to run at all (its floor minus what it kept); when it kept
+    enough (elastic), the replacement is welcome but optional. The demand remembers the slices
+    held before the loss, so that a restart puts replacements at the lost replicas' positions.
+    """
+    want = workload.spec.num_slices - len(keep)
+    if want <= 0:
+        return
+    need = state.floor(workload) - len(keep)
+    state.replacing[workload.name] = Demand(
+        workload.name, DemandKind.REPLACE, want, need, workload.slices, restart, reason
+    )
+

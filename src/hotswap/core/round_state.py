@@ -1,0 +1,141 @@
+"""The working state of one decision round, and the workload transitions its steps share.
+
+A round applies events (:mod:`hotswap.core.apply_events`), handles lost capacity
+(:mod:`hotswap.core.losses`) and serves demands for slices (:mod:`hotswap.core.admission`);
+all of them change workloads through :class:`RoundState`, which keeps the capacity indexes in
+step, checks every phase transition and records the actions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+
+from hotswap.api.phases import WorkloadPhase, check_transition
+from hotswap.api.spec import RestartStrategy
+from hotswap.core import actions as act
+from hotswap.core.capacity import Capacity
+from hotswap.core.demands import Demand, DemandQueue
+from hotswap.core.model import Snapshot, Workload
+from hotswap.core.policy import SchedulerConfig
+
+QUEUED = WorkloadPhase.QUEUED
+RUNNING = WorkloadPhase.RUNNING
+RESTARTING = WorkloadPhase.RESTARTING
+
+
+class RoundState:
+    """Mutable state of one round; frozen into the next Snapshot at the end."""
+
+    def __init__(self, snapshot: Snapshot, now: float, config: SchedulerConfig) -> None:
+        self.now = now
+        self.config = config
+        self.actions: list[act.Action] = []
+        self.needs_scheduling = False
+        self.workloads: dict[str, Workload] = dict(snapshot.workloads)
+        self.next_seq = snapshot.next_seq
+        self.capacity = Capacity(snapshot, self.workloads)
+        self.queue = DemandQueue()
+        # Losses seen this round: workload -> {slice: reason}, in the order seen.
+        self.lost: dict[str, dict[str, str]] = {}
+        # Replacements wanted by workloads that lost slices, served with the other demands.
+        self.replacing: dict[str, Demand] = {}
+
+    def freeze(self) -> Snapshot:
+        return self.capacity.freeze(self.now, self.workloads, self.next_seq)
+
+    # ------------------------------------------------------------------ policy of a workload
+
+    def floor(self, workload: Workload) -> int:
+        """The fewest slices it runs on."""
+        spec = workload.spec
+        return spec.floor_slices if self.config.elastic else spec.num_slices
+
+    def elastic(self, workload: Workload) -> bool:
+        return self.config.elastic and workload.spec.elastic
+
+    # ------------------------------------------------------------------ transitions
+
+    def update(self, workload: Workload, **changes: object) -> Workload:
+        """Replace a workload's record; the phase transition is checked, indexes follow."""
+        if "status_message" in changes and changes["status_message"] != workload.status_message:
+            changes.setdefault("status_time", self.now)
+        new = dataclasses.replace(workload, **changes)
+        if new.phase is not workload.phase or "phase" in changes:
+            check_transition(workload.phase, new.phase)
+        if bool(new.slices) != bool(workload.slices):
+            self.capacity.set_holding(new, bool(new.slices))
+        self.workloads[new.name] = new
+        return new
+
+    def release(self, workload: Workload, names: Iterable[str]) -> None:
+        """Free slices; healthy ones go back to the free pool and wake up waiting demands."""
+        if self.capacity.release(workload, names):
+            self.queue.wake(workload.device_type)
+
+    def mark_lost(self, slice_name: str, reason: str) -> None:
+        """The slice is unhealthy; its holder (if any) has lost it for ``reason``."""
+        self.capacity.mark_unhealthy(slice_name)
+        holder = self.capacity.holders.get(slice_name)
+        if holder is not None:
+            self.lost.setdefault(holder, {}).setdefault(slice_name, reason)
+
+    def stopping_after_stop(self, workload: Workload) -> frozenset[int]:
+        """Attempts still alive once the current one is told to stop."""
+        if workload.phase is RUNNING:
+            return workload.stopping | {workload.attempt}
+        return workload.stopping
+
+    def restart_in_place(self, workload: Workload, reason: str, charged: bool, wait_for_repair: bool = False) -> None:
+        """Restart every worker on the slices the workload holds now.
+
+        The new workers start at once, unless BlockingRecreate makes them wait for the old ones
+        to stop or ``wait_for_repair`` for the workload's broken slices to be repaired.
+        """
+        blocking = workload.spec.restart_strategy is RestartStrategy.BLOCKING_RECREATE
+        waiting = blocking or wait_for_repair
+        attempt = workload.attempt + 1
+        self.update(
+            workload,
+            phase=RESTARTING if waiting else RUNNING,
+            attempt=attempt,
+            stopping=self.stopping_after_stop(workload),
+            restarts=workload.restarts + (1 if charged else 0),
+            running_since=None if waiting else self.now,
+            exited_ok=frozenset(),
+            status_message=f"restarting: {reason}" if blocking else f"restarted: {reason}",
+        )
+        self.actions.append(
+            act.Restart(workload.name, attempt, workload.slices, reason, charged, start=not waiting)
+        )
+        self.needs_scheduling = True
+
+    def requeue(self, workload: Workload, reason: str) -> None:
+        """Stop the workload and put it back in the queue without its slices."""
+        self.release(workload, workload.slices)
+        self.update(
+            workload,
+            phase=QUEUED,
+            slices=(),
+            stopping=self.stopping_after_stop(workload),
+            running_since=None,
+            exited_ok=frozenset(),
+            status_message=f"requeued: {reason}",
+        )
+        self.actions.append(act.Requeue(workload.name, reason))
+
+    def scale_down(
+        self, workload: Workload, keep: tuple[str, ...], gone: tuple[str, ...], reason: str, preemptor: str | None = None
+    ) -> Workload:
+        """An elastic workload goes on without ``gone``; survivors keep running."""
+        self.release(workload, gone)
+        membership = workload.membership + 1
+        workload = self.update(
+            workload,
+            slices=keep,
+            membership=membership,
+            exited_ok=frozenset(k for k in workload.exited_ok if k[0] in keep),
+            status_message=f"scaled down to {len(keep)} slice(s): {reason}",
+        )
+        self.actions.append(act.ScaleDown(workload.name, gone, keep, membership, reason, preemptor))
+        return workload

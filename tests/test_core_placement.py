@@ -1,0 +1,99 @@
+"""Placement on its own: how many slices a demand reclaims, and which replica runs where.
+
+The cluster has v6e-16 slices ``s0``..``s5`` and a v5p-16 slice ``t0``, each one host.
+Which free slices a demand gets (lowest ordinal first) is the free pool's order, tested with
+the capacity indexes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from builders import capacity_of, holding
+
+from hotswap.core.placement import fill_positions, give_up_last, reclaim_target, split_healthy
+
+SLICES = [(f"s{i}", "v6e-16") for i in range(6)] + [("t0", "v5p-16")]
+
+
+@dataclasses.dataclass
+class Case:
+    id: str
+    held: dict[str, tuple[str, tuple[str, ...]]]  # holder -> (priority, slices)
+    have: int  # free slices the demand already got
+    want: int
+    need: int
+    expected: int
+    down: tuple[str, ...] = ()
+
+
+def _low(*slices: str) -> tuple[str, tuple[str, ...]]:
+    return ("low", slices)
+
+
+def _high(*slices: str) -> tuple[str, tuple[str, ...]]:
+    return ("high", slices)
+
+
+CASES = [
+    Case("takes-what-is-missing", {"l": _low("s0", "s1", "s2", "s3")}, 2, 3, 3, 1),
+    Case("takes-all-it-wants-when-nothing-is-free", {"l": _low("s0", "s1", "s2", "s3", "s4", "s5")}, 0, 2, 2, 2),
+    Case("no-more-than-lower-priorities-hold", {"l": _low("s0", "s1"), "m": _high("s2", "s3", "s4", "s5")}, 0, 3, 2, 2),
+    Case("equal-priority-is-never-reclaimed", {"m": _high("s0", "s1", "s2", "s3", "s4")}, 1, 3, 3, 0),
+    Case("nobody-is-evicted-for-a-demand-that-cannot-be-met", {"l": _low("s0"), "m": _high("s1", "s2", "s3", "s4")}, 1, 3, 3, 0),
+    Case("an-optional-demand-still-reclaims", {"l": _low("s0", "s1", "s2", "s3", "s4")}, 1, 2, 0, 1),
+    Case("broken-slices-free-nothing", {"l": _low("s0", "s1")}, 3, 5, 4, 1, down=("s0",)),
+    Case("other-device-types-free-nothing", {"l": ("low", ("t0",)), "m": _high("s0", "s1", "s2", "s3", "s4", "s5")}, 0, 1, 1, 0),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_reclaim_target(case: Case) -> None:
+    workloads = tuple(
+        holding(name, slices, priority, "v5p-16" if slices[0].startswith("t") else "v6e-16")
+        for name, (priority, slices) in case.held.items()
+    )
+    capacity, _ = capacity_of(SLICES, workloads, case.down)
+    demander = holding("d", ("x",), "high")
+    assert reclaim_target(capacity, demander, case.have, case.want, case.need) == case.expected
+
+
+@pytest.mark.parametrize(
+    ("previous", "kept", "got", "expected"),
+    [
+        (("a", "b", "c"), ("a", "c"), ("x",), ("a", "x", "c")),  # the replacement takes replica 1
+        (("a", "b", "c"), ("b",), ("x", "y"), ("x", "b", "y")),
+        (("a", "b", "c"), ("a", "b", "c"), ("x",), ("a", "b", "c", "x")),  # nothing lost: appended
+        (("a", "b", "c"), ("c",), ("x",), ("x", "c")),  # too few: positions close up after the gap
+        (("a", "b"), (), ("x", "y", "z"), ("x", "y", "z")),  # more than were lost: the rest appended
+        ((), ("a",), ("x",), ("x",)),  # no previous positions: replacements only
+    ],
+    ids=["one-lost", "two-lost", "none-lost", "fewer-replacements", "extra-replacements", "no-previous"],
+)
+def test_fill_positions(previous: tuple[str, ...], kept: tuple[str, ...], got: tuple[str, ...], expected: tuple[str, ...]) -> None:
+    assert fill_positions(previous, kept, got) == expected
+
+
+@pytest.mark.parametrize(
+    ("slices", "broken", "expected"),
+    [
+        (("a", "b", "c"), {"b"}, (("a", "c"), ("b",))),
+        (("a", "b", "c"), set(), (("a", "b", "c"), ())),
+        (("a", "b"), {"a", "b"}, ((), ("a", "b"))),
+    ],
+)
+def test_split_healthy_keeps_replica_order(slices: tuple[str, ...], broken: set[str], expected: object) -> None:
+    assert split_healthy(slices, lambda s: s not in broken) == expected
+
+
+@pytest.mark.parametrize(
+    ("slices", "count", "expected"),
+    [
+        (("a", "b", "c"), 1, (("a", "b"), ("c",))),  # the last replica leaves; others keep indices
+        (("a", "b", "c"), 2, (("a",), ("b", "c"))),
+        (("a", "b", "c"), 0, (("a", "b", "c"), ())),
+    ],
+)
+def test_give_up_last(slices: tuple[str, ...], count: int, expected: object) -> None:
+    assert give_up_last(slices, count) == expected
