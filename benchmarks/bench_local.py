@@ -61,12 +61,14 @@ def main() -> None:
         script.write_text(WORKER)
 
         from hotswap.api.spec import workload_spec
+        from hotswap.backends.base import launch_record
         from hotswap.backends.local import client, operations
-        from hotswap.backends.local.launch import launch_record
+        from hotswap.backends.local.protocol import NodeOperation, RequestKind
+        from hotswap.store import registry
 
         cluster = "bench"
         operations.create_cluster(cluster, args.device_type, 3, force=True, confirm=lambda _: True)
-        paths = operations.existing(cluster)
+        paths = registry.existing(cluster)
         launch = launch_record(
             environ=dict(os.environ), cwd=str(root), user_env={"MARKS": str(marks)}, checkpoint_dir=str(root / "ckpt")
         )
@@ -90,14 +92,14 @@ def main() -> None:
                 wait_for(lambda: record("low")["status"] == "RUNNING" and started("low", record("low")["attempt"]))
                 node = f"{high['slices'][0]}-0"
                 t0 = time.time()
-                outcome = client.request(paths, "node", {"op": "fail", "nodes": [node]})
+                outcome = client.request(paths, RequestKind.NODE, {"op": NodeOperation.FAIL, "nodes": [node]})
                 decided = time.time()
                 assert outcome.status == "done", outcome.message
                 attempt = high["attempt"] + 1
                 stamps = wait_for(lambda: started("high", attempt))
                 failover_ms.append((max(stamps) - t0) * 1000.0)
                 decision_ms.append((decided - t0) * 1000.0)
-                client.request(paths, "node", {"op": "uncordon", "nodes": [node]})
+                client.request(paths, RequestKind.NODE, {"op": NodeOperation.UNCORDON, "nodes": [node]})
         finally:
             operations.delete_cluster(cluster)
 

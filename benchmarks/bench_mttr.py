@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 from hotswap.backends.local import operations
+from hotswap.store import registry
 from hotswap.demo.drills import DEVICE, DemoOptions, Drill
 
 
@@ -54,7 +55,7 @@ class MttrBench(Drill):
         return next((s for s in trace.steps if s.attempt > attempt), None) if trace else None
 
     def _spares_ready(self) -> bool:
-        store = operations.open_store(operations.existing(self.cluster))
+        store = operations.open_store(registry.existing(self.cluster))
         try:
             spares = store.workers(("warm",))
         finally:

@@ -1,5 +1,7 @@
 """The accelerator device catalog: every device type name hotswap accepts, and its shape.
 
+(Over 450 lines because most of it is the tables of TPU and GPU shapes, which read best whole.)
+
 Names and shapes follow xpk's system characteristics table
 (``src/xpk/core/system_characteristics.py`` in AI-Hypercomputer/xpk), so a user can type the
 same device type they give xpk. The GKE node-label values, topologies and machine types are the

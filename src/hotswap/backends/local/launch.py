@@ -14,7 +14,6 @@ from typing import Any
 
 from hotswap.api import worker as contract
 from hotswap.api.worker import Membership
-from hotswap.backends.base import launch_record as launch_record  # the benchmarks import it from here
 
 MASTER_ADDR = contract.DEFAULT_MASTER_ADDR  # every worker of a local cluster is on this machine
 PROCESSES_PER_HOST = 1  # one worker process per emulated host: LOCAL_RANK is always 0
