@@ -132,6 +132,10 @@ class WorkloadSpec(pydantic.BaseModel):
     restart_strategy: RestartStrategy = RestartStrategy.RECREATE
     restart_on_exit_codes: ExitCodesField = DEFAULT_RESTART_EXIT_CODES
     termination_grace_period_s: float = pydantic.Field(default=DEFAULT_GRACE_PERIOD_S, ge=0)
+    # Hang detection (hotswap.core.hang): the most seconds a running workload may go without
+    # completing a step before it counts as hung, capping the timeout derived from its own step
+    # times; None: the derived timeout alone; 0: no hang detection.
+    hang_timeout_s: float | None = pydantic.Field(default=None, ge=0)
     checkpoint_dir: str | None = None
     env: dict[str, str] = pydantic.Field(default_factory=dict)
     docker_image: str | None = None

@@ -15,15 +15,18 @@ class Scenario(str, enum.Enum):
     HOTSWAP = "hotswap"
     ELASTIC = "elastic"
     MIGRATION = "migration"
+    GPU = "gpu"
 
 
 def demo(
-    scenario: Scenario = typer.Argument(Scenario.HOTSWAP, help="hotswap (seed 000), elastic (seed 001) or migration (seed 004)."),
+    scenario: Scenario = typer.Argument(Scenario.HOTSWAP, help="hotswap (seed 000), elastic (seed 001), migration (seed 004) or gpu (GPU state saved on preemption, resumed bit for bit)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object on stdout."),
     plot: Path | None = typer.Option(None, "--plot", help="Write a timeline (slices over time, failures and repairs) to this PNG.", dir_okay=False),
     keep: bool = typer.Option(False, "--keep", help="Keep the drill's cluster, logs and checkpoints for inspection."),
     warm: bool = typer.Option(True, "--warm/--no-warm", help="hotswap: also fail over onto warm spare workers."),
     step_sleep: float = typer.Option(0.05, "--step-sleep", help="Seconds per training step (slower is easier to watch).", min=0.0),
+    backing: str = typer.Option("auto", "--backing", help="auto (this machine's GPUs, one per slice, when enough are free), gpu, or emulated."),
+    state_gb: float = typer.Option(1.2, "--state-gb", help="gpu: model + optimizer state on the GPU, in GB.", min=0.001),
 ) -> None:
     """Run a real drill: PyTorch training jobs on a fresh local cluster, real failures, real recovery.
 
@@ -44,7 +47,9 @@ def demo(
     from hotswap.demo.drills import DemoOptions
     from hotswap.demo.scenarios import DRILLS
 
-    drill = DRILLS[scenario.value](DemoOptions(keep=keep, warm=warm, step_sleep=step_sleep))
+    drill = DRILLS[scenario.value](
+        DemoOptions(keep=keep, warm=warm, step_sleep=step_sleep, backing=backing, state_gb=state_gb)
+    )
     summary = drill.run()
     if plot is not None:
         from hotswap.demo.plot import plot_drill
@@ -78,6 +83,13 @@ def _print_summary(summary: dict[str, Any]) -> None:
     if summary.get("steps_lost") is not None:
         table.add_row("steps lost", str(summary["steps_lost"]))
     table.add_row("preempted", ", ".join(summary.get("preempted") or []) or "none")
+    if summary.get("save"):
+        save, raw = summary["save"], summary["raw_write"]
+        table.add_row(
+            f"SIGTERM save of {save['bytes'] / 1e9:.2f} GB from {summary.get('device')}",
+            f"{save['seconds']:.2f} s ({save['bytes_per_s'] / 1e9:.2f} GB/s); raw write+fsync of the same bytes"
+            f" {raw['seconds']:.2f} s ({raw['bytes_per_s'] / 1e9:.2f} GB/s)",
+        )
     for job, good in (summary.get("goodput") or {}).items():
         badput = ", ".join(f"{k} {v:.1%}" for k, v in good["badput"].items() if v >= 0.001)
         table.add_row(f"goodput of {job}", f"{good['goodput']:.1%} over {good['wall_s']:.0f} s ({badput})")

@@ -1,8 +1,9 @@
 """The controller of a local cluster: one daemon per cluster, event-driven.
 
-It waits on one selector for three things and nothing else: a CLI connecting to its Unix
+It waits on one selector for a few things and nothing else: a CLI connecting to its Unix
 socket (a new request is in the database), a worker process ending (a pidfd becomes readable),
-and the next deadline (a SIGKILL after a grace period). Each wake-up becomes one decision round
+a line from the GPU health probe of a GPU-backed cluster (``gpu_health.py``), and the next
+deadline (a SIGKILL after a grace period, the next look for hangs, a silent probe). Each wake-up becomes one decision round
 of the pure core; the round's new state, its timeline and the workers it implies are committed
 in one transaction *before* any process is started or signalled, so a controller killed with
 -9 at any moment finds, when restarted, everything it needs to finish the job: workers to
@@ -11,7 +12,8 @@ start, workers to watch again, requests still to answer.
 This module keeps the loop, the requests and the round. The rest is in ``backends/local``:
 the socket (``server.py``, speaking ``protocol.py``), worker processes and warm spares
 (``workers.py``), what actions do to workers (``effects.py``), taking over after a crash
-(``recovery.py``) and the timeline's text (``timeline.py``).
+(``recovery.py``), the timeline's text (``timeline.py``), hang detection (``hangs.py``) and
+the GPUs behind a GPU-backed cluster's slices (``gpus.py``).
 
 Run it with ``python -m hotswap.runtime.local_controller <cluster-dir>``; the CLI does that
 whenever it finds no controller running.
@@ -41,6 +43,8 @@ from hotswap.api.spec import WorkloadSpec
 from hotswap.api.worker import DEFAULT_GRACE_PERIOD_S
 from hotswap.backends.local import effects, timeline
 from hotswap.backends.local.effects import Launcher
+from hotswap.backends.local.gpus import Backing
+from hotswap.backends.local.hangs import HangWatch
 from hotswap.backends.local.protocol import NodeOperation, RequestKind
 from hotswap.backends.local.recovery import recover
 from hotswap.backends.local.server import RequestServer
@@ -52,6 +56,7 @@ from hotswap.core import events as ev
 from hotswap.core.model import Snapshot
 from hotswap.core.policy import SchedulerConfig
 from hotswap.core.scheduler import decide
+from hotswap.runtime.gpu_health import GpuHealthMonitor
 from hotswap.store import registry
 from hotswap.store.codec import workload_to_json
 from hotswap.store.paths import ClusterPaths
@@ -84,9 +89,17 @@ class LocalController:
         self.selector = selectors.DefaultSelector()  # each registration's data is its callback
         self.server = RequestServer(paths, self.selector, self.store)
         settings = self.cluster.settings
+        self.backing = Backing.of(settings)  # None: an emulated cluster
         spares = (int(settings.get("warm_workers", 0)), tuple(settings.get("warm_preload", DEFAULT_PRELOAD)))
-        self.workers = Workers(self.store, paths, self.selector, spares, self._grace, self._worker_exited)
-        self.launcher = Launcher(self.store, paths)
+        self.workers = Workers(
+            self.store, paths, self.selector, spares, self._grace, self._worker_exited,
+            exclusive=lambda _: self.backing is not None,
+        )
+        self.launcher = Launcher(self.store, paths, lambda: self.backing)
+        self.hangs = HangWatch(
+            paths, lambda w: self.workers.live(w.name, w.seq, w.attempt), lambda: self.backing.per_host if self.backing else 1
+        )
+        self.health = GpuHealthMonitor(self.selector, self._note, self._fail_nodes)
         self.pending_events: list[ev.Event] = []
         self.shutting_down: int | None = None  # request id of a shutdown in progress
         self.stopped = False
@@ -111,17 +124,34 @@ class LocalController:
             self.server.open()
             self.wake = self._wake_on_signals()
             recover(self.workers)
+            self.health.watch(self.backing)
             while not self.stopped:
-                for key, _ in self.selector.select(self.workers.next_deadline(time.time())):
+                for key, _ in self.selector.select(self._timeout(time.time())):
                     key.data(key.fileobj)
                 if self.stopped:
                     break
+                now = time.time()
+                self.health.tick(now)
                 self.workers.expire_grace_periods()
+                self.workers.start_waiting()
                 self.workers.refill_spares_if_due()
+                if self.shutting_down is None:
+                    self.pending_events += self.hangs.check(self.snapshot, now)
                 self._work()
         finally:
+            self.health.close()
             self.server.close()
             os.close(lock)
+
+    def _timeout(self, now: float) -> float | None:
+        """Seconds until the earliest thing due: a SIGKILL, a refill, a look for hangs, the probe."""
+        due = [
+            d for d in (
+                self.workers.next_deadline(now), self.hangs.next_deadline(self.snapshot, now), self.health.next_deadline(now)
+            )
+            if d is not None
+        ]
+        return min(due, default=None)
 
     def _stop_loop(self) -> None:
         self.stopped = True
@@ -226,7 +256,19 @@ class LocalController:
             self.workers.kill(hit)  # the hardware is gone: no grace
         elif operation is NodeOperation.DRAIN:
             self.workers.stop(hit, time.time())
+        elif operation is NodeOperation.UNCORDON:
+            self.health.repaired(nodes)
         self._round([NODE_EVENTS[operation](n) for n in nodes], request)
+
+    def _fail_nodes(self, failures: list[tuple[str, str]]) -> None:
+        """Broken GPUs (the health monitor): their nodes fail as after ``node fail``, with why."""
+        known = [(node, reason) for node, reason in failures if node in self.snapshot.nodes]
+        self.workers.kill(self.workers.on_nodes({node for node, _ in known}))
+        self.pending_events += [ev.NodeFailed(node, reason) for node, reason in known]
+
+    def _note(self, kind: str, message: str, data: dict[str, Any]) -> None:
+        with self.store.transaction():
+            self.store.record_event(time.time(), kind, message, data=data)
 
     def _resize(self, request: Request) -> None:
         payload = request.payload
@@ -239,7 +281,16 @@ class LocalController:
             self.workers.resize_spares(size, None if preload is None else tuple(preload))
         if "hotswap" in payload:
             self._update_settings({"hotswap": bool(payload["hotswap"])})
-        self._round(resize_events(self.snapshot, self.cluster, int(payload["num_slices"])), request)
+        events = resize_events(self.snapshot, self.cluster, int(payload["num_slices"]))
+        if self.backing is not None:
+            try:  # the new slices' GPUs are recorded first: a worker never starts without them
+                self.backing = self.backing.after_resize(events, payload.get("gpus"))
+            except ConflictError as error:
+                self._finish(request, _Outcome("rejected", error.message))
+                return
+            self._update_settings({"gpus": self.backing.to_settings()})
+            self.health.watch(self.backing)
+        self._round(events, request)
 
     def _begin_shutdown(self, request: Request) -> None:
         self.shutting_down = request.id

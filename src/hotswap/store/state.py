@@ -270,6 +270,13 @@ class Store:
         """Timeline rows newer than ``event_id`` (to follow the timeline as it grows)."""
         return self.connection.execute("SELECT * FROM events WHERE id > ? ORDER BY id", (event_id,)).fetchall()
 
+    def cluster_entries(self, kinds: Sequence[str]) -> list[sqlite3.Row]:
+        """The cluster's own timeline entries (no workload's) of these kinds, oldest first."""
+        marks = ", ".join("?" for _ in kinds)
+        return self.connection.execute(
+            f"SELECT * FROM events WHERE workload IS NULL AND kind IN ({marks}) ORDER BY id", tuple(kinds)
+        ).fetchall()
+
     def timeline(self, workload: str | None = None, seq: int | None = None) -> list[sqlite3.Row]:
         if workload is None:
             return self.connection.execute("SELECT * FROM events ORDER BY id").fetchall()

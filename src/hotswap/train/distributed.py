@@ -5,6 +5,10 @@ hosted by its rank 0, so a re-formed group never meets a stale one. The rendezvo
 polling loop on our side (never one long blocking call), so a SIGTERM or a newer membership
 interrupts it. Collectives time out after ``collective_timeout_s``: a peer that died closes its
 sockets and fails them at once; a peer that hangs fails them at the timeout.
+
+Which collective backend and device a rank uses comes from the worker contract
+(:func:`choose_backend`): NCCL on its own GPU on a GPU-backed slice, gloo on the CPU on an
+emulated one, whatever ``torch.cuda.is_available()`` says on the machine.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from hotswap.api.worker import WorkerEnv
 from hotswap.train.rendezvous import GroupSpec, RendezvousFailed, first_line
 from hotswap.train.snapshot import join_tensors, split_tensors
 
@@ -25,8 +30,18 @@ _POLL_S = 0.02
 _CONNECT_ATTEMPT_S = 2.0
 
 
-def default_backend() -> str:
-    return "nccl" if torch.cuda.is_available() else "gloo"
+def choose_backend(env: WorkerEnv, cuda_devices: Callable[[], int]) -> str:
+    """NCCL for a rank with a GPU of its own, else gloo, decided by the worker contract.
+
+    ``CUDA_VISIBLE_DEVICES`` set (hotswap's local workers): non-empty means a GPU-backed slice,
+    and local rank i owns the i-th listed GPU; empty means an emulated slice, which must never
+    touch a GPU even on a machine that has some. Unset (outside hotswap, or a Kubernetes pod,
+    whose visible GPUs are its container's): NCCL only if this local rank has a GPU of its own,
+    so two ranks never share one.
+    """
+    if env.visible_devices is not None:
+        return "nccl" if env.gpus else "gloo"
+    return "nccl" if env.local_rank < cuda_devices() else "gloo"
 
 
 def is_peer_failure(error: BaseException) -> bool:
@@ -41,11 +56,16 @@ class ProcessGroup:
     """torch.distributed's default group, formed and destroyed once per generation."""
 
     def __init__(
-        self, backend: str | None, collective_timeout_s: float, rendezvous_timeout_s: float, local_rank: int
+        self, backend: str | None, collective_timeout_s: float, rendezvous_timeout_s: float, env: WorkerEnv
     ) -> None:
-        self.backend = backend or default_backend()
+        problem = env.accelerator_problem()
+        if problem is not None:
+            raise RuntimeError(f"hotswap: {problem}")
+        self.backend = backend or choose_backend(env, torch.cuda.device_count)
         if self.backend == "nccl":
-            torch.cuda.set_device(local_rank)
+            if env.emulated:
+                raise RuntimeError("hotswap: backend 'nccl' needs a GPU, and this worker's slice is emulated (no GPU)")
+            torch.cuda.set_device(env.local_rank)
         self.collective_timeout_s = collective_timeout_s
         self.rendezvous_timeout_s = rendezvous_timeout_s
         self.spec: GroupSpec | None = None

@@ -101,7 +101,7 @@ class GroupFormation:
         waits for one that includes its slice; a survivor leaves if the newest one does not."""
         while True:
             membership = self._await_membership(after_generation, fresh)
-            rank = membership.rank_of(self.env.slice_name, self.env.host_index)
+            rank = membership.rank_of(self.env.slice_name, self.env.host_index, self.env.local_rank)
             if rank is None:
                 say(f"leaving: slice {self.env.slice_name} is not in membership generation {membership.generation}")
                 self.termination.exit(CHECKPOINTED_EXIT_CODE, "removed")
@@ -111,11 +111,11 @@ class GroupFormation:
 
     def _await_membership(self, after_generation: int, fresh: bool) -> Membership:
         assert self._watcher is not None
-        slice_name, host = self.env.slice_name, self.env.host_index
+        slice_name, host, local_rank = self.env.slice_name, self.env.host_index, self.env.local_rank
 
         def acceptable(membership: Membership) -> bool:
             newer = membership.generation > after_generation
-            return newer and (not fresh or membership.rank_of(slice_name, host) is not None)
+            return newer and (not fresh or membership.rank_of(slice_name, host, local_rank) is not None)
 
         membership = self._watcher.wait_for(acceptable, self.membership_timeout_s, lambda: self.termination.requested)
         if membership is None:

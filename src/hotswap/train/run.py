@@ -33,7 +33,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from hotswap.api.worker import EVENT_START, EVENT_STEP, LOCAL_RANK, WorkerEnv, step_line
+from hotswap.api.worker import EVENT_START, EVENT_STEP, WorkerEnv, step_line
 from hotswap.train.boundary import StepBoundary
 from hotswap.train.checkpointer import Checkpointer
 from hotswap.train.distributed import ProcessGroup
@@ -79,8 +79,7 @@ class Run:
         self.checkpointer = Checkpointer(CheckpointStore(directory, keep), self.events) if directory else None
         if directory is None:
             log.warning("hotswap: no checkpoint directory (HOTSWAP_CHECKPOINT_DIR is not set): state is not saved")
-        local_rank = int(os.environ.get(LOCAL_RANK, "0"))
-        self.group = ProcessGroup(backend, collective_timeout_s, rendezvous_timeout_s, local_rank)
+        self.group = ProcessGroup(backend, collective_timeout_s, rendezvous_timeout_s, env)
         self.progress = Progress()
         self.state = StateSync(
             self.registry,
@@ -120,6 +119,16 @@ class Run:
     @property
     def world_size(self) -> int:
         return self.group.world_size
+
+    @property
+    def local_rank(self) -> int:
+        return self.env.local_rank
+
+    @property
+    def device(self) -> Any:
+        """Where this rank computes (a ``torch.device``): its own GPU on a GPU-backed slice,
+        the CPU on an emulated one. Put the model and its batches there."""
+        return self.group.device
 
     @property
     def step(self) -> int:

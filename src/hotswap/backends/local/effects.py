@@ -16,7 +16,8 @@ from pathlib import Path
 
 from hotswap.api import worker as contract
 from hotswap.backends.local import launch as files
-from hotswap.backends.local.supervisor import WorkerLaunch
+from hotswap.backends.local.gpus import Backing
+from hotswap.backends.local.supervisor import LocalProcess, WorkerLaunch
 from hotswap.core import actions as act
 from hotswap.core.model import Snapshot, Workload
 from hotswap.store.paths import ClusterPaths, new_dirs_private
@@ -96,11 +97,13 @@ class _Planner:
 
 
 class Launcher:
-    """The launches of a plan's starts, built in the round's open transaction."""
+    """The launches of a plan's starts, built in the round's open transaction. On a GPU-backed
+    cluster (``backing``) each host's worker sees only its GPUs and runs a process per GPU."""
 
-    def __init__(self, store: Store, paths: ClusterPaths) -> None:
+    def __init__(self, store: Store, paths: ClusterPaths, backing: Callable[[], Backing | None] = lambda: None) -> None:
         self.store = store
         self.paths = paths
+        self.backing = backing
 
     def launches(self, workload: Workload, plan: WorkerPlan, snapshot: Snapshot) -> list[WorkerLaunch]:
         if plan.generation is not None:
@@ -112,11 +115,14 @@ class Launcher:
         new_dirs_private(Path(launch["checkpoint_dir"]))  # training state is the owner's alone
         directory = self.paths.workload_dir(workload.name, workload.seq)
         elastic = workload.spec.min_slices is not None
+        backing = self.backing()
         launches = []
         for slice_ in plan.start:
             replica = contract.replica_index(plan.slices, slice_)
             nodes = snapshot.slices[slice_].nodes
             for host, node in enumerate(nodes):
+                gpus = tuple(g.index for g in backing.host_gpus(slice_, host)) if backing else ()
+                log = files.log_path(directory, replica, host)
                 env = files.worker_environment(
                     base=launch["environ"],
                     user=launch["user_env"],
@@ -133,16 +139,22 @@ class Launcher:
                     events_file=None,  # one per worker process, set with its row
                     grace_s=workload.spec.termination_grace_period_s,
                     membership_file=files.membership_path(directory) if elastic else None,
+                    gpus=gpus,
                 )
                 identity = WorkerIdentity(workload.name, workload.seq, plan.attempt, slice_, replica, host, node)
+                others = tuple(
+                    LocalProcess(files.local_process_environment(env, rank), files.local_log_path(log, rank))
+                    for rank in range(1, len(gpus))
+                )
                 launches.append(
                     WorkerLaunch(
                         identity,
                         dir=directory / "workers",  # one per worker process, set with its row
-                        log=files.log_path(directory, replica, host),
+                        log=log,
                         command=workload.spec.command,
                         cwd=launch["cwd"],
                         env=env,
+                        local=others,
                     )
                 )
         return launches
@@ -155,7 +167,9 @@ class Launcher:
         self.store.set_membership(workload.name, generation, port)
         if workload.spec.min_slices is not None:
             hosts = len(snapshot.slices[slices[0]].nodes) if slices else 1
+            backing = self.backing()
+            per_host = backing.per_host if backing else 1
             files.publish_membership(
                 self.paths.workload_dir(workload.name, workload.seq),
-                contract.Membership(generation, tuple(slices), hosts, files.MASTER_ADDR, port),
+                contract.Membership(generation, tuple(slices), hosts, files.MASTER_ADDR, port, per_host),
             )

@@ -23,8 +23,10 @@ from hotswap.api.names import validate_cluster_name
 from hotswap.api.spec import WorkloadSpec
 from hotswap.backends.local import client
 from hotswap.backends.local import launch as files
+from hotswap.backends.local.gpus import Backing, GpuSelection, claim, claims_lock, gpus_per_host
+from hotswap.backends.local.nvml import GpuInfo
 from hotswap.backends.local.protocol import NodeOperation, RequestKind
-from hotswap.backends.local.views import workload_view
+from hotswap.backends.local.views import gpu_health, gpu_views, node_reasons, workload_view
 from hotswap.backends.views import iso, matches
 from hotswap.store.paths import ClusterPaths, private_dir
 from hotswap.store.registry import existing, record_of
@@ -44,30 +46,62 @@ def open_store(paths: ClusterPaths) -> Store:
 def create_cluster(
     name: str,
     device_type: str,
-    num_slices: int,
+    num_slices: int | None,
     force: bool,
     confirm: Callable[[str], bool],
     warm_workers: int | None = None,
     warm_preload: list[str] | None = None,
     hotswap: bool | None = None,
+    gpus: str | None = None,
 ) -> dict[str, Any]:
     """Create a local cluster, or resize it when it exists (``cluster create`` re-run).
 
     ``warm_workers``: spare worker processes kept with PyTorch already imported, handed to
     workers that must start (a restart then skips the import). ``hotswap=False``: workloads
     that lose a slice wait for its repair instead (the baseline hotswap is measured against).
-    None keeps the current setting.
+    None keeps the current setting. ``gpus`` (``--gpus``): back the slices by this machine's
+    GPUs (see :mod:`hotswap.backends.local.gpus`); ``num_slices`` may then be left to them.
     """
     validate_cluster_name(name)
     if warm_workers is not None and not 0 <= warm_workers <= 64:
         raise InvalidInputError("--warm-workers must be between 0 and 64")
     device = get_device_type(device_type)
-    if not 1 <= num_slices <= MAX_LOCAL_SLICES:
+    selection = GpuSelection.parse(gpus) if gpus is not None else None
+    if selection is not None:
+        gpus_per_host(device)  # a TPU type: one line, before anything else
+    if num_slices is not None and not 1 <= num_slices <= MAX_LOCAL_SLICES:
         raise InvalidInputError(f"--num-slices must be between 1 and {MAX_LOCAL_SLICES}")
     paths = ClusterPaths.of(name)
     private_dir(paths.root.parent)
     with _creation_lock(paths):
-        return _create_or_resize(paths, device, num_slices, force, confirm, warm_workers, warm_preload, hotswap)
+        backing = _backing_of(paths, selection)
+        if backing is None:
+            if num_slices is None:
+                raise InvalidInputError("--num-slices is needed (or --gpus, to take the count from the GPUs)")
+            return _create_or_resize(paths, device, num_slices, force, confirm, warm_workers, warm_preload, hotswap)
+        # Claims are made under the machine's one lock, held until the controller has recorded
+        # them: two concurrent creates never take the same GPU.
+        with claims_lock():
+            pool, num_slices = claim(paths.name, device, selection, num_slices, backing)
+            if not 1 <= num_slices <= MAX_LOCAL_SLICES:
+                raise InvalidInputError(f"--num-slices must be between 1 and {MAX_LOCAL_SLICES}")
+            return _create_or_resize(
+                paths, device, num_slices, force, confirm, warm_workers, warm_preload, hotswap, pool
+            )
+
+
+def _backing_of(paths: ClusterPaths, selection: GpuSelection | None) -> Backing | None:
+    """The backing the cluster has (an existing one's) or asks for (a new one's, empty); None
+    for an emulated cluster. Backing is set when a cluster is created and never changes."""
+    existing = record_of(paths.name) if _state_of(paths) == "live" else None
+    if existing is None:
+        return Backing(0) if selection is not None else None
+    backing = Backing.of(existing.settings)
+    if backing is None and selection is not None:
+        raise ConflictError(
+            f"cluster {paths.name} is emulated: its slices cannot take GPUs (delete it, then create it with --gpus)"
+        )
+    return backing
 
 
 @contextlib.contextmanager
@@ -90,6 +124,7 @@ def _create_or_resize(
     warm_workers: int | None,
     warm_preload: list[str] | None,
     hotswap: bool | None,
+    gpu_pool: list[GpuInfo] | None = None,
 ) -> dict[str, Any]:
     name = paths.name
     state = _state_of(paths)
@@ -98,8 +133,9 @@ def _create_or_resize(
     fresh = state != "live"
     if fresh:
         private_dir(paths.root)
+        settings = {} if gpu_pool is None else {"gpus": Backing(gpus_per_host(device)).to_settings()}
         with Store.open(paths.database, create=True) as store:
-            store.init_cluster(ClusterRecord(name, BACKEND, device.name, time.time()))
+            store.init_cluster(ClusterRecord(name, BACKEND, device.name, time.time(), settings))
     else:
         record = record_of(name)
         if record.backend != BACKEND:
@@ -125,6 +161,8 @@ def _create_or_resize(
             payload["warm_preload"] = warm_preload
     if hotswap is not None:
         payload["hotswap"] = hotswap
+    if gpu_pool is not None:
+        payload["gpus"] = [g.to_json() for g in gpu_pool]
     outcome = client.request(paths, RequestKind.RESIZE, payload)
     if outcome.status != "done":
         raise ConflictError(outcome.message)
@@ -199,10 +237,14 @@ def describe_cluster(name: str) -> dict[str, Any]:
     client.ensure_controller(paths)
     with open_store(paths) as store:
         record = store.cluster()
+        backing = Backing.of(record.settings)
         holders = _holders(store)
+        reasons = node_reasons(store)
         nodes_by_slice: dict[str, list[dict[str, Any]]] = {}
         for row in store.node_rows():
-            nodes_by_slice.setdefault(row["slice"], []).append({"name": row["name"], "state": row["state"]})
+            nodes_by_slice.setdefault(row["slice"], []).append(
+                {"name": row["name"], "state": row["state"], "reason": reasons.get(row["name"]) or None}
+            )
         slices = [
             {
                 "name": row["name"],
@@ -210,10 +252,12 @@ def describe_cluster(name: str) -> dict[str, Any]:
                 "workload": holders.get(row["name"]),
                 "healthy": all(n["state"] == "Ready" for n in nodes_by_slice.get(row["name"], [])),
                 "nodes": nodes_by_slice.get(row["name"], []),
+                "gpus": gpu_views(backing, row["name"]),
             }
             for row in store.slice_rows()
         ]
         workloads = [workload_view(r) for r, _ in store.workload_records()]
+        health = gpu_health(store) if backing is not None else None
     device = get_device_type(record.device_type)
     return {
         "name": record.name,
@@ -226,6 +270,9 @@ def describe_cluster(name: str) -> dict[str, Any]:
         "controller_pid": paths.controller_pid(),
         "warm_workers": int(record.settings.get("warm_workers", 0)),
         "hotswap": bool(record.settings.get("hotswap", True)),
+        "backing": "gpu" if backing is not None else "emulated",
+        "gpus_per_host": backing.per_host if backing is not None else 0,
+        "gpu_health": health,
         "state_dir": str(paths.root),
         "slices": slices,
         "workloads": [{"name": w["name"], "status": w["status"], "slices": w["slices"]} for w in workloads],
@@ -352,6 +399,8 @@ def list_nodes(cluster: str) -> list[dict[str, Any]]:
         client.ensure_controller(paths, wait=False)
     with open_store(paths) as store:
         holders = _holders(store)
+        backing = Backing.of(store.cluster().settings)
+        reasons = node_reasons(store)
         return [
             {
                 "name": row["name"],
@@ -359,6 +408,8 @@ def list_nodes(cluster: str) -> list[dict[str, Any]]:
                 "host": row["host"],
                 "state": row["state"],
                 "workload": holders.get(row["slice"]),
+                "reason": reasons.get(row["name"]) or None if row["state"] != "Ready" else None,
+                "gpus": gpu_views(backing, row["slice"], row["host"]),
             }
             for row in store.node_rows()
         ]

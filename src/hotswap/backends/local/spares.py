@@ -24,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+from hotswap.api.worker import CUDA_VISIBLE_DEVICES
 from hotswap.backends.local.supervisor import Supervisor, WorkerLaunch
 from hotswap.store.state import SPARE, Store, WorkerRow
 
@@ -123,13 +124,18 @@ class SparePool:
         if not fifo.exists():
             os.mkfifo(fifo, 0o600)
         command = shlex.join([sys.executable, "-u", str(WARM), str(directory), *preload_modules(self.preload)])
-        environment = dict(os.environ)
+        # Started as a worker of an emulated slice is (no GPU visible): those are the workers it
+        # can serve. A GPU-backed worker's GPUs are its own, so it always starts cold.
+        environment = {**os.environ, CUDA_VISIBLE_DEVICES: ""}
         (directory / "env.json").write_text(json.dumps(environment))
         launch = WorkerLaunch(SPARE, directory, directory / "spare.log", command, str(directory), environment)
         return self.store.worker(spare_id), launch
 
     def argv_for(self, launch: WorkerLaunch) -> list[str] | None:
-        """The worker's argv if a spare can run it: ``python <script.py> ...`` with our Python."""
+        """The worker's argv if a spare can run it: ``python <script.py> ...`` with our Python,
+        one process per host."""
+        if launch.local:
+            return None
         try:
             words = shlex.split(launch.command)
         except ValueError:

@@ -11,6 +11,11 @@ How a worker stops: :meth:`Workers.mark_stopping` marks its row ``stopping`` wit
 SIGKILL at once (:meth:`Workers.kill`): the hardware is gone. However a worker ends, its pidfd
 becomes readable; the exit waits in :attr:`Workers.pending_exits` until the round that decides
 on it commits it, and the exit code of a worker told to stop is never judged.
+
+On a GPU-backed slice a GPU is held by a process until it exits, as a Kubernetes device plugin
+holds it for a pod until the pod is gone: a worker whose node still runs another worker (a
+preempted job saving its state, the previous attempt) waits, committed but not started, until
+that one has exited. Never two processes on one GPU.
 """
 
 from __future__ import annotations
@@ -44,14 +49,19 @@ class Workers:
         spares: tuple[int, tuple[str, ...]],
         grace_s: Callable[[str], float],
         on_exit: Callable[[WorkerRow, int], None],
+        exclusive: Callable[[str], bool] = lambda slice_name: False,
     ) -> None:
         """``spares``: the size and preload list of the warm pool; ``grace_s``: a workload's
-        grace period; ``on_exit``: told of every worker exit (not of spares')."""
+        grace period; ``on_exit``: told of every worker exit (not of spares'); ``exclusive``:
+        whether a slice's nodes run one worker at a time (GPU-backed slices)."""
         self.store = store
         self.paths = paths
         self.selector = selector
         self.grace_s = grace_s
         self.on_exit = on_exit
+        self.exclusive = exclusive
+        # Committed workers waiting for their node's previous worker to exit (exclusive slices).
+        self.waiting: dict[int, tuple[WorkerRow, WorkerLaunch | None]] = {}
         self.supervisor = Supervisor(store)
         self.spares = SparePool(store, self.supervisor, paths.root, *spares)
         self.watched: dict[int, int] = {}  # pidfd -> worker id
@@ -99,6 +109,10 @@ class Workers:
             launch,
             dir=files.worker_dir(directory, worker_id),
             env={**launch.env, HOTSWAP_EVENTS_FILE: str(events)},
+            local=tuple(
+                dataclasses.replace(p, env={**p.env, HOTSWAP_EVENTS_FILE: str(files.local_events_path(events, rank))})
+                for rank, p in enumerate(launch.local, start=1)
+            ),
         )
         self.store.update_worker(worker_id, dir=str(launch.dir))
         launch.dir.mkdir(parents=True, exist_ok=True)
@@ -111,9 +125,12 @@ class Workers:
         """Start the processes of committed worker rows (on warm spares where one fits; a row
         without a launch has it saved), then record their pids at once. A worker that cannot
         be started ends with 127, like a command that cannot be run, and the failure policy
-        decides; the others still start."""
+        decides; the others still start. A worker whose node is still held waits (see the
+        module)."""
         started: list[tuple[WorkerRow, int, int | None]] = []
         for row, launch in rows:
+            if self._must_wait(row, launch):
+                continue
             try:
                 launch = launch or WorkerLaunch.saved(row)
                 if not row.identity.is_spare and self._start_on_spare(row, launch):
@@ -136,6 +153,35 @@ class Workers:
                 self.exited(current, self.supervisor.exit_code(current))
             else:
                 self.watch(pidfd, row.id)
+
+    def _must_wait(self, row: WorkerRow, launch: WorkerLaunch | None) -> bool:
+        """Hold the worker back while another process still runs on its exclusive node."""
+        who = row.identity
+        if who.is_spare or not self.exclusive(who.slice):
+            return False
+        holder = next(
+            (
+                w for w in self.store.workers(LIVE_WORKER_STATES)
+                if w.identity.node == who.node and w.id != row.id and w.pid is not None and w.id not in self.pending_exits
+            ),
+            None,
+        )
+        if holder is None:
+            self.waiting.pop(row.id, None)
+            return False
+        if row.id not in self.waiting:
+            self.waiting[row.id] = (row, launch)
+            with contextlib.suppress(OSError), open((launch or WorkerLaunch.saved(row)).log, "a") as log:
+                log.write(
+                    f"--- hotswap: attempt {who.attempt} of {who.workload} waits for {holder.identity.workload}"
+                    f" (attempt {holder.identity.attempt}, pid {holder.pid}) to leave node {who.node}'s GPUs ---\n"
+                )
+        return True
+
+    def start_waiting(self) -> None:
+        """Start the waiting workers whose node is free now (after an exit)."""
+        if self.waiting:
+            self.spawn(list(self.waiting.values()))
 
     def _start_on_spare(self, row: WorkerRow, launch: WorkerLaunch) -> bool:
         """Hand the worker to a warm spare, if one fits and is ready."""
@@ -174,7 +220,10 @@ class Workers:
 
     def terminate(self, rows: Iterable[WorkerRow]) -> None:
         for row in rows:
+            if self._never_started(row):
+                continue
             self.supervisor.signal(row, signal.SIGTERM)
+            self.supervisor.signal(row, signal.SIGCONT)  # a stopped (SIGSTOP, hung) process acts on it
 
     def stop(self, rows: list[WorkerRow], now: float) -> None:
         """Stop workers gracefully, outside a round: mark them, commit, SIGTERM."""
@@ -184,7 +233,15 @@ class Workers:
 
     def kill(self, rows: Iterable[WorkerRow]) -> None:
         for row in rows:
-            self.supervisor.signal(row, signal.SIGKILL)
+            if not self._never_started(row):
+                self.supervisor.signal(row, signal.SIGKILL)
+
+    def _never_started(self, row: WorkerRow) -> bool:
+        """A waiting worker told to stop ends without having run (its exit is never judged)."""
+        if self.waiting.pop(row.id, None) is None:
+            return False
+        self.exited(dataclasses.replace(row, state="stopping"), 0)
+        return True
 
     def expire_grace_periods(self) -> None:
         now = time.time()
