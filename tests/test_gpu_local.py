@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from fake_nvml import FakeMachine
-from local_helpers import PYTHON, cleanup, live_workers, query, wait_until, write_sleeper
+from local_helpers import PYTHON, home, live_workers, query, wait_until, write_sleeper  # noqa: F401 (home: a fixture)
 
 from hotswap.backends.local import shim
 from hotswap.runtime import gpu_health
@@ -44,10 +44,13 @@ ENV_PROBE = textwrap.dedent(
 
 
 @pytest.fixture
-def home(tmp_path: Path):
-    state = tmp_path / "state"
-    yield state
-    cleanup(state)
+def probe(tmp_path: Path) -> tuple[Path, str]:
+    """The directory ENV_PROBE workers write to, and the command that runs one."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    script = tmp_path / "env_probe.py"
+    script.write_text(ENV_PROBE)
+    return marks, f"{PYTHON} {script}"
 
 
 class Cli:
@@ -111,6 +114,8 @@ def test_bad_gpu_requests_are_one_line_and_create_nothing(home: Path, tmp_path: 
     for flags, words in cases:
         one_line_error(cli("cluster", "create", "--cluster", "bad", *flags), words)
         assert not (home / "clusters" / "bad").exists(), flags
+    one_line_error(cli("cluster", "create", "--cluster", "bad", "--backend", "kubernetes", "--device-type", "local-gpu-1"),
+                   "local-gpu-1 is a local-only device type")
     machine.update(init_error="NVML Shared Library Not Found")
     one_line_error(
         cli("cluster", "create", "--cluster", "bad", "--device-type", "local-gpu-1", "--gpus", "all"),
@@ -158,16 +163,13 @@ def test_a_backed_cluster_grows_onto_free_gpus_and_shrinking_gives_them_back(hom
     assert sorted(s["gpus"][0]["index"] for s in taken["slices"]) == [0, 1]
 
 
-def test_workers_see_only_their_slices_gpus_one_process_each(home: Path, tmp_path: Path) -> None:
+def test_workers_see_only_their_slices_gpus_one_process_each(home: Path, tmp_path: Path, probe: tuple[Path, str]) -> None:
     machine = FakeMachine(tmp_path, gpus=4)
     cli = Cli(home, machine)
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    script = tmp_path / "env_probe.py"
-    script.write_text(ENV_PROBE)
+    marks, command = probe
     cli("cluster", "create", "--cluster", "g", "--device-type", "local-gpu-2", "--gpus", "all", check=True)
     cli("workload", "create", "--cluster", "g", "--workload", "w", "--num-slices", "2", "--max-restarts", "1",
-        "--command", f"{PYTHON} {script}", "--env", f"MARKS={marks}", check=True)
+        "--command", command, "--env", f"MARKS={marks}", check=True)
     seen = wait_until(lambda: _marks(marks) if len(_marks(marks)) == 4 else None, timeout=60, what="4 processes")
     by_rank = {int(m["RANK"]): m for m in seen}
     assert sorted(by_rank) == [0, 1, 2, 3]
@@ -187,7 +189,7 @@ def test_workers_see_only_their_slices_gpus_one_process_each(home: Path, tmp_pat
     for stale in marks.iterdir():
         stale.unlink()
     cli("cluster", "create", "--cluster", "e", "--device-type", "local-gpu-2", "--num-slices", "1", check=True)
-    cli("workload", "create", "--cluster", "e", "--workload", "w", "--command", f"{PYTHON} {script}",
+    cli("workload", "create", "--cluster", "e", "--workload", "w", "--command", command,
         "--env", f"MARKS={marks}", check=True)
     (emulated,) = wait_until(lambda: _marks(marks) or None, timeout=60, what="the emulated worker")
     assert (emulated["CUDA_VISIBLE_DEVICES"], emulated["LOCAL_WORLD_SIZE"], emulated["CUDA_DEVICE_ORDER"]) == ("", "1", None)
@@ -208,18 +210,15 @@ def _record(home: Path, cluster: str, name: str) -> dict:
     return next(json.loads(r["record"]) for r in rows if json.loads(r["record"])["spec"]["name"] == name)
 
 
-def test_a_job_that_takes_a_gpu_waits_until_the_previous_one_has_left_it(home: Path, tmp_path: Path) -> None:
+def test_a_job_that_takes_a_gpu_waits_until_the_previous_one_has_left_it(home: Path, tmp_path: Path, probe: tuple[Path, str]) -> None:
     machine = FakeMachine(tmp_path, gpus=1)
     cli = Cli(home, machine)
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    script = tmp_path / "env_probe.py"
-    script.write_text(ENV_PROBE)
+    marks, command = probe
     cli("cluster", "create", "--cluster", "g", "--device-type", "local-gpu-1", "--gpus", "all", check=True)
-    cli("workload", "create", "--cluster", "g", "--workload", "low", "--priority", "low", "--command", f"{PYTHON} {script}",
+    cli("workload", "create", "--cluster", "g", "--workload", "low", "--priority", "low", "--command", command,
         "--env", f"MARKS={marks}", "--env", "LINGER=2", check=True)
     wait_until(lambda: (marks / "low-1-0.json").exists(), timeout=60, what="low to start")
-    cli("workload", "create", "--cluster", "g", "--workload", "high", "--priority", "high", "--command", f"{PYTHON} {script}",
+    cli("workload", "create", "--cluster", "g", "--workload", "high", "--priority", "high", "--command", command,
         "--env", f"MARKS={marks}", check=True)
     wait_until(lambda: (marks / "high-1-0.json").exists(), timeout=60, what="high to start")
     low_left = float((marks / "low-1-0.stop").read_text())
@@ -229,12 +228,17 @@ def test_a_job_that_takes_a_gpu_waits_until_the_previous_one_has_left_it(home: P
     assert "waits for low" in log
 
 
-def test_hardware_faults_fail_the_node_and_hotswap_application_xids_do_not(home: Path, tmp_path: Path) -> None:
-    machine = FakeMachine(tmp_path, gpus=3)
+def watched_cluster(home: Path, tmp_path: Path, gpus: int) -> tuple[FakeMachine, Cli, str]:
+    """A cluster g with a slice per fake GPU, once its health probe watches them; and a sleeper."""
+    machine = FakeMachine(tmp_path, gpus=gpus)
     cli = Cli(home, machine)
-    sleeper = write_sleeper(tmp_path)
     cli("cluster", "create", "--cluster", "g", "--device-type", "local-gpu-1", "--gpus", "all", check=True)
     wait_until(lambda: timeline(home, "g", "gpu-health"), timeout=30, what="the health probe to start")
+    return machine, cli, write_sleeper(tmp_path)
+
+
+def test_hardware_faults_fail_the_node_and_hotswap_application_xids_do_not(home: Path, tmp_path: Path) -> None:
+    machine, cli, sleeper = watched_cluster(home, tmp_path, gpus=3)
     assert "watching GPU 0" in timeline(home, "g", "gpu-health")[-1]
     cli("workload", "create", "--cluster", "g", "--workload", "w", "--command", sleeper, check=True)
     first = _record(home, "g", "w")["slices"][0]
@@ -274,11 +278,7 @@ def _node(cli: Cli, name: str) -> dict:
 
 
 def test_a_controller_that_loses_nvml_keeps_scheduling_and_says_so(home: Path, tmp_path: Path) -> None:
-    machine = FakeMachine(tmp_path, gpus=1)
-    cli = Cli(home, machine)
-    sleeper = write_sleeper(tmp_path)
-    cli("cluster", "create", "--cluster", "g", "--device-type", "local-gpu-1", "--gpus", "all", check=True)
-    wait_until(lambda: timeline(home, "g", "gpu-health"), timeout=30, what="the health probe to start")
+    machine, cli, sleeper = watched_cluster(home, tmp_path, gpus=1)
     machine.update(fail="the driver went away")
     lost = wait_until(lambda: [m for m in timeline(home, "g", "gpu-health") if "not being checked" in m], timeout=30,
                       what="the controller to say NVML is lost")

@@ -25,8 +25,10 @@ from hotswap.core.hang import FLOOR_S, HangLimits, RankProgress, judge, next_dea
 
 
 def rank(steps: int = 10, last_at: float | None = 100.0, interval: float = 0.1, saving: float | None = None,
-         longest_save: float | None = None, label: str = "s/0") -> RankProgress:
-    return RankProgress(label, steps, steps if steps else None, last_at if steps else None, interval, saving, longest_save)
+         longest_save: float | None = None, label: str = "s/0", save_ended: float | None = None) -> RankProgress:
+    return RankProgress(
+        label, steps, steps if steps else None, last_at if steps else None, interval, saving, longest_save, save_ended
+    )
 
 
 HANG_CASES = [
@@ -46,6 +48,8 @@ HANG_CASES = [
     ("a save 5 x the longest one is allowed", [rank(saving=101.0, longest_save=6.0)], 0.0, 130.0, None, False, None),
     ("a save past 5 x the longest one", [rank(saving=101.0, longest_save=6.0)], 0.0, 131.5, None, True, 30.0),
     ("a save that ended (a step since) counts no more", [rank(saving=99.0, longest_save=6.0)], 0.0, 104.5, None, True, FLOOR_S),
+    ("the next step is due a timeout after a save ended", [rank(longest_save=20.0, save_ended=121.0)], 0.0, 124.5, None, False, None),
+    ("and overdue after it", [rank(longest_save=20.0, save_ended=121.0)], 0.0, 125.5, None, True, FLOOR_S),
     ("one stalled rank among stepping ones", [rank(last_at=200.0), rank(last_at=195.0, label="s/1")], 0.0, 199.5, None, True, FLOOR_S),
 ]
 
@@ -69,6 +73,13 @@ def test_hang_judgement(ranks: list[RankProgress], watched: float, now: float, c
 def test_the_most_overdue_rank_is_named() -> None:
     found = judge([rank(last_at=100.0, label="a/0"), rank(last_at=90.0, label="b/0")], 0.0, 200.0, HangLimits())
     assert found is not None and found.label == "b/0" and "step 10" in found.reason
+
+
+def test_the_hang_ceiling_is_part_of_the_spec() -> None:
+    assert spec("w").hang_timeout_s is None and spec("w", hang_timeout_s=0).hang_timeout_s == 0
+    assert not HangLimits(spec("w", hang_timeout_s=0).hang_timeout_s).enabled
+    with pytest.raises(InvalidInputError, match="--hang-timeout -1: give seconds, or 0"):
+        spec("w", hang_timeout_s=-1)
 
 
 @settings(max_examples=60, deadline=None)

@@ -135,7 +135,7 @@ class WorkloadSpec(pydantic.BaseModel):
     # Hang detection (hotswap.core.hang): the most seconds a running workload may go without
     # completing a step before it counts as hung, capping the timeout derived from its own step
     # times; None: the derived timeout alone; 0: no hang detection.
-    hang_timeout_s: float | None = pydantic.Field(default=None, ge=0)
+    hang_timeout_s: float | None = None
     checkpoint_dir: str | None = None
     env: dict[str, str] = pydantic.Field(default_factory=dict)
     docker_image: str | None = None
@@ -160,6 +160,13 @@ class WorkloadSpec(pydantic.BaseModel):
         from hotswap.api.catalog import get_device_type
 
         return get_device_type(value).name
+
+    @pydantic.field_validator("hang_timeout_s")
+    @classmethod
+    def _valid_hang_timeout(cls, value: float | None) -> float | None:
+        if value is not None and not value >= 0:
+            raise InvalidInputError(f"--hang-timeout {value:g}: give seconds, or 0 to turn hang detection off")
+        return value
 
     @pydantic.field_validator("priority", mode="before")
     @classmethod

@@ -37,8 +37,12 @@ def create(
     With --backend kubernetes: check that JobSet (and Kueue) are installed, find the slices among
     the nodes, create the PriorityClasses (and Kueue queues), and record how to reach it.
     """
+    from hotswap.api.catalog import get_device_type
+    from hotswap.api.errors import InvalidInputError
     from hotswap.cli.backends import named
 
+    if backend != "local" and device_type is not None and get_device_type(device_type).local_only:
+        raise InvalidInputError(f"{device_type} is a local-only device type (GPUs of this machine); use it with --backend local")
     given = {
         "context": context,
         "namespace": namespace,

@@ -11,6 +11,12 @@ from typing import Any
 import typer
 
 
+class Backing(str, enum.Enum):
+    AUTO = "auto"
+    GPU = "gpu"
+    EMULATED = "emulated"
+
+
 class Scenario(str, enum.Enum):
     HOTSWAP = "hotswap"
     ELASTIC = "elastic"
@@ -25,7 +31,7 @@ def demo(
     keep: bool = typer.Option(False, "--keep", help="Keep the drill's cluster, logs and checkpoints for inspection."),
     warm: bool = typer.Option(True, "--warm/--no-warm", help="hotswap: also fail over onto warm spare workers."),
     step_sleep: float = typer.Option(0.05, "--step-sleep", help="Seconds per training step (slower is easier to watch).", min=0.0),
-    backing: str = typer.Option("auto", "--backing", help="auto (this machine's GPUs, one per slice, when enough are free), gpu, or emulated."),
+    backing: Backing = typer.Option(Backing.AUTO, "--backing", help="auto (this machine's GPUs, one per slice, when enough are free), gpu, or emulated."),
     state_gb: float = typer.Option(1.2, "--state-gb", help="gpu: model + optimizer state on the GPU, in GB.", min=0.001),
 ) -> None:
     """Run a real drill: PyTorch training jobs on a fresh local cluster, real failures, real recovery.
@@ -48,7 +54,7 @@ def demo(
     from hotswap.demo.scenarios import DRILLS
 
     drill = DRILLS[scenario.value](
-        DemoOptions(keep=keep, warm=warm, step_sleep=step_sleep, backing=backing, state_gb=state_gb)
+        DemoOptions(keep=keep, warm=warm, step_sleep=step_sleep, backing=backing.value, state_gb=state_gb)
     )
     summary = drill.run()
     if plot is not None:

@@ -69,6 +69,7 @@ class RankProgress:
     longest_interval_s: float = 0.0  # between completions, over the recent window
     saving_since: float | None = None  # an announced save has not finished
     longest_save_s: float | None = None  # the longest time a save held the loop so far
+    save_ended_at: float | None = None  # the last save's end: the next step is due from then
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -108,7 +109,8 @@ def _deadline(rank: RankProgress, watched_since: float, limits: HangLimits) -> _
     if rank.saving_since is not None and rank.saving_since >= rank.last_step_at:
         allowed = limits.save_allowance(timeout, rank.longest_save_s)
         return _Deadline(max(rank.saving_since, watched_since), allowed, saving=True)
-    return _Deadline(max(rank.last_step_at, watched_since), timeout, saving=False)
+    since = max(rank.last_step_at, rank.save_ended_at or rank.last_step_at, watched_since)
+    return _Deadline(since, timeout, saving=False)
 
 
 def judge(ranks: Iterable[RankProgress], watched_since: float, now: float, limits: HangLimits) -> Hang | None:

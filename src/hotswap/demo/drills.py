@@ -209,6 +209,8 @@ class Drill(abc.ABC):
             return [dict(r) for r in store.timeline()]
 
     def cleanup(self) -> None:
+        if registry.find(self.cluster) is None:
+            return  # never created (the drill stopped before it could)
         if self.options.keep:
             self.event(f"kept cluster {self.cluster} (delete it with `hotswap cluster delete --cluster {self.cluster}`)")
             return

@@ -65,6 +65,9 @@ class GpuDrill(Drill):
                    and save is not None and float(stop["t"]) - t_preempt < GRACE_S,
                    f"stopped {float(stop['t']) - t_preempt:.1f}s after the preemption (grace {GRACE_S:.0f}s),"
                    f" exit {stop['exit_code']}, save {save['total_s'] if save else '-'}s")
+        high = self.record("high") or {}
+        self.check("high ran on low's slice and finished", high.get("status") == "SUCCESSFUL" and high_first is not None,
+                   f"high is {high.get('status')}: {high.get('status_message')}")
         if self.backed:
             self.check("high started only after low left the GPU",
                        high_first is not None and high_first > float(stop["t"]),

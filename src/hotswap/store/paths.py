@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import os
 import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 HOME_VARIABLE = "HOTSWAP_HOME"
@@ -43,6 +45,17 @@ def new_dirs_private(path: Path) -> Path:
     for directory in reversed(missing):
         directory.mkdir(mode=0o700, exist_ok=True)
     return path
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (created owner-only): others wait for it (a flock)."""
+    descriptor = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)
 
 
 def private_dir(path: Path) -> Path:

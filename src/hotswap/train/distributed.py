@@ -13,6 +13,7 @@ emulated one, whatever ``torch.cuda.is_available()`` says on the machine.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable
 from datetime import timedelta
@@ -66,6 +67,11 @@ class ProcessGroup:
             if env.emulated:
                 raise RuntimeError("hotswap: backend 'nccl' needs a GPU, and this worker's slice is emulated (no GPU)")
             torch.cuda.set_device(env.local_rank)
+            # A peer that died or hangs must fail this rank's collective at the timeout (the SDK
+            # then saves and re-forms or restarts) rather than hang it on the GPU, or tear the
+            # process down without a save (NCCL's default on a timeout). The user's setting wins.
+            os.environ.setdefault("TORCH_NCCL_BLOCKING_WAIT", "1")
+            os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2")
         self.collective_timeout_s = collective_timeout_s
         self.rendezvous_timeout_s = rendezvous_timeout_s
         self.spec: GroupSpec | None = None

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
-import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from hotswap.api.catalog import AcceleratorKind, DeviceType
@@ -29,7 +27,7 @@ from hotswap.api.cluster import node_name
 from hotswap.api.errors import ConflictError, InvalidInputError
 from hotswap.backends.local.nvml import GpuInfo, NvmlError, discover
 from hotswap.core import events as ev
-from hotswap.store.paths import clusters_root, private_dir
+from hotswap.store.paths import clusters_root, file_lock, private_dir
 from hotswap.store.registry import cluster_names, find
 
 SETTINGS_KEY = "gpus"
@@ -222,17 +220,9 @@ def _shortage(needed: int, available: Sequence[GpuInfo], machine: Sequence[GpuIn
 # ---------------------------------------------------------------------- claims
 
 
-@contextlib.contextmanager
-def claims_lock() -> Iterator[None]:
-    """The machine's one lock on GPU claims (a blocking flock: concurrent creates queue)."""
-    root = clusters_root()
-    private_dir(root)
-    descriptor = os.open(root / ".gpu-claims.lock", os.O_CREAT | os.O_RDWR, 0o600)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(descriptor)
+def claims_lock() -> contextlib.AbstractContextManager[None]:
+    """The machine's one lock on GPU claims (concurrent creates queue on it)."""
+    return file_lock(private_dir(clusters_root()) / ".gpu-claims.lock")
 
 
 def claim(

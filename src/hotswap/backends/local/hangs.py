@@ -49,6 +49,7 @@ class _Tail:
     intervals: collections.deque[float] = dataclasses.field(default_factory=lambda: collections.deque(maxlen=WINDOW_STEPS))
     saving_since: float | None = None
     longest_save_s: float | None = None
+    save_ended_at: float | None = None
 
     def read(self) -> None:
         try:
@@ -71,7 +72,7 @@ class _Tail:
     def rejoin(self, after: float) -> None:
         """The elastic generation changed: wait for this rank to join the new one."""
         self.rejoin_after = after
-        self.steps, self.last_step, self.last_step_at, self.saving_since = 0, None, None, None
+        self.steps, self.last_step, self.last_step_at, self.saving_since, self.save_ended_at = 0, None, None, None, None
         self.intervals.clear()
 
     def _apply(self, kind: object, t: float, record: dict) -> None:
@@ -90,12 +91,12 @@ class _Tail:
         elif kind == contract.EVENT_CHECKPOINT_SAVE:
             held = float(record.get("blocking_s", record.get("total_s", 0.0)))
             self.longest_save_s = max(self.longest_save_s or 0.0, held)
-            self.saving_since = None
+            self.saving_since, self.save_ended_at = None, t
 
     def progress(self) -> RankProgress:
         return RankProgress(
             self.label, self.steps, self.last_step, self.last_step_at, max(self.intervals, default=0.0),
-            self.saving_since, self.longest_save_s,
+            self.saving_since, self.longest_save_s, self.save_ended_at,
         )
 
 

@@ -13,7 +13,7 @@ import os
 import shutil
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from hotswap.backends.local.nvml import GpuInfo
 from hotswap.backends.local.protocol import NodeOperation, RequestKind
 from hotswap.backends.local.views import gpu_health, gpu_views, node_reasons, workload_view
 from hotswap.backends.views import iso, matches
-from hotswap.store.paths import ClusterPaths, private_dir
+from hotswap.store.paths import ClusterPaths, file_lock, private_dir
 from hotswap.store.registry import existing, record_of
 from hotswap.store.state import ClusterRecord, Store
 
@@ -104,15 +104,9 @@ def _backing_of(paths: ClusterPaths, selection: GpuSelection | None) -> Backing 
     return backing
 
 
-@contextlib.contextmanager
-def _creation_lock(paths: ClusterPaths) -> Iterator[None]:
+def _creation_lock(paths: ClusterPaths) -> contextlib.AbstractContextManager[None]:
     """One `cluster create` of a name at a time: concurrent ones wait, then see the cluster."""
-    descriptor = os.open(paths.root.parent / f".{paths.name}.create.lock", os.O_CREAT | os.O_RDWR, 0o600)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(descriptor)
+    return file_lock(paths.root.parent / f".{paths.name}.create.lock")
 
 
 def _create_or_resize(
