@@ -3,8 +3,8 @@
 It waits on one selector for a few things and nothing else: a CLI connecting to its Unix
 socket (a new request is in the database), a worker process ending (a pidfd becomes readable),
 a line from the GPU health probe of a GPU-backed cluster (``gpu_health.py``), and the next
-deadline (a SIGKILL after a grace period, the next look for hangs, a silent probe). Each wake-up becomes one decision round
-of the pure core; the round's new state, its timeline and the workers it implies are committed
+deadline (a SIGKILL after a grace period, the next look for hangs, a silent probe). Each
+wake-up becomes one decision round of the pure core; the round's new state, its timeline and the workers it implies are committed
 in one transaction *before* any process is started or signalled, so a controller killed with
 -9 at any moment finds, when restarted, everything it needs to finish the job: workers to
 start, workers to watch again, requests still to answer.
@@ -272,6 +272,14 @@ class LocalController:
 
     def _resize(self, request: Request) -> None:
         payload = request.payload
+        events = resize_events(self.snapshot, self.cluster, int(payload["num_slices"]))
+        backing = self.backing
+        if backing is not None:
+            try:  # checked before anything changes; recorded before a worker could need it
+                backing = backing.after_resize(events, payload.get("gpus"))
+            except ConflictError as error:
+                self._finish(request, _Outcome("rejected", error.message))
+                return
         if "warm_workers" in payload:
             size, preload = int(payload["warm_workers"]), payload.get("warm_preload")
             settings: dict[str, Any] = {"warm_workers": size}
@@ -281,15 +289,10 @@ class LocalController:
             self.workers.resize_spares(size, None if preload is None else tuple(preload))
         if "hotswap" in payload:
             self._update_settings({"hotswap": bool(payload["hotswap"])})
-        events = resize_events(self.snapshot, self.cluster, int(payload["num_slices"]))
-        if self.backing is not None:
-            try:  # the new slices' GPUs are recorded first: a worker never starts without them
-                self.backing = self.backing.after_resize(events, payload.get("gpus"))
-            except ConflictError as error:
-                self._finish(request, _Outcome("rejected", error.message))
-                return
-            self._update_settings({"gpus": self.backing.to_settings()})
-            self.health.watch(self.backing)
+        if backing is not None:
+            self.backing = backing
+            self._update_settings({"gpus": backing.to_settings()})
+            self.health.watch(backing)
         self._round(events, request)
 
     def _begin_shutdown(self, request: Request) -> None:

@@ -142,10 +142,6 @@ class GpuSelection:
             return cls(count=int(value))
         raise InvalidInputError(f"--gpus {text}: use {SELECTION_HELP} (a bare number is a count; name GPU 0 as device=0)")
 
-    @property
-    def everything(self) -> bool:
-        return self.count is None and not self.devices
-
 
 def choose_pool(
     selection: GpuSelection | None,
