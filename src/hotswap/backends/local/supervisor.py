@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from hotswap.store.paths import write_private
 from hotswap.store.state import Store, WorkerIdentity, WorkerRow
 
 SHIM = Path(__file__).with_name("shim.py")
@@ -38,7 +39,7 @@ class WorkerLaunch:
     def save(self) -> None:
         """Keep the launch beside the worker, for a controller that restarts before starting it."""
         record = {"command": self.command, "cwd": self.cwd, "env": self.env, "log": str(self.log)}
-        (self.dir / LAUNCH_FILE).write_text(json.dumps(record))
+        write_private(self.dir / LAUNCH_FILE, json.dumps(record))  # the environment may hold secrets
 
     @classmethod
     def saved(cls, row: WorkerRow) -> WorkerLaunch:
