@@ -35,6 +35,20 @@ class Result:
         return self.code != 0 and len(lines) == 1 and lines[0].startswith("error: ") and TRACEBACK not in self.err
 
 
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A private state directory (HOTSWAP_HOME) for one test; every cluster in it is deleted
+    and every process of it ended afterwards, even if the test made it read-only."""
+    from local_helpers import cleanup
+
+    state = tmp_path / "state"
+    monkeypatch.setenv("HOTSWAP_HOME", str(state))
+    yield state
+    for directory, _, _ in os.walk(state):
+        os.chmod(directory, 0o700)
+    cleanup(state)
+
+
 def cli(*args: str) -> Result:
     """``hotswap ARGS`` in this process (HOTSWAP_HOME comes from the environment)."""
     out, err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8"), io.StringIO()

@@ -235,8 +235,8 @@ def test_chaos(tmp_path: Path) -> None:
         drill.run(SECONDS)
         drill.settle()
         drill.check()
-        summary = {**drill.counts, "cli_calls": len(drill.answers),
-                   "refused": sum(1 for _, _, r in drill.answers if r.returncode != 0)}
+        refusals = collections.Counter(f"{verb}: {r.stderr.strip()[:70]}" for verb, _, r in drill.answers if r.returncode)
+        summary = {**drill.counts, "cli_calls": len(drill.answers), "refused": dict(refusals)}
         print("chaos", json.dumps(summary, sort_keys=True))
     except AssertionError as failure:
         raise AssertionError(f"{failure} (chaos seed {seed})") from failure

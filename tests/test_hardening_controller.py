@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hardening_helpers import controllers, hotswap_command
+from hardening_helpers import controllers, home, hotswap_command  # noqa: F401 (home: a fixture)
 from local_helpers import alive, cleanup, hotswap, live_workers, query, wait_until, workloads, write_sleeper
 
 from hotswap.backends.local import client, protocol
@@ -23,14 +23,6 @@ from hotswap.runtime import local_controller
 from hotswap.runtime.local_controller import LocalController
 from hotswap.store.paths import ClusterPaths
 from hotswap.store.state import Store
-
-
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    state = tmp_path / "state"
-    monkeypatch.setenv("HOTSWAP_HOME", str(state))
-    yield state
-    cleanup(state)
 
 
 @pytest.fixture

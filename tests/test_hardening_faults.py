@@ -14,20 +14,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from hardening_helpers import TRACEBACK, cli, controllers, digest, hotswap_command, unprivileged
+from hardening_helpers import TRACEBACK, cli, controllers, digest, home, hotswap_command, unprivileged  # noqa: F401
 from local_helpers import alive, cleanup, hotswap, live_workers, wait_until, workloads, write_sleeper
 
 from hotswap.store import db
-
-
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    state = tmp_path / "state"
-    monkeypatch.setenv("HOTSWAP_HOME", str(state))
-    yield state
-    for directory, _, _ in os.walk(state):  # a test may have made it read-only
-        os.chmod(directory, 0o700)
-    cleanup(state)
 
 
 def cluster_with_a_workload(home: Path, sleeper: str, name: str = "c") -> None:
@@ -81,6 +71,15 @@ def test_reads_work_on_a_read_only_state_directory_and_writes_say_why_not(
     one_line(as_user(home, "workload", "create", "--cluster", "c", "--workload", "b", "--command", "true"), "read-only", "reads")
     one_line(as_user(home, "node", "cordon", "--cluster", "c", "--slice", "c-np-1"), "read-only")
     assert digest(home / "clusters" / "c" / "state.db") == before
+
+
+def test_a_cluster_directory_without_permissions_is_one_line(home: Path, tmp_path: Path) -> None:
+    cluster_with_a_workload(home, write_sleeper(tmp_path))
+    (home / "clusters" / "c").chmod(0)
+    for args in (("workload", "list", "--cluster", "c"), ("workload", "delete", "--cluster", "c", "--workload", "a")):
+        one_line(as_user(home, *args), "Permission denied")
+    listing = as_user(home, "cluster", "list", "-o", "json")  # the other clusters stay visible
+    assert listing.returncode == 0 and "unreadable (permission)" in listing.stdout, listing.stderr
 
 
 def test_another_users_state_directory_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

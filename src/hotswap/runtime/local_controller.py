@@ -40,7 +40,7 @@ from hotswap.api.worker import DEFAULT_GRACE_PERIOD_S
 from hotswap.backends.local import effects, protocol, timeline
 from hotswap.backends.local.claim import AlreadyClaimed, Claim, LostClaim, wake_holder
 from hotswap.backends.local.effects import Launcher
-from hotswap.backends.local.protocol import RequestKind
+from hotswap.backends.local.protocol import ControllerExit, RequestKind
 from hotswap.backends.local.recovery import recover
 from hotswap.backends.local.server import RequestServer
 from hotswap.backends.local.spares import DEFAULT_PRELOAD
@@ -388,13 +388,6 @@ def run_local_controller(cluster: str) -> None:
         raise ConflictError(f"{lost}; this controller stopped and left the workers alone") from None
 
 
-# Exit codes of ``python -m hotswap.runtime.local_controller`` (the CLI reads them).
-EXIT_STOPPED = 0  # stopped by a signal, or finished deleting the cluster
-EXIT_FAILED = 1  # could not serve the cluster: the last line of its log says why
-EXIT_HELD = 3  # another controller holds the cluster (it was asked to listen again)
-EXIT_GONE = 4  # there is no such cluster (any more)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
@@ -407,21 +400,21 @@ def main(argv: list[str] | None = None) -> int:
     except AlreadyRunning:
         with contextlib.suppress(Exception), Store.open(paths.database) as store:
             wake_holder(store)  # the CLI could not reach it: its socket may have been removed
-        return EXIT_HELD
+        return ControllerExit.HELD
     except FileNotFoundError:
-        return EXIT_GONE  # deleted meanwhile
+        return ControllerExit.GONE  # deleted meanwhile
     except LostClaim as lost:
         print(f"hotswap: {lost}; this controller stops and leaves the workers alone", file=sys.stderr)
-        return EXIT_GONE
+        return ControllerExit.GONE
     except HotswapError as error:
         print(f"hotswap: {error}", file=sys.stderr)
-        return EXIT_FAILED
+        return ControllerExit.FAILED
     except Exception as error:
         if not faults.is_fault(error):
             raise
         print(f"hotswap: {faults.explain(error)}", file=sys.stderr)
-        return EXIT_FAILED
-    return EXIT_STOPPED
+        return ControllerExit.FAILED
+    return ControllerExit.STOPPED
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ another's clusters up.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 from hotswap.api.errors import NotFoundError
 from hotswap.api.names import validate_cluster_name
@@ -23,7 +24,14 @@ def cluster_names() -> list[str]:
     if not root.is_dir():
         return []
     # Names starting with "." are not clusters (tombstones of deleted ones, creation locks).
-    return sorted(p.name for p in root.iterdir() if not p.name.startswith(".") and (p / "state.db").exists())
+    return sorted(p.name for p in root.iterdir() if not p.name.startswith(".") and _has_database(p))
+
+
+def _has_database(directory: Path) -> bool:
+    try:
+        return (directory / "state.db").exists()
+    except OSError:
+        return True  # there, but it cannot be read: listed, and its summary says why
 
 
 def find(cluster: str) -> ClusterRecord | None:

@@ -31,8 +31,6 @@ from hotswap.store.state import Request, Store
 CONTROLLER_START_TIMEOUT_S = 20.0  # for a controller to answer once nothing stops it any more
 CONTROLLER_BUSY_TIMEOUT_S = 300.0  # for a controller process that lives but does not answer yet
 MAX_STARTS = 5  # controllers started for one request (each may be killed before it answers)
-# The controller process's exit codes (runtime/local_controller.py's EXIT_*).
-_HELD, _GONE = 3, 4
 
 
 class ControllerUnavailable(HotswapError):
@@ -130,7 +128,7 @@ def _start_and_wait(paths: ClusterPaths) -> int | None:
                     f"the controller of cluster {paths.name} (pid {process.pid}) has not answered for"
                     f" {CONTROLLER_BUSY_TIMEOUT_S:.0f}s; see {paths.controller_log}"
                 )
-        elif code == _HELD and paths.database.exists():
+        elif code == protocol.ControllerExit.HELD and paths.database.exists():
             # Another controller holds the cluster and was asked to listen again; give it time.
             ended_at = ended_at or now
             if now - ended_at > CONTROLLER_START_TIMEOUT_S:
@@ -138,7 +136,7 @@ def _start_and_wait(paths: ClusterPaths) -> int | None:
                     f"the controller of cluster {paths.name} (pid {paths.controller_pid()}) holds the cluster"
                     f" but does not answer; see {paths.controller_log}"
                 )
-        elif code in (_HELD, _GONE, 0) and _deleted(paths):
+        elif code in (protocol.ControllerExit.HELD, protocol.ControllerExit.GONE, protocol.ControllerExit.STOPPED) and _deleted(paths):
             raise _gone(paths)
         elif code < 0:
             return None  # killed by a signal before it answered
@@ -196,7 +194,8 @@ def request(paths: ClusterPaths, kind: RequestKind, payload: dict[str, Any]) -> 
         try:
             return _served(paths, store, request_id)
         except KeyboardInterrupt:
-            return _give_up(store, request_id, Interrupted("interrupted"))
+            served = _give_up(store, request_id, Interrupted("interrupted"))
+            raise Interrupted(f"interrupted; the request had been carried out: {served.message or served.status}") from None
     finally:
         store.close()
 

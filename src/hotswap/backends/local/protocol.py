@@ -44,6 +44,16 @@ FAULT = "fault"  # refused: the machine failed the controller (a full disk); not
 FAILED = "failed"  # not decided: the controller could not even commit a refusal
 
 
+class ControllerExit(enum.IntEnum):
+    """Exit codes of a controller process (``python -m hotswap.runtime.local_controller``),
+    which the CLI that started it reads."""
+
+    STOPPED = 0  # stopped by a signal, or finished deleting the cluster
+    FAILED = 1  # could not serve the cluster: the last line of its log says why
+    HELD = 3  # another controller holds the cluster (it was asked to listen again)
+    GONE = 4  # there is no such cluster (any more)
+
+
 class RequestKind(enum.StrEnum):
     """The kinds of requests; the comment shows each one's payload."""
 
