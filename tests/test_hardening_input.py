@@ -90,6 +90,19 @@ def test_an_uncreatable_checkpoint_dir_is_refused_before_anything_is_queued(clus
     refused(cluster, *create("--checkpoint-dir", str(blocker / "ckpt")), message=f"{blocker} is not a directory")
 
 
+def test_a_checkpoint_dir_others_can_write_or_own_is_refused(cluster: Path, tmp_path: Path) -> None:
+    """A job restores what its checkpoint directory holds: nobody else may be able to put it there."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    refused(cluster, *create("--checkpoint-dir", str(shared)), message="can be written by other users")
+    if os.geteuid() == 0:
+        theirs = tmp_path / "theirs"
+        theirs.mkdir(mode=0o700)
+        os.chown(theirs, 65534, 65534)
+        refused(cluster, *create("--checkpoint-dir", str(theirs)), message="not to you")
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

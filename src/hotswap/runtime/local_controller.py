@@ -13,7 +13,8 @@ for its whole life, reads the cluster's state only once it holds it, and checks 
 commit and every signal. Faults of the machine (a full disk, a locked database) refuse the
 request at hand and change nothing; the controller serves on.
 
-This module keeps the loop, the requests and the round. What a request asks of a round is in
+This module keeps the loop, the requests and the round (LocalController runs a little past 250
+lines on purpose: they share the in-memory snapshot and the open transaction). What a request asks of a round is in
 ``local_requests.py``; the rest is in ``backends/local``: the socket (``server.py``, speaking
 ``protocol.py``), worker processes and warm spares (``workers.py``), what actions do to workers
 (``effects.py``), taking over after a crash (``recovery.py``) and the timeline's text
@@ -33,6 +34,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from hotswap.api.errors import ConflictError, HotswapError
@@ -92,7 +94,7 @@ class LocalController:
         _raise_descriptor_limit()  # a pidfd per worker: big clusters need many descriptors
         try:
             self.start()
-            self.wake = self._wake_on_signals()
+            self.wake = _wake_on_signals(self.selector, self._stop_loop)
             self.step()  # what was queued while no controller ran
             while not self.stopped:
                 for key, _ in self.selector.select(self._sleep_s()):
@@ -165,21 +167,6 @@ class LocalController:
 
     def _stop_loop(self) -> None:
         self.stopped = True
-
-    def _wake_on_signals(self) -> tuple[socket.socket, socket.socket]:
-        """A signal must wake the select (PEP 475 would otherwise resume it): the wakeup fd gets
-        a byte for every signal. SIGTERM and SIGINT end the loop; SIGUSR1 only wakes it (the CLI
-        found no socket: the next step listens again). Returns the socket pair, which must
-        live as long as the loop."""
-        wake_read, wake_write = socket.socketpair()
-        wake_read.setblocking(False)
-        wake_write.setblocking(False)
-        signal.set_wakeup_fd(wake_write.fileno(), warn_on_full_buffer=False)
-        self.selector.register(wake_read, selectors.EVENT_READ, _drain)
-        signal.signal(signal.SIGTERM, lambda *_: self._stop_loop())
-        signal.signal(signal.SIGINT, lambda *_: self._stop_loop())
-        signal.signal(signal.SIGUSR1, lambda *_: None)
-        return wake_read, wake_write
 
     # ------------------------------------------------------------------ settings
 
@@ -360,6 +347,22 @@ def _scheduler_config(cluster: ClusterRecord) -> SchedulerConfig:
     """The recovery policy of a cluster: hotswap and elastic unless turned off."""
     settings = cluster.settings
     return SchedulerConfig(hotswap=bool(settings.get("hotswap", True)), elastic=bool(settings.get("elastic", True)))
+
+
+def _wake_on_signals(selector: selectors.BaseSelector, stop: Callable[[], None]) -> tuple[socket.socket, socket.socket]:
+    """A signal must wake the select (PEP 475 would otherwise resume it): the wakeup fd gets a
+    byte for every signal. SIGTERM and SIGINT call ``stop``; SIGUSR1 only wakes the loop (the
+    CLI found no socket: the next step listens again). Returns the socket pair, which must live
+    as long as the loop."""
+    wake_read, wake_write = socket.socketpair()
+    wake_read.setblocking(False)
+    wake_write.setblocking(False)
+    signal.set_wakeup_fd(wake_write.fileno(), warn_on_full_buffer=False)
+    selector.register(wake_read, selectors.EVENT_READ, _drain)
+    signal.signal(signal.SIGTERM, lambda *_: stop())
+    signal.signal(signal.SIGINT, lambda *_: stop())
+    signal.signal(signal.SIGUSR1, lambda *_: None)
+    return wake_read, wake_write
 
 
 def _drain(wake: socket.socket) -> None:

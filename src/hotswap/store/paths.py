@@ -23,7 +23,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from hotswap.api.errors import StateError
+from hotswap.api.errors import HotswapError, StateError
 
 HOME_VARIABLE = "HOTSWAP_HOME"
 MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes with its NUL
@@ -42,25 +42,24 @@ def home() -> Path:
     return path
 
 
-def check_private(path: Path, what: str) -> None:
+def check_private(
+    path: Path, what: str, remedy: str = f"set ${HOME_VARIABLE} to a directory of yours", error: type[HotswapError] = StateError
+) -> None:
     """Refuse a directory of another user, or one that others can write to: hotswap runs what
-    its state says (worker commands, environments), so that state must be the user's alone.
-    A missing directory passes (it is created 0700 when first written)."""
+    its state says (worker commands, environments), and restores what checkpoints hold, so
+    these must be the user's alone. A missing directory passes (it is created 0700)."""
     try:
         status = os.stat(path)
     except FileNotFoundError:
         return
-    except OSError as error:
-        raise StateError(f"cannot open {what} {path}: {error.strerror}; set ${HOME_VARIABLE} to a directory of yours") from None
+    except OSError as problem:
+        raise error(f"cannot open {what} {path}: {problem.strerror}; {remedy}") from None
     if not stat.S_ISDIR(status.st_mode):
-        raise StateError(f"{what} {path} is not a directory; set ${HOME_VARIABLE} to a directory of yours")
+        raise error(f"{what} {path} is not a directory; {remedy}")
     if status.st_uid != os.geteuid():
-        raise StateError(
-            f"{what} {path} belongs to {_user(status.st_uid)}, not to you: hotswap keeps each user's"
-            f" state private; set ${HOME_VARIABLE} to a directory of yours"
-        )
+        raise error(f"{what} {path} belongs to {_user(status.st_uid)}, not to you: hotswap keeps it private; {remedy}")
     if stat.S_IMODE(status.st_mode) & 0o022:
-        raise StateError(
+        raise error(
             f"{what} {path} can be written by other users (mode {stat.S_IMODE(status.st_mode):o}):"
             f" run `chmod 700 {path}`"
         )

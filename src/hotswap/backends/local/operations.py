@@ -26,7 +26,7 @@ from hotswap.backends.local import launch as files
 from hotswap.backends.local.protocol import MAX_LOCAL_SLICES, MAX_WARM_WORKERS, NodeOperation, RequestKind
 from hotswap.backends.local.views import workload_view
 from hotswap.backends.views import iso, matches
-from hotswap.store.paths import ClusterPaths, private_dir
+from hotswap.store.paths import ClusterPaths, check_private, private_dir
 from hotswap.store.registry import existing, record_of
 from hotswap.store.state import ClusterRecord, Store
 
@@ -229,13 +229,16 @@ def create_workload(cluster: str, spec: WorkloadSpec, launch: dict[str, Any]) ->
 
 
 def _check_checkpoint_dir(path: str, what: str) -> None:
-    """Refuse a checkpoint directory that can be neither used nor created (under a regular
-    file, in a directory we cannot write), before anything is queued."""
+    """Refuse, before anything is queued, a checkpoint directory of another user or open to
+    others' writes (its contents are restored into the job), or one that can be neither used
+    nor created (under a regular file, in a directory we cannot write)."""
     existing_part = Path(path)
     while not existing_part.exists() and existing_part != existing_part.parent:
         existing_part = existing_part.parent
     if not existing_part.is_dir():
         raise InvalidInputError(f"{what} {path}: {existing_part} is not a directory")
+    if existing_part == Path(path):
+        check_private(existing_part, what, remedy="use a directory of yours", error=InvalidInputError)
     if not os.access(existing_part, os.W_OK | os.X_OK):
         raise InvalidInputError(f"{what} {path}: {existing_part} is not writable by you")
 
