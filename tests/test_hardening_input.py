@@ -147,3 +147,9 @@ def test_a_variable_copied_from_the_shell_is_checked_too() -> None:
     assert parse_env_file("HOME\nMISSING\n", {"HOME": "/home/me"}) == {"HOME": "/home/me"}
     with pytest.raises(InvalidInputError, match="line 1 .*\\$CERT of this shell"):
         parse_env_file("CERT\n", {"CERT": "a\nb"})
+
+
+@pytest.mark.parametrize("flags", [("--days", "inf"), ("--days", "nan"), ("--nodes", str(10**9)), ("--repair-minutes", "1e400")])
+def test_the_simulator_refuses_what_would_run_forever(flags: tuple[str, str]) -> None:
+    result = cli("simulate", "--json", *flags)
+    assert result.one_line_error and result.code == 2 and flags[0] in result.err, result
