@@ -49,6 +49,24 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     cleanup(state)
 
 
+@contextlib.contextmanager
+def state_home(home: Path):
+    """HOTSWAP_HOME set to ``home`` for a module's shared cluster; afterwards every cluster in
+    it is deleted and the variable restored."""
+    from local_helpers import cleanup
+
+    saved = os.environ.get("HOTSWAP_HOME")
+    os.environ["HOTSWAP_HOME"] = str(home)
+    try:
+        yield home
+    finally:
+        cleanup(home)
+        if saved is None:
+            os.environ.pop("HOTSWAP_HOME", None)
+        else:
+            os.environ["HOTSWAP_HOME"] = saved
+
+
 def cli(*args: str) -> Result:
     """``hotswap ARGS`` in this process (HOTSWAP_HOME comes from the environment)."""
     out, err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8"), io.StringIO()

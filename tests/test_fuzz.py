@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
-from hardening_helpers import STATE_TABLES, TRACEBACK, cli, controllers, digest
+from hardening_helpers import STATE_TABLES, TRACEBACK, cli, controllers, digest, state_home
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from local_helpers import cleanup, query, wait_until
+from local_helpers import query, wait_until
 
 from hotswap.api.envfile import parse_env_file, parse_env_pairs, read_env_file
 from hotswap.api.errors import InvalidInputError
@@ -88,17 +88,9 @@ class Cluster:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory):
     fuzzed = Cluster(tmp_path_factory.mktemp("fuzz"))
-    saved = os.environ.get("HOTSWAP_HOME")
-    os.environ["HOTSWAP_HOME"] = str(fuzzed.home)
-    try:
+    with state_home(fuzzed.home):
         fuzzed.start()
         yield fuzzed
-    finally:
-        cleanup(fuzzed.home)
-        if saved is None:
-            os.environ.pop("HOTSWAP_HOME", None)
-        else:
-            os.environ["HOTSWAP_HOME"] = saved
 
 
 # ---------------------------------------------------------------------- the CLI

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-from hardening_helpers import controllers, home, hotswap_command  # noqa: F401 (home: a fixture)
-from local_helpers import alive, cleanup, hotswap, live_workers, query, wait_until, workloads, write_sleeper
+from hardening_helpers import controllers, home, hotswap_command, state_home  # noqa: F401 (home: a fixture)
+from local_helpers import alive, hotswap, live_workers, query, wait_until, workloads, write_sleeper
 
 from hotswap.backends.local import client, protocol
 from hotswap.runtime import local_controller
@@ -182,16 +182,11 @@ def test_the_cli_answer_matches_what_happened_while_controllers_keep_dying(home:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory):
     """A cluster with its controller running; yields its paths."""
-    home = tmp_path_factory.mktemp("socket") / "state"
-    os.environ["HOTSWAP_HOME"] = str(home)
-    try:
+    with state_home(tmp_path_factory.mktemp("socket") / "state") as home:
         make_cluster(home, slices=1)
         paths = ClusterPaths.of("c")
         assert client.ping(paths) is not None
         yield paths
-    finally:
-        cleanup(home)
-        os.environ.pop("HOTSWAP_HOME", None)
 
 
 def talk(paths: ClusterPaths, data: bytes, answers: int) -> list[dict]:

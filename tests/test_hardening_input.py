@@ -10,8 +10,8 @@ import os
 from pathlib import Path
 
 import pytest
-from hardening_helpers import cli, digest
-from local_helpers import cleanup, wait_until, workloads, write_sleeper
+from hardening_helpers import cli, digest, state_home
+from local_helpers import wait_until, workloads, write_sleeper
 
 from hotswap.api.envfile import parse_env_file, read_env_file
 from hotswap.api.errors import InvalidInputError
@@ -22,20 +22,11 @@ from hotswap.api.limits import MAX_ENV_FILE_BYTES
 def cluster(tmp_path_factory: pytest.TempPathFactory):
     """One cluster "c" (1 x v6e-4) with a workload "existing" running on it."""
     root = tmp_path_factory.mktemp("input")
-    home = root / "state"
-    saved = os.environ.get("HOTSWAP_HOME")
-    os.environ["HOTSWAP_HOME"] = str(home)
-    try:
+    with state_home(root / "state") as home:
         assert cli("cluster", "create", "--cluster", "c", "--device-type", "v6e-4", "--num-slices", "1").code == 0
         assert cli("workload", "create", "--cluster", "c", "--workload", "existing", "--command", write_sleeper(root)).code == 0
         wait_until(lambda: workloads(home, "c")["existing"]["phase"] == "RUNNING", what="running")
         yield home
-    finally:
-        cleanup(home)
-        if saved is None:
-            os.environ.pop("HOTSWAP_HOME", None)
-        else:
-            os.environ["HOTSWAP_HOME"] = saved
 
 
 def refused(home: Path, *args: str, message: str) -> None:
