@@ -112,7 +112,13 @@ class ProcessGroup:
         timeout = timedelta(seconds=self.collective_timeout_s)
         if spec.rank == 0:
             try:
-                listener = listen_on(spec.master_addr, spec.master_port)
+                while True:
+                    try:
+                        listener = listen_on(spec.master_addr, spec.master_port)
+                        break
+                    except socket.gaierror:  # a pod's DNS name is published as the pod starts
+                        check(f"resolving {spec.master_addr}")
+                        time.sleep(_POLL_S * 10)
                 return dist.TCPStore(
                     spec.master_addr,
                     spec.master_port,
