@@ -76,7 +76,7 @@ def _user(uid: int) -> str:
 
 def new_dirs_private(path: Path) -> Path:
     """Create ``path`` and any missing parent readable by the owner only; leave existing ones
-    as they are (a shared checkpoint directory a user names keeps its mode)."""
+    as they are (``workload create`` has checked that a checkpoint directory is the user's)."""
     missing = []
     current = path
     while not current.exists():
