@@ -78,7 +78,7 @@ def test_the_most_overdue_rank_is_named() -> None:
 def test_the_hang_ceiling_is_part_of_the_spec() -> None:
     assert spec("w").hang_timeout_s is None and spec("w", hang_timeout_s=0).hang_timeout_s == 0
     assert not HangLimits(spec("w", hang_timeout_s=0).hang_timeout_s).enabled
-    with pytest.raises(InvalidInputError, match="--hang-timeout -1: give seconds, or 0"):
+    with pytest.raises(InvalidInputError, match="--hang-timeout -1: give seconds up to 604800, or 0"):
         spec("w", hang_timeout_s=-1)
 
 

@@ -416,6 +416,8 @@ def get_device_type(name: str) -> DeviceType:
 
     Raises InvalidInputError, one line that names the nearest valid names, for anything else.
     """
+    if len(name) > MAX_NAME_LENGTH:  # no device type is that long; its digits would not even parse
+        name = name[:MAX_NAME_LENGTH] + "..."
     key = name.strip().lower()
     entry = _CANONICAL.get(key) or _LOCAL_GPU_TYPES.get(key) or _accepted().get(key)
     if entry is None:
@@ -427,6 +429,7 @@ def get_device_type(name: str) -> DeviceType:
     return entry
 
 
+MAX_NAME_LENGTH = 64
 _SIZED = re.compile(r"^(?P<family>.+)-(?P<size>\d+)$")
 _TOPOLOGY = re.compile(r"^(?P<family>.+)-(?P<topology>\d+(?:x\d+)+)$")
 

@@ -84,9 +84,9 @@ def _gpu_list(slice_: dict) -> str:
 @app.command("delete")
 def delete(cluster: str = typer.Option(..., "--cluster", help="Cluster name.")) -> None:
     """Stop every worker gracefully, then the controller, and remove the cluster (checkpoints stay)."""
-    from hotswap.cli.backends import for_cluster
+    from hotswap.cli.backends import for_deletion
 
-    for_cluster(cluster).delete_cluster(cluster)
+    for_deletion(cluster).delete_cluster(cluster)
     note(f"cluster {cluster} deleted")
 
 

@@ -32,9 +32,16 @@ def simulate(
     priority, MTTR, preemptions and failures for each policy.
     """
     from hotswap.api.errors import InvalidInputError
+    from hotswap.api.limits import check_number
     from hotswap.sim.config import POLICIES, SimConfig
     from hotswap.sim.runner import compare
 
+    # Finite bounds (a NaN or an infinite number of days once ran forever).
+    for flag, value, low, high in (
+        ("--nodes", nodes, 2, 65_536), ("--days", days, 0.001, 3650), ("--failure-rate", failure_rate, 0, 100_000),
+        ("--repair-minutes", repair_minutes, 0, 525_600), ("--checkpoint-minutes", checkpoint_minutes, 0.1, 525_600),
+    ):
+        check_number(flag, value, low, high)
     if plot is not None and plot.suffix.lower() != ".png":
         raise InvalidInputError(f"--plot {plot}: the chart is written as PNG; give a file name ending in .png")
     if plot is not None and not plot.parent.exists():

@@ -44,6 +44,7 @@ def create(
     """Submit a workload: it is queued by priority, then FIFO, and admitted onto whole slices."""
     from hotswap.api.envfile import parse_env_pairs, read_env_file
     from hotswap.api.errors import InvalidInputError, NotFoundError
+    from hotswap.api.limits import check_text
     from hotswap.api.spec import workload_spec
     from hotswap.backends.base import launch_record
     from hotswap.cli.backends import named
@@ -65,11 +66,10 @@ def create(
     chosen = named(backend or record.backend)  # type: ignore[union-attr]
     if checkpoint_volume is not None and chosen.name == "local":
         raise InvalidInputError("--checkpoint-volume is only for --backend kubernetes (use --checkpoint-dir)")
-    workdir = os.path.abspath(script_dir) if script_dir else os.getcwd()
-    if script_dir and chosen.name == "local" and not os.path.isdir(workdir):
-        raise InvalidInputError(f"--script-dir {script_dir}: no such directory")
     if device_type is None and record is None:
         raise InvalidInputError("--device-type is needed when there is no cluster record to take it from")
+    if device_type is not None and not device_type.strip():
+        raise InvalidInputError("--device-type must not be empty (leave it out to use the cluster's)")
     spec = workload_spec(
         name=workload,
         command=command,
@@ -88,12 +88,15 @@ def create(
         base_docker_image=base_docker_image,
         script_dir=script_dir,
     )
+    workdir = os.path.abspath(script_dir) if script_dir else os.getcwd()
+    if script_dir and chosen.name == "local" and not os.path.isdir(workdir):
+        raise InvalidInputError(f"--script-dir {script_dir}: no such directory")
     checkpoints = os.path.abspath(checkpoint_dir) if checkpoint_dir and chosen.name == "local" else (
         checkpoint_dir or str(ClusterPaths.of(cluster).checkpoint_dir(workload))
     )
     launch = launch_record(environ=dict(os.environ), cwd=workdir, user_env=user_env, checkpoint_dir=checkpoints)
     if checkpoint_volume is not None:
-        launch["checkpoint_volume"] = checkpoint_volume
+        launch["checkpoint_volume"] = check_text("--checkpoint-volume", checkpoint_volume)
     if dry_run:
         # A Kubernetes dry run renders for the named cluster even without a record of it.
         target = cluster if record is not None or chosen.name != "local" else None

@@ -13,7 +13,10 @@ emulated one, whatever ``torch.cuda.is_available()`` says on the machine.
 
 from __future__ import annotations
 
+import errno
+import ipaddress
 import os
+import socket
 import time
 from collections.abc import Callable, Iterable
 from datetime import timedelta
@@ -108,6 +111,8 @@ class ProcessGroup:
             if time.monotonic() >= deadline:
                 raise RendezvousFailed(f"timed out after {self.rendezvous_timeout_s:g}s {what}")
 
+        if self.backend == "gloo":
+            keep_gloo_on_loopback(spec.master_addr)
         store = self._connect(spec, check)
         try:
             store.add("hotswap/arrived", 1)
@@ -132,10 +137,23 @@ class ProcessGroup:
         timeout = timedelta(seconds=self.collective_timeout_s)
         if spec.rank == 0:
             try:
+                while True:
+                    try:
+                        listener = listen_on(spec.master_addr, spec.master_port)
+                        break
+                    except socket.gaierror:  # a pod's DNS name is published as the pod starts
+                        check(f"resolving {spec.master_addr}")
+                        time.sleep(_POLL_S * 10)
                 return dist.TCPStore(
-                    spec.master_addr, spec.master_port, spec.world_size, True, timeout, wait_for_workers=False
+                    spec.master_addr,
+                    spec.master_port,
+                    spec.world_size,
+                    True,
+                    timeout,
+                    wait_for_workers=False,
+                    master_listen_fd=listener.detach(),  # the store owns (and closes) it
                 )
-            except dist.DistError as error:
+            except (OSError, dist.DistError) as error:
                 raise RendezvousFailed(
                     f"cannot host the rendezvous of generation {spec.generation} at "
                     f"{spec.master_addr}:{spec.master_port}: {first_line(error)}"
@@ -232,6 +250,46 @@ class ProcessGroup:
                     f"not every rank reached {name!r} of generation {self.spec.generation if self.spec else 0}"
                 )
             time.sleep(_POLL_S)
+
+
+def keep_gloo_on_loopback(master_addr: str) -> None:
+    """Gloo listens on the address this host's name resolves to (a LAN address on most
+    machines); when every rank meets at a loopback MASTER_ADDR they all run here, so gloo is
+    kept on the loopback interface too (unless the user chose one with GLOO_SOCKET_IFNAME)."""
+    if os.environ.get("GLOO_SOCKET_IFNAME"):
+        return
+    try:
+        loopback = all(
+            ipaddress.ip_address(info[4][0]).is_loopback
+            for info in socket.getaddrinfo(master_addr, None, type=socket.SOCK_STREAM)
+        )
+    except (OSError, ValueError):
+        return
+    if loopback:
+        os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+
+
+def listen_on(address: str, port: int) -> socket.socket:
+    """A listening socket for rank 0's store on ``address`` (MASTER_ADDR) only: left to
+    itself, TCPStore listens on every interface, although its peers reach it at MASTER_ADDR
+    (127.0.0.1 on a local cluster). If MASTER_ADDR is not an address of this host (a service
+    address in front of rank 0), it listens on every interface, and says so."""
+    family, kind, proto, _, where = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)[0]
+    listener = socket.socket(family, kind, proto)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        try:
+            listener.bind(where)
+        except OSError as error:
+            if error.errno != errno.EADDRNOTAVAIL:
+                raise
+            print(f"hotswap: {address} is not an address of this host; the rendezvous listens on every interface", flush=True)
+            listener.bind(("::" if family == socket.AF_INET6 else "0.0.0.0", port))
+        listener.listen(1024)
+    except BaseException:
+        listener.close()
+        raise
+    return listener
 
 
 def _copy_between(views: list[torch.Tensor], start: int, piece: torch.Tensor, into_piece: bool) -> None:

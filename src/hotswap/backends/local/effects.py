@@ -11,6 +11,7 @@ commits both before any process is signalled or started (see ``workers.py``).
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -112,7 +113,7 @@ class Launcher:
             return []
         _, port = self.store.membership(workload.name)
         launch = self.store.launch(workload.name)
-        new_dirs_private(Path(launch["checkpoint_dir"]))  # training state is the owner's alone
+        self._checkpoint_dir(workload, Path(launch["checkpoint_dir"]))
         directory = self.paths.workload_dir(workload.name, workload.seq)
         elastic = workload.spec.min_slices is not None
         backing = self.backing()
@@ -158,6 +159,16 @@ class Launcher:
                     )
                 )
         return launches
+
+    def _checkpoint_dir(self, workload: Workload, path: Path) -> None:
+        """Create the checkpoint directory, owner-only (training state is the owner's alone).
+        ``workload create`` checked that it can be; one that broke since must not stop the
+        cluster's decisions: the workers start (their checkpoints fail) and the timeline says why."""
+        try:
+            new_dirs_private(path)
+        except OSError as error:
+            message = f"cannot create the checkpoint directory {path}: {error.strerror or error}"
+            self.store.record_event(time.time(), "warning", message, workload.name, workload.seq)
 
     def _publish(self, workload: Workload, slices: tuple[str, ...], snapshot: Snapshot) -> None:
         """A new membership generation with its own rendezvous port (the file: elastic workloads)."""

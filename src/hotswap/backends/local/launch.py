@@ -14,6 +14,7 @@ from typing import Any
 
 from hotswap.api import worker as contract
 from hotswap.api.worker import Membership
+from hotswap.store.paths import new_dirs_private, open_private
 
 MASTER_ADDR = contract.DEFAULT_MASTER_ADDR  # every worker of a local cluster is on this machine
 
@@ -59,9 +60,9 @@ def membership_path(workload_dir: Path) -> Path:
 def publish_membership(workload_dir: Path, membership: Membership) -> Path:
     """Replace the membership file atomically (workers may read it at any moment)."""
     target = membership_path(workload_dir)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    new_dirs_private(target.parent)
     temporary = target.with_suffix(".tmp")
-    with open(temporary, "w") as handle:
+    with os.fdopen(open_private(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as handle:
         handle.write(membership.to_json())
         handle.flush()
         os.fsync(handle.fileno())

@@ -8,9 +8,7 @@ changes no state; requests that change the cluster go through the controller (se
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
-import shutil
 import sqlite3
 import time
 from collections.abc import Callable
@@ -19,21 +17,21 @@ from typing import Any
 
 from hotswap.api.catalog import DeviceType, get_device_type
 from hotswap.api.errors import ConflictError, InvalidInputError, NotFoundError
+from hotswap.api.limits import check_text
 from hotswap.api.names import validate_cluster_name
 from hotswap.api.spec import WorkloadSpec
-from hotswap.backends.local import client
+from hotswap.backends.local import client, removal
 from hotswap.backends.local import launch as files
 from hotswap.backends.local.gpus import Backing, GpuSelection, claim, claims_lock, gpus_per_host
 from hotswap.backends.local.nvml import GpuInfo
-from hotswap.backends.local.protocol import NodeOperation, RequestKind
+from hotswap.backends.local.protocol import MAX_LOCAL_SLICES, MAX_WARM_WORKERS, NodeOperation, RequestKind
 from hotswap.backends.local.views import gpu_health, gpu_views, node_reasons, workload_view
 from hotswap.backends.views import iso, matches
-from hotswap.store.paths import ClusterPaths, file_lock, private_dir
+from hotswap.store.paths import ClusterPaths, check_private, file_lock, private_dir
 from hotswap.store.registry import existing, record_of
 from hotswap.store.state import ClusterRecord, Store
 
 BACKEND = "local"
-MAX_LOCAL_SLICES = 1024
 
 
 def open_store(paths: ClusterPaths) -> Store:
@@ -63,8 +61,8 @@ def create_cluster(
     GPUs (see :mod:`hotswap.backends.local.gpus`); ``num_slices`` may then be left to them.
     """
     validate_cluster_name(name)
-    if warm_workers is not None and not 0 <= warm_workers <= 64:
-        raise InvalidInputError("--warm-workers must be between 0 and 64")
+    if warm_workers is not None and not 0 <= warm_workers <= MAX_WARM_WORKERS:
+        raise InvalidInputError(f"--warm-workers must be between 0 and {MAX_WARM_WORKERS}")
     device = get_device_type(device_type)
     selection = GpuSelection.parse(gpus) if gpus is not None else None
     if selection is not None:
@@ -73,6 +71,7 @@ def create_cluster(
         raise InvalidInputError(f"--num-slices must be between 1 and {MAX_LOCAL_SLICES}")
     paths = ClusterPaths.of(name)
     private_dir(paths.root.parent)
+    removal.remove_tombstones(paths.root.parent)
     with _creation_lock(paths):
         backing = _backing_of(paths, selection)
         if backing is None:
@@ -123,7 +122,7 @@ def _create_or_resize(
     name = paths.name
     state = _state_of(paths)
     if state == "deleted":  # a `cluster delete` that was cut short: finish it first
-        shutil.rmtree(paths.root, ignore_errors=True)
+        removal.delete_cluster(paths)
     fresh = state != "live"
     if fresh:
         private_dir(paths.root)
@@ -193,42 +192,16 @@ def _held_slices(paths: ClusterPaths) -> int:
 
 
 def delete_cluster(name: str) -> None:
-    """Stop every worker gracefully, then the controller, then remove the cluster's state.
+    """Stop every worker gracefully, then the controller, then remove the cluster's state
+    (see ``removal.py``: an interrupted deletion is finished by running it again).
 
     Checkpoints are kept (they live outside the cluster directory)."""
-    paths = existing(name)
-    outcome = client.request(paths, RequestKind.SHUTDOWN, {})
-    if outcome.status != "done":
-        raise ConflictError(outcome.message)
-    # Hold the controller lock while removing the state: no controller can start meanwhile.
-    descriptor = os.open(paths.lock, os.O_CREAT | os.O_RDWR, 0o600)
-    try:
-        _lock_when_free(descriptor, timeout=max(10.0, _longest_grace(paths)))
-        shutil.rmtree(paths.root, ignore_errors=True)
-    finally:
-        os.close(descriptor)
-
-
-def _lock_when_free(descriptor: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                raise ConflictError("the cluster's controller did not stop; try `hotswap cluster delete` again") from None
-            time.sleep(0.02)  # the controller is writing its last answer and closing
-
-
-def _longest_grace(paths: ClusterPaths) -> float:
-    with open_store(paths) as store:
-        return max((r["spec"]["termination_grace_period_s"] for r, _ in store.workload_records()), default=0.0)
+    removal.delete_cluster(existing(name))
 
 
 def describe_cluster(name: str) -> dict[str, Any]:
     paths = existing(name)
-    client.ensure_controller(paths)
+    client.ensure_controller(paths, wait=False)
     with open_store(paths) as store:
         record = store.cluster()
         backing = Backing.of(record.settings)
@@ -283,10 +256,31 @@ def create_workload(cluster: str, spec: WorkloadSpec, launch: dict[str, Any]) ->
         raise InvalidInputError(
             f"cluster {cluster} has {record.device_type} slices; the workload asks for {spec.device_type}"
         )
+    with open_store(paths) as store:
+        store.check_writable()  # said first: the checkpoint directory is often inside the state
+    _check_checkpoint_dir(launch["checkpoint_dir"], "--checkpoint-dir" if spec.checkpoint_dir else "the checkpoint directory")
     outcome = client.request(paths, RequestKind.CREATE, {"spec": spec.model_dump(mode="json"), "launch": launch})
     if outcome.status != "done":
         raise ConflictError(outcome.message)
-    return describe_workload(cluster, spec.name, timeline=False)
+    try:
+        return describe_workload(cluster, spec.name, timeline=False)
+    except NotFoundError:  # created, then deleted by another command before we looked
+        return {"name": spec.name, "status": "DELETED", "status_message": "created, then deleted by another command"}
+
+
+def _check_checkpoint_dir(path: str, what: str) -> None:
+    """Refuse, before anything is queued, a checkpoint directory of another user or open to
+    others' writes (its contents are restored into the job), or one that can be neither used
+    nor created (under a regular file, in a directory we cannot write)."""
+    existing_part = Path(path)
+    while not existing_part.exists() and existing_part != existing_part.parent:
+        existing_part = existing_part.parent
+    if not existing_part.is_dir():
+        raise InvalidInputError(f"{what} {path}: {existing_part} is not a directory")
+    if existing_part == Path(path):
+        check_private(existing_part, what, remedy="use a directory of yours", error=InvalidInputError)
+    if not os.access(existing_part, os.W_OK | os.X_OK):
+        raise InvalidInputError(f"{what} {path}: {existing_part} is not writable by you")
 
 
 def delete_workload(cluster: str, name: str) -> None:
@@ -367,7 +361,8 @@ def log_file(cluster: str, name: str, slice_: str | None, host: int) -> Path:
     record, _ = _record(paths, name)
     replica = 0
     if slice_ is not None:
-        if slice_.isdigit():
+        check_text("--slice", slice_)
+        if slice_.isascii() and slice_.isdigit() and len(slice_) < 10:
             replica = int(slice_)
         elif slice_ in record["slices"]:
             replica = record["slices"].index(slice_)
@@ -415,6 +410,7 @@ def node_operation(cluster: str, operation: str, node: str | None, slice_: str |
         raise InvalidInputError(f"unknown node operation {operation!r}")
     if (node is None) == (slice_ is None):
         raise InvalidInputError("give exactly one of --node or --slice")
+    check_text("--node" if node is not None else "--slice", node if node is not None else slice_ or "")
     paths = existing(cluster)
     rows = list_nodes(cluster)
     if node is not None:

@@ -53,7 +53,7 @@ def start_ticks(pid: int) -> int:
 
 def write_atomically(path: str, text: str) -> None:
     temporary = f"{path}.tmp"
-    with open(temporary, "w") as handle:
+    with os.fdopen(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
         handle.write(text)
         handle.flush()
         os.fsync(handle.fileno())

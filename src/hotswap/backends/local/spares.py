@@ -26,6 +26,7 @@ from pathlib import Path
 
 from hotswap.api.worker import CUDA_VISIBLE_DEVICES
 from hotswap.backends.local.supervisor import Supervisor, WorkerLaunch
+from hotswap.store.paths import new_dirs_private, write_private
 from hotswap.store.state import SPARE, Store, WorkerRow
 
 WARM = Path(__file__).with_name("warm.py")
@@ -119,7 +120,7 @@ class SparePool:
             spare_id = self.store.add_worker(SPARE, dir="", state="warm", started_at=now)
             directory = self.root / "spares" / str(spare_id)
             self.store.update_worker(spare_id, dir=str(directory))
-        directory.mkdir(parents=True, exist_ok=True)
+        new_dirs_private(directory)
         fifo = directory / "assignment"
         if not fifo.exists():
             os.mkfifo(fifo, 0o600)
@@ -127,7 +128,7 @@ class SparePool:
         # Started as a worker of an emulated slice is (no GPU visible): those are the workers it
         # can serve. A GPU-backed worker's GPUs are its own, so it always starts cold.
         environment = {**os.environ, CUDA_VISIBLE_DEVICES: ""}
-        (directory / "env.json").write_text(json.dumps(environment))
+        write_private(directory / "env.json", json.dumps(environment))  # may hold secrets
         launch = WorkerLaunch(SPARE, directory, directory / "spare.log", command, str(directory), environment)
         return self.store.worker(spare_id), launch
 
@@ -174,7 +175,7 @@ class SparePool:
         spare (so a restarted controller adopts the spare's process instead of starting a
         second one), then the spare gets the assignment, then the rows are committed.
         """
-        (Path(launch.dir) / SPARE_POINTER).write_text(spare.dir)
+        write_private(Path(launch.dir) / SPARE_POINTER, spare.dir)
         message = json.dumps({"argv": argv, "env": launch.env, "cwd": launch.cwd, "log": str(launch.log)}) + "\n"
         try:
             channel = os.open(Path(spare.dir) / "assignment", os.O_WRONLY | os.O_NONBLOCK)

@@ -21,6 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from hotswap.store.paths import write_private
 from hotswap.store.state import Store, WorkerIdentity, WorkerRow
 
 SHIM = Path(__file__).with_name("shim.py")
@@ -59,7 +60,7 @@ class WorkerLaunch:
             "command": self.command, "cwd": self.cwd, "env": self.env, "log": str(self.log),
             "local": [p.to_json() for p in self.local],
         }
-        (self.dir / LAUNCH_FILE).write_text(json.dumps(record))
+        write_private(self.dir / LAUNCH_FILE, json.dumps(record))  # the environment may hold secrets
 
     @classmethod
     def saved(cls, row: WorkerRow) -> WorkerLaunch:

@@ -26,7 +26,6 @@ import os
 import selectors
 import signal
 import time
-import traceback
 from collections.abc import Callable, Collection, Iterable
 
 from hotswap.api.times import iso_utc
@@ -34,7 +33,8 @@ from hotswap.api.worker import HOTSWAP_EVENTS_FILE
 from hotswap.backends.local import launch as files
 from hotswap.backends.local.spares import SpareGone, SparePool
 from hotswap.backends.local.supervisor import Supervisor, WorkerLaunch
-from hotswap.store.paths import ClusterPaths
+from hotswap.store import faults
+from hotswap.store.paths import ClusterPaths, new_dirs_private, open_private
 from hotswap.store.state import LIVE_WORKER_STATES, Store, WorkerRow
 
 CANNOT_START_EXIT_CODE = 127  # what a shell reports for a command it cannot run
@@ -115,9 +115,8 @@ class Workers:
             ),
         )
         self.store.update_worker(worker_id, dir=str(launch.dir))
-        launch.dir.mkdir(parents=True, exist_ok=True)
-        launch.log.parent.mkdir(parents=True, exist_ok=True)
-        events.parent.mkdir(parents=True, exist_ok=True)
+        for needed in (launch.dir, launch.log.parent, events.parent):
+            new_dirs_private(needed)
         launch.save()
         return self.store.worker(worker_id), launch
 
@@ -138,8 +137,8 @@ class Workers:
                 if not row.identity.is_spare:
                     _log_header(row, launch, warm=False)
                 pid, ticks = self.supervisor.spawn(row, launch)
-            except OSError as error:
-                traceback.print_exc()
+            except (OSError, ValueError, KeyError) as error:  # a launch no process can have (a NUL), or lost
+                faults.log()
                 self._cannot_start(row, launch, error)
                 continue
             started.append((row, pid, ticks))
@@ -199,24 +198,25 @@ class Workers:
                 self.watched[pidfd] = row.id
         return True
 
-    def _cannot_start(self, row: WorkerRow, launch: WorkerLaunch | None, error: OSError) -> None:
+    def _cannot_start(self, row: WorkerRow, launch: WorkerLaunch | None, error: Exception) -> None:
         if row.identity.is_spare:  # the pool refills later
             with self.store.transaction():
                 self.store.update_worker(row.id, state="exited", exit_code=CANNOT_START_EXIT_CODE)
             return
         if launch is not None:
-            with contextlib.suppress(OSError), open(launch.log, "a") as log:
+            with contextlib.suppress(OSError), os.fdopen(open_private(launch.log), "a") as log:
                 log.write(f"hotswap: cannot start this worker: {error}\n")
         self.exited(row, CANNOT_START_EXIT_CODE)
 
     # ------------------------------------------------------------------ stopping
 
-    def mark_stopping(self, rows: Iterable[WorkerRow], now: float) -> None:
-        """Record that the workers must stop, and their SIGKILL deadline (in the caller's
-        transaction; :meth:`terminate` them once it is committed)."""
+    def mark_stopping(self, rows: Iterable[WorkerRow], now: float, grace_s: float | None = None) -> None:
+        """Record that the workers must stop, and their SIGKILL deadline: their workload's grace
+        period, or ``grace_s`` (0 for a failed node's workers). In the caller's transaction;
+        :meth:`terminate` (or :meth:`kill`) them once it is committed."""
         for row in rows:
-            kill_at = now + self.grace_s(row.identity.workload)
-            self.store.update_worker(row.id, state="stopping", stop_requested_at=now, kill_at=kill_at)
+            grace = self.grace_s(row.identity.workload) if grace_s is None else grace_s
+            self.store.update_worker(row.id, state="stopping", stop_requested_at=now, kill_at=now + grace)
 
     def terminate(self, rows: Iterable[WorkerRow]) -> None:
         for row in rows:
@@ -279,11 +279,17 @@ class Workers:
         self.pending_exits[row.id] = (code, time.time())
         self.on_exit(row, code)
 
-    def commit_exits(self) -> None:
-        """Write the pending exits (inside the caller's transaction)."""
+    def commit_exits(self) -> list[int]:
+        """Write the pending exits (inside the caller's transaction); returns the workers to
+        hand to :meth:`exits_committed` once that transaction has committed (an exit whose
+        write was rolled back stays pending)."""
         for worker_id, (code, ended_at) in self.pending_exits.items():
             self.store.update_worker(worker_id, state="exited", exit_code=code, ended_at=ended_at)
-        self.pending_exits.clear()
+        return list(self.pending_exits)
+
+    def exits_committed(self, worker_ids: Iterable[int]) -> None:
+        for worker_id in worker_ids:
+            self.pending_exits.pop(worker_id, None)
 
     # ------------------------------------------------------------------ warm spares
 
@@ -303,7 +309,7 @@ def _started_state(row: WorkerRow) -> str:
 
 def _log_header(row: WorkerRow, launch: WorkerLaunch, warm: bool) -> None:
     who = row.identity
-    with open(launch.log, "a") as log:
+    with os.fdopen(open_private(launch.log), "a") as log:
         log.write(
             f"--- hotswap: attempt {who.attempt} of {who.workload} on {who.slice} host {who.host}"
             f" (node {who.node}){' on a warm spare' if warm else ''} at {iso_utc(time.time(), 2)} ---\n"
