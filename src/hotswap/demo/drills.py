@@ -66,6 +66,8 @@ class DemoOptions:
 class Drill(abc.ABC):
     scenario = ""
     title = ""
+    framework = "torch"
+    script = "train.py"  # the example the drill's jobs train
 
     def __init__(self, options: DemoOptions, live: bool | None = None) -> None:
         self.options = options
@@ -139,9 +141,9 @@ class Drill(abc.ABC):
         operations.create_cluster(self.cluster, DEVICE, slices, True, lambda _: True, warm_workers=warm)
         self.event(f"cluster {self.cluster}: {slices} x {DEVICE} (1 host per slice), controller started")
 
-    def submit(self, name: str, *, priority: str, slices: int, steps: int = 1_000_000, script: str = "train.py", **flags: Any) -> None:
+    def submit(self, name: str, *, priority: str, slices: int, steps: int = 1_000_000, script: str | None = None, **flags: Any) -> None:
         command = (
-            f"{sys.executable} {example_script(script)} --steps {steps} --step-sleep {self.options.step_sleep}"
+            f"{sys.executable} {example_script(script or self.script)} --steps {steps} --step-sleep {self.options.step_sleep}"
             f" --checkpoint-every 50"
         )
         spec = workload_spec(
@@ -212,7 +214,7 @@ class Drill(abc.ABC):
     # ------------------------------------------------------------------ running
 
     def run(self) -> dict[str, Any]:
-        summary: dict[str, Any] = {"scenario": self.scenario, "cluster": self.cluster}
+        summary: dict[str, Any] = {"scenario": self.scenario, "framework": self.framework, "cluster": self.cluster}
         with self.view:
             try:
                 summary.update(self.drill())
