@@ -168,3 +168,21 @@ def test_a_hung_peer_is_left_behind_from_the_snapshot_and_a_returning_slice_gets
         resumed = min(on(joiner, 3))
         for worker in everyone:
             assert on(worker, 3)[resumed] == expected_checksum(resumed, 6)
+
+
+PATHWAYS_HARNESS = Path(__file__).with_name("jax_pathways_harness.py")
+
+
+def test_a_pathwaysutils_style_loop_saves_on_sigterm_and_resumes_its_snapshot(tmp_path: Path) -> None:
+    env = worker_env(rank=0, world_size=1, port=free_port(), checkpoint_dir=tmp_path / "checkpoints")
+    with Workers(tmp_path) as workers:
+        first = workers.start("first", PATHWAYS_HARNESS, [], env)
+        wait_until(lambda: first.last_step() >= 8, TIMEOUT, "8 steps", [first])
+        saved = stop([first], 0)
+        assert "resumed step=0 seen=0" in first.lines()
+
+        second = workers.start("second", PATHWAYS_HARNESS, [], env)
+        wait_until(lambda: second.last_step() > saved, TIMEOUT, "a step after the restore", [second])
+        assert f"resumed step={saved} seen={saved}" in second.lines()
+        assert restored(second) == (saved, "migration")
+        assert float(second.steps()[saved + 1]["w"]) == saved + 1
