@@ -14,7 +14,6 @@ that is what a SIGTERM saves, a periodic checkpoint writes and a survivor hands 
 from __future__ import annotations
 
 import atexit
-import contextlib
 import logging
 import os
 import signal
@@ -26,9 +25,10 @@ from typing import Any, NoReturn
 import jax
 import numpy as np
 
-from hotswap.api.worker import CHECKPOINTED_EXIT_CODE, EVENT_START, EVENT_STEP, EVENT_STOP, Membership, WorkerEnv, step_line
+from hotswap.api.worker import CHECKPOINTED_EXIT_CODE, EVENT_START, EVENT_STOP, Membership, WorkerEnv
 from hotswap.train.boundary import StepBoundary
-from hotswap.train.events import EventLog, say
+from hotswap.train.events import EventLog
+from hotswap.train.front import RunFront
 from hotswap.train.jax import handoff as handoffs
 from hotswap.train.jax.checkpoints import OrbaxCheckpoints
 from hotswap.train.jax.formation import RestartingFormation
@@ -36,13 +36,12 @@ from hotswap.train.jax.runtime import JaxGroup, configure_runtime, default_compi
 from hotswap.train.jax.sync import JaxStateSync
 from hotswap.train.jax.watchdog import Watchdog
 from hotswap.train.progress import Progress
-from hotswap.train.rendezvous import first_line
 from hotswap.train.termination import Termination, TerminationRequest
 
 log = logging.getLogger("hotswap.train")
 
 
-class JaxRun:
+class JaxRun(RunFront):
     """One process's part of a JAX training job. Create it with :func:`hotswap.train.jax.init`."""
 
     def __init__(
@@ -98,9 +97,7 @@ class JaxRun:
         )
         self.watchdog = self._watchdog(stall_timeout_s) if env.membership_file else None
         self._began = False
-        self._in_step = False
-        self._step_failed = False
-        self._updated = False
+        self._updated = False  # the step assigned its new state
         self._boundary_at: float | None = None
         self.formation.join_first()
         directory = checkpoint_dir or env.checkpoint_dir
@@ -113,37 +110,6 @@ class JaxRun:
         atexit.register(self.close)
 
     # Where this process stands -------------------------------------------------------------
-
-    @property
-    def rank(self) -> int:
-        return self.group.rank
-
-    @property
-    def world_size(self) -> int:
-        return self.group.world_size
-
-    @property
-    def step(self) -> int:
-        """Steps done."""
-        return self.progress.step
-
-    @property
-    def elastic(self) -> bool:
-        return self.formation.elastic
-
-    @property
-    def slices(self) -> int:
-        """Active slices: the current membership's, or the workload's when it is not elastic."""
-        return self.formation.slices
-
-    @property
-    def total_slices(self) -> int:
-        """The workload's full size (``MEGASCALE_NUM_SLICES``)."""
-        return max(self.env.num_slices, self.slices)
-
-    @property
-    def generation(self) -> int:
-        return self.formation.generation
 
     def mesh(self, axis_names: tuple[str, str] = ("slice", "device")) -> jax.sharding.Mesh:
         """Every device of the active slices as a (slices, devices per slice) mesh: shard over
@@ -220,26 +186,10 @@ class JaxRun:
         self._begin()
         return self.state
 
-    @contextlib.contextmanager
-    def elastic_step(self) -> Iterator[None]:
-        """Wrap the body of a step: a computation that fails because a peer was lost abandons
-        the step instead of raising (the state stays the one before it); the run then moves to
-        the next generation. Other errors pass through."""
-        try:
-            yield
-        except Exception as error:
-            if self.world_size > 1 and self.group.is_peer_failure(error):
-                log.warning("hotswap: step %d abandoned, a peer was lost: %s", self.step + 1, first_line(error))
-                self._step_failed = True
-                return
-            raise
-
     def report(self, **metrics: object) -> None:
         """Print the step line of the contract (seed 001's awk reads it), with ``metrics``
         (JAX and NumPy scalars are printed as numbers)."""
-        step = self.step + 1 if self._in_step else self.step
-        values = {key: _plain(value) for key, value in metrics.items()}
-        say(step_line(step, self.slices, self.progress.elastic_down_events, **values))
+        super().report(**{key: _plain(value) for key, value in metrics.items()})
 
     def close(self) -> None:
         """Finish the checkpoint in flight and leave the group (also done at exit)."""
@@ -267,10 +217,6 @@ class JaxRun:
         if self.watchdog is not None:
             self.watchdog.beat()
         self.boundary.cross(total)
-
-    def _complete_step(self, duration_s: float) -> None:
-        self.progress.step += 1
-        self.events.record(EVENT_STEP, step=self.step, duration_s=round(duration_s, 6), slices=self.slices)
 
     def _watchdog(self, stall_s: float) -> Watchdog:
         assert self.env.membership_file
