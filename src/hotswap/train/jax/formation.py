@@ -79,8 +79,8 @@ class RestartingFormation(GroupFormation):
         started = time.monotonic()
         previous = self.membership
         assert previous is not None
-        newest = self._await_membership(previous.generation, fresh=False)
         self._claim()
+        newest = self._await_membership(previous.generation, fresh=False)
         self.jax_group.leave(_staying(previous, newest))
         if newest.rank_of(self.env.slice_name, self.env.host_index) is None:
             say(f"leaving: slice {self.env.slice_name} is not in membership generation {newest.generation}")

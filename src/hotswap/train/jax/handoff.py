@@ -18,6 +18,7 @@ import dataclasses
 import os
 import pickle
 import signal
+import subprocess
 import sys
 import tempfile
 from typing import Any, BinaryIO, NoReturn
@@ -69,10 +70,22 @@ def restart(handoff: Handoff) -> NoReturn:
             pass
     try:
         os.chdir(_START_DIR)
-        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+        os.execve(sys.executable, command_line(), env)
     except OSError:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
         raise
+
+
+def command_line() -> list[str]:
+    """This program's command line, rebuilt from what runs as ``__main__`` (not from the
+    interpreter's own argv: a warm spare worker runs the script inside another program)."""
+    main = sys.modules["__main__"]
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name:  # python -m package.module
+        program = ["-m", spec.name.removesuffix(".__main__")]
+    else:
+        program = [os.path.join(_START_DIR, sys.argv[0])]
+    return [sys.executable, *subprocess._args_from_interpreter_flags(), *program, *sys.argv[1:]]
 
 
 def take() -> Handoff | None:
