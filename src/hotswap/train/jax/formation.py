@@ -15,12 +15,15 @@ PyTorch.
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import NoReturn
 
-from hotswap.api.worker import CHECKPOINTED_EXIT_CODE, Membership, WorkerEnv
+from hotswap.api.worker import CHECKPOINTED_EXIT_CODE, RESTART_EXIT_CODE, Membership, WorkerEnv
 from hotswap.train.events import EventLog, say
 from hotswap.train.formation import GroupFormation
 from hotswap.train.jax.handoff import Handoff, MembershipChange
@@ -64,8 +67,8 @@ class RestartingFormation(GroupFormation):
 
     def finish_change(self) -> None:
         """Once the state is synchronised: the move the previous program began is done."""
-        if self.change is not None:
-            change, self.change = self.change, None
+        change, self.change = self.change, None
+        if change is not None and change.previous_slices is not None:
             self._announce_change(change.previous_slices, change.started, change.failed)
 
     def _form(self, membership: Membership, rank: int) -> bool:
@@ -92,22 +95,27 @@ class RestartingFormation(GroupFormation):
 
     def restart_into(self, after_generation: int, *, failed: bool, prefer_snapshot: bool = False) -> NoReturn:
         """Restart this process to join the first generation after ``after_generation``."""
-        previous = self.membership
-        slices = len(previous.slices) if previous else self.slices
-        change = self.change or MembershipChange(after_generation, slices, time.monotonic(), failed)
-        change = MembershipChange(after_generation, change.previous_slices, change.started, change.failed)
+        if self.change is not None:  # still finishing the previous move: it goes on
+            change = dataclasses.replace(self.change, after_generation=after_generation)
+        else:
+            slices = len(self.membership.slices) if self.membership else None
+            change = MembershipChange(after_generation, slices, time.monotonic(), failed)
         self._restart(self.jax_state.handoff(change, self.attempts + 1, prefer_snapshot=prefer_snapshot))
 
     def abandon(self, newest: Membership, forming: int | None) -> None:
         """The watchdog's way out of a call that does not return (see :mod:`.watchdog`)."""
         if not self._moving.acquire(blocking=False):
             return  # the main thread is moving on already
-        if forming is not None:
-            self.restart_into(forming, failed=False)
-        previous = self.membership
-        assert previous is not None
-        self.jax_group.leave(_staying(previous, newest))
-        self.restart_into(previous.generation, failed=True, prefer_snapshot=True)
+        try:
+            if forming is not None:
+                self.restart_into(forming, failed=False)
+            previous = self.membership
+            assert previous is not None
+            self.jax_group.leave(_staying(previous, newest))
+            self.restart_into(previous.generation, failed=True, prefer_snapshot=True)
+        except BaseException as error:  # the main thread waits for this one: never leave it hanging
+            print(f"hotswap: cannot restart into generation {newest.generation}: {error}", file=sys.stderr, flush=True)
+            os._exit(RESTART_EXIT_CODE)
 
     def _claim(self) -> None:
         """Only one thread moves the process on; if the watchdog does, this one waits for it."""

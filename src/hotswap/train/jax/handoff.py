@@ -35,7 +35,7 @@ class MembershipChange:
     """A move to a new generation, begun in the previous program, finished in the next."""
 
     after_generation: int  # the new program joins a generation newer than this one
-    previous_slices: int
+    previous_slices: int | None  # None: the process had not joined any generation yet
     started: float  # time.monotonic() when the change began (system-wide on Linux)
     failed: bool  # caused by a lost peer, not by a published membership
 

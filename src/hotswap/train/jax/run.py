@@ -36,6 +36,7 @@ from hotswap.train.jax.runtime import JaxGroup, configure_runtime, default_compi
 from hotswap.train.jax.sync import JaxStateSync
 from hotswap.train.jax.watchdog import Watchdog
 from hotswap.train.progress import Progress
+from hotswap.train.rendezvous import first_line
 from hotswap.train.termination import Termination, TerminationRequest
 
 log = logging.getLogger("hotswap.train")
@@ -213,7 +214,13 @@ class JaxRun(RunFront):
         self._boundary_at = time.monotonic()
 
     def _cross(self, total: int) -> None:
-        self.sync.at_boundary()
+        try:
+            self.sync.at_boundary()
+        except Exception as error:  # the step's result, computed asynchronously, failed
+            if self.world_size == 1 or not self.group.is_peer_failure(error):
+                raise
+            log.warning("hotswap: a peer was lost in step %d: %s", self.step, first_line(error))
+            self.formation.recover()
         if self.watchdog is not None:
             self.watchdog.beat()
         self.boundary.cross(total)
