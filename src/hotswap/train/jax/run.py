@@ -14,10 +14,12 @@ that is what a SIGTERM saves, a periodic checkpoint writes and a survivor hands 
 from __future__ import annotations
 
 import atexit
+import importlib
 import logging
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any, NoReturn
@@ -30,7 +32,6 @@ from hotswap.train.boundary import StepBoundary
 from hotswap.train.events import EventLog
 from hotswap.train.front import RunFront
 from hotswap.train.jax import handoff as handoffs
-from hotswap.train.jax.checkpoints import OrbaxCheckpoints
 from hotswap.train.jax.formation import RestartingFormation
 from hotswap.train.jax.runtime import JaxGroup, configure_runtime, default_compilation_cache
 from hotswap.train.jax.sync import JaxStateSync
@@ -100,7 +101,14 @@ class JaxRun(RunFront):
         self._began = False
         self._updated = False  # the step assigned its new state
         self._boundary_at: float | None = None
+        # orbax takes a while to import: let it load while the group forms (a restarted
+        # process waits there for the others anyway).
+        loading = threading.Thread(target=importlib.import_module, args=("hotswap.train.jax.checkpoints",), daemon=True)
+        loading.start()
         self.formation.join_first()
+        loading.join()
+        from hotswap.train.jax.checkpoints import OrbaxCheckpoints
+
         directory = checkpoint_dir or env.checkpoint_dir
         if directory:
             self.sync.checkpoints = OrbaxCheckpoints(directory, keep, self.events, record_events=self.rank == 0)

@@ -13,11 +13,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hotswap.api.worker import EVENT_CHECKPOINT_RESTORE, restored_line
 from hotswap.train.events import EventLog, say
-from hotswap.train.jax.checkpoints import OrbaxCheckpoints
 from hotswap.train.jax.handoff import Handoff, MembershipChange
 from hotswap.train.jax.objects import ObjectRegistry
 from hotswap.train.jax.runtime import JaxGroup
@@ -32,6 +31,9 @@ from hotswap.train.jax.trees import (
     rebuild,
 )
 from hotswap.train.progress import Progress, plan_peer_copy
+
+if TYPE_CHECKING:
+    from hotswap.train.jax.checkpoints import OrbaxCheckpoints
 
 log = logging.getLogger("hotswap.train")
 
