@@ -178,3 +178,41 @@ def test_pathwaysutils_scaling_rule(jax) -> None:  # type: ignore[no-untyped-def
     assert manager.scale_by_active_slices(30) == 20 and manager.scale_by_active_slices(0.3) == pytest.approx(0.2)
     with pytest.raises(ValueError, match="remainder"):
         manager.scale_by_good_slices(31)
+
+
+def test_a_survivor_hands_over_the_last_computed_state_when_the_live_one_failed(jax, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """A step's arrays arrive asynchronously: when the step failed with its peer, the state it
+    assigned cannot be read, and the one before it (with its counters and objects) goes."""
+    import jax.numpy as jnp
+
+    from hotswap.train.events import EventLog
+    from hotswap.train.jax import sync as syncs
+    from hotswap.train.jax.handoff import MembershipChange
+    from hotswap.train.progress import Progress
+
+    progress = Progress(step=4, has_state=True)
+    state = syncs.JaxStateSync(
+        types.SimpleNamespace(rank=0, world_size=2), progress, EventLog(None),  # type: ignore[arg-type]
+        hosts_per_slice=1, async_checkpoints=True, snapshot_every=None, handoff=None,
+    )
+    position = {"offset": 4}
+    state.register({"w": jnp.full(3, 4.0)}, {"data": position})
+    state.at_boundary()
+    state.commit()  # step 4 is computed
+    position["offset"] = 5
+    failed = {"w": jnp.full(3, 5.0)}
+    state.current, progress.step = failed, 5
+    state.at_boundary()
+
+    real = syncs.local_shards
+
+    def unreadable(tree):  # type: ignore[no-untyped-def]
+        if tree is failed:
+            raise ValueError("UNKNOWN: Gloo all-reduce failed: Connection reset by peer")
+        return real(tree)
+
+    monkeypatch.setattr(syncs, "local_shards", unreadable)
+    handed = state.handoff(MembershipChange(1, 2, 0.0, True), attempts=1)
+    assert handed.counters is not None and handed.counters["step"] == 4
+    assert handed.objects == {"data": {"offset": 4}}
+    assert handed.shards is not None and float(next(iter(handed.shards[0].values()))[0]) == 4.0

@@ -232,6 +232,7 @@ class JaxRun(RunFront):
         if self.watchdog is not None:
             self.watchdog.beat()
         self.boundary.cross(total)
+        self.sync.commit()
 
     def _watchdog(self, stall_s: float) -> Watchdog:
         assert self.env.membership_file

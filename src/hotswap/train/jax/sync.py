@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import jax
+
 from hotswap.api.worker import EVENT_CHECKPOINT_RESTORE, restored_line
 from hotswap.train.events import EventLog, say
 from hotswap.train.jax.handoff import Handoff, MembershipChange
@@ -31,6 +33,7 @@ from hotswap.train.jax.trees import (
     rebuild,
 )
 from hotswap.train.progress import Progress, plan_peer_copy
+from hotswap.train.rendezvous import first_line
 
 if TYPE_CHECKING:
     from hotswap.train.jax.checkpoints import OrbaxCheckpoints
@@ -60,7 +63,10 @@ class JaxStateSync:
         self.snapshot_every = snapshot_every
         self.objects = ObjectRegistry()
         self.template: Any = None
-        self.current: Any = None  # the live state: after the last complete step
+        self.current: Any = None  # the live state: what the last step assigned
+        # The last state known to be computed (the step's arrays come asynchronously and may
+        # turn out to be the failed computation), with its counters and objects.
+        self.committed: tuple[Any, dict[str, int], dict[str, Any]] | None = None
         self.checkpoints: OrbaxCheckpoints | None = None
         self.snapshot: HostSnapshot | None = None
         self.force_snapshot = False  # take one at the next boundary whatever the period
@@ -86,21 +92,37 @@ class JaxStateSync:
                 self._counters(), local_shards(self.current), self._leaves(), self._objects_now
             )
 
+    def commit(self) -> None:
+        """After the ranks agreed at a boundary (their collectives ran after the step's): the
+        live state, if it is computed and not a failure, is the one to fall back on."""
+        state = self.current
+        if state is None or any_deleted(state) or not all(leaf.is_ready() for leaf in _arrays(state)):
+            return
+        try:
+            jax.block_until_ready(state)  # ready already: this only surfaces a failure
+        except Exception:
+            return
+        self.committed = (state, self._counters(), self._objects_now)
+
     def handoff(self, change: MembershipChange, attempts: int, prefer_snapshot: bool = False) -> Handoff:
         """What this process hands its next program: the live state if its arrays are intact,
-        else the last host snapshot, else nothing (the next generation then restores from a
-        peer or the newest checkpoint)."""
+        else the last state known to be computed, else the last host snapshot, else nothing
+        (the next generation then restores from a peer or the newest checkpoint)."""
         if self._handoff is not None:  # restarting again before the state was taken back
             held = self._handoff
             return Handoff(change, held.counters, held.shards, held.leaves, held.objects, attempts)
-        live = self.progress.has_state and self.current is not None and not any_deleted(self.current)
-        if live and not prefer_snapshot:
+        candidates = [] if prefer_snapshot or not self.progress.has_state else [
+            (self.current, self._counters(), self._objects_now), *([self.committed] if self.committed else [])
+        ]
+        for state, counters, objects in candidates:
+            if state is None or any_deleted(state):
+                continue
             try:  # a step's result is computed asynchronously: it may be the failed computation
-                shards = local_shards(self.current)
+                shards = local_shards(state)
             except Exception as error:
-                log.warning("hotswap: the live state cannot be read (%s): handing over the last snapshot", error)
-            else:
-                return Handoff(change, self._counters(), shards, self._leaves(), self._objects_now, attempts)
+                log.warning("hotswap: the state of step %d cannot be read (%s)", counters["step"], first_line(error))
+                continue
+            return Handoff(change, counters, shards, self._leaves(), objects, attempts)
         if self.snapshot is not None:
             snap = self.snapshot
             return Handoff(change, snap.counters, snap.shards, snap.leaves, snap.objects, attempts)
@@ -233,3 +255,7 @@ class JaxStateSync:
             EVENT_CHECKPOINT_RESTORE, step=self.progress.step, duration_s=round(elapsed, 6), source=source
         )
         say(restored_line(self.progress.step, source))
+
+
+def _arrays(tree: Any) -> list[jax.Array]:
+    return [leaf for _, leaf in leaves_with_paths(tree) if isinstance(leaf, jax.Array)]
