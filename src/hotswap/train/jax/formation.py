@@ -93,14 +93,14 @@ class RestartingFormation(GroupFormation):
         change = MembershipChange(previous.generation, len(previous.slices), started, failed)
         self._restart(self.jax_state.handoff(change, self.attempts + 1))
 
-    def restart_into(self, after_generation: int, *, failed: bool, prefer_snapshot: bool = False) -> NoReturn:
+    def restart_into(self, after_generation: int, *, failed: bool, live: bool = True) -> NoReturn:
         """Restart this process to join the first generation after ``after_generation``."""
         if self.change is not None:  # still finishing the previous move: it goes on
             change = dataclasses.replace(self.change, after_generation=after_generation)
         else:
             slices = len(self.membership.slices) if self.membership else None
             change = MembershipChange(after_generation, slices, time.monotonic(), failed)
-        self._restart(self.jax_state.handoff(change, self.attempts + 1, prefer_snapshot=prefer_snapshot))
+        self._restart(self.jax_state.handoff(change, self.attempts + 1, live=live))
 
     def abandon(self, newest: Membership, forming: int | None) -> None:
         """The watchdog's way out of a call that does not return (see :mod:`.watchdog`)."""
@@ -112,7 +112,7 @@ class RestartingFormation(GroupFormation):
             previous = self.membership
             assert previous is not None
             self.jax_group.leave(_staying(previous, newest))
-            self.restart_into(previous.generation, failed=True, prefer_snapshot=True)
+            self.restart_into(previous.generation, failed=True, live=False)
         except BaseException as error:  # the main thread waits for this one: never leave it hanging
             print(f"hotswap: cannot restart into generation {newest.generation}: {error}", file=sys.stderr, flush=True)
             os._exit(RESTART_EXIT_CODE)

@@ -242,6 +242,7 @@ class JaxRun(RunFront):
             generation=lambda: self.formation.generation,
             forming=lambda: self.group.forming.generation if self.group.forming else None,
             is_rank_zero=lambda: self.group.planned_rank == 0,
+            others_leaving=self.group.others_leaving,
             terminated=lambda: self.termination.requested,
             on_stall=self._abandon,
             on_terminated=self._end_without_group,

@@ -31,7 +31,8 @@ from hotswap.train.rendezvous import GroupSpec, RendezvousFailed, first_line
 
 log = logging.getLogger("hotswap.train")
 
-LEAVE_TIMEOUT_S = 5.0  # how long rank 0 waits for the others to leave before it does
+LEAVE_TIMEOUT_S = 15.0  # how long rank 0 waits for the others to leave before it does
+_LEAVING_KEY = "hotswap/leaving"  # set by the first rank that leaves the generation
 
 # Messages of errors that mean a peer died, hung or left: gloo's and NCCL's own, and the
 # status codes pathwaysutils treats as a slice going down.
@@ -163,6 +164,7 @@ class JaxGroup:
             self._left = True
             return
         self._left = True
+        self._say_leaving()
         if self.rank != 0:
             try:
                 jax.distributed.shutdown()
@@ -187,6 +189,25 @@ class JaxGroup:
         threading.Thread(target=wait, name="hotswap-leave", daemon=True).start()
         if not gone.wait(LEAVE_TIMEOUT_S):
             log.warning("hotswap: ranks %s did not leave generation %d in time", others, self.spec.generation if self.spec else 0)
+
+    def _say_leaving(self) -> None:
+        """Tell the others, through the coordination service, that this generation is ending:
+        a rank stuck in a collective with a rank that left learns it there (its watchdog asks)."""
+        client = _client()
+        try:
+            client.key_value_set(_LEAVING_KEY, str(self.rank))
+        except Exception:  # set already by another rank, or the service is gone
+            pass
+
+    def others_leaving(self) -> bool:
+        """Whether a rank of this generation has started to leave it."""
+        client = _client() if self._owned and not self._left else None
+        if client is None:
+            return False
+        try:
+            return client.key_value_try_get(_LEAVING_KEY) is not None
+        except Exception:  # not set (NOT_FOUND is raised, not returned)
+            return False
 
     # Collectives ---------------------------------------------------------------------------
 

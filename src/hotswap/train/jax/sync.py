@@ -104,16 +104,19 @@ class JaxStateSync:
             return
         self.committed = (state, self._counters(), self._objects_now)
 
-    def handoff(self, change: MembershipChange, attempts: int, prefer_snapshot: bool = False) -> Handoff:
-        """What this process hands its next program: the live state if its arrays are intact,
-        else the last state known to be computed, else the last host snapshot, else nothing
-        (the next generation then restores from a peer or the newest checkpoint)."""
+    def handoff(self, change: MembershipChange, attempts: int, live: bool = True) -> Handoff:
+        """What this process hands its next program: the live state if its arrays are intact
+        (not with ``live=False``: another thread is computing with them), else the last state
+        known to be computed, else the last host snapshot, else nothing (the next generation
+        then restores from a peer or the newest checkpoint)."""
         if self._handoff is not None:  # restarting again before the state was taken back
             held = self._handoff
             return Handoff(change, held.counters, held.shards, held.leaves, held.objects, attempts)
-        candidates = [] if prefer_snapshot or not self.progress.has_state else [
-            (self.current, self._counters(), self._objects_now), *([self.committed] if self.committed else [])
-        ]
+        candidates = [self.committed] if self.committed else []
+        if live:
+            candidates.insert(0, (self.current, self._counters(), self._objects_now))
+        if not self.progress.has_state:
+            candidates = []
         for state, counters, objects in candidates:
             if state is None or any_deleted(state):
                 continue

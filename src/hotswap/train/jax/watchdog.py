@@ -4,10 +4,11 @@ A collective whose peer hung (a node that vanished without closing its sockets) 
 as the collective library lets it, and ``jax.distributed.initialize`` waits for every member
 of a generation that may never form. JAX can interrupt neither. This thread watches the
 membership file: once the controller has published a newer generation and the main thread has
-not reached a step boundary for ``stall_s`` (or is still initialising the old generation), it
-moves the process on itself: the state goes from the last host snapshot, and the process
-restarts into the new generation. A SIGTERM while initialising ends the process with the
-checkpointed code (there is no group to save with).
+not reached a step boundary for ``stall_s`` (a second, if another rank has already left the
+generation: the collective may be waiting on it), or is still initialising the old generation,
+it moves the process on itself: the state goes from the last step known computed (or the last
+host snapshot), and the process restarts into the new generation. A SIGTERM while
+initialising ends the process with the checkpointed code (there is no group to save with).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ log = logging.getLogger("hotswap.train")
 
 POLL_S = 0.1
 FORMING_GRACE_S = 1.0  # let the main thread notice first; rank 0 waits twice as long (it leaves last)
+LEFT_GRACE_S = 1.0  # once another rank has left the generation, the main thread gets this long
 
 
 class Watchdog:
@@ -35,6 +37,7 @@ class Watchdog:
         generation: Callable[[], int],
         forming: Callable[[], int | None],
         is_rank_zero: Callable[[], bool],
+        others_leaving: Callable[[], bool],
         terminated: Callable[[], bool],
         on_stall: Callable[[Membership, bool], None],
         on_terminated: Callable[[], None],
@@ -44,6 +47,7 @@ class Watchdog:
         self.generation = generation
         self.forming = forming
         self.is_rank_zero = is_rank_zero
+        self.others_leaving = others_leaving
         self.terminated = terminated
         self.on_stall = on_stall
         self.on_terminated = on_terminated
@@ -81,8 +85,9 @@ class Watchdog:
             if forming is not None:
                 grace = FORMING_GRACE_S * (2 if self.is_rank_zero() else 1)
                 stalled = now - newer_since >= grace
-            else:
-                stalled = now - max(newer_since, self._boundary_at) >= self.stall_s
+            else:  # stuck for long, or while the others have left (a collective that waits on them)
+                waited = now - max(newer_since, self._boundary_at)
+                stalled = waited >= self.stall_s or (waited >= LEFT_GRACE_S and self.others_leaving())
             if stalled:
                 log.warning(
                     "hotswap: generation %d is published and this process is stuck %s: restarting into it",
