@@ -8,7 +8,8 @@ not reached a step boundary for ``stall_s`` (a second, if another rank has alrea
 generation: the collective may be waiting on it), or is still initialising the old generation,
 it moves the process on itself: the state goes from the last step known computed (or the last
 host snapshot), and the process restarts into the new generation. A SIGTERM while
-initialising ends the process with the checkpointed code (there is no group to save with).
+initialising that outlasts ``stall_s`` ends the process with the checkpointed code (there is
+no group to save with).
 """
 
 from __future__ import annotations
@@ -71,9 +72,9 @@ class Watchdog:
         while not self._stop.wait(POLL_S):
             now = time.monotonic()
             forming = self.forming()
-            if forming is not None and self.terminated():
+            if forming is not None and self.terminated():  # the others may form and save with us: wait a while
                 terminated_since = terminated_since or now
-                if now - terminated_since >= FORMING_GRACE_S:
+                if now - terminated_since >= self.stall_s:
                     self.on_terminated()
                     return
             newest = self.watcher.poll()
