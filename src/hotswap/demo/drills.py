@@ -69,6 +69,8 @@ class DemoOptions:
 class Drill(abc.ABC):
     scenario = ""
     title = ""
+    framework = "torch"
+    script = "train.py"  # the example the drill's jobs train
 
     def __init__(self, options: DemoOptions, live: bool | None = None) -> None:
         self.options = options
@@ -148,11 +150,11 @@ class Drill(abc.ABC):
         self.event(f"cluster {self.cluster}: {slices} x {self.device} (1 host per slice, {where}), controller started")
 
     def submit(
-        self, name: str, *, priority: str, slices: int, steps: int = 1_000_000, script: str = "train.py", args: str = "",
-        **flags: Any,
+        self, name: str, *, priority: str, slices: int, steps: int = 1_000_000, script: str | None = None,
+        args: str = "", **flags: Any,
     ) -> None:
         command = (
-            f"{sys.executable} {example_script(script)} --steps {steps} --step-sleep {self.options.step_sleep}"
+            f"{sys.executable} {example_script(script or self.script)} --steps {steps} --step-sleep {self.options.step_sleep}"
             f" --checkpoint-every 50 {args}"
         ).rstrip()
         spec = workload_spec(
@@ -225,7 +227,7 @@ class Drill(abc.ABC):
     # ------------------------------------------------------------------ running
 
     def run(self) -> dict[str, Any]:
-        summary: dict[str, Any] = {"scenario": self.scenario, "cluster": self.cluster}
+        summary: dict[str, Any] = {"scenario": self.scenario, "framework": self.framework, "cluster": self.cluster}
         with self.view:
             try:
                 summary.update(self.drill())

@@ -24,8 +24,7 @@ from hotswap.train.rendezvous import GroupSpec, RendezvousFailed, first_line
 from hotswap.train.termination import Termination
 
 if TYPE_CHECKING:
-    from hotswap.train.distributed import ProcessGroup
-    from hotswap.train.sync import StateSync
+    from hotswap.train.protocols import Group, ReplicaState
 
 log = logging.getLogger("hotswap.train")
 
@@ -36,9 +35,9 @@ class GroupFormation:
     def __init__(
         self,
         env: WorkerEnv,
-        group: ProcessGroup,
+        group: Group,
         termination: Termination,
-        state: StateSync,
+        state: ReplicaState,
         progress: Progress,
         events: EventLog,
         *,
@@ -176,7 +175,10 @@ class GroupFormation:
 
     def _change_membership(self, failed: bool) -> None:
         """Move to the next generation: after a failed collective, or because the controller
-        published one. Survivors keep their state; joiners receive it from a survivor."""
+        published one. Survivors keep their state; joiners receive it from a survivor.
+
+        A framework whose process group cannot be re-formed in place overrides this (JAX:
+        :class:`hotswap.train.jax.formation.RestartingFormation` restarts the process)."""
         started = time.monotonic()
         previous = self.membership
         assert previous is not None
@@ -194,7 +196,11 @@ class GroupFormation:
                     "hotswap: generation %d lost a member while forming: %s", self.generation, first_line(error)
                 )
                 after = self.generation
-        if self.slices < len(previous.slices):
+        self._announce_change(len(previous.slices), started, failed)
+
+    def _announce_change(self, previous_slices: int, started: float, failed: bool) -> None:
+        """The membership change that began at ``started`` (``time.monotonic()``) is done."""
+        if self.slices < previous_slices:
             self.progress.elastic_down_events += 1
         elapsed = time.monotonic() - started
         self.events.record(EVENT_ELASTIC, generation=self.generation, slices=self.slices, duration_s=round(elapsed, 6))
