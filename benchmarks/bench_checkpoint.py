@@ -292,6 +292,7 @@ def measure(bench: Bench, repeat: int) -> dict[str, Any]:
 def machine(device: torch.device, directory: Path) -> dict[str, Any]:
     described = {
         "host": platform.node(),
+        "platform": platform.platform(),
         "cpus": os.cpu_count(),
         "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9, 1),
         "torch": torch.__version__,

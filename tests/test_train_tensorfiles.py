@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch")
 numpy = pytest.importorskip("numpy")
 
-from hotswap.train import tensorfiles  # noqa: E402
+from hotswap.train import files, tensorfiles  # noqa: E402
 from hotswap.train.checkpointer import Checkpointer  # noqa: E402
 from hotswap.train.codec import CheckpointFormatError, decode, encode  # noqa: E402
 from hotswap.train.events import EventLog  # noqa: E402
@@ -120,11 +120,14 @@ def test_a_tree_that_contains_itself_is_refused() -> None:
         encode(loop)
 
 
+def plain_containers(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    keys = st.text(max_size=3) | st.integers()
+    return st.lists(inner, max_size=4) | st.tuples(inner, inner) | st.dictionaries(keys, inner, max_size=4)
+
+
 plain = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5) | st.binary(max_size=5),
-    lambda inner: st.lists(inner, max_size=4)
-    | st.tuples(inner, inner)
-    | st.dictionaries(st.text(max_size=3) | st.integers(), inner, max_size=4),
+    plain_containers,
     max_leaves=20,
 )
 
@@ -137,11 +140,19 @@ def test_plain_data_round_trips_exactly(tree: Any) -> None:
     assert same(decode(json.loads(json.dumps(encoded.document, allow_nan=False)), []), tree)
 
 
+TAGS = ["dict", "tuple", "set", "frozenset", "float", "bytes", "complex", "tensor", "ndarray", "npscalar", "dtype", "device", "size", "nope"]
+
+
+def json_containers(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """JSON arrays and objects, many of them shaped like the codec's tagged values."""
+    keys = st.sampled_from(["t", "v", "i", "ordered", "meta", "x"])
+    tagged = st.fixed_dictionaries({"t": st.sampled_from(TAGS), "v": inner}, optional={"i": inner, "ordered": inner, "meta": inner})
+    return st.lists(inner, max_size=4) | st.dictionaries(keys, inner, max_size=4) | tagged
+
+
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=6),
-    lambda inner: st.lists(inner, max_size=4)
-    | st.dictionaries(st.sampled_from(["t", "v", "i", "ordered", "meta", "x"]), inner, max_size=4)
-    | st.fixed_dictionaries({"t": st.sampled_from(["dict", "tuple", "set", "float", "bytes", "tensor", "ndarray", "npscalar", "dtype", "device", "size", "complex", "frozenset", "nope"]), "v": inner}),
+    json_containers,
     max_leaves=25,
 )
 
@@ -157,6 +168,14 @@ def test_decoding_any_document_gives_a_tree_or_a_format_error(document: Any) -> 
 
 
 # Tensor files -----------------------------------------------------------------------------------
+
+
+def test_the_checksum_is_zlibs_crc32_whichever_implementation_computes_it() -> None:
+    """isal's CRC-32 is used when installed: files must check the same either way."""
+    data = bytes(range(256)) * 1000
+    assert files.crc32(data, 0) == zlib.crc32(data)
+    assert files.crc32(memoryview(data)[500:], files.crc32(data[:500], 0)) == zlib.crc32(data)
+
 
 
 @pytest.fixture

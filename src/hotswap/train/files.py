@@ -1,4 +1,4 @@
-"""Checkpoint files that only this user can have written.
+"""Checkpoint files that only this user can have written, and the checksum they carry.
 
 The SDK creates checkpoint directories ``0700`` and files ``0600``, refuses a directory that
 another user owns or that group or others may write (they could plant a checkpoint), and opens
@@ -11,7 +11,16 @@ import dataclasses
 import os
 import stat
 import zlib
+from collections.abc import Callable
 from pathlib import Path
+
+try:  # the same CRC-32 as zlib's, about ten times faster (PCLMUL); optional: pip install isal
+    from isal.isal_zlib import crc32 as _fast_crc32
+except ImportError:
+    _fast_crc32 = None
+
+crc32: Callable[..., int] = _fast_crc32 or zlib.crc32
+"""CRC-32 (zlib's polynomial) of a buffer, continuing from a previous value."""
 
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -41,7 +50,7 @@ def write_file_durably(path: Path, data: bytes) -> FileDigest:
         os.fsync(fd)
     finally:
         os.close(fd)
-    return FileDigest(len(data), zlib.crc32(data))
+    return FileDigest(len(data), crc32(data, 0))
 
 
 def open_no_follow(path: Path) -> int:

@@ -35,8 +35,8 @@ class CopyQueue(Protocol):
 
 
 class CudaQueue:
-    """A side stream of one CUDA device. The caller synchronises the device before a save,
-    so the stream needs no ordering against the training stream."""
+    """A side stream of one CUDA device. The caller synchronises the device before a save or
+    a restore, so the stream needs no ordering against the training stream."""
 
     def __init__(self, device: torch.device) -> None:
         self.stream = torch.cuda.Stream(device=device)

@@ -34,12 +34,11 @@ import shutil
 import socket
 import time
 import uuid
-import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from hotswap.train.files import FileDigest, file_problem, open_no_follow, prepare_directory, write_file_durably
+from hotswap.train.files import FileDigest, crc32, file_problem, open_no_follow, prepare_directory, write_file_durably
 
 log = logging.getLogger("hotswap.train")
 
@@ -93,7 +92,7 @@ def _fsync_directory(path: Path) -> None:
 
 
 def file_crc32(path: Path) -> int:
-    """CRC-32 of a file, read in large chunks (zlib releases the GIL while it sums)."""
+    """CRC-32 of a file, read in large chunks."""
     crc = 0
     buffer = bytearray(_READ_CHUNK)
     view = memoryview(buffer)
@@ -102,7 +101,7 @@ def file_crc32(path: Path) -> int:
             count = handle.readinto(buffer)
             if not count:
                 return crc
-            crc = zlib.crc32(view[:count], crc)
+            crc = crc32(view[:count], crc)
 
 
 class CheckpointStore:

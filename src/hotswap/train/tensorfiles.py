@@ -27,7 +27,6 @@ import json
 import os
 import re
 import threading
-import zlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ import numpy
 import torch
 
 from hotswap.train.codec import ArraySpec, CheckpointFormatError, Encoded, decode, torch_dtypes
-from hotswap.train.files import CheckpointDamaged, FileDigest, open_checkpoint_file, write_file_durably
+from hotswap.train.files import CheckpointDamaged, FileDigest, crc32, open_checkpoint_file, write_file_durably
 from hotswap.train.staging import Staging
 
 INDEX_FILE = "index.json"
@@ -122,7 +121,7 @@ class _Sink:
         self._flushed = 0  # write-back started up to here
 
     def write(self, view: memoryview) -> None:
-        self.crc = zlib.crc32(view, self.crc)  # releases the GIL, like os.write
+        self.crc = crc32(view, self.crc)  # zlib's releases the GIL, like os.write
         while view:
             written = os.write(self.fd, view)
             view = view[written:]
@@ -149,7 +148,7 @@ class _Source:
             if count == 0:
                 raise CheckpointDamaged(f"its file {self.name} ends early")
             filled += count
-        self.crc = zlib.crc32(view, self.crc)
+        self.crc = crc32(view, self.crc)
 
 
 class TensorFiles:
@@ -165,8 +164,7 @@ class TensorFiles:
     def write(self, directory: Path, encoded: Encoded) -> dict[str, FileDigest]:
         """Write ``encoded`` into ``directory`` (each file fsynced); the files' digests."""
         views = [byte_view(array) for array in encoded.arrays]
-        for device in {view.device for view in views if view.is_cuda}:
-            torch.cuda.synchronize(device)  # the state's last updates are done before copying
+        _synchronize(views)  # the state's last updates are done before the side streams copy
         lengths = _file_lengths(sum(view.numel() for view in views), self.threads)
         names = [f"tensors-{i}.bin" for i in range(len(lengths))]
         index = {
@@ -202,6 +200,7 @@ class TensorFiles:
         names, lengths = _data_files(index["files"], digests, sum(spec.nbytes for spec in specs))
         arrays = [_allocate(spec) for spec in specs]
         views = [byte_view(array) for array in arrays]
+        _synchronize(views)  # nothing queued still uses the memory the new arrays were given
         jobs = [
             (lambda name=name, pieces=pieces: self._read_file(directory / name, digests[name], pieces))
             for name, pieces in zip(names, _cut(views, lengths), strict=True)
@@ -298,6 +297,13 @@ def _data_files(entries: list[Any], digests: dict[str, FileDigest], total: int) 
     if sum(lengths) != total:
         raise CheckpointFormatError(f"{INDEX_FILE}: its arrays need {total} bytes, its files hold {sum(lengths)}")
     return names, lengths
+
+
+def _synchronize(views: list[torch.Tensor]) -> None:
+    """Wait for the work queued on the GPUs that ``views`` live on (the I/O threads copy on
+    side streams, which are not ordered after the caller's)."""
+    for device in {view.device for view in views if view.is_cuda}:
+        torch.cuda.synchronize(device)
 
 
 def _advise(fd: int, offset: int, length: int, advice: str) -> None:
