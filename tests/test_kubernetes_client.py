@@ -160,7 +160,7 @@ def test_lists_decode_to_plain_dicts_with_selectors(api) -> None:
     assert client.list_jobsets("c") == [{"metadata": {"name": "w"}, "spec": {}}]
     assert server.requests[-1]["query"]["labelSelector"] == ["app.kubernetes.io/managed-by=hotswap,hotswap.dev/cluster=c"]
     assert "jobset.x-k8s.io/v1alpha2" in client.served_apis()
-    with pytest.raises(NotFoundError, match=r"kueue.x-k8s.io/v1beta1 is not installed.*install Kueue"):
+    with pytest.raises(NotFoundError, match=r"kueue.x-k8s.io/v1beta2 is not installed.*install Kueue v0.19.2: kubectl apply --server-side -f https://github.com/kubernetes-sigs/kueue/releases/download/v0.19.2/manifests.yaml"):
         client.require_apis(labels.JOBSET_API_VERSION, labels.KUEUE_API_VERSION)
 
 
@@ -243,13 +243,15 @@ def test_leader_election_against_the_api(api) -> None:
 
     server, client = api(route)
     clock = [1000.0]
-    a = LeaderElector(client, "a", clock=lambda: clock[0])
-    b = LeaderElector(client, "b", clock=lambda: clock[0])
+    a = LeaderElector(client, "a", clock=lambda: clock[0], local_clock=lambda: clock[0], log=lambda line: None)
+    b = LeaderElector(client, "b", clock=lambda: clock[0], local_clock=lambda: clock[0], log=lambda line: None)
     assert a.tick() is True and server.requests[-1]["method"] == "POST"
     assert b.tick() is False  # a holds it
     clock[0] += 5
     assert a.tick() is True and stored["lease"]["spec"]["holderIdentity"] == "a"
-    clock[0] += 30  # a stopped renewing
+    clock[0] += 30  # a stopped renewing; b has not seen its last renewal yet: that starts its wait
+    assert b.tick() is False
+    clock[0] += 16  # unchanged for a lease duration, on b's own clock
     assert b.tick() is True and stored["lease"]["spec"]["holderIdentity"] == "b"
     assert stored["lease"]["spec"]["leaseTransitions"] == 1
     assert stored["lease"]["metadata"]["resourceVersion"] == "3"

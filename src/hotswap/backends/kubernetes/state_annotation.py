@@ -32,9 +32,12 @@ def state_of(
     record = workload_to_dict(workload)
     del record["spec"]
     record["replicas"] = list(replicas)
-    ledger = dict((previous or {}).get("phase_seconds") or {})
-    since = (previous or {}).get("phase_since", now)
-    old_phase = (previous or {}).get("phase")
+    previous = previous or {}
+    ledger = previous.get("phase_seconds")
+    ledger = {k: float(v) for k, v in ledger.items() if isinstance(v, (int, float))} if isinstance(ledger, dict) else {}
+    since = previous.get("phase_since")
+    since = float(since) if isinstance(since, (int, float)) else now
+    old_phase = previous.get("phase")
     if old_phase is not None and old_phase != record["phase"]:
         ledger[old_phase] = ledger.get(old_phase, 0.0) + max(0.0, now - since)
         since = now
@@ -59,9 +62,20 @@ def encode_state(state: dict[str, Any]) -> str:
     return json.dumps(state, sort_keys=True)
 
 
-def decode_state(text: str) -> Any:
-    """The annotation's JSON, or None when it is not JSON."""
+def decode_state(text: str) -> dict[str, Any] | None:
+    """The annotation's record, or None when it is not a JSON object (anyone can edit an
+    annotation: ``[]``, ``"x"`` or ``null`` must read as "no record", never crash a reconcile)."""
     try:
-        return json.loads(text)
+        record = json.loads(text)
     except ValueError:
         return None
+    return record if isinstance(record, dict) else None
+
+
+def replicas_of(state: dict[str, Any] | None, num_slices: int) -> list[str | None] | None:
+    """The replica map of a record (slice of each replica index), or None when it has none or
+    a malformed one."""
+    replicas = (state or {}).get("replicas")
+    if not isinstance(replicas, list) or not all(r is None or isinstance(r, str) for r in replicas):
+        return None
+    return (list(replicas) + [None] * num_slices)[:num_slices]
