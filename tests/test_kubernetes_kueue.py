@@ -88,3 +88,26 @@ def test_a_user_error_under_kueue_deactivates_the_workload_and_frees_its_quota(w
     mark = len(world.api.requests)
     world.advance(120, controller)
     assert world.api.writes(mark) == []
+
+
+def test_a_jobset_kueue_keeps_queued_while_slices_are_free_is_not_admitted_every_round(world: World) -> None:
+    """Kueue's quota, not capacity, keeps a JobSet suspended: a slice is free, but the
+    ClusterQueue's quota is used up. The controller must not admit it (before issue 12 it did,
+    every round: the state rewritten about ten times a second, its attempt climbing)."""
+    from k8s_fixtures.world.store import CLUSTER_QUEUES
+
+    queue = world.store.items(CLUSTER_QUEUES)[0]
+    queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = 32  # 2 of the 3 slices
+    world.store.write(CLUSTER_QUEUES, queue)
+    controller = make_controller(world)
+    submit(world, "high", "high", 2)
+    run_until(world, controller, lambda: running(world, "high") == 8)
+    submit(world, "low", "low", 1)
+    world.advance(30, controller)
+    assert world.jobset("low")["spec"]["suspend"] is True
+    row = listed(world, "low")
+    assert (row["status"], row["attempt"]) == ("QUEUED", 0) and "queued in Kueue" in row["status_message"]
+    mark = len(world.api.requests)
+    for _ in range(5):
+        assert controller.reconcile() == []
+    assert world.api.writes(mark) == []

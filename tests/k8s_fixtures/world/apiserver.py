@@ -41,6 +41,7 @@ class Fault:
     message: str = "injected fault"
     times: int | None = None  # None: until removed
     watch: bool | None = None  # only watch requests (True), only others (False), both (None)
+    as_event: bool = False  # a watch answers 200 and streams one ERROR event with this status
 
     def matches(self, method: str, path: str, watching: bool) -> bool:
         if self.times is not None and self.times <= 0:
@@ -128,6 +129,14 @@ class ApiServer:
             if fault.status == 0:
                 handler.close_connection = True
                 handler.connection.close()  # the client sees the connection drop: unreachable
+                return
+            if fault.as_event and watching:
+                handler.send_response(200)
+                handler.send_header("Content-Type", "application/json")
+                handler.end_headers()
+                handler.close_connection = True
+                error = ApiError(fault.status, fault.reason, fault.message).status()
+                self._send(handler, [{"type": "ERROR", "object": error}])
                 return
             if fault.status == 404 and fault.reason == "NoSuchApi":
                 self._reply(handler, 404, "404 page not found\n")
