@@ -16,6 +16,8 @@ import yaml
 
 pytest.importorskip("kubernetes")
 
+from k8s_fixtures.world.apiserver import ApiServer  # noqa: E402
+
 from hotswap.api.errors import ConflictError, InvalidInputError, NotFoundError  # noqa: E402
 from hotswap.api.spec import workload_spec  # noqa: E402
 from hotswap.backends.kubernetes import labels  # noqa: E402
@@ -50,18 +52,7 @@ class FakeApiServer:
                     {"method": self.command, "path": url.path, "query": query, "content_type": self.headers.get("Content-Type"), "body": body}
                 )
                 status, answer = fake.route(self.command, url.path, query, body)
-                if isinstance(answer, list) and query.get("watch") == ["true"]:
-                    payload = "".join(json.dumps(event) + "\n" for event in answer).encode()
-                    content_type = "application/json"
-                elif isinstance(answer, str):
-                    payload, content_type = answer.encode(), "text/plain"
-                else:
-                    payload, content_type = json.dumps(answer).encode(), "application/json"
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
+                ApiServer._reply(self, status, answer, lines=isinstance(answer, list) and query.get("watch") == ["true"])
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
 

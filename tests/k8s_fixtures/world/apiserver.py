@@ -87,7 +87,7 @@ class ApiServer:
 
         self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.http.daemon_threads = True
-        self.thread = threading.Thread(target=self.http.serve_forever, name="world-apiserver", daemon=True)
+        self.thread = threading.Thread(target=self.http.serve_forever, kwargs={"poll_interval": 0.05}, name="world-apiserver", daemon=True)
         self.thread.start()
 
     @property
@@ -157,8 +157,11 @@ class ApiServer:
         self._reply(handler, status, answer)
 
     @staticmethod
-    def _reply(handler: BaseHTTPRequestHandler, status: int, answer: Any) -> None:
-        if isinstance(answer, str):
+    def _reply(handler: BaseHTTPRequestHandler, status: int, answer: Any, lines: bool = False) -> None:
+        """One answer: text, a JSON document, or (``lines``) JSON lines (a finished watch)."""
+        if lines:
+            payload, content_type = "".join(json.dumps(event) + "\n" for event in answer).encode(), "application/json"
+        elif isinstance(answer, str):
             payload, content_type = answer.encode(), "text/plain"
         else:
             payload, content_type = json.dumps(answer).encode(), "application/json"

@@ -55,8 +55,15 @@ KUEUE_VERSION = "v0.19.2"
 RESYNC_S = 30.0
 
 
+@functools.lru_cache(maxsize=None)
+def _nodes(name: str) -> tuple[dict[str, Any], ...]:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return tuple(yaml.load((FIXTURES / name).read_text(), Loader=loader)["items"])
+
+
 def load_nodes(name: str = "gke_v6e16_nodes.yaml") -> list[dict[str, Any]]:
-    return yaml.safe_load((FIXTURES / name).read_text())["items"]
+    """A recorded-style node list (fresh copies: tests change them)."""
+    return copy.deepcopy(list(_nodes(name)))
 
 
 def set_ready(node: dict[str, Any], ready: bool) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 from hotswap.api.errors import HotswapError, NotFoundError
 from hotswap.api.times import iso_utc
 from hotswap.backends.kubernetes import labels, versions
-from hotswap.backends.kubernetes.connection import (  # noqa: F401 (the errors are part of this module's interface)
+from hotswap.backends.kubernetes.connection import (
     ForbiddenError,
     KubernetesError,
     UnreachableError,
@@ -27,6 +27,9 @@ from hotswap.backends.kubernetes.connection import (  # noqa: F401 (the errors a
     load_api_client,
 )
 from hotswap.backends.kubernetes.settings import KubeSettings
+
+# The errors of the API are part of this module's interface.
+__all__ = ["ForbiddenError", "KubeClient", "KubernetesError", "UnreachableError", "api_error", "load_api_client"]
 
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"

@@ -87,6 +87,7 @@ class Discovery:
     nodes: dict[str, DiscoveredNode]
     slice_of_node: dict[str, str]
     ignored: tuple[str, ...]  # nodes that are no accelerator slice
+    _by_name: dict[str, DiscoveredSlice] | None = dataclasses.field(default=None, repr=False, compare=False)
 
     def slices_by_type(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -94,9 +95,15 @@ class Discovery:
             counts[item.device_type] = counts.get(item.device_type, 0) + 1
         return counts
 
+    def slice(self, name: str) -> DiscoveredSlice | None:
+        if self._by_name is None:
+            object.__setattr__(self, "_by_name", {s.name: s for s in self.slices})
+        assert self._by_name is not None
+        return self._by_name.get(name)
+
     def healthy(self, slice_name: str) -> bool:
-        item = next(s for s in self.slices if s.name == slice_name)
-        return all(self.nodes[n].state is NodeState.READY for n in item.nodes)
+        found = self.slice(slice_name)
+        return found is not None and all(self.nodes[n].state is NodeState.READY for n in found.nodes)
 
 
 def _labels(node: dict[str, Any]) -> dict[str, str]:

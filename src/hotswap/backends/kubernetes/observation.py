@@ -67,6 +67,7 @@ class Observation:
     outside: dict[str, Workload] = dataclasses.field(default_factory=dict)  # Kueue: workloads the core does not schedule
     kueue: dict[str, KueueView] = dataclasses.field(default_factory=dict)  # Kueue: JobSet -> its Workload
     wake_at: float | None = None  # when to reconcile again even if nothing changes
+    _by_workload: dict[str, list[LivePod]] | None = dataclasses.field(default=None, repr=False)
 
     @property
     def managed_admission(self) -> bool:
@@ -91,7 +92,11 @@ class Observation:
         return node is not None and node.state is NodeState.FAILED
 
     def pods_of(self, workload: str) -> list[LivePod]:
-        return [p for p in self.pods if p.workload == workload]
+        if self._by_workload is None:
+            self._by_workload = {}
+            for pod in self.pods:
+                self._by_workload.setdefault(pod.workload, []).append(pod)
+        return self._by_workload.get(workload, [])
 
 
 def observe(
@@ -137,7 +142,7 @@ def observe(
         live = kueue_queued(observation, live)
     workloads, created = _managed_workloads(observation, live)
     workloads = _exclusive(workloads)
-    signals = read_signals(workloads, pod_list, job_uids, failing, discovery, occupants, now)
+    signals = read_signals(workloads, observation.pods_of, job_uids, failing, discovery, occupants, now)
     observation.wake_at = signals.wake_at
     observation.snapshot, observation.events = _snapshot(observation, workloads, created, signals)
     return observation

@@ -126,7 +126,6 @@ def _release(
     membership of its running pods current."""
     assert job.spec is not None
     name = job.name
-    pins = {s.name: s.pin for s in observation.discovery.slices}
     hosts = get_device_type(job.spec.device_type).hosts_per_slice
     membership = elastic_membership(name, workload, replicas, hosts).to_json() if job.spec.elastic else None
     recreated = {i for a in actions if isinstance(a, act.ScaleDown) for i, s in enumerate(observation.replicas.get(name, [])) if s in a.removed}
@@ -154,7 +153,8 @@ def _release(
                 labels.RESTART_COUNT_ANNOTATION: restart_count,
                 labels.SLICE_ANNOTATION: slice_name,
             }
-            selector = {k: v for k, v in pins.get(slice_name, {}).items() if k not in pod.node_selector}
+            found = observation.discovery.slice(slice_name)
+            selector = {k: v for k, v in (found.pin if found else {}).items() if k not in pod.node_selector}
             if membership is not None:
                 annotations[labels.MEMBERSHIP_ANNOTATION] = membership
             gates = tuple(g for g in pod.gates if g != labels.PLACEMENT_GATE)

@@ -25,7 +25,7 @@ make the slice unusable: it is never offered, and a workload holding it loses it
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from hotswap.api.cluster import NodeState
 from hotswap.api.phases import WorkloadPhase
@@ -51,18 +51,14 @@ class Signals:
 
 
 def current_pods(workload: Workload, pods: Iterable[LivePod], job_uids: frozenset[str]) -> list[LivePod]:
-    """Pods of the workload's current attempt: released by the controller for that attempt,
-    owned by a Job that still exists."""
-    return [
-        p for p in pods
-        if p.workload == workload.name and p.attempt == workload.attempt
-        and p.owner_uid is not None and p.owner_uid in job_uids
-    ]
+    """Pods (of the workload) of its current attempt: released by the controller for that
+    attempt, owned by a Job that still exists."""
+    return [p for p in pods if p.attempt == workload.attempt and p.owner_uid is not None and p.owner_uid in job_uids]
 
 
 def read_signals(
     workloads: Iterable[Workload],
-    pods: list[LivePod],
+    pods_of: Callable[[str], list[LivePod]],
     job_uids: frozenset[str],
     failing_jobs: frozenset[str],
     discovery: Discovery,
@@ -71,6 +67,9 @@ def read_signals(
 ) -> Signals:
     """The signals of every workload that holds slices."""
     signals = Signals()
+    workloads = list(workloads)
+    # Nodes where a pod (of any hotswap workload) is still terminating: it frees them when gone.
+    stopping_on = {p.node for w in workloads for p in pods_of(w.name) if p.terminating and not p.finished and p.node is not None}
     for occupant in occupants:
         slice_name = discovery.slice_of_node.get(occupant.node)
         if slice_name is not None:
@@ -80,13 +79,14 @@ def read_signals(
             continue
         held = set(workload.slices)
         for slice_name in sorted(held & set(signals.blocked)):
-            first = next(s for s in discovery.slices if s.name == slice_name).nodes[0]
-            signals.lost.setdefault(first, f"slice {slice_name} is {signals.blocked[slice_name]}")
-        mine = current_pods(workload, pods, job_uids)
+            found = discovery.slice(slice_name)
+            if found is not None:
+                signals.lost.setdefault(found.nodes[0], f"slice {slice_name} is {signals.blocked[slice_name]}")
+        mine = current_pods(workload, pods_of(workload.name), job_uids)
         if workload.phase is WorkloadPhase.RUNNING:
             _exits(workload, mine, failing_jobs, discovery, now, signals)
         _disruptions(mine, failing_jobs, discovery, held, signals)
-        _unschedulable(workload, mine, pods, discovery, held, now, signals)
+        _unschedulable(mine, stopping_on, discovery, held, now, signals)
     return signals
 
 
@@ -125,17 +125,17 @@ def _disruptions(mine: list[LivePod], failing_jobs: frozenset[str], discovery: D
         signals.lost.setdefault(pod.node, f"a worker on node {pod.node} stopped: {why}")
 
 
-def _unschedulable(
-    workload: Workload, mine: list[LivePod], pods: list[LivePod], discovery: Discovery, held: set[str], now: float, signals: Signals
-) -> None:
-    stopping_on = {p.node for p in pods if p.terminating and not p.finished and p.node is not None}
+def _unschedulable(mine: list[LivePod], stopping_on: set[str], discovery: Discovery, held: set[str], now: float, signals: Signals) -> None:
     for pod in mine:
         if pod.node is not None or pod.gated or pod.terminating or pod.unschedulable_since is None:
             continue
         slice_name = pod.annotations.get(labels.SLICE_ANNOTATION)
         if slice_name not in held:
             continue
-        nodes = next((s.nodes for s in discovery.slices if s.name == slice_name), ())
+        found = discovery.slice(slice_name)
+        if found is None:
+            continue  # the slice is gone: its removal is the loss
+        nodes = found.nodes
         if stopping_on & set(nodes):
             continue  # a pod is still terminating there: it frees the slice when it is gone
         due = pod.unschedulable_since + UNSCHEDULABLE_AFTER_S
