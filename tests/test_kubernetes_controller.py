@@ -34,6 +34,7 @@ def running_both(world: World, controller: KubeController) -> tuple[list[str], s
     submit(world, "low", "low", 1)
     submit(world, "high", "high", 2)
     run_until(world, controller, lambda: len(world.running("high")) == 8 and len(world.running("low")) == 4)
+    world.advance(3, controller)  # the round after the release records it
     high, low = world.pools_of("high"), world.pools_of("low")
     assert world.state("high")["phase"] == "RUNNING" and world.state("low")["phase"] == "RUNNING"
     return high, low[0]  # type: ignore[return-value]
@@ -134,6 +135,7 @@ def test_blocking_recreate_starts_new_pods_only_after_old_ones_are_gone(world: W
     submit(world, "low", "low", 1)
     submit(world, "high", "high", 2, restart_strategy="BlockingRecreate")
     run_until(world, controller, lambda: len(world.running("high")) == 8 and len(world.running("low")) == 4)
+    world.advance(3, controller)  # the round after the release records it
     high, low = world.pools_of("high"), world.pools_of("low")[0]
     world.nodes.stop_after_s = 20.0  # the old workers take a while to checkpoint and stop
     world.cordon(world.nodes_of_pool(high[0])[0])

@@ -53,6 +53,7 @@ def test_the_steady_state_of_the_seed_000_drill_costs_no_write() -> None:
         submit(world, "low", "low", 1)
         submit(world, "high", "high", 2)
         run_until(world, controller, lambda: running(world, "high") == 8 and running(world, "low") == 4)
+        world.advance(3, controller)  # the round after the release records it
         assert_quiet(world, controller)
         world.fail_node(world.nodes_of_pool(world.pools_of("high")[0])[0])
         run_until(world, controller, lambda: running(world, "high", attempt=2) == 8)

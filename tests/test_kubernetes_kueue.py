@@ -85,6 +85,7 @@ def test_a_user_error_under_kueue_deactivates_the_workload_and_frees_its_quota(w
     assert world.kueue_workload("bad")["spec"]["active"] is False  # Kueue's own way to stop it
     assert world.jobset("bad")["spec"]["suspend"] is True and world.state("bad")["phase"] == "FAILED"
     assert listed(world, "bad")["status"] == "FAILED"  # not Kueue's "queued": hotswap failed it
+    world.advance(5, controller)
     mark = len(world.api.requests)
     world.advance(120, controller)
     assert world.api.writes(mark) == []

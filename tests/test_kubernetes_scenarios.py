@@ -241,3 +241,23 @@ def test_a_gpu_node_whose_device_plugin_withdrew_a_gpu_is_failed() -> None:
         assert any("7 of 8 nvidia.com/gpu allocatable" in m for _, r, m in events(world, "g") if r == "SliceLost")
     finally:
         world.close()
+
+
+def test_a_worker_deleted_while_no_controller_watched_is_noticed(world: World) -> None:
+    """A worker's pod is force-deleted while the controller is down: no trace of it is left,
+    only the gated pod its Job created instead. The controller must not release that pod into a
+    gang that lost a member: it restarts the workload, uncharged."""
+    controller = make_controller(world)
+    submit(world, "w", "high", 1)
+    run_until(world, controller, lambda: running(world, "w") == 4)
+    world.advance(3, controller)  # the release is recorded
+    (pool,) = world.pools_of("w")
+    victim = world.running("w")[1]
+    world.client().core.delete_namespaced_pod(victim["metadata"]["name"], "default", grace_period_seconds=0, _preload_content=False)
+    world.advance(5)  # the controller is down meanwhile: the Job has replaced the pod
+    replacement = [p for p in world.pods_of("w") if p["spec"].get("schedulingGates")]
+    assert len(replacement) == 1
+    run_until(world, controller, lambda: running(world, "w", attempt=2) == 4)
+    state = world.state("w")
+    assert (state["restarts"], state["disruptions"]) == (0, 1)
+    assert any("is gone (deleted or evicted)" in m for _, r, m in events(world, "w") if r == "SliceLost")

@@ -36,6 +36,7 @@ class Admission:
 
     def __call__(self, operation: str, resource: Resource, obj: Obj, old: Obj | None) -> None:
         if resource is PODS and operation == "CREATE":
+            _quantities_as_strings(obj)
             self._priority(obj)
             self._extended_resource_tolerations(obj)
             self._default_toleration_seconds(obj)
@@ -148,6 +149,15 @@ class Admission:
             return None
         leader_owner = next((o["uid"] for o in leaders[0]["metadata"].get("ownerReferences") or [] if o.get("controller")), None)
         return leaders[0] if leader_owner == owner else None
+
+
+def _quantities_as_strings(pod: Obj) -> None:
+    """A pod's resource quantities come back as strings (``resource.Quantity`` serializes so)."""
+    for container in pod["spec"].get("containers", []):
+        for section in ("limits", "requests"):
+            values = (container.get("resources") or {}).get(section)
+            if values:
+                container["resources"][section] = {k: str(v) for k, v in values.items()}
 
 
 def _set_exclusive_affinities(pod: Obj, topology: str) -> None:

@@ -235,8 +235,9 @@ class ApiServer:
             grace = first("gracePeriodSeconds") or options.get("gracePeriodSeconds")
             if propagation is None and resource.group == "batch":
                 propagation = "Orphan"  # batch/v1 Jobs default to orphaning (pkg/registry/batch/job/strategy.go, DefaultGarbageCollectionPolicy)
+            before = self.store.get(resource, ns, name)
             remaining = self.store.delete(resource, ns, name, propagation, None if grace is None else int(grace))
-            return 200, remaining or {"kind": "Status", "apiVersion": "v1", "status": "Success"}
+            return 200, remaining or before  # the object, as the API server answers a delete
         raise ApiError(405, "MethodNotAllowed", f"{method} is not supported here")
 
     def _discovery(self) -> dict[str, Any]:

@@ -96,7 +96,8 @@ class Nodes:
         status["phase"] = "Running"
         status["startTime"] = self.clock.iso()
         status["containerStatuses"] = [
-            {"name": c["name"], "ready": True, "restartCount": 0, "state": {"running": {"startedAt": self.clock.iso()}}}
+            {"name": c["name"], "image": c.get("image", ""), "imageID": "", "ready": True, "restartCount": 0,
+             "state": {"running": {"startedAt": self.clock.iso()}}}
             for c in pod["spec"].get("containers", [])
         ]
         for type_ in ("Initialized", "ContainersReady", "Ready"):
@@ -108,7 +109,7 @@ class Nodes:
         started = next((s["state"].get("running", {}).get("startedAt") for s in status.get("containerStatuses") or []), None)
         status["phase"] = "Succeeded" if code == 0 else "Failed"
         status["containerStatuses"] = [
-            {"name": c["name"], "ready": False, "restartCount": 0,
+            {"name": c["name"], "image": c.get("image", ""), "imageID": "", "ready": False, "restartCount": 0,
              "state": {"terminated": {"exitCode": code, "reason": reason, "startedAt": started or self.clock.iso(), "finishedAt": self.clock.iso()}}}
             for c in pod["spec"].get("containers", [])
         ]

@@ -44,7 +44,7 @@ from hotswap.backends.kubernetes.kueue_mode import KueueView, kueue_queued, kueu
 from hotswap.backends.kubernetes.live_objects import LiveJobSet, LivePod, metadata, read_jobset, read_occupant, read_pod
 from hotswap.backends.kubernetes.pod_signals import Signals, read_signals
 from hotswap.backends.kubernetes.settings import KubeSettings
-from hotswap.backends.kubernetes.state_annotation import replicas_of, workload_from_state
+from hotswap.backends.kubernetes.state_annotation import released_of, replicas_of, workload_from_state
 from hotswap.core import events as ev
 from hotswap.core.model import Node, Slice, Snapshot, Workload
 
@@ -117,9 +117,8 @@ def observe(
     live = [read_jobset(obj) for obj in jobsets]
     live.sort(key=lambda j: (j.created, j.name))
     by_name = {j.name: j for j in live}
-    raw_pods = list(pods)
-    pod_list = [p for p in (read_pod(obj) for obj in raw_pods) if p is not None and p.workload in by_name]
-    ours = frozenset((metadata(obj).get("namespace", settings.namespace), metadata(obj).get("name")) for obj in raw_pods)
+    pod_list = [p for p in (read_pod(obj) for obj in pods) if p is not None and p.workload in by_name]
+    ours = frozenset((settings.namespace, p.name) for p in pod_list)  # any other pod is another owner's
     occupants = [o for o in (read_occupant(obj, ours) for obj in others) if o is not None]
     job_list = list(jobs)
     job_uids = frozenset(metadata(obj).get("uid", "") for obj in job_list)
@@ -142,7 +141,8 @@ def observe(
         live = kueue_queued(observation, live)
     workloads, created = _managed_workloads(observation, live)
     workloads = _exclusive(workloads)
-    signals = read_signals(workloads, observation.pods_of, job_uids, failing, discovery, occupants, now)
+    released = {j.name: released_of(j.state) for j in live}
+    signals = read_signals(workloads, observation.pods_of, job_uids, failing, discovery, occupants, now, released, observation.replicas)
     observation.wake_at = signals.wake_at
     observation.snapshot, observation.events = _snapshot(observation, workloads, created, signals)
     return observation

@@ -42,7 +42,7 @@ from hotswap.backends.kubernetes.operations import (
     RecreateJobs,
     in_order,
 )
-from hotswap.backends.kubernetes.state_annotation import encode_state, state_of
+from hotswap.backends.kubernetes.state_annotation import Released, encode_state, released_of, state_of
 from hotswap.core import actions as act
 from hotswap.core.model import Workload
 from hotswap.core.scheduler import Decision
@@ -95,7 +95,7 @@ def _jobset_patch(
     suspend = None
     if workload is not None:
         replicas = replicas_after(actions, observation.replicas.get(job.name, []), job.spec.num_slices)
-        state = state_of(workload, replicas, job.state, observation.now)
+        state = state_of(workload, replicas, job.state, observation.now, _released(observation, job, workload, actions))
         if state != job.state:
             annotations[labels.STATE_ANNOTATION] = encode_state(state)
         want_suspended = not workload.phase.holds_slices
@@ -104,6 +104,22 @@ def _jobset_patch(
     if not annotations and suspend is None:
         return None
     return PatchJobSet(job.name, suspend, annotations, job.resource_version)
+
+
+def _released(observation: Observation, job: LiveJobSet, workload: Workload, actions: list[act.Action]) -> Released:
+    """The workers of the running attempt whose pods were released, by current Job: the
+    record's, and those seen released (the round after the release, so that the record never
+    claims one that did not happen)."""
+    if workload.phase is not WorkloadPhase.RUNNING or any(isinstance(a, (act.Restart, act.Requeue)) for a in actions):
+        return {}
+    recreated = {i for a in actions if isinstance(a, act.ScaleDown) for i, s in enumerate(observation.replicas.get(job.name, [])) if s in a.removed}
+    pods = observation.pods_of(job.name)
+    dropped = {p.owner_uid for p in pods if p.replica in recreated}
+    released = {uid: set(hosts) for uid, hosts in released_of(job.state).items() if uid in observation.job_uids and uid not in dropped}
+    for pod in pods:
+        if pod.attempt == workload.attempt and pod.owner_uid in observation.job_uids and pod.owner_uid not in dropped and pod.host is not None:
+            released.setdefault(pod.owner_uid, set()).add(pod.host)
+    return {uid: frozenset(hosts) for uid, hosts in released.items()}
 
 
 def _stuck_pods(observation: Observation, name: str, workload: Workload) -> list[Operation]:

@@ -14,6 +14,11 @@ charged) and the exit, of an older attempt by then, is ignored. A success (0) co
 kube-scheduler, eviction, the taint manager; or a deletion by anyone but hotswap) take its
 slice away from the workload for the round, as a cordon would: the core moves it, uncharged.
 
+**A worker whose pod is gone** (deleted or evicted while no controller was watching, so no
+trace of it is left) is noticed all the same: its Job creates a new pod for that index, which
+waits behind the gate, in a Job whose pods were already released. The gang it belonged to is
+broken: the slice is lost for the round, and the workload restarts, uncharged.
+
 **Pinned pods that never schedule** (the slice was taken meanwhile by someone hotswap cannot see)
 lose their slice after ``UNSCHEDULABLE_AFTER_S``, unless a pod is still terminating there
 (it frees the slice when it is gone), so a workload never waits silently.
@@ -25,7 +30,7 @@ make the slice unusable: it is never offered, and a workload holding it loses it
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from hotswap.api.cluster import NodeState
 from hotswap.api.phases import WorkloadPhase
@@ -64,6 +69,8 @@ def read_signals(
     discovery: Discovery,
     occupants: Iterable[Occupant],
     now: float,
+    released: Mapping[str, Mapping[str, frozenset[int]]] | None = None,
+    replicas: Mapping[str, list[str | None]] | None = None,
 ) -> Signals:
     """The signals of every workload that holds slices."""
     signals = Signals()
@@ -85,6 +92,7 @@ def read_signals(
         mine = current_pods(workload, pods_of(workload.name), job_uids)
         if workload.phase is WorkloadPhase.RUNNING:
             _exits(workload, mine, failing_jobs, discovery, now, signals)
+            _replaced(pods_of(workload.name), (released or {}).get(workload.name, {}), (replicas or {}).get(workload.name, []), discovery, signals)
         _disruptions(mine, failing_jobs, discovery, held, signals)
         _unschedulable(mine, stopping_on, discovery, held, now, signals)
     return signals
@@ -123,6 +131,25 @@ def _disruptions(mine: list[LivePod], failing_jobs: frozenset[str], discovery: D
             continue  # the node's own state tells the core already
         why = f"its pod {pod.name} was disrupted ({pod.disruption})" if pod.disruption else f"its pod {pod.name} was deleted"
         signals.lost.setdefault(pod.node, f"a worker on node {pod.node} stopped: {why}")
+
+
+def _replaced(
+    pods: list[LivePod], released: Mapping[str, frozenset[int]], replicas: list[str | None], discovery: Discovery, signals: Signals
+) -> None:
+    """A gated pod for a worker that was released: its predecessor is gone."""
+    gone = {(p.owner_uid, p.replica, p.host) for p in pods if p.finished or p.terminating}  # the visible ones speak for themselves
+    for pod in pods:
+        if not pod.gated or pod.terminating or pod.owner_uid is None or pod.host not in released.get(pod.owner_uid, frozenset()):
+            continue
+        if (pod.owner_uid, pod.replica, pod.host) in gone:
+            continue
+        slice_name = replicas[pod.replica] if pod.replica is not None and 0 <= pod.replica < len(replicas) else None
+        found = discovery.slice(slice_name) if slice_name is not None else None
+        if found is None:
+            continue
+        signals.lost.setdefault(
+            found.nodes[0], f"the pod of worker {pod.replica}/{pod.host} is gone (deleted or evicted): its Job replaced it"
+        )
 
 
 def _unschedulable(mine: list[LivePod], stopping_on: set[str], discovery: Discovery, held: set[str], now: float, signals: Signals) -> None:
