@@ -202,8 +202,9 @@ class KubeController:
                 self._enact_one(op, raw, observation.now)
             except UnreachableError:
                 raise
-            except ConflictError as error:
-                self.log(f"{error.message.split(': conflict')[0]}: it changed meanwhile; the next round decides again")
+            except ConflictError:
+                what = getattr(op, "jobset", None) or getattr(op, "pod", "an object")
+                self.log(f"{what} changed meanwhile: its update was refused; the next round decides again")
             except HotswapError as error:
                 self.log(f"warning: {error}")
 
