@@ -80,7 +80,6 @@ Operation = PatchJobSet | RecreateJobs | ForceDeletePod | PlacePod | AnnotatePod
 # Side effects before the record of them: a controller that dies in between finds the old
 # record and repeats the decision, rather than a record of a move that never happened.
 _ORDER = {RecreateJobs: 0, ForceDeletePod: 1, DeactivateKueueWorkload: 2, PatchJobSet: 3, RecordEvent: 4, PlacePod: 5, AnnotatePod: 6}
-WRITES = (PatchJobSet, RecreateJobs, ForceDeletePod, PlacePod, AnnotatePod, DeactivateKueueWorkload, RecordEvent)
 
 
 def in_order(operations: Iterable[Operation]) -> list[Operation]:
