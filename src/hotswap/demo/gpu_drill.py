@@ -126,15 +126,19 @@ class GpuDrill(Drill):
         return next((s for s in trace.steps if s.attempt > attempt), None) if trace else None
 
     def _checksums(self, name: str) -> tuple[str | None, str | None]:
-        """The checksum the job saved last, and the one it found after restoring."""
+        """The checksum the job saved at the step it restored (the last one it saved, before a
+        restore), and the one it found after restoring. Saved lines are keyed by step: the SDK
+        also reads the registered state when it is registered (step 0), before the restore."""
+        saved_at: dict[str, str | None] = {}
         saved = after = None
         for line in log_lines(self.main_log(name)):
             if line.startswith("params_checksum"):
                 fields = contract.parse_fields(line)
                 if fields.get("when") == "saved":
-                    saved = fields.get("sha256")
-                elif fields.get("when") == "restored" and fields.get("saved") == saved:
-                    after = fields.get("sha256")
+                    saved_at[fields.get("step", "")] = saved = fields.get("sha256")
+                elif fields.get("when") == "restored":
+                    saved = saved_at.get(fields.get("step", ""))
+                    after = fields.get("sha256") if fields.get("saved") == saved else None
         return saved, after
 
     def _raw_write(self, size: int) -> float:
