@@ -313,8 +313,9 @@ def test_the_shim_runs_a_process_per_gpu_and_reports_the_first_failure(tmp_path:
 
     def run(**env: str) -> int:
         environ = {**os.environ, "LOCAL_RANK": "0", "HOTSWAP_TERMINATION_GRACE_S": "5", **env}
-        return subprocess.run([sys.executable, "-S", shim.__file__, str(worker), str(logs[0]), "--", f"{PYTHON} {script}"],
-                              env=environ, timeout=60).returncode
+        with open(worker / "lock", "w") as lock:
+            command = [sys.executable, "-S", shim.__file__, str(worker), str(logs[0]), str(lock.fileno()), "--", f"{PYTHON} {script}"]
+            return subprocess.run(command, env=environ, timeout=60, pass_fds=(lock.fileno(),)).returncode
 
     assert run() == 0
     assert "local rank 0" in logs[0].read_text() and "local rank 1" in logs[1].read_text()

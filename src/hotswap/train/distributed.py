@@ -32,6 +32,12 @@ from hotswap.train.snapshot import join_tensors, split_tensors
 BROADCAST_CHUNK_BYTES = 64 << 20  # each collective well inside the timeout, whatever the state size
 _POLL_S = 0.02
 _CONNECT_ATTEMPT_S = 2.0
+# Gloo's worker threads free a finished collective's tensors after the caller has its result,
+# and need the GIL for that. A process that leaves a group and exits at once can reach
+# interpreter teardown first: the thread is then stopped mid-destructor and the process aborts
+# ("terminate called without an active exception", found on 1 run in ~10). Handing the GIL
+# over for a moment after leaving lets those threads finish while the interpreter still lives.
+_GLOO_RELEASE_S = 0.1
 
 
 def choose_backend(env: WorkerEnv, cuda_devices: Callable[[], int]) -> str:
@@ -182,9 +188,12 @@ class ProcessGroup:
         self._owned = False
         return True
 
-    def destroy(self) -> None:
+    def destroy(self, before_teardown: bool = False) -> None:
+        """Leave the group; ``before_teardown``: the interpreter is about to be torn down."""
         if self._owned and dist.is_initialized():
             dist.destroy_process_group()
+            if before_teardown:
+                time.sleep(_GLOO_RELEASE_S)  # see _GLOO_RELEASE_S
         self._store, self.spec, self._owned = None, None, False
 
     # Collectives ---------------------------------------------------------------------------

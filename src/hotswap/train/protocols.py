@@ -36,7 +36,9 @@ class Group(Protocol):
         arrive or ``interrupted()`` says to give up."""
         ...
 
-    def destroy(self) -> None: ...
+    def destroy(self, before_teardown: bool = False) -> None:
+        """Leave the group; ``before_teardown``: the interpreter is torn down next."""
+        ...
 
     def agree_max(self, values: list[int]) -> list[int]:
         """The element-wise maximum of every rank's ``values``."""

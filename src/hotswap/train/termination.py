@@ -106,16 +106,17 @@ class Termination:
             print(message, file=sys.stderr, flush=True)
         self.state.wait_for_writes()
         self.events.record(EVENT_STOP, step=self.progress.step, reason=reason, exit_code=code)
-        self.close()
+        self.close(teardown=False)
         # The user's finally blocks still run (SystemExit), but the interpreter's teardown of
         # PyTorch (about half a second) is skipped: a restart waits for this process to be gone.
         atexit.register(_leave_now, code)
         raise SystemExit(code)
 
-    def close(self) -> None:
-        """Finish the checkpoint in flight, leave the process group, close the events file."""
+    def close(self, teardown: bool = True) -> None:
+        """Finish the checkpoint in flight, leave the process group, close the events file.
+        ``teardown``: the interpreter will be torn down next (not skipped as :meth:`exit` does)."""
         self.state.wait_for_writes()
-        self.group.destroy()
+        self.group.destroy(before_teardown=teardown)
         self.events.close()
 
 

@@ -2,7 +2,10 @@
 
 The worker table says what a committed decision asked for, whatever became of the controller
 that made it (killed with -9 at any moment): live workers are watched again, workers that ended
-meanwhile are accounted for, and workers committed but never started are started now.
+meanwhile are accounted for, and workers committed but never started are started now. A worker
+whose shim was started but whose pid was recorded nowhere yet (neither committed nor written by
+the shim) is recognised by its start lock and adopted once its pid file appears: it is never
+started a second time.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from hotswap.backends.local.supervisor import Supervisor
 from hotswap.backends.local.workers import Workers
 from hotswap.store.state import LIVE_WORKER_STATES, Store, WorkerRow
 
@@ -19,6 +23,8 @@ def recover(workers: Workers) -> None:
     for row in store.workers(LIVE_WORKER_STATES):
         if row.pid is None:  # its start was not recorded: handed to a spare, or started, or neither
             row = _adopt_from_pid_file(store, spares.adopt_after_crash(row))
+        if row.pid is None and supervisor.started_unrecorded(row):
+            row = _await_pid_file(store, supervisor, row)
         if row.pid is None:
             workers.spawn([(row, None)])
             continue
@@ -34,6 +40,8 @@ def recover(workers: Workers) -> None:
     for row in spares.rows():
         if row.pid is None:
             row = _adopt_from_pid_file(store, row)
+        if row.pid is None and supervisor.started_unrecorded(row):
+            row = _await_pid_file(store, supervisor, row)
         pidfd = supervisor.pidfd(row) if row.pid is not None else None
         if pidfd is None:
             with store.transaction():
@@ -52,3 +60,18 @@ def _adopt_from_pid_file(store: Store, row: WorkerRow) -> WorkerRow:
     with store.transaction():
         store.update_worker(row.id, pid=int(pid_text), start_ticks=int(ticks_text))
     return store.worker(row.id)
+
+
+PID_FILE_WAIT_S = 60.0  # a shim writes its pid file first thing; only a stopped one takes longer
+
+
+def _await_pid_file(store: Store, supervisor: Supervisor, row: WorkerRow) -> WorkerRow:
+    """The row of a worker whose shim lives but has not written its pid file yet, once it has
+    (or, if the shim ended first, as it is: then it is started again)."""
+    deadline = time.monotonic() + PID_FILE_WAIT_S
+    while time.monotonic() < deadline:
+        time.sleep(0.01)
+        row = _adopt_from_pid_file(store, row)
+        if row.pid is not None or not supervisor.started_unrecorded(row):
+            return row
+    raise TimeoutError(f"worker {row.id}'s shim holds its start lock but wrote no pid in {PID_FILE_WAIT_S:.0f} s")

@@ -2,8 +2,11 @@
 
 Started by the supervisor as the leader of the worker's own process group::
 
-    python shim.py <worker-dir> <log-file> -- '<command>'
+    python shim.py <worker-dir> <log-file> <lock-fd> -- '<command>'
 
+``<lock-fd>`` is the worker's start lock, taken by the supervisor before it forked the shim
+and held by the shim for its whole life: a controller restarted before the shim wrote its pid
+can tell that this worker has started (see ``supervisor.py``), so it never starts a second one.
 It writes ``<worker-dir>/pid`` (its pid and the kernel start time of the process), runs the
 command in the same process group with stdout and stderr appended to the log file, and writes
 the exit code (0-255; a signal N becomes 128+N, as container runtimes report it) to
@@ -167,11 +170,12 @@ def spawn(command: list[str], env: dict[str, str], log: int, null: int, forwarde
 
 
 def main(argv: list[str]) -> int:
-    worker_dir, log_file, separator, *rest = argv
-    if separator != "--" or len(rest) != 1:
-        print("usage: shim.py <worker-dir> <log-file> -- '<command>'", file=sys.stderr)
+    if len(argv) != 5 or argv[3] != "--" or not argv[2].isdigit():
+        print("usage: shim.py <worker-dir> <log-file> <lock-fd> -- '<command>'", file=sys.stderr)
         return 2
-    command = argv_of(rest[0])
+    worker_dir, log_file, lock_fd, _, command_line = argv
+    os.set_inheritable(int(lock_fd), False)  # held by the shim alone, not by the command it runs
+    command = argv_of(command_line)
     with_libc = ctypes.CDLL(None, use_errno=True)
     with_libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     write_atomically(os.path.join(worker_dir, "pid"), f"{os.getpid()} {start_ticks(os.getpid())}\n")

@@ -14,6 +14,7 @@ writes its own log) and is still the one worker the controller supervises.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import os
 import signal
@@ -28,6 +29,11 @@ SHIM = Path(__file__).with_name("shim.py")
 KILLED_EXIT_CODE = 128 + signal.SIGKILL
 LAUNCH_FILE = "launch.json"
 LOCAL_FILE = "local.json"  # the shim's list of the host's other processes
+START_LOCK_FILE = "lock"  # held by the worker's shim from before its birth to its end
+
+
+class AlreadyStarted(Exception):
+    """A shim of this worker row lives (a controller started it and died before recording it)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,17 +104,39 @@ class Supervisor:
         if launch.local:
             (launch.dir / LOCAL_FILE).write_text(json.dumps([p.to_json() for p in launch.local]))
         cwd = launch.cwd if os.path.isdir(launch.cwd) else str(launch.dir)
-        child = subprocess.Popen(
-            [sys.executable, "-S", str(SHIM), str(launch.dir), str(launch.log), "--", launch.command],
-            cwd=cwd,
-            env=launch.env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        # The start lock is taken here, before the fork, and the shim inherits it: there is no
+        # moment at which the worker lives but its lock is free (see :meth:`started_unrecorded`).
+        lock = _try_lock(launch.dir)
+        if lock is None:
+            raise AlreadyStarted(str(launch.dir))
+        try:
+            child = subprocess.Popen(
+                [sys.executable, "-S", str(SHIM), str(launch.dir), str(launch.log), str(lock), "--", launch.command],
+                cwd=cwd,
+                env=launch.env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                pass_fds=(lock,),
+            )
+        finally:
+            os.close(lock)
         self.children[row.id] = child
         return child.pid, start_ticks(child.pid)
+
+    def started_unrecorded(self, row: WorkerRow) -> bool:
+        """Whether a shim of this row lives although no pid was recorded: a controller killed
+        between starting it and committing its pid (the shim may not have written its pid file
+        yet either). Starting the row again would run the worker twice."""
+        try:
+            lock = _try_lock(Path(row.dir))
+        except FileNotFoundError:  # its directory is gone: nothing of it can run
+            return False
+        if lock is None:
+            return True
+        os.close(lock)
+        return False
 
     def alive(self, row: WorkerRow) -> bool:
         if row.pid is None:
@@ -157,3 +185,14 @@ class Supervisor:
 
     def forget(self, row: WorkerRow) -> None:
         self.children.pop(row.id, None)
+
+
+def _try_lock(directory: Path) -> int | None:
+    """The worker's start lock, taken (a descriptor), or None if a live shim holds it."""
+    lock = os.open(directory / START_LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(lock)
+        return None
+    return lock

@@ -152,8 +152,9 @@ class JaxGroup:
         self.used = True
         return True
 
-    def destroy(self) -> None:
-        """Leave the group, rank 0 after every other member (bounded wait)."""
+    def destroy(self, before_teardown: bool = False) -> None:
+        """Leave the group, rank 0 after every other member (bounded wait). (JAX's client has
+        no threads that need the interpreter after this: ``before_teardown`` changes nothing.)"""
         self.leave(range(self.world_size))
 
     def leave(self, wait_for: Collection[int]) -> None:

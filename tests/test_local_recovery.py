@@ -1,0 +1,95 @@
+"""A controller killed at the worst moment of a worker's start (found by the chaos drill, seed
+2353128851): after it forked the shim but before the pid was committed, and before the shim
+wrote its own pid file. The next controller must adopt that worker, not start it a second time
+(a second copy would keep running, unsupervised, on a slice later given to another workload)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import shlex
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from hotswap.backends.local.recovery import recover
+from hotswap.backends.local.supervisor import WorkerLaunch
+from hotswap.backends.local.workers import Workers
+from hotswap.store.paths import ClusterPaths
+from hotswap.store.state import Store, WorkerIdentity
+
+IDENTITY = WorkerIdentity(workload="w", seq=1, attempt=0, slice="c-np-0", replica=0, host=0, node="c-np-0-0")
+
+
+def shims_of(directory: Path) -> list[int]:
+    """Live shim processes started for ``directory`` (read from /proc, as the chaos drill does)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            command = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if b"shim.py" in command and os.fsencode(str(directory)) in command.split(b"\0") and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def resume(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGCONT)
+
+
+def controller(paths: ClusterPaths) -> Workers:
+    store = Store.open(paths.database, create=not paths.database.exists())
+    return Workers(store, paths, selectors.DefaultSelector(), (0, ()), lambda _: 3.0, lambda row, code: None)
+
+
+def test_a_worker_started_but_never_recorded_is_adopted_not_started_again(tmp_path: Path) -> None:
+    paths = ClusterPaths.of("c", tmp_path)
+    paths.root.mkdir(parents=True)
+    first = controller(paths)
+    with first.store.transaction():
+        command = shlex.join([sys.executable, "-c", "import time; time.sleep(60)"])
+        launch = WorkerLaunch(IDENTITY, tmp_path, tmp_path / "w.log", command, str(tmp_path), dict(os.environ))
+        row, launch = first.add(launch, time.time())
+    pid, _ = first.supervisor.spawn(row, launch)  # ... and the controller dies here, before recording it
+    os.kill(pid, signal.SIGSTOP)  # the shim has not written its pid file yet (it is slow to start)
+    try:
+        assert not (Path(row.dir) / "pid").exists()
+        second = controller(paths)
+        releasing = threading.Timer(0.5, resume, (pid,))  # the shim goes on meanwhile
+        releasing.start()
+        recover(second)
+        releasing.join()
+        assert shims_of(Path(row.dir)) == [pid]
+        assert second.store.worker(row.id).pid == pid
+    finally:
+        for shim in shims_of(Path(row.dir)):
+            os.killpg(shim, signal.SIGKILL)
+        resume(pid)
+
+
+def test_a_worker_whose_shim_died_before_writing_its_pid_is_started_again(tmp_path: Path) -> None:
+    paths = ClusterPaths.of("c", tmp_path)
+    paths.root.mkdir(parents=True)
+    first = controller(paths)
+    with first.store.transaction():
+        command = shlex.join([sys.executable, "-c", "import time; time.sleep(60)"])
+        launch = WorkerLaunch(IDENTITY, tmp_path, tmp_path / "w.log", command, str(tmp_path), dict(os.environ))
+        row, launch = first.add(launch, time.time())
+    pid, _ = first.supervisor.spawn(row, launch)
+    os.kill(pid, signal.SIGKILL)
+    first.supervisor.exit_code(row)  # reaped: its start lock is free again
+    second = controller(paths)
+    try:
+        recover(second)
+        started = second.store.worker(row.id).pid
+        assert started is not None and started != pid
+        assert shims_of(Path(row.dir)) == [started]
+    finally:
+        for shim in shims_of(Path(row.dir)):
+            os.killpg(shim, signal.SIGKILL)
