@@ -123,7 +123,7 @@ class Group:
         self._form(spec)
         self.spec = spec
 
-    def destroy(self) -> None:
+    def destroy(self, before_teardown: bool = False) -> None:
         self.destroyed += 1
         self.spec = None
 
