@@ -80,11 +80,15 @@ def test_fill_positions(previous: tuple[str, ...], kept: tuple[str, ...], got: t
     [
         (("a", "b", "c"), {"b"}, (("a", "c"), ("b",))),
         (("a", "b", "c"), set(), (("a", "b", "c"), ())),
-        (("a", "b"), {"a", "b"}, ((), ("a", "b"))),
+        (("a", "b"), {"b", "a"}, ((), ("a", "b"))),  # gone in replica order, not set order
+        (("a", "b", "c"), {"c", "z"}, (("a", "b"), ("c",))),  # unhealthy slices of others
+        # Many unhealthy slices in the cluster: the same answer by the other path.
+        (("a", "b", "c"), {"b", *(f"x{i}" for i in range(20))}, (("a", "c"), ("b",))),
     ],
+    ids=["one", "none", "all", "others", "many-unhealthy"],
 )
 def test_split_healthy_keeps_replica_order(slices: tuple[str, ...], broken: set[str], expected: object) -> None:
-    assert split_healthy(slices, lambda s: s not in broken) == expected
+    assert split_healthy(slices, broken) == expected
 
 
 @pytest.mark.parametrize(

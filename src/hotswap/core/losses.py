@@ -18,12 +18,20 @@ def handle_losses(state: RoundState) -> None:
     - hotswap: it is restarted (or scaled) on replacement slices, see ``want_replacement``;
     - otherwise it waits holding its slices until they are repaired, or is requeued when a
       slice it held left the cluster and cannot come back.
+
+    A slice lost in this round is gone for a running workload even when its node is back by the
+    end of the round (a failure and its repair reported together): the workers on it died.
     """
     hotswap = state.config.hotswap
+    unhealthy = state.capacity.unhealthy
     for name in sorted(state.lost, key=lambda n: state.workloads[n].seq):
         workload = state.workloads[name]
-        reason = "; ".join(state.lost[name].values())
-        keep, gone = split_healthy(workload.slices, state.capacity.healthy)
+        lost = state.lost[name]
+        reason = "; ".join(lost.values())
+        if workload.phase is RESTARTING:
+            keep, gone = split_healthy(workload.slices, unhealthy)
+        else:
+            keep, gone = split_healthy(workload.slices, unhealthy | lost.keys())
         removed = any(s in state.capacity.removed for s in gone)
         if workload.phase is RESTARTING:
             if hotswap or removed:

@@ -1,0 +1,226 @@
+"""Indexes of workloads that let a round look only at what could have changed.
+
+Kueue keeps its pending workloads in queues and its admitted ones in a cache, so a scheduling
+cycle never rescans everything. These are hotswap's equivalents, derived from the workload
+records and kept up to date by :class:`WorkloadIndex` at every transition
+(:meth:`hotswap.core.round_state.RoundState.update`):
+
+- ``queued``: queued workloads per (device type, priority, num_slices, floor_slices), FIFO.
+  Grouping by what a workload needs lets admission find the first one that fits without
+  trying the others (:mod:`hotswap.core.demands`).
+- ``growable``: elastic workloads holding fewer slices than they asked for, per (device
+  type, priority), FIFO.
+- ``restarting``: workloads that hold slices and wait to start their workers.
+- ``ranked``: workloads holding slices per :data:`RankKey`, in preemption order (the order
+  of :func:`hotswap.core.ordering.candidates_ordering` within one key), so that choosing
+  victims reads the cheapest few instead of sorting every holder.
+- ``shrinkable``: slices that running elastic workloads above their floor could give up,
+  per (device type, priority).
+
+Ranking. A workload whose workers run is ranked by when it last saved its progress (its
+start, or its last checkpoint), then by when it started, then newest first. Most workloads
+report each checkpoint; their rank does not change between reports, so they sit in one
+sorted tuple (``period`` 0). A workload that declared a checkpoint period (a
+:class:`~hotswap.core.events.CheckpointRecorded` with ``every``) saves at ``anchor + k *
+every`` without reporting each save; its rank changes with time, but only as a rotation:
+sorted by ``anchor % every``, the order at time ``now`` starts just below ``now % every``
+and wraps around. Such workloads sit in one sorted tuple per period.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from hotswap.api.phases import WorkloadPhase
+from hotswap.core.cow import SortedPerKey
+
+if TYPE_CHECKING:
+    from hotswap.core.model import Workload
+
+QUEUED = WorkloadPhase.QUEUED
+RUNNING = WorkloadPhase.RUNNING
+RESTARTING = WorkloadPhase.RESTARTING
+INF = float("inf")
+
+# Kinds of holders within one priority level of a device type.
+RIGID = 0  # not elastic: it can only be evicted
+ELASTIC = 1  # elastic, but cannot give up slices now (at its floor, or workers not running)
+SHRINKABLE = 2  # elastic, running above its floor
+
+Level = tuple[str, int]  # (device type, priority value)
+QueueKey = tuple[str, int, int, int]  # (device type, priority value, num_slices, floor_slices)
+RankKey = tuple[str, int, int, float]  # (device type, priority value, kind, period; 0: none)
+Entry = tuple  # (seq, name) in queues; see rank_of for ranks
+
+
+# The index functions run at every transition of every workload: they read the spec's fields
+# directly (``elastic`` and ``floor_slices`` of WorkloadSpec, spelled out) instead of calling
+# its properties.
+
+
+def queue_key(workload: Workload) -> QueueKey | None:
+    if workload.phase is not QUEUED:
+        return None
+    spec = workload.spec
+    floor = spec.min_slices if spec.min_slices is not None else spec.num_slices
+    return (spec.device_type, int(spec.priority), spec.num_slices, floor)
+
+
+def grow_key(workload: Workload) -> Level | None:
+    spec = workload.spec
+    held = len(workload.slices)
+    if held and spec.min_slices is not None and spec.min_slices < spec.num_slices and held < spec.num_slices:
+        return (spec.device_type, int(spec.priority))
+    return None
+
+
+def rank_of(workload: Workload) -> tuple[RankKey, Entry] | None:
+    """Where a workload holding slices sits in the preemption ranking (None if it holds none).
+
+    Entries with period 0 sort as ``(-saved, -started, -seq, name)``: the latest save first;
+    a workload whose workers have not started has nothing to lose and comes before all.
+    Entries with a period sort as ``(anchor % period, started, seq, name)``, read backwards
+    from ``now % period`` (see the module docstring)."""
+    if not workload.slices:
+        return None
+    spec = workload.spec
+    name = spec.name
+    priority = int(spec.priority)
+    floor = spec.min_slices
+    running = workload.phase is RUNNING
+    if floor is not None and floor < spec.num_slices:
+        kind = SHRINKABLE if running and len(workload.slices) > floor else ELASTIC
+    else:
+        kind = RIGID
+    started = workload.running_since
+    if not running or started is None:
+        return (spec.device_type, priority, kind, 0.0), (-INF, -INF, -workload.seq, name)
+    saved = workload.last_checkpoint_at
+    every = workload.checkpoint_every
+    if saved is not None and every and saved >= started:
+        return (spec.device_type, priority, kind, every), (saved % every, started, workload.seq, name)
+    since = saved if saved is not None and saved > started else started
+    return (spec.device_type, priority, kind, 0.0), (-since, -started, -workload.seq, name)
+
+
+def shrink_room(workload: Workload) -> int:
+    """Slices a running elastic workload above its floor could give up (its rank says so)."""
+    spec = workload.spec
+    floor = spec.min_slices
+    if floor is not None and floor < spec.num_slices and workload.phase is RUNNING and workload.slices:
+        return max(0, len(workload.slices) - floor)
+    return 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Indexes:
+    """The frozen indexes of a snapshot (see the module docstring)."""
+
+    queued: Mapping[QueueKey, tuple[Entry, ...]] = dataclasses.field(default_factory=dict)
+    growable: Mapping[Level, tuple[Entry, ...]] = dataclasses.field(default_factory=dict)
+    restarting: frozenset[str] = frozenset()
+    ranked: Mapping[RankKey, tuple[Entry, ...]] = dataclasses.field(default_factory=dict)
+    shrinkable: Mapping[Level, int] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def build(cls, workloads: Mapping[str, Workload]) -> Indexes:
+        index = WorkloadIndex(cls())
+        for workload in workloads.values():
+            index.replace(None, workload)
+        return index.freeze()
+
+    def comparable(self) -> tuple:
+        """The indexes as plain values, empty entries left out (to compare two of them)."""
+        return (
+            {k: tuple(v) for k, v in self.queued.items() if v},
+            {k: tuple(v) for k, v in self.growable.items() if v},
+            self.restarting,
+            {k: tuple(v) for k, v in self.ranked.items() if v},
+            {k: v for k, v in self.shrinkable.items() if v},
+        )
+
+
+class WorkloadIndex:
+    """The indexes during one round: copy-on-write over a snapshot's :class:`Indexes`."""
+
+    def __init__(self, frozen: Indexes) -> None:
+        self.queued = SortedPerKey(frozen.queued)
+        self.growable = SortedPerKey(frozen.growable)
+        self.ranked = SortedPerKey(frozen.ranked)
+        self._restarting_original = frozen.restarting
+        self._restarting: set[str] | None = None
+        self._shrinkable_original = frozen.shrinkable
+        self._shrinkable: dict[Level, int] | None = None
+
+    @property
+    def restarting(self) -> frozenset[str] | set[str]:
+        return self._restarting if self._restarting is not None else self._restarting_original
+
+    def shrinkable(self, level: Level) -> int:
+        source = self._shrinkable if self._shrinkable is not None else self._shrinkable_original
+        return source.get(level, 0)
+
+    def replace(self, old: Workload | None, new: Workload | None) -> None:
+        """A workload's record changed from ``old`` to ``new`` (None: absent)."""
+        if old is not None and new is not None and old.phase is new.phase and old.slices is new.slices:
+            # Same phase and slices (a checkpoint, a new attempt's start time): only its rank.
+            self._move(self.ranked, rank_of(old), rank_of(new))
+            return
+        self._move(self.queued, _queue_entry(old), _queue_entry(new))
+        self._move(self.growable, _grow_entry(old), _grow_entry(new))
+        self._move(self.ranked, rank_of(old) if old is not None else None, rank_of(new) if new is not None else None)
+        was = old is not None and old.phase is RESTARTING
+        now = new is not None and new.phase is RESTARTING
+        if was != now:
+            if self._restarting is None:
+                self._restarting = set(self._restarting_original)
+            name = (new or old).name  # type: ignore[union-attr]
+            (self._restarting.add if now else self._restarting.discard)(name)
+        before = shrink_room(old) if old is not None else 0
+        after = shrink_room(new) if new is not None else 0
+        if before or after:
+            self._shrink_add(old, -before)
+            self._shrink_add(new, after)
+
+    @staticmethod
+    def _move(target: SortedPerKey, old: tuple | None, new: tuple | None) -> None:
+        if old == new:
+            return
+        if old is not None:
+            target.discard(old[0], old[1])
+        if new is not None:
+            target.add(new[0], new[1])
+
+    def _shrink_add(self, workload: Workload | None, count: int) -> None:
+        if workload is None or not count:
+            return
+        if self._shrinkable is None:
+            self._shrinkable = dict(self._shrinkable_original)
+        level = (workload.spec.device_type, int(workload.spec.priority))
+        self._shrinkable[level] = self._shrinkable.get(level, 0) + count
+
+    def freeze(self) -> Indexes:
+        restarting = self._restarting
+        return Indexes(
+            queued=self.queued.freeze(),
+            growable=self.growable.freeze(),
+            restarting=frozenset(restarting) if restarting is not None else self._restarting_original,
+            ranked=self.ranked.freeze(),
+            shrinkable=self._shrinkable if self._shrinkable is not None else self._shrinkable_original,
+        )
+
+
+def _queue_entry(workload: Workload | None) -> tuple[QueueKey, Entry] | None:
+    if workload is None:
+        return None
+    key = queue_key(workload)
+    return None if key is None else (key, (workload.seq, workload.spec.name))
+
+
+def _grow_entry(workload: Workload | None) -> tuple[Level, Entry] | None:
+    if workload is None:
+        return None
+    key = grow_key(workload)
+    return None if key is None else (key, (workload.seq, workload.spec.name))
