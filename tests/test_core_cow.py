@@ -81,3 +81,11 @@ def test_sorted_per_key_matches_sorted_lists(operations: list[tuple[str, int, bo
     frozen = sorted_.freeze()
     assert {k: list(v) for k, v in frozen.items()} == {k: v for k, v in model.items() if v}
     assert original == {"x": (1, 5, 9)}  # the snapshot's tuples are never changed
+
+
+def test_taking_from_the_end_hands_out_the_last_items_first() -> None:
+    sorted_ = SortedPerKey({"x": (1, 2, 3, 4)})
+    assert sorted_.take_last("x", 2) == [4, 3]
+    assert sorted_.take_last("x", 5) == [2, 1]  # fewer than asked: all there is
+    assert sorted_.take_last("x", 1) == [] and list(sorted_.view("x")) == []
+    assert sorted_.freeze() == {}

@@ -106,7 +106,7 @@ def test_an_instant_repair_still_restarts_the_job_under_the_failed_node() -> Non
     restart the job (it used to carry on as if nothing had happened)."""
     config = dataclasses.replace(BUSY, repair_s=0.0, policies=("hotswap",))
     run = summarize(simulate(config, "hotswap"), 0.0)
-    assert run.main_restarts > 0 and len(run.main_mttr_s) > 0
+    assert run.counts.main_restarts > 0 and len(run.main_mttr_s) > 0
     assert run.badput_by_priority["very-high"]["wasted_progress"] > 0
 
 
@@ -116,7 +116,7 @@ def test_elastic_survivors_lose_the_steps_since_their_last_snapshot() -> None:
     for snapshot_s in (0.0, 60.0, 600.0):
         result = simulate(dataclasses.replace(config, elastic_snapshot_s=snapshot_s), "hotswap+elastic")
         main = result.jobs[mix.MAIN]
-        runs[snapshot_s] = (main.ledger.seconds[Category.WASTED_PROGRESS], main.size, result.main_reconfigurations)
+        runs[snapshot_s] = (main.ledger.seconds[Category.WASTED_PROGRESS], main.size, result.counts.main_reconfigurations)
     assert runs[0.0][0] == 0.0  # a snapshot at every step: nothing to redo
     for snapshot_s in (60.0, 600.0):
         wasted, size, reconfigurations = runs[snapshot_s]

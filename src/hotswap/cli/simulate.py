@@ -8,7 +8,6 @@ the command, so ``hotswap --help`` does not pay for them.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -47,7 +46,9 @@ def simulate(
         None, "--sizes", help="With --compare: cluster sizes in nodes, comma-separated (default: --nodes and 3 halvings)."
     ),
     seeds: int | None = typer.Option(None, "--seeds", help="With --compare: seeds per size, from --seed on (default 5)."),
-    jobs: int | None = typer.Option(None, "--jobs", "-j", help="Simulations run in parallel (default: CPU count)."),
+    jobs: int | None = typer.Option(
+        None, "--jobs", "-j", help="Worker processes (default: one per run when runs <= 2x CPUs, else one per CPU)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object on stdout."),
     plot: Path | None = typer.Option(None, "--plot", help="Write a chart to this PNG file.", dir_okay=False),
 ) -> None:
@@ -73,9 +74,8 @@ def simulate(
     if not compare and (sizes is not None or seeds is not None):
         raise InvalidInputError("--sizes and --seeds go with --compare")
     rate = failure_rate if failure_rate is not None else find_profile(profile or DEFAULT_PROFILE).failures_per_1000_node_days
-    workers = jobs if jobs is not None else (os.cpu_count() or 1)
-    if not 1 <= workers <= 256:
-        raise InvalidInputError(f"--jobs {workers} is out of range: give 1 to 256")
+    if jobs is not None and not 1 <= jobs <= 256:
+        raise InvalidInputError(f"--jobs {jobs} is out of range: give 1 to 256")
     config = SimConfig(
         nodes=nodes,
         days=days,
@@ -88,9 +88,9 @@ def simulate(
         policies=tuple(policy) if policy else tuple(POLICIES),
     )
     if compare:
-        _compare(config, _sizes(sizes, config), 5 if seeds is None else seeds, workers, as_json, plot)
+        _compare(config, _sizes(sizes, config), 5 if seeds is None else seeds, jobs, as_json, plot)
     else:
-        _single(config, workers, as_json, plot)
+        _single(config, jobs, as_json, plot)
 
 
 def _sizes(text: str | None, config: SimConfig) -> list[int]:
@@ -112,7 +112,7 @@ def _sizes(text: str | None, config: SimConfig) -> list[int]:
     return values
 
 
-def _single(config: SimConfig, workers: int, as_json: bool, plot: Path | None) -> None:
+def _single(config: SimConfig, workers: int | None, as_json: bool, plot: Path | None) -> None:
     from hotswap.sim.runner import compare
 
     with _ProgressBar(len(config.policies)) as update:
@@ -130,7 +130,9 @@ def _single(config: SimConfig, workers: int, as_json: bool, plot: Path | None) -
         print(f"chart written to {plot}")
 
 
-def _compare(config: SimConfig, sizes: list[int], seeds: int, workers: int, as_json: bool, plot: Path | None) -> None:
+def _compare(
+    config: SimConfig, sizes: list[int], seeds: int, workers: int | None, as_json: bool, plot: Path | None
+) -> None:
     from hotswap.sim.sweep import sweep
 
     with _ProgressBar(len(sizes) * seeds * len(config.policies)) as update:
@@ -234,11 +236,11 @@ def _print_single(summary: dict) -> None:
             f"goodput {level}",
             *(f"{r['goodput_by_priority'][level]:.3f}" if level in r["goodput_by_priority"] else "-" for r in policies.values()),
         )
-    table.add_row("goodput lower-priority work", *(f"{r['low_priority_goodput']:.3f}" for r in policies.values()))
+    table.add_row("goodput, all other work", *(f"{r['low_priority_goodput']:.3f}" for r in policies.values()))
     table.add_row("spare capacity used", *(f"{r['spare_capacity_used']:.3f}" for r in policies.values()))
-    table.add_row("MTTR very-high p50/p99 (s)", *(_pair(r["mttr_by_priority_s"].get("very-high", {})) for r in policies.values()))
-    table.add_row("MTTR all jobs p50/p99 (s)", *(_pair(r["mttr_s"]) for r in policies.values()))
-    table.add_row("restarts of the very-high job", *(str(r["main_restarts"]) for r in policies.values()))
+    table.add_row("MTTR p50/p99 very-high (s)", *(_pair(r["mttr_by_priority_s"].get("very-high", {})) for r in policies.values()))
+    table.add_row("MTTR p50/p99 all jobs (s)", *(_pair(r["mttr_s"]) for r in policies.values()))
+    table.add_row("restarts, very-high job", *(str(r["main_restarts"]) for r in policies.values()))
     table.add_row("preemptions", *(str(r["preemptions"]) for r in policies.values()))
     table.add_row("node failures", *(str(r["failures"]) for r in policies.values()))
     table.add_row("failures under a job", *(str(r["disruptions"]) for r in policies.values()))
@@ -250,4 +252,4 @@ def _print_single(summary: dict) -> None:
 def _pair(mttr: dict) -> str:
     if not mttr or mttr.get("p50") is None:
         return "-"
-    return f"{mttr['p50']:g} / {mttr['p99']:g}"
+    return f"{mttr['p50']:.0f} / {mttr['p99']:.0f}"

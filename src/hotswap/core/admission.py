@@ -111,14 +111,15 @@ def _reclaim(state: RoundState, workload: Workload, target: int) -> list[str]:
     plan = plan_reclaim(target, candidates)
     if plan is None:  # cannot happen: the held slices counted cover the target
         return []
-    for victim in plan.victims:
-        _preempt(state, victim, workload)
-    for donor, count in plan.shrinks:
-        donor = state.workloads[donor.name]
-        keep, given = give_up_last(donor.slices, count)
-        reason = f"gave {count} slice(s) to {workload.name} (priority {workload.priority.label})"
-        state.scale_down(donor, keep, given, reason, preemptor=workload.name)
-    return state.capacity.take_free(workload.device_type, target)
+    with _queue(state).deferred_wakes():
+        for victim in plan.victims:
+            _preempt(state, victim, workload)
+        for donor, count in plan.shrinks:
+            donor = state.workloads[donor.name]
+            keep, given = give_up_last(donor.slices, count)
+            reason = f"gave {count} slice(s) to {workload.name} (priority {workload.priority.label})"
+            state.scale_down(donor, keep, given, reason, preemptor=workload.name)
+        return state.capacity.take_free(workload.device_type, target)
 
 
 def _preempt(state: RoundState, victim: Workload, preemptor: Workload) -> None:
@@ -149,7 +150,7 @@ def _grant(state: RoundState, workload: Workload, demand: Demand, got: tuple[str
     state.replacing.pop(name, None)
     if workload.phase is RESTARTING:
         # Workers not started yet: only the reservation changes; StartWorkers carries it.
-        slices = fill_positions(demand.previous, workload.slices, got) if demand.previous else workload.slices + got
+        slices = fill_positions(demand.previous, demand.lost_at, got) if demand.previous else workload.slices + got
         state.update(workload, slices=slices)
     elif demand.kind is DemandKind.GROW or not demand.restart:
         # Elastic: the running replicas keep their indices; the new ones join after them.
@@ -164,7 +165,7 @@ def _grant(state: RoundState, workload: Workload, demand: Demand, got: tuple[str
         state.actions.append(act.ScaleUp(name, got, slices, membership))
     else:
         # Hotswap: every worker restarts, each replacement in a lost replica's position.
-        workload = state.update(workload, slices=fill_positions(demand.previous, workload.slices, got))
+        workload = state.update(workload, slices=fill_positions(demand.previous, demand.lost_at, got))
         state.restart_in_place(workload, f"{demand.reason}; hotswapped", charged=False)
 
 

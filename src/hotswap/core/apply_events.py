@@ -12,13 +12,8 @@ from hotswap.core.model import Workload
 from hotswap.core.policy import ExitVerdict, FailurePolicy
 from hotswap.core.round_state import RESTARTING, RUNNING, RoundState
 
-_CLUSTER_EVENTS = (
-    ev.NodeFailed,
-    ev.NodeCordoned,
-    ev.NodeDrained,
-    ev.NodeRepaired,
-    ev.SliceAdded,
-    ev.SliceRemoved,
+_CLUSTER_EVENTS = frozenset(
+    {ev.NodeFailed, ev.NodeCordoned, ev.NodeDrained, ev.NodeRepaired, ev.SliceAdded, ev.SliceRemoved}
 )
 
 
@@ -28,19 +23,20 @@ def apply_events(state: RoundState, events: list[ev.Event]) -> None:
     Cluster events go first so that a worker exit reported with the failure that caused it is
     seen as a consequence of the loss, which is never charged to max_restarts.
     """
+    cluster = _CLUSTER_EVENTS
     for event in events:
-        if isinstance(event, _CLUSTER_EVENTS):
+        if type(event) in cluster:
             _apply_cluster_event(state, event)
     done = _Done(state)
+    exited = ev.WorkerExited
     for event in events:
-        if isinstance(event, _CLUSTER_EVENTS):
-            continue
-        if isinstance(event, ev.WorkerExited):
+        kind = type(event)
+        if kind is exited:
             if not (event.code == 0 and done.add(event)):
                 _worker_exited(state, event, done)
-            continue
-        done.write(event.spec.name if isinstance(event, ev.WorkloadCreated) else event.workload)
-        _apply_workload_event(state, event)
+        elif kind not in cluster:
+            done.write(event.spec.name if kind is ev.WorkloadCreated else event.workload)
+            _apply_workload_event(state, event)
     done.write_all()
 
 

@@ -42,6 +42,9 @@ class Capacity:
         self.removed: set[str] = set()  # slices leaving the cluster; dropped by drop_removed()
         self.held: dict[Level, int] = dict(snapshot.held_by_level)
         self._free = SortedPerKey(snapshot.free_by_type)
+        # admissible() per device type and priority, valid while nothing is held, released or
+        # freed (the demand queue asks for several levels, and again after every grant).
+        self._admissible: dict[str, dict[int, int]] = {}
 
     # ------------------------------------------------------------------ queries
 
@@ -62,7 +65,13 @@ class Capacity:
 
     def admissible(self, device_type: str, priority: int) -> int:
         """The most slices a demand at ``priority`` could get now: free, or reclaimed."""
-        return self.free_count(device_type) + self.reclaimable(device_type, priority)
+        levels = self._admissible.get(device_type)
+        if levels is None:
+            levels = self._admissible[device_type] = {}
+        found = levels.get(priority)
+        if found is None:
+            found = levels[priority] = self.free_count(device_type) + self.reclaimable(device_type, priority)
+        return found
 
     def broken_by_holder(self) -> dict[str, int]:
         """Unhealthy slices per holder (there are few unhealthy slices: count those)."""
@@ -76,6 +85,7 @@ class Capacity:
     # ------------------------------------------------------------------ holding
 
     def _count(self, holder: str, change: int) -> None:
+        self._admissible.clear()
         level = level_of(self.workloads[holder])
         self.held[level] = self.held.get(level, 0) + change
 
@@ -87,6 +97,7 @@ class Capacity:
             holders[name] = name_of
             healthy += name not in unhealthy
         if healthy:
+            self._admissible.clear()
             level = level_of(workload)
             self.held[level] = self.held.get(level, 0) + healthy
 
@@ -104,6 +115,7 @@ class Capacity:
                 freed.append(name)
         if not freed:
             return False
+        self._admissible.clear()
         level = level_of(workload)
         self.held[level] -= len(freed)
         self.return_free(workload.device_type, freed)
@@ -115,12 +127,14 @@ class Capacity:
         """Up to ``count`` free healthy slices, lowest ordinal first (the placement order)."""
         if count <= 0:
             return []
-        return [name for _, name in self._free.take_first(device_type, count)]
+        self._admissible.clear()
+        return [name for _, name in self._free.take_last(device_type, count)]
 
     def return_free(self, device_type: str, names: Iterable[str]) -> None:
         """Put free healthy slices back in the pool (slices taken but not given to anyone)."""
+        self._admissible.clear()
         for name in names:
-            self._free.add(device_type, (self.slices[name].ordinal, name))
+            self._free.add(device_type, (-self.slices[name].ordinal, name))
 
     # ------------------------------------------------------------------ health and topology
 
@@ -132,8 +146,9 @@ class Capacity:
         if holder is not None:
             self._count(holder, -1)
         else:
+            self._admissible.clear()
             item = self.slices[name]
-            self._free.discard(item.device_type, (item.ordinal, name))
+            self._free.discard(item.device_type, (-item.ordinal, name))
 
     def mark_healthy(self, name: str) -> None:
         if name not in self.unhealthy:

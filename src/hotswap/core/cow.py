@@ -11,7 +11,7 @@ whole mappings. Three containers make that cheap:
 - :class:`Overlay`: the round's writable view of a mapping; :meth:`Overlay.freeze` returns the
   next version (the original itself when nothing changed).
 - :class:`SortedPerKey`: sorted tuples per key (queues, rankings, free pools); a tuple is
-  copied into a list the first time the round changes it.
+  copied into a list the first time the round changes it. :class:`SetsPerKey` likewise.
 
 Iteration over a :class:`Layered` follows its base's order, with entries added later at the end;
 nothing in the core depends on that order.
@@ -194,8 +194,15 @@ class Overlay(Generic[K, V]):
         if not isinstance(original, Layered):
             original = Layered(original)
         # Entries written back unchanged are not changes (the store compares records by identity).
-        changes = {k: v for k, v in self._changes.items() if original.get(k, _MISSING) is not v}
-        deleted = {k for k in self._deleted if k in original}
+        delta, gone, base = self._delta, self._gone, self._base
+        changes = {}
+        for key, value in self._changes.items():
+            before = delta.get(key, _MISSING)
+            if before is _MISSING and key not in gone:
+                before = base.get(key, _MISSING)
+            if before is not value:
+                changes[key] = value
+        deleted = self._deleted  # only keys of the original are ever recorded as deleted
         if not changes and not deleted:
             return self._original
         return original.derive(changes, deleted)
@@ -232,25 +239,80 @@ class SortedPerKey(Generic[K]):
             self._copies[key] = found
         return found
 
-    def add(self, key: K, item: Any) -> None:
-        bisect.insort(self._writable(key), item)
+    def add(self, key: K, item: Any) -> bool:
+        """Insert ``item``; True when ``key`` held nothing before."""
+        items = self._writable(key)
+        bisect.insort(items, item)
+        return len(items) == 1
 
-    def discard(self, key: K, item: Any) -> None:
+    def discard(self, key: K, item: Any) -> bool:
+        """Remove ``item`` if present; True when that left ``key`` empty."""
         items = self._writable(key)
         index = bisect.bisect_left(items, item)
         if index < len(items) and items[index] == item:
             del items[index]
+            return not items
+        return False
 
-    def take_first(self, key: K, count: int) -> list:
-        """Remove and return the first ``count`` items (fewer when there are fewer)."""
+    def take_last(self, key: K, count: int) -> list:
+        """Remove and return the last ``count`` items, last first (fewer when there are fewer).
+        Taking from the end costs the items taken, not the items left."""
         items = self._writable(key)
-        taken = items[:count]
-        del items[:count]
+        taken = items[len(items) - count :] if count < len(items) else items[:]
+        del items[len(items) - len(taken) :]
+        taken.reverse()
         return taken
 
     def freeze(self) -> Mapping[K, tuple]:
         if not self._copies:
             return self._original
-        merged = {k: v for k, v in self._original.items() if k not in self._copies}
-        merged.update((k, tuple(v)) for k, v in self._copies.items() if v)
+        merged = dict(self._original)
+        for key, items in self._copies.items():
+            if items:
+                merged[key] = tuple(items)
+            else:
+                merged.pop(key, None)
+        return merged
+
+
+class SetsPerKey(Generic[K, V]):
+    """Frozen sets per key, copied the first time the round changes one."""
+
+    __slots__ = ("_original", "_copies")
+
+    def __init__(self, original: Mapping[K, frozenset[V]]) -> None:
+        self._original = original
+        self._copies: dict[K, set[V]] = {}
+
+    def view(self, key: K) -> frozenset[V] | set[V]:
+        found = self._copies.get(key)
+        return found if found is not None else self._original.get(key, frozenset())
+
+    def items(self) -> list[tuple[K, frozenset[V] | set[V]]]:
+        """Keys that hold members now, with them."""
+        found = [(k, v) for k, v in self._original.items() if k not in self._copies]
+        found.extend(self._copies.items())
+        return [(k, v) for k, v in found if v]
+
+    def _writable(self, key: K) -> set[V]:
+        found = self._copies.get(key)
+        if found is None:
+            found = self._copies[key] = set(self._original.get(key, ()))
+        return found
+
+    def add(self, key: K, member: V) -> None:
+        self._writable(key).add(member)
+
+    def discard(self, key: K, member: V) -> None:
+        self._writable(key).discard(member)
+
+    def freeze(self) -> Mapping[K, frozenset[V]]:
+        if not self._copies:
+            return self._original
+        merged = dict(self._original)
+        for key, members in self._copies.items():
+            if members:
+                merged[key] = frozenset(members)
+            else:
+                merged.pop(key, None)
         return merged

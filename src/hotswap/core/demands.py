@@ -22,10 +22,12 @@ workload in order, at the cost of the few that are served.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import heapq
 import itertools
-from typing import Protocol
+from collections.abc import Iterator
+from typing import Any, Protocol
 
 from hotswap.core.index import Level, QueueKey, WorkloadIndex
 from hotswap.core.model import Workload
@@ -40,9 +42,11 @@ class Demand:
     kind: DemandKind
     want: int  # slices it would like
     need: int  # fewest that make the demand worth serving
-    # For replacements: the slices it had before the loss (positions are kept) and whether it
-    # restarts (non-elastic) or scales (elastic, survivors keep running).
+    # For replacements: the slices it had before the loss and the replica indices it lost there
+    # (survivors keep theirs), and whether it restarts (non-elastic) or scales (elastic,
+    # survivors keep running).
     previous: tuple[str, ...] = ()
+    lost_at: tuple[int, ...] = ()
     restart: bool = False
     reason: str = ""
 
@@ -68,20 +72,22 @@ class DemandQueue:
         """``elastic``: a queued workload needs only its floor (min_slices), else its size."""
         self._room = room
         self._elastic = elastic
-        self._heap: list[tuple[_Order, int, object]] = []
+        # Items: a Demand, or a bucket's token (bucket, generation).
+        self._heap: list[tuple[_Order, int, Any]] = []
         # The counter keeps equal orders first-in first-out, and never compares items.
         self._counter = itertools.count()
         self._parked: dict[str, list[tuple[_Order, Demand]]] = {}
         self._buckets: dict[tuple[DemandKind, Level], _Bucket] = {}
-        self._groups: dict[Level, list[QueueKey]] = {}  # queue keys per level, as of the last wake
+        self._groups: dict[Level, list[QueueKey]] = {}  # queue keys per level, as of its last (re)queueing
         self._opened = False
         self._grow = False
         self._no_grow: set[str] = set()
+        self._deferred: set[str] | None = None  # types woken inside deferred_wakes()
 
     def push(self, demand: Demand, workload: Workload) -> None:
         self._push(demand_order(workload, demand.kind), demand)
 
-    def _push(self, order: _Order, item: object) -> None:
+    def _push(self, order: _Order, item: Any) -> None:
         heapq.heappush(self._heap, (order, next(self._counter), item))
 
     def open(self, grow: bool, no_grow: set[str]) -> None:
@@ -97,19 +103,12 @@ class DemandQueue:
         """Queue again, from their start, the buckets of ``device_type`` (None: of every type)
         in which a workload could be served now; the others wait for the next wake."""
         room = self._room
-        groups: dict[Level, list[QueueKey]] = {}
-        for key in room.index.queued.keys():
-            if device_type is None or key[0] == device_type:
-                groups.setdefault((key[0], key[1]), []).append(key)
-        if device_type is not None:
-            for level in [level for level in self._groups if level[0] == device_type]:
-                del self._groups[level]
-        self._groups.update(groups)
         least = 3 if self._elastic else 2  # the field of a queue key that is its need
-        for level in sorted(groups):
-            keys = groups[level]
-            keys.sort()
+        for level, keys in sorted(room.index.queue_levels.items()):
+            if device_type is not None and level[0] != device_type:
+                continue
             if min(key[least] for key in keys) <= room.admissible(*level):
+                self._groups[level] = sorted(keys)
                 self._reset(DemandKind.ADMIT, level)
         if self._grow:
             for level in sorted(room.index.growable.keys()):
@@ -130,7 +129,7 @@ class DemandQueue:
             order, _, item = heapq.heappop(heap)
             if isinstance(item, Demand):
                 return item
-            bucket, generation = item  # type: ignore[misc]
+            bucket, generation = item
             if generation != bucket.generation:
                 continue  # superseded by a wake
             found = self._first_fit(bucket, order[2])
@@ -176,12 +175,30 @@ class DemandQueue:
                 best = entries[at][0], Demand(entries[at][1], DemandKind.ADMIT, num, need)
         return best
 
+    @contextlib.contextmanager
+    def deferred_wakes(self) -> Iterator[None]:
+        """Wake once, at the end, for capacity freed inside the block.
+
+        A demand that evicts several victims frees their slices one by one and takes them at
+        once: what it leaves free is what may help others, and nothing it frees is looked at
+        before it is done anyway (the queue is served one demand at a time)."""
+        self._deferred = set()
+        try:
+            yield
+        finally:
+            woken, self._deferred = self._deferred, None
+            for device_type in sorted(woken):
+                self.wake(device_type)
+
     def park(self, demand: Demand, workload: Workload) -> None:
         """Keep a demand that cannot be served until capacity of its type is freed."""
         self._parked.setdefault(workload.device_type, []).append((demand_order(workload, demand.kind), demand))
 
     def wake(self, device_type: str) -> None:
         """Capacity of ``device_type`` was freed: its parked demands and buckets are queued again."""
+        if self._deferred is not None:
+            self._deferred.add(device_type)
+            return
         for order, demand in self._parked.pop(device_type, []):
             self._push(order, demand)
         if self._opened:

@@ -5,7 +5,8 @@ cycle never rescans everything. These are hotswap's equivalents, derived from th
 records and kept up to date by :class:`WorkloadIndex` at every transition
 (:meth:`hotswap.core.round_state.RoundState.update`):
 
-- ``queued``: queued workloads per (device type, priority, num_slices, floor_slices), FIFO.
+- ``queued``: queued workloads per (device type, priority, num_slices, floor_slices), FIFO,
+  and ``queue_levels``: which of those keys hold workloads, per (device type, priority).
   Grouping by what a workload needs lets admission find the first one that fits without
   trying the others (:mod:`hotswap.core.demands`).
 - ``growable``: elastic workloads holding fewer slices than they asked for, per (device
@@ -34,7 +35,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from hotswap.api.phases import WorkloadPhase
-from hotswap.core.cow import SortedPerKey
+from hotswap.core.cow import SetsPerKey, SortedPerKey
 
 if TYPE_CHECKING:
     from hotswap.core.model import Workload
@@ -119,6 +120,7 @@ class Indexes:
     """The frozen indexes of a snapshot (see the module docstring)."""
 
     queued: Mapping[QueueKey, tuple[Entry, ...]] = dataclasses.field(default_factory=dict)
+    queue_levels: Mapping[Level, frozenset[QueueKey]] = dataclasses.field(default_factory=dict)
     growable: Mapping[Level, tuple[Entry, ...]] = dataclasses.field(default_factory=dict)
     restarting: frozenset[str] = frozenset()
     ranked: Mapping[RankKey, tuple[Entry, ...]] = dataclasses.field(default_factory=dict)
@@ -135,6 +137,7 @@ class Indexes:
         """The indexes as plain values, empty entries left out (to compare two of them)."""
         return (
             {k: tuple(v) for k, v in self.queued.items() if v},
+            {k: frozenset(v) for k, v in self.queue_levels.items() if v},
             {k: tuple(v) for k, v in self.growable.items() if v},
             self.restarting,
             {k: tuple(v) for k, v in self.ranked.items() if v},
@@ -147,6 +150,7 @@ class WorkloadIndex:
 
     def __init__(self, frozen: Indexes) -> None:
         self.queued = SortedPerKey(frozen.queued)
+        self.queue_levels: SetsPerKey[Level, QueueKey] = SetsPerKey(frozen.queue_levels)
         self.growable = SortedPerKey(frozen.growable)
         self.ranked = SortedPerKey(frozen.ranked)
         self._restarting_original = frozen.restarting
@@ -168,7 +172,7 @@ class WorkloadIndex:
             # Same phase and slices (a checkpoint, a new attempt's start time): only its rank.
             self._move(self.ranked, rank_of(old), rank_of(new))
             return
-        self._move(self.queued, _queue_entry(old), _queue_entry(new))
+        self._move_queued(_queue_entry(old), _queue_entry(new))
         self._move(self.growable, _grow_entry(old), _grow_entry(new))
         self._move(self.ranked, rank_of(old) if old is not None else None, rank_of(new) if new is not None else None)
         was = old is not None and old.phase is RESTARTING
@@ -176,13 +180,26 @@ class WorkloadIndex:
         if was != now:
             if self._restarting is None:
                 self._restarting = set(self._restarting_original)
-            name = (new or old).name  # type: ignore[union-attr]
-            (self._restarting.add if now else self._restarting.discard)(name)
+            if new is not None and now:
+                self._restarting.add(new.name)
+            elif old is not None:
+                self._restarting.discard(old.name)
         before = shrink_room(old) if old is not None else 0
         after = shrink_room(new) if new is not None else 0
         if before or after:
             self._shrink_add(old, -before)
             self._shrink_add(new, after)
+
+    def _move_queued(self, old: tuple[QueueKey, Entry] | None, new: tuple[QueueKey, Entry] | None) -> None:
+        """Move a queue entry, and keep ``queue_levels`` to the keys that hold entries."""
+        if old == new:
+            return
+        if old is not None and self.queued.discard(old[0], old[1]):
+            key = old[0]
+            self.queue_levels.discard((key[0], key[1]), key)
+        if new is not None and self.queued.add(new[0], new[1]):
+            key = new[0]
+            self.queue_levels.add((key[0], key[1]), key)
 
     @staticmethod
     def _move(target: SortedPerKey, old: tuple | None, new: tuple | None) -> None:
@@ -205,6 +222,7 @@ class WorkloadIndex:
         restarting = self._restarting
         return Indexes(
             queued=self.queued.freeze(),
+            queue_levels=self.queue_levels.freeze(),
             growable=self.growable.freeze(),
             restarting=frozenset(restarting) if restarting is not None else self._restarting_original,
             ranked=self.ranked.freeze(),

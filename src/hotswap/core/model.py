@@ -117,7 +117,8 @@ class Snapshot:
     slices_by_type: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)
     holders: Mapping[str, str] = dataclasses.field(default_factory=dict)
     unhealthy: frozenset[str] = frozenset()
-    # Free healthy slices per device type as sorted (ordinal, name): placement order.
+    # Free healthy slices per device type as sorted (-ordinal, name): placement order backwards,
+    # so that the next slice to place is at the end (taking it does not move the others).
     free_by_type: Mapping[str, tuple[tuple[int, str], ...]] = dataclasses.field(default_factory=dict)
     # Healthy slices held per (device type, priority value): what preemption can reclaim.
     held_by_level: Mapping[Level, int] = dataclasses.field(default_factory=dict)
@@ -146,7 +147,7 @@ class Snapshot:
         holders = {s: w.name for w in workload_map.values() for s in w.slices}
         unhealthy = frozenset(s.name for s in slice_map.values() if not s.healthy)
         free = {
-            t: tuple(sorted((slice_map[n].ordinal, n) for n in names if n not in holders and n not in unhealthy))
+            t: tuple(sorted((-slice_map[n].ordinal, n) for n in names if n not in holders and n not in unhealthy))
             for t, names in by_type.items()
         }
         held: dict[Level, int] = {}
@@ -195,7 +196,7 @@ class Snapshot:
 
     def free_healthy(self, device_type: str) -> tuple[str, ...]:
         """Slices of a type that are healthy and held by nobody, in placement order."""
-        return tuple(name for _, name in self.free_by_type.get(device_type, ()))
+        return tuple(name for _, name in reversed(self.free_by_type.get(device_type, ())))
 
     def workloads_in(self, *phases: WorkloadPhase) -> list[Workload]:
         return [w for w in self.workloads.values() if w.phase in phases]

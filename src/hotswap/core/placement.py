@@ -23,16 +23,32 @@ def reclaim_target(capacity: Capacity, workload: Workload, have: int, want: int,
     return target if have + target >= need else 0
 
 
-def fill_positions(previous: tuple[str, ...], kept: tuple[str, ...], got: tuple[str, ...]) -> tuple[str, ...]:
-    """Keep each surviving slice at its replica index; replacements take the lost indices
-    (lowest first), lost indices left without a replacement close up, and replacements left
-    over are appended. ``kept`` is ``previous`` without the lost slices, in the same order."""
-    lost = set(previous).difference(kept)
-    positions = sorted(previous.index(name) for name in lost)
+def lost_positions(slices: tuple[str, ...], lost: Collection[str]) -> tuple[int, ...]:
+    """Replica indices of the ``lost`` slices (each one of ``slices``), in order.
+
+    A workload may hold thousands of slices and loses one or two at a time: they are found by
+    position (a C-level scan per lost slice) rather than by testing every slice held."""
+    return tuple(sorted(slices.index(name) for name in lost))
+
+
+def split_at(slices: tuple[str, ...], positions: tuple[int, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The slices that survive a loss (in replica order) and those at ``positions``, gone."""
+    if not positions:
+        return slices, ()
+    keep = list(slices)
+    for position in reversed(positions):
+        del keep[position]
+    return tuple(keep), tuple(slices[p] for p in positions)
+
+
+def fill_positions(previous: tuple[str, ...], lost_at: tuple[int, ...], got: tuple[str, ...]) -> tuple[str, ...]:
+    """The slices of a workload restarted after a loss: each surviving slice keeps its replica
+    index, replacements take the lost indices (lowest first), lost indices left without a
+    replacement close up, and replacements left over are appended."""
     slices = list(previous)
     replacements = iter(got)
     unfilled = []
-    for position in positions:
+    for position in lost_at:
         replacement = next(replacements, None)
         if replacement is None:
             unfilled.append(position)
@@ -42,22 +58,6 @@ def fill_positions(previous: tuple[str, ...], kept: tuple[str, ...], got: tuple[
         del slices[position]
     slices.extend(replacements)
     return tuple(slices)
-
-
-def split_healthy(slices: tuple[str, ...], unhealthy: Collection[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The slices that survive a loss (in replica order) and those that are gone.
-
-    There are few unhealthy slices in a cluster and a workload may hold thousands of slices,
-    so the broken ones are looked up by position rather than every slice tested."""
-    if len(unhealthy) > 16:
-        return tuple(s for s in slices if s not in unhealthy), tuple(s for s in slices if s in unhealthy)
-    positions = sorted(slices.index(name) for name in unhealthy if name in slices)
-    if not positions:
-        return slices, ()
-    keep = list(slices)
-    for position in reversed(positions):
-        del keep[position]
-    return tuple(keep), tuple(slices[p] for p in positions)
 
 
 def give_up_last(slices: tuple[str, ...], count: int) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -40,7 +40,7 @@ def plot_sweep(result: Sweep, path: str | Path) -> Path:
     figure, axes = plt.subplots(1, 2, figsize=(12, 4.8), sharex=True)
     panels = (
         ("main_goodput", "High-priority job"),
-        ("low_priority_goodput", "Lower-priority work"),
+        ("low_priority_goodput", "All other work (lower priorities)"),
     )
     # Policies side by side around each size, so that their error bars do not hide each other.
     offsets = {p: 2 ** (0.05 * (i - (len(base.policies) - 1) / 2)) for i, p in enumerate(base.policies)}

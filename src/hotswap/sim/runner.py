@@ -10,13 +10,14 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import multiprocessing
+import os
 import time
 from collections.abc import Callable, Sequence
 
 from hotswap.core.goodput import BADPUT, Category, Ledger, percentile
 from hotswap.sim import mix
 from hotswap.sim.config import POLICIES, SimConfig
-from hotswap.sim.simulation import PolicyResult, PolicySimulation
+from hotswap.sim.simulation import Counts, PolicyResult, PolicySimulation
 
 LEVELS = ("very-high", "high", "medium", "low", "very-low")
 # progress(config, policy, fraction of that run done)
@@ -35,17 +36,10 @@ class RunSummary:
     main_goodput: float  # the very-high job's productive share of its slice-time
     low_goodput: float  # the same over all lower-priority work together
     spare_used: float  # productive lower-priority slice-time / slice-time the main job did not hold
-    main_restarts: int
-    main_reconfigurations: int
     main_mttr_s: tuple[float, ...]  # failure under the main job -> it makes progress again
     mttr_s: tuple[float, ...]  # the same for every job
     mttr_by_priority_s: dict[str, tuple[float, ...]]
-    preemptions: int
-    failures: int
-    disruptions: int
-    completed: int
-    decisions: int
-    events: int
+    counts: Counts
     wall_s: float
 
 
@@ -80,17 +74,10 @@ def summarize(result: PolicyResult, wall_s: float) -> RunSummary:
         main_goodput=main.goodput,
         low_goodput=low.goodput,
         spare_used=low.seconds[Category.PRODUCTIVE] / spare if spare > 0 else 0.0,
-        main_restarts=result.main_restarts,
-        main_reconfigurations=result.main_reconfigurations,
         main_mttr_s=tuple(mttr_by_level.get("very-high", ())),
         mttr_s=tuple(seconds for _, seconds in result.mttr),
         mttr_by_priority_s={lv: tuple(mttr_by_level[lv]) for lv in LEVELS if lv in mttr_by_level},
-        preemptions=result.preemptions,
-        failures=result.failures,
-        disruptions=result.disruptions,
-        completed=result.completed,
-        decisions=result.decisions,
-        events=result.events,
+        counts=result.counts,
         wall_s=wall_s,
     )
 
@@ -122,13 +109,23 @@ def _run_one(config: SimConfig, policy: str) -> RunSummary:
     return _run_config(config, (policy,), None)[0]
 
 
+def default_jobs(runs: int) -> int:
+    """Worker processes for ``runs`` simulations: one each when there are few (three policies
+    on two CPUs finish in 1.5 runs' time, not 2), else one per CPU."""
+    cpus = os.cpu_count() or 1
+    return runs if runs <= 2 * cpus else cpus
+
+
 def run_all(
-    configs: Sequence[SimConfig], jobs: int = 1, progress: Progress | None = None
+    configs: Sequence[SimConfig], jobs: int | None = 1, progress: Progress | None = None
 ) -> list[RunSummary]:
-    """Every policy of every config; with ``jobs`` > 1 in that many worker processes.
+    """Every policy of every config; with ``jobs`` > 1 in that many worker processes (None:
+    :func:`default_jobs`).
 
     Results come back in the order of ``configs`` and, within one, of its policies."""
     tasks = [(config, policy) for config in configs for policy in config.policies]
+    if jobs is None:
+        jobs = default_jobs(len(tasks))
     if jobs <= 1 or len(tasks) == 1:
         runs = []
         for config in configs:
@@ -200,16 +197,16 @@ def run_document(run: RunSummary) -> dict:
         "main_goodput": round(run.main_goodput, 4),
         "low_priority_goodput": round(run.low_goodput, 4),
         "spare_capacity_used": round(run.spare_used, 4),
-        "main_restarts": run.main_restarts,
-        "main_elastic_reconfigurations": run.main_reconfigurations,
+        "main_restarts": run.counts.main_restarts,
+        "main_elastic_reconfigurations": run.counts.main_reconfigurations,
         "mttr_s": mttr_document(run.mttr_s),
         "mttr_by_priority_s": {lv: mttr_document(v) for lv, v in run.mttr_by_priority_s.items()},
-        "preemptions": run.preemptions,
-        "failures": run.failures,
-        "disruptions": run.disruptions,
-        "completed_jobs": run.completed,
-        "scheduler_decisions": run.decisions,
-        "events": run.events,
+        "preemptions": run.counts.preemptions,
+        "failures": run.counts.failures,
+        "disruptions": run.counts.disruptions,
+        "completed_jobs": run.counts.completed,
+        "scheduler_decisions": run.counts.decisions,
+        "events": run.counts.events,
         "wall_s": round(run.wall_s, 3),
     }
 
@@ -223,7 +220,7 @@ def mttr_document(values: Sequence[float]) -> dict[str, float | int | None]:
     }
 
 
-def compare(config: SimConfig, jobs: int = 1, progress: Progress | None = None) -> Comparison:
+def compare(config: SimConfig, jobs: int | None = 1, progress: Progress | None = None) -> Comparison:
     """Simulate each policy of ``config.policies`` on the same trace."""
     started = time.perf_counter()
     runs = run_all([config], jobs, progress)

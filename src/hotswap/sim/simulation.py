@@ -35,19 +35,26 @@ from hotswap.sim.jobs import Job, Mode
 
 
 @dataclasses.dataclass
+class Counts:
+    """What a run counted."""
+
+    preemptions: int = 0
+    failures: int = 0
+    disruptions: int = 0  # failures that hit a job
+    completed: int = 0
+    decisions: int = 0
+    events: int = 0  # timers fired
+    main_restarts: int = 0  # restarts of the main job's workers (hotswap, repair, requeue)
+    main_reconfigurations: int = 0  # elastic scale-downs and scale-ups of the main job
+
+
+@dataclasses.dataclass
 class PolicyResult:
     policy: str
     config: SimConfig
     jobs: dict[str, Job]
     mttr: list[tuple[str, float]]  # (job, seconds from a failure under it to progress again)
-    preemptions: int
-    failures: int
-    disruptions: int  # failures that hit a job
-    completed: int
-    decisions: int
-    events: int  # timers fired
-    main_restarts: int  # restarts of the main job's workers (hotswap, repair, requeue)
-    main_reconfigurations: int  # elastic scale-downs and scale-ups of the main job
+    counts: Counts
 
 
 class _Timer(enum.Enum):
@@ -85,9 +92,7 @@ class PolicySimulation:
         # Stops the core only needs to know about, not act on at once (see _decide): (when, event).
         self.later_stops: collections.deque[tuple[float, ev.WorkersStopped]] = collections.deque()
         self.mttr: list[tuple[str, float]] = []
-        self.preemptions = self.disruptions = self.completed = self.decisions = self.events = 0
-        self.main_restarts = self.main_reconfigurations = 0
-        self.failures = len(failures)
+        self.counts = Counts(failures=len(failures))
         slices = [ev.SliceAdded(s, config.device_type, mix.nodes_of(s, config)) for s in mix.slice_names(config)]
         self.snapshot = decide(Snapshot.build(), slices, 0.0, scheduler).snapshot
         for time, node in failures:
@@ -114,7 +119,7 @@ class PolicySimulation:
             # Take every timer due at this instant, then decide once.
             while heap and heap[0][0] == time:
                 _, _, kind, payload = heapq.heappop(heap)
-                self.events += 1
+                self.counts.events += 1
                 core_events.extend(self._fire(kind, payload))
             if core_events:
                 self._decide(core_events)
@@ -126,20 +131,7 @@ class PolicySimulation:
             job.account(self.now, self.config)
         if progress is not None:
             progress(1.0)
-        return PolicyResult(
-            policy=self.policy,
-            config=self.config,
-            jobs=self.jobs,
-            mttr=self.mttr,
-            preemptions=self.preemptions,
-            failures=self.failures,
-            disruptions=self.disruptions,
-            completed=self.completed,
-            decisions=self.decisions,
-            events=self.events,
-            main_restarts=self.main_restarts,
-            main_reconfigurations=self.main_reconfigurations,
-        )
+        return PolicyResult(self.policy, self.config, self.jobs, self.mttr, self.counts)
 
     def _fire(self, kind: _Timer, payload: tuple) -> list[ev.Event]:
         if kind is _Timer.ARRIVAL:
@@ -179,7 +171,7 @@ class PolicySimulation:
         events = self.later_events + events
         self.later_events = []
         decision = decide(self.snapshot, events, self.now, self.scheduler)
-        self.decisions += 1
+        self.counts.decisions += 1
         self.snapshot = decision.snapshot
         for action in decision.actions:
             job = self.jobs.get(action.workload)
@@ -224,7 +216,7 @@ class PolicySimulation:
             return
         job = self.jobs[holder]
         if job.mode in (Mode.STARTING, Mode.RUNNING, Mode.RECONFIGURING, Mode.WAITING):
-            self.disruptions += 1
+            self.counts.disruptions += 1
             if job.disrupted_at is None:
                 job.disrupted_at = self.now
 
@@ -305,17 +297,17 @@ class _JobResponse:
 
     def on_restart(self, action: act.Restart) -> None:
         # The simulator injects only node failures, so every restart follows a hard stop.
-        self.sim.main_restarts += self.main
+        self.sim.counts.main_restarts += self.main
         self._stop(hard=True)
         self._start(action.slices, action.start)
 
     def on_preempt(self, action: act.Preempt) -> None:
-        self.sim.preemptions += 1
+        self.sim.counts.preemptions += 1
         self._stop(hard=False)
         self._to_queue()
 
     def on_requeue(self, action: act.Requeue) -> None:
-        self.sim.main_restarts += self.main
+        self.sim.counts.main_restarts += self.main
         self._stop(hard=True)
         self._to_queue()
 
@@ -323,7 +315,7 @@ class _JobResponse:
         # Survivors keep running. After a failure they go back to their last in-memory snapshot;
         # a shrink that gives slices to higher-priority work is coordinated and loses nothing.
         job, sim = self.job, self.sim
-        sim.main_reconfigurations += self.main
+        sim.counts.main_reconfigurations += self.main
         if action.preemptor is None:
             job.lose_slices(sim.now, sim.config)
         else:
@@ -336,7 +328,7 @@ class _JobResponse:
     def on_scale_up(self, action: act.ScaleUp) -> None:
         # New workers start first; they join (and everyone re-forms) once they are up.
         job, sim = self.job, self.sim
-        sim.main_reconfigurations += self.main
+        sim.counts.main_reconfigurations += self.main
         job.account(sim.now, sim.config)
         if job.mode in (Mode.STARTING, Mode.WAITING, Mode.QUEUED):
             job.active = len(action.slices)
@@ -349,7 +341,7 @@ class _JobResponse:
         job, sim = self.job, self.sim
         sim._retire(job)
         sim.later_events.append(ev.WorkloadDeleted(job.spec.name))
-        sim.completed += 1
+        sim.counts.completed += 1
         if job.stream is not None:
             think = sim.fillers.job(job.stream, job.index).think_s
             sim._at(sim.now + think, _Timer.ARRIVAL, (job.stream, job.index + 1))

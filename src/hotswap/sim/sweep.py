@@ -32,7 +32,7 @@ METRICS: dict[str, Callable[[RunSummary], float | None]] = {
     "main_goodput": lambda run: run.main_goodput,
     "low_priority_goodput": lambda run: run.low_goodput,
     "spare_capacity_used": lambda run: run.spare_used,
-    "main_restarts": lambda run: float(run.main_restarts),
+    "main_restarts": lambda run: float(run.counts.main_restarts),
     "main_mttr_p50_s": lambda run: percentile(run.main_mttr_s, 50),
     "main_mttr_p99_s": lambda run: percentile(run.main_mttr_s, 99),
 }
@@ -40,7 +40,7 @@ METRICS: dict[str, Callable[[RunSummary], float | None]] = {
 # How a metric reads in a table: its label and number format.
 METRIC_LABELS: dict[str, tuple[str, str]] = {
     "main_goodput": ("goodput, high-priority job", "{:.3f}"),
-    "low_priority_goodput": ("goodput, other work", "{:.3f}"),
+    "low_priority_goodput": ("goodput, all other work", "{:.3f}"),
     "spare_capacity_used": ("spare capacity used", "{:.3f}"),
     "main_restarts": ("restarts, high job", "{:.0f}"),
     "main_mttr_p50_s": ("MTTR p50, high job (s)", "{:.0f}"),
@@ -117,7 +117,9 @@ class Sweep:
         }
 
 
-def sweep(base: SimConfig, sizes: Sequence[int], seeds: int, jobs: int, progress: Progress | None = None) -> Sweep:
+def sweep(
+    base: SimConfig, sizes: Sequence[int], seeds: int, jobs: int | None, progress: Progress | None = None
+) -> Sweep:
     """Every policy of ``base`` on every size and seed (seeds ``base.seed`` onwards)."""
     if not 1 <= seeds <= MAX_SEEDS:
         raise InvalidInputError(f"--seeds {seeds} is out of range: give 1 to {MAX_SEEDS}")
