@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import json
 import random
 import statistics
@@ -186,7 +187,7 @@ def main() -> None:
                 (b["admission_round_cpu_ms"] / b["admitted"]) / (a["admission_round_cpu_ms"] / a["admitted"]), 2
             ),
         }
-        for a, b in zip(results, results[1:])
+        for a, b in itertools.pairwise(results)
     ]
     print(json.dumps({"runs": results, "ratios": ratios}))
 

@@ -15,6 +15,7 @@ cost is linear in events takes about 4x the time for 4x the nodes.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import resource
@@ -73,7 +74,7 @@ def main() -> None:
     ratios = [
         {"nodes": f"{a['nodes']}->{b['nodes']}", "time": round(b["wall_s"] / a["wall_s"], 2),
          "cpu": round(b["cpu_s"] / a["cpu_s"], 2), "events": round(b["events"] / a["events"], 2)}
-        for a, b in zip(runs, runs[1:])
+        for a, b in itertools.pairwise(runs)
     ]
     print(json.dumps({"machine_cpus": os.cpu_count(), "runs": runs, "ratios": ratios}))
 

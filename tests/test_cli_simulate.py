@@ -85,7 +85,7 @@ def test_compare_runs_sizes_and_seeds_in_parallel(tmp_path: Path) -> None:
     ],
 )
 def test_user_errors_are_one_line_and_non_zero(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
-    args = tuple(str(tmp_path / a) if a.endswith(".png") or a.endswith(".jpg") else a for a in args)
+    args = tuple(str(tmp_path / a) if a.endswith((".png", ".jpg")) else a for a in args)
     result = hotswap("simulate", "--days", "0.1", *args) if "--days" not in args else hotswap("simulate", *args)
     assert result.returncode != 0, args
     assert result.stdout == ""

@@ -12,7 +12,13 @@ import dataclasses
 import pytest
 from builders import capacity_of, holding
 
-from hotswap.core.placement import fill_positions, give_up_last, lost_positions, reclaim_target, split_at
+from hotswap.core.placement import (
+    fill_positions,
+    give_up_last,
+    lost_positions,
+    reclaim_target,
+    split_at,
+)
 
 SLICES = [(f"s{i}", "v6e-16") for i in range(6)] + [("t0", "v5p-16")]
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from builders import World, cordon, create, drain, fail, repair
+
 from hotswap.core import events as ev
 from hotswap.core.policy import SchedulerConfig
 
@@ -566,12 +567,12 @@ def test_an_elastic_donor_holding_a_broken_slice_gives_none_away() -> None:
     yet (built from live objects). Shrinking gives up the last replicas, which may be the broken
     ones and free nothing: such a workload is no donor, so the demand is served by evicting it
     rather than by a shrink that frees nothing and leaves the demand unserved."""
+    from builders import render, spec
+
     from hotswap.api.cluster import NodeState
     from hotswap.api.phases import WorkloadPhase
     from hotswap.core.model import Node, Slice, Snapshot, Workload
     from hotswap.core.scheduler import decide
-
-    from builders import render, spec
 
     slices = [Slice(f"c-np-{i}", "v6e-16", tuple(f"c-np-{i}-{h}" for h in range(4)), i) for i in range(4)]
     nodes = [

@@ -71,14 +71,19 @@ class _Done:
         exits = self.exits.get(event.workload)
         if exits is None or exits.workload.attempt != event.attempt or event.slice not in exits.held:
             return False
-        self._count(exits, (event.slice, event.host))
+        exits.workers.add((event.slice, event.host))
+        if len(exits.workers) >= exits.expected:
+            self._done(exits)
         return True
 
     def _count(self, exits: _Exits, worker: tuple[str, int]) -> None:
         exits.workers.add(worker)
         if len(exits.workers) >= exits.expected:
-            del self.exits[exits.workload.name]
-            _complete(self.state, exits.workload, frozenset(exits.workers), exits.expected)
+            self._done(exits)
+
+    def _done(self, exits: _Exits) -> None:
+        del self.exits[exits.workload.name]
+        _complete(self.state, exits.workload, frozenset(exits.workers), exits.expected)
 
     def write(self, name: str) -> None:
         exits = self.exits.pop(name, None)

@@ -91,11 +91,9 @@ class Capacity:
 
     def hold(self, workload: Workload, names: Iterable[str]) -> None:
         """Give slices taken from the free pool to ``workload``."""
-        holders, unhealthy, name_of = self.holders, self.unhealthy, workload.name
-        healthy = 0
-        for name in names:
-            holders[name] = name_of
-            healthy += name not in unhealthy
+        names = tuple(names)
+        self.holders.set_all(names, workload.name)
+        healthy = len(names) - len(self.unhealthy.intersection(names)) if self.unhealthy else len(names)
         if healthy:
             self._admissible.clear()
             level = level_of(workload)

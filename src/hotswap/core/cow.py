@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
 K = TypeVar("K")
@@ -124,7 +124,7 @@ class Overlay(Generic[K, V]):
     Reads of a :class:`Layered` original go straight to its parts (this is on every path of a
     round, so it saves a call per read)."""
 
-    __slots__ = ("_original", "_changes", "_deleted", "_delta", "_gone", "_base")
+    __slots__ = ("_base", "_changes", "_deleted", "_delta", "_gone", "_original")
 
     def __init__(self, original: Mapping[K, V]) -> None:
         self._original = original
@@ -172,6 +172,14 @@ class Overlay(Generic[K, V]):
         self._deleted.discard(key)
         self._changes[key] = value
 
+    def set_all(self, keys: Iterable[K], value: V) -> None:
+        """``self[key] = value`` for each key."""
+        deleted, changes = self._deleted, self._changes
+        for key in keys:
+            if deleted:
+                deleted.discard(key)
+            changes[key] = value
+
     def __delitem__(self, key: K) -> None:
         if key not in self:
             raise KeyError(key)
@@ -213,7 +221,7 @@ class SortedPerKey(Generic[K]):
 
     Items must be unique within a key and totally ordered (tuples ending with a unique name)."""
 
-    __slots__ = ("_original", "_copies")
+    __slots__ = ("_copies", "_original")
 
     def __init__(self, original: Mapping[K, tuple]) -> None:
         self._original = original
@@ -241,13 +249,17 @@ class SortedPerKey(Generic[K]):
 
     def add(self, key: K, item: Any) -> bool:
         """Insert ``item``; True when ``key`` held nothing before."""
-        items = self._writable(key)
+        items = self._copies.get(key)  # (_writable, inlined: this runs at every transition)
+        if items is None:
+            items = self._copies[key] = list(self._original.get(key, ()))
         bisect.insort(items, item)
         return len(items) == 1
 
     def discard(self, key: K, item: Any) -> bool:
         """Remove ``item`` if present; True when that left ``key`` empty."""
-        items = self._writable(key)
+        items = self._copies.get(key)
+        if items is None:
+            items = self._copies[key] = list(self._original.get(key, ()))
         index = bisect.bisect_left(items, item)
         if index < len(items) and items[index] == item:
             del items[index]
@@ -278,7 +290,7 @@ class SortedPerKey(Generic[K]):
 class SetsPerKey(Generic[K, V]):
     """Frozen sets per key, copied the first time the round changes one."""
 
-    __slots__ = ("_original", "_copies")
+    __slots__ = ("_copies", "_original")
 
     def __init__(self, original: Mapping[K, frozenset[V]]) -> None:
         self._original = original

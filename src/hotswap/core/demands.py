@@ -26,6 +26,7 @@ import contextlib
 import dataclasses
 import heapq
 import itertools
+import operator
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -34,6 +35,7 @@ from hotswap.core.model import Workload
 from hotswap.core.ordering import DemandKind, demand_order
 
 _Order = tuple[int, int, int]
+_SIZE, _FLOOR = operator.itemgetter(2), operator.itemgetter(3)  # of a queue key
 
 
 @dataclasses.dataclass(slots=True)
@@ -103,11 +105,11 @@ class DemandQueue:
         """Queue again, from their start, the buckets of ``device_type`` (None: of every type)
         in which a workload could be served now; the others wait for the next wake."""
         room = self._room
-        least = 3 if self._elastic else 2  # the field of a queue key that is its need
+        need_of = _FLOOR if self._elastic else _SIZE  # the field of a queue key that is its need
         for level, keys in sorted(room.index.queue_levels.items()):
             if device_type is not None and level[0] != device_type:
                 continue
-            if min(key[least] for key in keys) <= room.admissible(*level):
+            if min(map(need_of, keys)) <= room.admissible(*level):
                 self._groups[level] = sorted(keys)
                 self._reset(DemandKind.ADMIT, level)
         if self._grow:

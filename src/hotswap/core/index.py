@@ -58,15 +58,7 @@ Entry = tuple  # (seq, name) in queues; see rank_of for ranks
 
 # The index functions run at every transition of every workload: they read the spec's fields
 # directly (``elastic`` and ``floor_slices`` of WorkloadSpec, spelled out) instead of calling
-# its properties.
-
-
-def queue_key(workload: Workload) -> QueueKey | None:
-    if workload.phase is not QUEUED:
-        return None
-    spec = workload.spec
-    floor = spec.min_slices if spec.min_slices is not None else spec.num_slices
-    return (spec.device_type, int(spec.priority), spec.num_slices, floor)
+# its properties. A queued workload's key: (device type, priority, num_slices, floor_slices).
 
 
 def grow_key(workload: Workload) -> Level | None:
@@ -172,23 +164,24 @@ class WorkloadIndex:
             # Same phase and slices (a checkpoint, a new attempt's start time): only its rank.
             self._move(self.ranked, rank_of(old), rank_of(new))
             return
-        self._move_queued(_queue_entry(old), _queue_entry(new))
-        self._move(self.growable, _grow_entry(old), _grow_entry(new))
-        self._move(self.ranked, rank_of(old) if old is not None else None, rank_of(new) if new is not None else None)
-        was = old is not None and old.phase is RESTARTING
-        now = new is not None and new.phase is RESTARTING
-        if was != now:
+        was = _places(old)
+        now = _places(new)
+        if was[0] != now[0]:
+            self._move_queued(was[0], now[0])
+        if was[1] != now[1]:
+            self._move(self.growable, was[1], now[1])
+        if was[2] != now[2]:
+            self._move(self.ranked, was[2], now[2])
+        if was[3] != now[3]:
             if self._restarting is None:
                 self._restarting = set(self._restarting_original)
-            if new is not None and now:
+            if new is not None and now[3]:
                 self._restarting.add(new.name)
             elif old is not None:
                 self._restarting.discard(old.name)
-        before = shrink_room(old) if old is not None else 0
-        after = shrink_room(new) if new is not None else 0
-        if before or after:
-            self._shrink_add(old, -before)
-            self._shrink_add(new, after)
+        if was[4] or now[4]:
+            self._shrink_add(old, -was[4])
+            self._shrink_add(new, now[4])
 
     def _move_queued(self, old: tuple[QueueKey, Entry] | None, new: tuple[QueueKey, Entry] | None) -> None:
         """Move a queue entry, and keep ``queue_levels`` to the keys that hold entries."""
@@ -230,15 +223,27 @@ class WorkloadIndex:
         )
 
 
-def _queue_entry(workload: Workload | None) -> tuple[QueueKey, Entry] | None:
-    if workload is None:
-        return None
-    key = queue_key(workload)
-    return None if key is None else (key, (workload.seq, workload.spec.name))
+_NOWHERE = (None, None, None, False, 0)
 
 
-def _grow_entry(workload: Workload | None) -> tuple[Level, Entry] | None:
+def _places(workload: Workload | None) -> tuple:
+    """Where a workload stands in each index, in one pass (this runs twice per transition):
+    (queue key and entry, growable level and entry, rank key and entry, restarting, shrink room)."""
     if workload is None:
-        return None
-    key = grow_key(workload)
-    return None if key is None else (key, (workload.seq, workload.spec.name))
+        return _NOWHERE
+    spec = workload.spec
+    phase = workload.phase
+    if phase is QUEUED:
+        floor = spec.min_slices if spec.min_slices is not None else spec.num_slices
+        queue = ((spec.device_type, int(spec.priority), spec.num_slices, floor), (workload.seq, spec.name))
+        return (queue, None, None, False, 0)
+    if not workload.slices:
+        return _NOWHERE
+    grow = grow_key(workload)
+    return (
+        None,
+        None if grow is None else (grow, (workload.seq, spec.name)),
+        rank_of(workload),
+        phase is RESTARTING,
+        shrink_room(workload),
+    )

@@ -23,7 +23,6 @@ from hotswap.api.spec import WorkloadSpec
 from hotswap.core.cow import Layered
 from hotswap.core.index import Indexes, Level
 
-
 # The phases in which a workload holds slices (``WorkloadPhase.holds_slices``) as a set: the core
 # tests this for thousands of workloads per round, and a set lookup is an order of magnitude
 # cheaper than the enum property.

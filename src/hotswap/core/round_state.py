@@ -8,7 +8,6 @@ step, checks every phase transition and records the actions.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable
 
 from hotswap.api.phases import WorkloadPhase, check_transition
