@@ -31,7 +31,7 @@ class MttrBench(Drill):
     title = "MTTR: cold, warm, wait-for-repair"
 
     def __init__(self, runs: int, repair_s: float) -> None:
-        super().__init__(DemoOptions(keep=False), live=False)
+        super().__init__(DemoOptions(keep=False, backing="emulated"), live=False)  # warm spares: emulated slices
         self.runs = runs
         self.repair_s = repair_s
 

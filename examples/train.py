@@ -49,15 +49,17 @@ def main() -> None:
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)  # a tiny model: more threads only contend with the other workers
-    x, y = synthetic_dataset(samples=8192, features=16, seed=args.seed)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Dropout(0.1), torch.nn.Linear(64, 1))
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-
     run = ht.init(
         checkpoint_dir=args.checkpoint_dir,
         checkpoint_every=args.checkpoint_every,
         collective_timeout_s=args.collective_timeout,
     )
+    # The rank's own GPU on a GPU-backed slice (NCCL), the CPU on an emulated one (gloo).
+    x, y = (t.to(run.device) for t in synthetic_dataset(samples=8192, features=16, seed=args.seed))
+    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Dropout(0.1), torch.nn.Linear(64, 1))
+    model.to(run.device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+
     batches = ht.ResumableBatches(len(x), args.batch_size, seed=args.seed)
     run.register(model=model, optimizer=optimizer, batches=batches)
     for _ in run.steps(args.steps):

@@ -12,9 +12,11 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 PYTHON = sys.executable
 
@@ -44,6 +46,14 @@ SLEEPER = textwrap.dedent(
     sys.exit(code if code >= 0 else 0)
     """
 )
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Iterator[Path]:
+    """A private state directory (HOTSWAP_HOME) whose clusters are removed after the test."""
+    state = tmp_path / "state"
+    yield state
+    cleanup(state)
 
 
 def write_sleeper(directory: Path) -> str:

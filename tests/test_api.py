@@ -91,7 +91,7 @@ def test_spec_round_trips_through_json() -> None:
         ({"env": {"1X": "v"}}, "environment variable name"),
         ({"command": "  "}, "--command"),
         ({"docker_image": "a", "script_dir": "."}, "not both"),
-        ({"termination_grace_period_s": -1}, "--termination-grace-period-s"),
+        ({"termination_grace_period_s": -1}, "--termination-grace-period:"),  # the flag, not the field
     ],
 )
 def test_spec_errors_are_one_actionable_line(fields: dict, message: str) -> None:

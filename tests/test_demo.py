@@ -52,8 +52,9 @@ def test_hotswap_drill(home: Path, tmp_path: Path) -> None:
     chart = tmp_path / "timeline.png"
     summary = demo(home, "hotswap", "--plot", str(chart))
     assert summary["preempted"] == ["low"]
-    assert summary["steps_lost"] == 0 and summary["steps_lost_warm"] == 0
-    assert summary["mttr_s"] > 0 and summary["mttr_warm_s"] > 0
+    assert summary["steps_lost"] == 0 and summary["mttr_s"] > 0
+    if summary["backing"] == "emulated":  # warm spares serve emulated slices only
+        assert summary["steps_lost_warm"] == 0 and summary["mttr_warm_s"] > 0
     assert summary["wait_for_repair_s"] > 600
     assert set(summary["goodput"]) == {"high", "low"}
     assert chart.read_bytes()[:4] == b"\x89PNG"

@@ -76,6 +76,20 @@ def test_dry_run_prints_only_the_jobset_and_needs_no_server_or_record(tmp_path: 
     assert json.loads(as_json.stdout) == jobset
 
 
+@pytest.mark.parametrize("extra", [(), ("--min-slices", "1", "--checkpoint-volume", "pvc:ckpt"), ("--device-type", "h100-80gb-8")])
+def test_dry_run_output_applies_against_the_pinned_crd_schemas(tmp_path: Path, extra: tuple[str, ...]) -> None:
+    """What --dry-run prints is what a JobSet v0.12.0 API server accepts (its CRD's schema) and
+    its Job and pod templates are valid Kubernetes 1.30 objects."""
+    from test_kubernetes_render import job_of, pod_of, validate_core, validate_crd
+
+    result = hotswap(tmp_path, *DRY_RUN, *extra, "--output", "yaml")
+    assert result.returncode == 0, result.stderr
+    jobset = yaml.safe_load(result.stdout)
+    validate_crd(jobset, "jobset.x-k8s.io_jobsets.yaml")
+    validate_core(job_of(jobset))
+    validate_core(pod_of(jobset))
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [

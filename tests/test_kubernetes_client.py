@@ -16,6 +16,8 @@ import yaml
 
 pytest.importorskip("kubernetes")
 
+from k8s_fixtures.world.apiserver import ApiServer  # noqa: E402
+
 from hotswap.api.errors import ConflictError, InvalidInputError, NotFoundError  # noqa: E402
 from hotswap.api.spec import workload_spec  # noqa: E402
 from hotswap.backends.kubernetes import labels  # noqa: E402
@@ -50,18 +52,7 @@ class FakeApiServer:
                     {"method": self.command, "path": url.path, "query": query, "content_type": self.headers.get("Content-Type"), "body": body}
                 )
                 status, answer = fake.route(self.command, url.path, query, body)
-                if isinstance(answer, list) and query.get("watch") == ["true"]:
-                    payload = "".join(json.dumps(event) + "\n" for event in answer).encode()
-                    content_type = "application/json"
-                elif isinstance(answer, str):
-                    payload, content_type = answer.encode(), "text/plain"
-                else:
-                    payload, content_type = json.dumps(answer).encode(), "application/json"
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
+                ApiServer._reply(self, status, answer, lines=isinstance(answer, list) and query.get("watch") == ["true"])
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
 
@@ -160,7 +151,7 @@ def test_lists_decode_to_plain_dicts_with_selectors(api) -> None:
     assert client.list_jobsets("c") == [{"metadata": {"name": "w"}, "spec": {}}]
     assert server.requests[-1]["query"]["labelSelector"] == ["app.kubernetes.io/managed-by=hotswap,hotswap.dev/cluster=c"]
     assert "jobset.x-k8s.io/v1alpha2" in client.served_apis()
-    with pytest.raises(NotFoundError, match=r"kueue.x-k8s.io/v1beta1 is not installed.*install Kueue"):
+    with pytest.raises(NotFoundError, match=r"kueue.x-k8s.io/v1beta2 is not installed.*install Kueue v0.19.2: kubectl apply --server-side -f https://github.com/kubernetes-sigs/kueue/releases/download/v0.19.2/manifests.yaml"):
         client.require_apis(labels.JOBSET_API_VERSION, labels.KUEUE_API_VERSION)
 
 
@@ -243,13 +234,15 @@ def test_leader_election_against_the_api(api) -> None:
 
     server, client = api(route)
     clock = [1000.0]
-    a = LeaderElector(client, "a", clock=lambda: clock[0])
-    b = LeaderElector(client, "b", clock=lambda: clock[0])
+    a = LeaderElector(client, "a", clock=lambda: clock[0], local_clock=lambda: clock[0], log=lambda line: None)
+    b = LeaderElector(client, "b", clock=lambda: clock[0], local_clock=lambda: clock[0], log=lambda line: None)
     assert a.tick() is True and server.requests[-1]["method"] == "POST"
     assert b.tick() is False  # a holds it
     clock[0] += 5
     assert a.tick() is True and stored["lease"]["spec"]["holderIdentity"] == "a"
-    clock[0] += 30  # a stopped renewing
+    clock[0] += 30  # a stopped renewing; b has not seen its last renewal yet: that starts its wait
+    assert b.tick() is False
+    clock[0] += 16  # unchanged for a lease duration, on b's own clock
     assert b.tick() is True and stored["lease"]["spec"]["holderIdentity"] == "b"
     assert stored["lease"]["spec"]["leaseTransitions"] == 1
     assert stored["lease"]["metadata"]["resourceVersion"] == "3"

@@ -1,18 +1,17 @@
 """Rendering: every object the Kubernetes backend renders is valid against the real schemas (the
-JobSet and Kueue CRDs in ../shared/crds, core objects with kubernetes-validate), and seed 000's
-two JobSets render as the golden files."""
+JobSet v0.12.0 and Kueue v0.19.2 CRDs kept in k8s_fixtures/crds, core objects with
+kubernetes-validate), and seed 000's two JobSets render as the golden files."""
 
 from __future__ import annotations
 
 import copy
-import functools
-import os
 import shlex
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from k8s_fixtures.world import load_crd
 
 from hotswap.api import worker as contract
 from hotswap.api.errors import InvalidInputError
@@ -26,7 +25,6 @@ from hotswap.backends.kubernetes.render import (
     render_priority_classes,
 )
 from hotswap.backends.kubernetes.render.container import container_command
-from hotswap.backends.kubernetes.render.jobset import restartable_codes
 from hotswap.backends.kubernetes.settings import KubeSettings
 
 FIXTURES = Path(__file__).resolve().parent / "k8s_fixtures"
@@ -36,34 +34,24 @@ SEED_COMMAND = (
     " base_output_directory=gs://my-output-bucket dataset_path=gs://max-datasets-rogue max_target_length=4096"
     " dataset_type=synthetic enable_checkpointing=False"
 )
-
-
-def crd_dir() -> Path | None:
-    configured = os.environ.get("HOTSWAP_SHARED_CRDS")
-    path = Path(configured) if configured else Path(__file__).resolve().parents[2] / "shared" / "crds"
-    return path if (path / "jobset.x-k8s.io_jobsets.yaml").exists() else None
-
-
-@functools.lru_cache(maxsize=None)
-def _validator(directory: Path, filename: str, version: str) -> Any:
-    import jsonschema
-
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the JobSet CRD is 800 kB of YAML
-    crd = yaml.load((directory / filename).read_text(), Loader=loader)
-    schema = next(v["schema"]["openAPIV3Schema"] for v in crd["spec"]["versions"] if v["name"] == version)
-    return jsonschema.Draft7Validator(schema)
+_VALIDATORS: dict[tuple[str, str], Any] = {}
 
 
 def validate_crd(obj: dict[str, Any], filename: str) -> None:
-    pytest.importorskip("jsonschema")
-    directory = crd_dir()
-    if directory is None:
-        pytest.skip("the CRD schemas are not here (../shared/crds, or set HOTSWAP_SHARED_CRDS)")
-    _validator(directory, filename, obj["apiVersion"].rpartition("/")[2]).validate(obj)
+    """Against the CRD of the pinned version (the copy in k8s_fixtures/crds: it never skips)."""
+    import jsonschema
+
+    version = obj["apiVersion"].rpartition("/")[2]
+    if (filename, version) not in _VALIDATORS:
+        crd = load_crd(filename)
+        schema = next(v["schema"]["openAPIV3Schema"] for v in crd["spec"]["versions"] if v["name"] == version)
+        _VALIDATORS[(filename, version)] = jsonschema.Draft7Validator(schema)
+    _VALIDATORS[(filename, version)].validate(obj)
 
 
 def validate_core(obj: dict[str, Any]) -> None:
-    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    import kubernetes_validate
+
     kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
 
 
@@ -117,18 +105,24 @@ def test_jobset_is_valid_against_the_jobset_crd_and_core_schemas(spec: WorkloadS
 
 
 def test_jobset_crd_schema_rejects_what_jobset_would_reject() -> None:
-    """The validation has teeth: a wrong restart strategy or a rule without a name fails."""
-    jsonschema = pytest.importorskip("jsonschema")
-    jobset = render_jobset(SPECS["seed-high"], "c", KubeSettings())
+    """The validation has teeth: a wrong restart strategy, a rule without a name, an unknown
+    success operator fail."""
+    import jsonschema
+    import kubernetes_validate
+
+    jobset = render_jobset(SPECS["single-host-elastic-env"], "c", KubeSettings())
     broken = copy.deepcopy(jobset)
     broken["spec"]["failurePolicy"]["restartStrategy"] = "Sometimes"
     with pytest.raises(jsonschema.ValidationError):
         validate_crd(broken, "jobset.x-k8s.io_jobsets.yaml")
     broken = copy.deepcopy(jobset)
-    del broken["spec"]["failurePolicy"]["rules"][0]["name"]
+    broken["spec"]["failurePolicy"]["rules"] = [{"action": "FailJobSet"}]
     with pytest.raises(jsonschema.ValidationError):
         validate_crd(broken, "jobset.x-k8s.io_jobsets.yaml")
-    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    broken = copy.deepcopy(jobset)
+    broken["spec"]["successPolicy"]["operator"] = "Most"
+    with pytest.raises(jsonschema.ValidationError):
+        validate_crd(broken, "jobset.x-k8s.io_jobsets.yaml")
     pod = pod_of(jobset)
     pod["spec"]["hostnetwork"] = True  # a misspelt field: strict validation catches it
     with pytest.raises(kubernetes_validate.ValidationError):
@@ -154,37 +148,48 @@ def _contains(big: Any, small: Any, path: str = "") -> list[str]:
     return [] if big == small else [path]
 
 
-def test_golden_renders_carry_everything_seed_000_asks_for() -> None:
-    """Every field of the published JobSets is in the render, except three deliberate changes:
-    xpk's PriorityClass names, the container's name, and the /bin/sh prelude before the command
-    (it computes RANK and execs the same argv)."""
+EXCLUSIVE_TOPOLOGY = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+
+
+@pytest.mark.parametrize("kueue", [False, True], ids=["hotswap-admits", "kueue"])
+def test_golden_renders_carry_everything_seed_000_asks_for(kueue: bool) -> None:
+    """Every field of the published JobSets is in the render, except deliberate changes: xpk's
+    PriorityClass names, the container's name, the /bin/sh prelude before the command (it
+    computes RANK and execs the same argv), and JobSet's exclusive placement, which hotswap's
+    pinning of every pod to a whole healthy slice replaces (see render/jobset.py)."""
     seeds = {doc["metadata"]["name"]: doc for doc in yaml.safe_load_all((FIXTURES / "seed000_jobsets.yaml").read_text())}
     for level in ("high", "low"):
         seed = copy.deepcopy(seeds[f"{level}-jax-trillium"])
-        rendered = render_jobset(seed_spec(level), "trillium", KubeSettings())
+        rendered = render_jobset(seed_spec(level), "trillium", KubeSettings(kueue=kueue))
         pod = seed["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
         assert pod.pop("priorityClassName") == f"{level}-priority-job"
         container = pod["containers"][0]
         assert container.pop("name") == "jax-program"
         seed_argv = container.pop("command")
+        assert seed["metadata"].pop("annotations") == {EXCLUSIVE_TOPOLOGY: "cloud.google.com/gke-nodepool"}
+        assert EXCLUSIVE_TOPOLOGY not in rendered["metadata"]["annotations"]
         assert _contains(rendered, seed) == []
         ours = rendered["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
         assert ours["priorityClassName"] == level
         assert ours["containers"][0]["command"][-len(seed_argv):] == seed_argv
 
 
-def test_failure_policy_restarts_infrastructure_for_free_and_fails_user_errors() -> None:
-    jobset = render_jobset(workload_spec(name="w", command="x", device_type="v6e-16", restart_on_exit_codes="42"), "c", KubeSettings())
-    rules = jobset["spec"]["failurePolicy"]["rules"]
-    assert [(r["action"], r.get("onJobFailureMessagePatterns")) for r in rules] == [
-        ("RestartJobSetAndIgnoreMaxRestarts", ["has condition DisruptionTarget"]),
-        ("FailJobSet", None),
+def test_exits_and_disruptions_are_the_controllers_to_judge() -> None:
+    """No exit and no disruption fails a Job (so JobSet neither fails nor restarts the JobSet
+    for a collateral exit): every pod failure is ignored by the Job and judged by the
+    controller; JobSet's policy keeps only maxRestarts and the restart strategy."""
+    spec = workload_spec(name="w", command="x", device_type="v6e-16", restart_on_exit_codes="42", max_restarts=7, restart_strategy="BlockingRecreate")
+    jobset = render_jobset(spec, "c", KubeSettings())
+    assert jobset["spec"]["failurePolicy"] == {"maxRestarts": 7, "restartStrategy": "BlockingRecreate"}
+    job = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert job["backoffLimit"] == 0
+    assert job["podFailurePolicy"]["rules"] == [
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+        {"action": "Ignore", "onExitCodes": {"containerName": "worker", "operator": "NotIn", "values": [0]}},
     ]
-    pod_rules = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["podFailurePolicy"]["rules"]
-    assert pod_rules[0] == {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
-    # The SDK's checkpointed exit is always restartable, whatever the user's list says.
-    assert pod_rules[1]["onExitCodes"]["values"] == [42, contract.CHECKPOINTED_EXIT_CODE]
-    assert restartable_codes(SPECS["seed-high"].restart_on_exit_codes) == [42, *range(127, 256)]
+    assert "successPolicy" not in jobset["spec"]  # JobSet's default: every replica's Job completes
+    elastic = render_jobset(SPECS["single-host-elastic-env"], "c", KubeSettings())
+    assert elastic["spec"]["successPolicy"] == {"operator": "Any", "targetReplicatedJobs": [contract.REPLICATED_JOB]}
 
 
 def test_worker_environment_follows_the_contract() -> None:
@@ -195,7 +200,7 @@ def test_worker_environment_follows_the_contract() -> None:
     assert env[contract.JOB_INDEX] == {"fieldRef": {"fieldPath": "metadata.labels['jobset.sigs.k8s.io/job-index']"}}
     assert env[contract.MEGASCALE_SLICE_ID] == env[contract.JOB_INDEX]
     assert env[contract.JOB_COMPLETION_INDEX]["fieldRef"]["fieldPath"] == "metadata.annotations['batch.kubernetes.io/job-completion-index']"
-    assert env[contract.HOTSWAP_RESTART_COUNT]["fieldRef"]["fieldPath"] == "metadata.labels['jobset.sigs.k8s.io/restart-attempt']"
+    assert env[contract.HOTSWAP_RESTART_COUNT]["fieldRef"]["fieldPath"] == "metadata.annotations['hotswap.dev/restart-count']"
     assert env[contract.MASTER_ADDR] == "small-slice-0-0.small"
     assert (env[contract.WORLD_SIZE], env[contract.MEGASCALE_NUM_SLICES], env[contract.HOTSWAP_HOSTS_PER_SLICE]) == ("3", "3", "1")
     assert env[contract.HOTSWAP_CHECKPOINT_DIR] == "/checkpoints/c/small"
@@ -204,8 +209,7 @@ def test_worker_environment_follows_the_contract() -> None:
     assert env[contract.HOTSWAP_MEMBERSHIP_FILE] == "/etc/hotswap/membership.json"
     assert pod["metadata"]["annotations"] == {"gke-gcsfuse/volumes": "true"}
     assert pod["spec"]["terminationGracePeriodSeconds"] == 91
-    # Single-host slices: one node is one slice.
-    assert jobset["metadata"]["annotations"][labels.EXCLUSIVE_TOPOLOGY_ANNOTATION] == "kubernetes.io/hostname"
+
 
 
 def run_prelude(argv: list[str], environ: dict[str, str]) -> str:
@@ -237,10 +241,13 @@ def test_kueue_and_placement_modes() -> None:
     managed = render_jobset(SPECS["seed-high"], "c", KubeSettings())
     pod = managed["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     assert pod["schedulingGates"] == [{"name": labels.PLACEMENT_GATE}] and managed["spec"]["suspend"] is True
+    assert EXCLUSIVE_TOPOLOGY not in managed["metadata"]["annotations"]
     kueue = render_jobset(SPECS["seed-high"], "c", SETTINGS["kueue"])
     assert kueue["metadata"]["labels"][labels.QUEUE_NAME_LABEL] == "team-a"
     assert kueue["metadata"]["namespace"] == "ml"
-    assert "schedulingGates" not in kueue["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    # Under Kueue too every pod waits for the controller to place it on a whole healthy slice.
+    assert kueue["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["schedulingGates"] == [{"name": labels.PLACEMENT_GATE}]
+    assert kueue["spec"] == {**managed["spec"], "replicatedJobs": kueue["spec"]["replicatedJobs"]}
     gpu = render_jobset(SPECS["gpu"], "c", KubeSettings())["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     assert gpu["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}
     assert gpu["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": 8}}
@@ -283,7 +290,11 @@ def test_controller_manifests_are_valid_and_least_privilege() -> None:
     kinds = [d["kind"] for d in documents]
     assert kinds == ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment"]
     cluster_role = documents[1]
-    assert cluster_role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}]
+    # Cluster-wide it only reads: nodes, and pods (other owners' pods occupy slices).
+    assert cluster_role["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+    ]
     verbs = {v for d in documents if d["kind"].endswith("Role") for rule in d["rules"] for v in rule["verbs"]}
     assert "*" not in verbs and "deletecollection" not in verbs and "escalate" not in verbs
     deployment = documents[-1]
@@ -292,3 +303,14 @@ def test_controller_manifests_are_valid_and_least_privilege() -> None:
 
     assert json.loads(env["HOTSWAP_KUBERNETES_SETTINGS"])["context"] is None  # in-cluster: the pod's account
     assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"][-2:] == ["--metrics-address", "0.0.0.0:8080"]  # scraped in the cluster
+    assert container["ports"] == [{"name": "metrics", "containerPort": 8080, "protocol": "TCP"}]
+    role = next(d for d in documents if d["kind"] == "Role")
+    assert {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get", "list", "watch", "patch"]} in role["rules"]
+
+
+def test_a_local_only_device_type_is_refused_in_one_line() -> None:
+    spec = workload_spec(name="w", command="python train.py", device_type="local-gpu-1", docker_image="img")
+    with pytest.raises(InvalidInputError, match="^--device-type local-gpu-1 is a shape of the local backend only"):
+        render_jobset(spec, "c", KubeSettings())

@@ -17,9 +17,10 @@ from hotswap.backends.kubernetes import operations as ops
 from hotswap.backends.kubernetes.lease import micro_time
 from hotswap.backends.kubernetes.live_objects import read_jobset, read_pod
 from hotswap.backends.kubernetes.observation import observe
-from hotswap.backends.kubernetes.planning import Enactment, ReplicaMap, elastic_membership, replicas_after
+from hotswap.backends.kubernetes.planning import Enactment, ReplicaMap, elastic_membership, plan, replicas_after
 from hotswap.backends.kubernetes.settings import KubeSettings
-from hotswap.backends.kubernetes.state_annotation import decode_state, encode_state, state_of, workload_from_state
+from hotswap.backends.kubernetes.state_annotation import decode_state, encode_state, replicas_of, state_of, workload_from_state
+from hotswap.backends.kubernetes.views import goodput_view, view_of
 from hotswap.core import actions as act
 from hotswap.core.model import Workload
 
@@ -99,6 +100,26 @@ def test_state_round_trips_and_closes_the_phase_ledger_only_on_a_phase_change() 
 def test_a_state_record_that_is_not_one_reads_as_none() -> None:
     assert workload_from_state(SPEC, {"phase": "SOMEWHERE"}) is None
     assert decode_state("[") is None
+    for text in ("[]", "[1, 2]", '"x"', "null", "3"):
+        assert decode_state(text) is None, text  # valid JSON, not a record
+    assert replicas_of({"replicas": 5}, 3) is None and replicas_of({"replicas": ["a", 1]}, 3) is None
+    assert replicas_of({"replicas": ["a", None]}, 3) == ["a", None, None]
+
+
+@pytest.mark.parametrize("kueue", [False, True], ids=["hotswap-admits", "kueue"])
+@pytest.mark.parametrize("text", ["[]", "[1]", '"state"', "null", '{"replicas": 5, "seq": "x", "phase_seconds": [1]}'])
+def test_a_state_annotation_that_is_not_a_record_never_breaks_a_reconcile(kueue: bool, text: str) -> None:
+    """Anyone can write an annotation; a JSON value that is not a record (or a record with
+    fields of the wrong type) must read as "no record", not crash every reconcile."""
+    from hotswap.core.scheduler import decide
+
+    job = jobset({labels.STATE_ANNOTATION: text}, suspend=not kueue)
+    observation = observe([], [job], [], [], KubeSettings(kueue=kueue), "c", now=100.0)
+    decision = decide(observation.snapshot, observation.events, observation.now)
+    plan(observation, decision)
+    view = view_of(read_jobset(job), {})
+    assert view["name"] == "w" and view["restarts"] == 2
+    goodput_view(read_jobset(job), 200.0)
 
 
 # ---------------------------------------------------------------------- planning
@@ -139,15 +160,19 @@ def _observation(kueue: bool, replicas: list[str | None]):
     return observation
 
 
-def test_enactment_under_kueue_leaves_admission_to_kueue_and_restarts_requeued_work_in_place() -> None:
+def test_what_stops_a_workload_is_suspension_and_under_kueue_a_restart_in_place() -> None:
+    """Only Kueue may suspend a JobSet it admitted: a workload the core preempts or requeues is
+    suspended without Kueue (level-triggered, no operation here) and restarted in place under
+    Kueue, its new pods held behind the gate."""
     for kueue in (False, True):
         observation = _observation(kueue, ["a", "b", "c"])
         enactment = Enactment(observation, observation.jobsets["w"])
         admitted = act.dispatch(act.Admit("w", 1, ("a", "b", "c")), enactment)
         requeued = act.dispatch(act.Requeue("w", "no capacity"), enactment)
+        preempted = act.dispatch(act.Preempt("w", "h", "preempted by h"), enactment)
         scaled = act.dispatch(act.ScaleDown("w", ("b",), ("a", "c"), 1, "lost"), enactment)
-        assert admitted == ([] if kueue else [ops.RecordEvent("w", "Admitted", "admitted onto a, b, c")])
-        assert (ops.RecreateJobs("w") in requeued) is kueue
+        assert admitted == [ops.RecordEvent("w", "Admitted", "admitted onto a, b, c")]
+        assert (ops.RecreateJobs("w") in requeued) is kueue and (ops.RecreateJobs("w") in preempted) is kueue
         assert scaled[0] == ops.RecreateJobs("w", (1,))  # only the lost replica's Job, in both modes
 
 
@@ -163,13 +188,14 @@ def test_elastic_membership_is_coordinated_by_the_first_active_replica() -> None
 
 
 def test_side_effects_come_before_the_record_of_them() -> None:
-    record = ops.SetAnnotations("w", {labels.STATE_ANNOTATION: "{}"})
-    planned = [ops.PlacePod("p", {}, {labels.SLICE_ANNOTATION: "a"}, ()), record, ops.SetSuspend("w", True), ops.RecreateJobs("w")]
-    assert ops.in_order(planned) == [ops.RecreateJobs("w"), ops.SetSuspend("w", True), record, planned[0]]
+    record = ops.PatchJobSet("w", True, {labels.STATE_ANNOTATION: "{}"}, "41")
+    planned = [ops.PlacePod("p", {}, {labels.SLICE_ANNOTATION: "a"}, ()), record, ops.ForceDeletePod("q"), ops.RecreateJobs("w")]
+    assert ops.in_order(planned) == [ops.RecreateJobs("w"), ops.ForceDeletePod("q"), record, planned[0]]
     assert ops.decisions_summary(ops.in_order(planned)) == [
         "recreate all jobs of jobset/w",
+        "force-delete pod/q (its node is gone)",
         "suspend jobset/w",
-        "place pod/p on a",
+        "release pod/p on a",
     ]
 
 

@@ -18,7 +18,7 @@ from hotswap.backends.local.supervisor import WorkerLaunch
 from hotswap.core import actions as act
 from hotswap.core import events as ev
 from hotswap.core.model import Node, Slice, Snapshot, Workload
-from hotswap.runtime.local_controller import resize_events
+from hotswap.runtime.local_requests import resize_events
 from hotswap.store.codec import workload_to_json
 from hotswap.store.paths import ClusterPaths
 from hotswap.store.state import SPARE, ClusterRecord, Store, WorkerIdentity, WorkerRow
@@ -104,9 +104,10 @@ def test_timeline_entries_of_inputs() -> None:
         state, state, 5.0,
     )
     assert entries == [
-        timeline.Entry("node-failed", "node s0-1 failed"),
+        # The cluster's entry says why (node list shows it): here the command that did it.
+        timeline.Entry("node-failed", "node s0-1 failed", data={"node": "s0-1", "reason": "hotswap node fail"}),
         timeline.Entry("node", "node s0-1 failed", "w", 4),  # also in the timeline of the workload it hit
-        timeline.Entry("node-repaired", "node s2-0 repaired (uncordoned)"),
+        timeline.Entry("node-repaired", "node s2-0 repaired (uncordoned)", data={"node": "s2-0", "reason": ""}),
         timeline.Entry("worker-exited", "worker s1/1 of attempt 2 exited with code 3", "w", 4, {"code": 3, "attempt": 2}),
     ]
     assert timeline.action_entry(act.Admit("w", 3, ("s0",), start=False), state, state).message == (

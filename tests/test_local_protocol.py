@@ -42,13 +42,21 @@ def test_messages_survive_any_split_of_the_stream(ids: list[int], piece: int) ->
     assert reader.buffer == b""
 
 
-@pytest.mark.parametrize("line", [b"not json\n", b"[1, 2]\n", b"5\n"])
-def test_a_line_that_is_not_a_json_object_is_a_protocol_error(line: bytes) -> None:
+@pytest.mark.parametrize("line", [b"not json\n", b"[1, 2]\n", b"5\n", b"\xff\xfe\n", b"[" * 4000 + b"\n", b"1" * 4090 + b"\n"])
+def test_a_line_that_is_not_a_json_object_is_a_protocol_error_and_the_stream_goes_on(line: bytes) -> None:
     reader = LineReader()
-    messages = reader.feed(protocol.ping() + line)
-    assert next(messages) == {"ping": True}  # what came before it is still served
-    with pytest.raises(ProtocolError):
-        next(messages)
+    messages = list(reader.feed(protocol.ping() + line + protocol.wait(3)))
+    assert messages[0] == {"ping": True}  # what came before it is still served
+    assert isinstance(messages[1], ProtocolError)
+    assert messages[2] == {"wait": 3}  # and what comes after it
+
+
+def test_a_line_past_the_limit_ends_the_stream_even_without_a_newline() -> None:
+    reader = LineReader()
+    with pytest.raises(protocol.LineTooLong):
+        list(reader.feed(b"x" * (protocol.MAX_LINE_BYTES + 1)))
+    with pytest.raises(protocol.LineTooLong):
+        list(LineReader().feed(protocol.ping() + b"y" * (protocol.MAX_LINE_BYTES + 1) + b"\n"))
 
 
 @pytest.fixture

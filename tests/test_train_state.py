@@ -20,6 +20,7 @@ from hotswap.train.events import EventLog  # noqa: E402
 from hotswap.train.migration import Migrator  # noqa: E402
 from hotswap.train.snapshot import HostStaging, join_tensors, split_tensors  # noqa: E402
 from hotswap.train.state import StateRegistry, build_tree, rng_state, set_rng_state  # noqa: E402
+from hotswap.train.files import write_file_durably  # noqa: E402
 from hotswap.train.store import CheckpointStore  # noqa: E402
 
 
@@ -131,7 +132,7 @@ def test_host_staging_reuses_its_buffers_and_copies_the_values() -> None:
     first = staging.capture(params)
     params["a"].mul_(2)
     second = staging.capture(params)
-    assert [t.data_ptr() for t in first.tensors] == [t.data_ptr() for t in second.tensors]
+    assert [t.data_ptr() for t in first.arrays] == [t.data_ptr() for t in second.arrays]
     assert torch.equal(second.tree()["a"], params["a"]) and second.tree()["a"].data_ptr() != params["a"].data_ptr()
 
 
@@ -179,6 +180,9 @@ def test_registration_accepts_state_objects_dicts_and_lists_only() -> None:
         registry.register("history", [3])
     registry.register("history", history)  # the same object again: harmless
     assert list(registry.state()) == ["history"]
+    with pytest.raises(TypeError, match=r"^cannot checkpoint 'metrics'\['loss_fn'\]: a builtins.function is not plain"):
+        registry.register("metrics", {"loss_fn": lambda x: x})  # caught now, not at the first save
+    assert list(registry.state()) == ["history"]
 
 
 def test_loading_tells_about_missing_and_unknown_objects(caplog: pytest.LogCaptureFixture) -> None:
@@ -198,7 +202,7 @@ def test_a_checkpoint_that_cannot_be_loaded_is_skipped_for_an_older_one(
     registry = StateRegistry()
     registry.register("weights", {"w": torch.ones(2)})
     saver.save(1, build_tree(registry, {"step": 1, "elastic_down_events": 0}, []), "periodic")
-    store.write(2, "periodic", lambda handle: handle.write(b"not a torch file"))  # whole, but not ours
+    store.write(2, "periodic", lambda directory: {"index.json": write_file_durably(directory / "index.json", b"{x")})
     tree, info = saver.restore_latest()
     assert info.step == 1
     assert "cannot be loaded" in caplog.text

@@ -18,19 +18,17 @@ from hotswap.api.worker import EVENT_KINDS, Membership
 from hotswap.train import ResumableBatches, scale_by_slices
 from hotswap.train.events import EventLog
 from hotswap.train.membership import MembershipWatcher
-from hotswap.train.store import (
-    DATA_FILE,
-    MARKER_FILE,
-    STALE_PARTIAL_S,
-    CheckpointStore,
-    file_crc32,
-)
+from hotswap.train.files import write_file_durably
+from hotswap.train.store import MARKER_FILE, STALE_PARTIAL_S, CheckpointStore, file_crc32
+
+DATA_FILE = "data.bin"
 
 # The checkpoint directory ------------------------------------------------------------------------
 
 
 def write(store: CheckpointStore, step: int, payload: bytes | None = None, reason: str = "periodic"):  # type: ignore[no-untyped-def]
-    return store.write(step, reason, lambda handle: handle.write(payload or f"state of step {step}".encode()))
+    data = payload or f"state of step {step}".encode()
+    return store.write(step, reason, lambda directory: {DATA_FILE: write_file_durably(directory / DATA_FILE, data)})
 
 
 def test_a_write_commits_data_and_marker_and_can_be_found(tmp_path: Path) -> None:
@@ -39,8 +37,8 @@ def test_a_write_commits_data_and_marker_and_can_be_found(tmp_path: Path) -> Non
     assert info.path == tmp_path / "step-0000000007"
     assert sorted(p.name for p in info.path.iterdir()) == [MARKER_FILE, DATA_FILE]
     marker = json.loads((info.path / MARKER_FILE).read_text())
-    assert marker["step"] == 7 and marker["size"] == 1000 and marker["reason"] == "periodic"
-    assert marker["crc32"] == file_crc32(info.data_path)
+    assert marker["step"] == 7 and marker["files"][DATA_FILE]["size"] == 1000 and marker["reason"] == "periodic"
+    assert marker["files"][DATA_FILE]["crc32"] == file_crc32(info.path / DATA_FILE)
     assert store.latest_complete() == info
     assert not store.partial()
 
@@ -60,8 +58,8 @@ def test_a_killed_write_leaves_a_partial_directory_that_is_skipped_and_reported(
     store = CheckpointStore(tmp_path)
     write(store, 1)
 
-    def dies_mid_write(handle) -> None:  # type: ignore[no-untyped-def]
-        handle.write(b"half a checkpoint")
+    def dies_mid_write(directory: Path) -> dict:  # type: ignore[type-arg]
+        (directory / DATA_FILE).write_bytes(b"half a checkpoint")
         raise KeyboardInterrupt  # stands for the process dying here
 
     with pytest.raises(KeyboardInterrupt):
@@ -82,16 +80,16 @@ def test_a_checkpoint_without_marker_or_with_damaged_data_is_skipped_for_an_olde
     flipped = write(store, 2, b"a" * 100)
     truncated = write(store, 3, b"b" * 100)
     unmarked = write(store, 4)
-    data = bytearray(flipped.data_path.read_bytes())
+    data = bytearray((flipped.path / DATA_FILE).read_bytes())
     data[50] ^= 0xFF
-    flipped.data_path.write_bytes(bytes(data))
-    truncated.data_path.write_bytes(b"b" * 60)
+    (flipped.path / DATA_FILE).write_bytes(bytes(data))
+    (truncated.path / DATA_FILE).write_bytes(b"b" * 60)
     (unmarked.path / MARKER_FILE).unlink()
     with caplog.at_level(logging.WARNING, logger="hotswap.train"):
         assert store.latest_complete().step == 1
     assert f"{unmarked.path}: it has no commit marker" in caplog.text
-    assert f"{truncated.path}: its data file has 60 bytes, the marker says 100" in caplog.text
-    assert f"{flipped.path}: its data does not match the checksum" in caplog.text
+    assert f"{truncated.path}: its file {DATA_FILE} has 60 bytes, the marker says 100" in caplog.text
+    assert f"{flipped.path}: its file {DATA_FILE} does not match the checksum" in caplog.text
 
 
 def test_the_reason_of_a_committed_checkpoint_can_be_changed_atomically(tmp_path: Path) -> None:
@@ -99,7 +97,7 @@ def test_the_reason_of_a_committed_checkpoint_can_be_changed_atomically(tmp_path
     before = write(store, 3)
     after = store.set_reason(3, "termination")
     assert after.reason == "termination" and store.latest_complete().reason == "termination"
-    assert (after.size, after.crc32) == (before.size, before.crc32)
+    assert after.files == before.files
     assert sorted(p.name for p in after.path.iterdir()) == [MARKER_FILE, DATA_FILE]
     with pytest.raises(FileNotFoundError):
         store.set_reason(4, "termination")
@@ -109,8 +107,8 @@ def test_a_second_writer_of_the_same_step_keeps_the_first_commit(tmp_path: Path)
     store = CheckpointStore(tmp_path)
     first = write(store, 5, b"first")
     second = write(store, 5, b"second")
-    assert second.crc32 == first.crc32
-    assert first.data_path.read_bytes() == b"first"
+    assert second.files == first.files
+    assert (first.path / DATA_FILE).read_bytes() == b"first"
     assert not store.partial()
 
 

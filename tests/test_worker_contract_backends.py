@@ -25,7 +25,7 @@ from hotswap.backends.kubernetes.settings import KubeSettings
 from hotswap.backends.local.launch import worker_environment
 
 CLUSTER = "c"
-RESTARTS = 2  # restarts so far (JobSet's restart attempt): both backends' workers are attempt 3
+RESTARTS = 2  # restarts so far: both backends' workers are attempt 3
 SLICES = ("c-slice-0", "c-slice-1")  # the slices the replicas run on, in replica order
 # The variables both backends set to the same value (MASTER_ADDR legitimately differs:
 # 127.0.0.1 locally, the coordinator pod's DNS name on Kubernetes; MASTER_PORT too: locally a
@@ -53,8 +53,9 @@ _FIELD = re.compile(r"metadata\.(labels|annotations)\['([^']+)'\]")
 def pod_metadata(jobset: dict[str, Any], replica: int, host: int, slice_name: str) -> dict[str, dict[str, str]]:
     """Pod (replica, host)'s labels and annotations: the template's, JobSet's (jobset
     pkg/controllers/jobset_controller.go, labelAndAnnotateObject: name, replicated job, job index,
-    restart attempt), the Indexed Job's completion index, and the slice the controller placed
-    the pod on."""
+    restart attempt), the Indexed Job's completion index, and what the controller writes when
+    it releases the pod: the slice it placed it on and the restart count (every restart, the
+    controller's and JobSet's)."""
     replicated = jobset["spec"]["replicatedJobs"][0]
     template = replicated["template"]["spec"]["template"]["metadata"]
     pod_labels = {
@@ -68,6 +69,7 @@ def pod_metadata(jobset: dict[str, Any], replica: int, host: int, slice_name: st
         **template.get("annotations", {}),
         labels.JOB_COMPLETION_INDEX_ANNOTATION: str(host),
         labels.SLICE_ANNOTATION: slice_name,
+        labels.RESTART_COUNT_ANNOTATION: str(RESTARTS),
     }
     return {"labels": pod_labels, "annotations": annotations}
 

@@ -153,6 +153,9 @@ def worker_env(
         contract.HOTSWAP_HOSTS_PER_SLICE: 1,
         contract.HOTSWAP_CHECKPOINT_DIR: checkpoint_dir,
         contract.HOTSWAP_TERMINATION_GRACE_S: grace_s,
+        # An emulated slice, as the local backend starts it: gloo on the CPU even where the
+        # test machine has a GPU (unset, the SDK would take one; set and empty, never).
+        contract.CUDA_VISIBLE_DEVICES: "",
     }
     if events_file is not None:
         env[contract.HOTSWAP_EVENTS_FILE] = events_file

@@ -6,7 +6,11 @@ trials, asynchronous ones in odd trials), SIGKILLs it after a random delay, and 
 newest complete checkpoint in this process. Prints one JSON summary line.
 
 Forking keeps a trial at a few tens of milliseconds instead of a fresh interpreter's import of
-torch; the parent starts no thread before forking (torch runs single-threaded here).
+torch; the parent has no thread left when it forks (torch runs single-threaded here, and a
+restore's reader threads end with it).
+
+The writers save each checkpoint as three data files written by three threads at once, so kills
+land between the files of one checkpoint too.
 """
 
 from __future__ import annotations
@@ -23,11 +27,14 @@ from pathlib import Path
 
 import torch
 
+from hotswap.train import tensorfiles
 from hotswap.train.checkpointer import Checkpointer
 from hotswap.train.events import EventLog
 from hotswap.train.store import CheckpointStore
 
 ELEMENTS = 1 << 20  # 4 MiB of float32 per tensor, two tensors: writes take a few ms
+WRITER_THREADS = 3
+tensorfiles.MIN_FILE_BYTES = 1 << 20  # 8 MiB of state: one file per writer thread
 
 
 def state_of(step: int) -> dict[str, object]:
@@ -57,7 +64,7 @@ def intact(tree: dict, step: int) -> bool:  # type: ignore[type-arg]
 
 
 def write_forever(directory: Path, first_step: int, asynchronous: bool) -> None:
-    checkpointer = Checkpointer(CheckpointStore(directory, keep=3), EventLog(None))
+    checkpointer = Checkpointer(CheckpointStore(directory, keep=3), EventLog(None), threads=WRITER_THREADS)
     step = first_step
     while True:
         step += 1

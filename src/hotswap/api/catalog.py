@@ -26,6 +26,13 @@ GPU names
     type wants N such nodes. GPUs have no TPU-style topology; we record ``1x<GPUs per VM>`` so
     that every entry has a well-formed topology string (xpk writes ``N/A``, and ``1x72`` for
     GB200, meaning its 72-GPU NVLink domain rather than the shape of one VM).
+
+Local GPU names
+    ``local-gpu-<K>`` (K from 1 to 16): a slice of K GPUs of *this* machine, whatever their
+    model, for the local backend's GPU-backed slices (``cluster create --gpus``) on machines
+    whose GPU count matches no cloud VM shape (one H100 makes one ``local-gpu-1`` slice). They
+    are not xpk names: :func:`device_types` and :func:`device_type_names` leave them out, and
+    ``local_only`` marks them for backends that place onto cloud nodes.
 """
 
 from __future__ import annotations
@@ -83,6 +90,7 @@ class DeviceType:
     gke_accelerator: str
     machine_type: str
     resource_name: str
+    local_only: bool = False  # a local-gpu-K shape: no cloud node carries it
 
     @property
     def chips_per_slice(self) -> int:
@@ -322,6 +330,29 @@ def _build_canonical() -> dict[str, DeviceType]:
     return canonical
 
 
+LOCAL_GPU_FAMILY = "local-gpu"
+MAX_LOCAL_GPUS_PER_SLICE = 16
+_LOCAL_GPU = re.compile(rf"^{LOCAL_GPU_FAMILY}-(?P<gpus>\d+)$")
+
+
+def _local_gpu_entry(gpus: int) -> DeviceType:
+    return DeviceType(
+        name=f"{LOCAL_GPU_FAMILY}-{gpus}",
+        kind=AcceleratorKind.GPU,
+        family=LOCAL_GPU_FAMILY,
+        topology=f"1x{gpus}",
+        hosts_per_slice=1,
+        chips_per_host=gpus,
+        gke_accelerator="",
+        machine_type="this machine",
+        resource_name=GPU_RESOURCE,
+        local_only=True,
+    )
+
+
+_LOCAL_GPU_TYPES: Mapping[str, DeviceType] = types.MappingProxyType(
+    {entry.name: entry for entry in map(_local_gpu_entry, range(1, MAX_LOCAL_GPUS_PER_SLICE + 1))}
+)
 _CANONICAL = _build_canonical()
 _DEVICE_TYPES: Mapping[str, DeviceType] = types.MappingProxyType(_CANONICAL)
 _NAMES: tuple[str, ...] = tuple(_CANONICAL)
@@ -349,6 +380,7 @@ def _accepted() -> dict[str, DeviceType]:
                     entry = _tpu_entry(family, alias, topology)
                 accepted[alias] = entry
         accepted.update(_CANONICAL)
+        accepted.update(_LOCAL_GPU_TYPES)
         _accepted_cache = accepted
     return _accepted_cache
 
@@ -384,13 +416,20 @@ def get_device_type(name: str) -> DeviceType:
 
     Raises InvalidInputError, one line that names the nearest valid names, for anything else.
     """
+    if len(name) > MAX_NAME_LENGTH:  # no device type is that long; its digits would not even parse
+        name = name[:MAX_NAME_LENGTH] + "..."
     key = name.strip().lower()
-    entry = _CANONICAL.get(key) or _accepted().get(key)
+    entry = _CANONICAL.get(key) or _LOCAL_GPU_TYPES.get(key) or _accepted().get(key)
     if entry is None:
+        if _LOCAL_GPU.match(key):
+            raise InvalidInputError(
+                f"unknown device type {name.strip()!r}: {LOCAL_GPU_FAMILY}-K takes 1 to {MAX_LOCAL_GPUS_PER_SLICE} GPUs"
+            )
         raise InvalidInputError(_unknown_message(name, key))
     return entry
 
 
+MAX_NAME_LENGTH = 64
 _SIZED = re.compile(r"^(?P<family>.+)-(?P<size>\d+)$")
 _TOPOLOGY = re.compile(r"^(?P<family>.+)-(?P<topology>\d+(?:x\d+)+)$")
 

@@ -1,7 +1,7 @@
 """Errors a user can cause. Each carries one line that says what is wrong and what to do.
 
 The CLI prints ``str(error)`` on stderr and exits with ``error.exit_code``; no layer below the
-CLI ever exits the process.
+CLI ever exits the process. :data:`EXIT_CODES` is the whole set of exit codes of ``hotswap``.
 """
 
 from __future__ import annotations
@@ -42,3 +42,29 @@ class CapacityError(HotswapError):
     """The request can never be satisfied by the cluster (more slices than it has)."""
 
     exit_code = 5
+
+
+class StateError(HotswapError):
+    """The machine refused: hotswap's state cannot be read or written (a full disk, a read-only
+    or foreign state directory, a corrupt or locked database). Nothing was changed."""
+
+    exit_code = 6
+
+
+class UsageError(HotswapError):
+    """The command line itself is wrong: an unknown command or flag, a missing or malformed value."""
+
+    exit_code = 2
+
+
+# Every exit code of the ``hotswap`` command (scripts may rely on them).
+EXIT_CODES = {
+    0: "success",
+    1: "failed: the controller could not be reached, or a drill's check failed",
+    InvalidInputError.exit_code: "invalid input: a malformed name, flag, value or file (usage errors too)",
+    NotFoundError.exit_code: "not found: no such cluster, workload, node or slice",
+    ConflictError.exit_code: "conflict: a duplicate name, a cluster being deleted, a refused request",
+    CapacityError.exit_code: "capacity: more slices than the cluster has",
+    StateError.exit_code: "state: hotswap's state directory or database cannot be used (disk, permissions)",
+    130: "interrupted (Ctrl-C)",
+}

@@ -24,8 +24,9 @@ def validate_name(kind: str, value: str, max_length: int = MAX_LABEL_LENGTH) -> 
     if not isinstance(value, str) or not value:
         raise InvalidInputError(f"{kind} name must not be empty")
     if len(value) > max_length:
+        shown = value if len(value) <= 80 else value[:77] + "..."
         raise InvalidInputError(
-            f"{kind} name {value!r} is {len(value)} characters long; the limit is {max_length}"
+            f"{kind} name {shown!r} is {len(value)} characters long; the limit is {max_length}"
         )
     if not DNS1035_LABEL.fullmatch(value):
         raise InvalidInputError(

@@ -15,6 +15,19 @@ from typing import Annotated, Any
 import pydantic
 
 from hotswap.api.errors import InvalidInputError
+from hotswap.api.limits import (
+    MAX_COMMAND_LENGTH,
+    MAX_ENV_TOTAL_LENGTH,
+    MAX_ENV_VALUE_LENGTH,
+    MAX_ENV_VARIABLES,
+    MAX_GRACE_PERIOD_S,
+    MAX_HANG_TIMEOUT_S,
+    MAX_IMAGE_LENGTH,
+    MAX_PATH_LENGTH,
+    MAX_RESTARTS,
+    MAX_SLICES,
+    check_text,
+)
 from hotswap.api.names import MAX_WORKLOAD_NAME_LENGTH, validate_workload_name
 from hotswap.api.priority import DEFAULT_PRIORITY, Priority
 from hotswap.api.worker import DEFAULT_GRACE_PERIOD_S
@@ -125,13 +138,19 @@ class WorkloadSpec(pydantic.BaseModel):
     name: str
     command: str
     device_type: str
-    num_slices: int = pydantic.Field(default=1, ge=1)
-    min_slices: int | None = pydantic.Field(default=None, ge=1)
+    num_slices: int = pydantic.Field(default=1, ge=1, le=MAX_SLICES)
+    min_slices: int | None = pydantic.Field(default=None, ge=1, le=MAX_SLICES)
     priority: Annotated[Priority, pydantic.PlainSerializer(lambda p: p.label, return_type=str)] = DEFAULT_PRIORITY
-    max_restarts: int = pydantic.Field(default=0, ge=0)
+    max_restarts: int = pydantic.Field(default=0, ge=0, le=MAX_RESTARTS)
     restart_strategy: RestartStrategy = RestartStrategy.RECREATE
     restart_on_exit_codes: ExitCodesField = DEFAULT_RESTART_EXIT_CODES
-    termination_grace_period_s: float = pydantic.Field(default=DEFAULT_GRACE_PERIOD_S, ge=0)
+    termination_grace_period_s: float = pydantic.Field(
+        default=DEFAULT_GRACE_PERIOD_S, ge=0, le=MAX_GRACE_PERIOD_S, allow_inf_nan=False
+    )
+    # Hang detection (hotswap.core.hang): the most seconds a running workload may go without
+    # completing a step before it counts as hung, capping the timeout derived from its own step
+    # times; None: the derived timeout alone; 0: no hang detection.
+    hang_timeout_s: float | None = None
     checkpoint_dir: str | None = None
     env: dict[str, str] = pydantic.Field(default_factory=dict)
     docker_image: str | None = None
@@ -148,7 +167,18 @@ class WorkloadSpec(pydantic.BaseModel):
     def _non_empty_command(cls, value: str) -> str:
         if not value.strip():
             raise InvalidInputError("--command must not be empty")
-        return value
+        return check_text("--command", value, MAX_COMMAND_LENGTH)
+
+    @pydantic.field_validator("checkpoint_dir", "script_dir", "docker_image", "base_docker_image")
+    @classmethod
+    def _printable(cls, value: str | None, info: pydantic.ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        flag = _flag(info.field_name or "")
+        if not value.strip():
+            raise InvalidInputError(f"{flag} must not be empty")
+        limit = MAX_PATH_LENGTH if info.field_name in ("checkpoint_dir", "script_dir") else MAX_IMAGE_LENGTH
+        return check_text(flag, value, limit)
 
     @pydantic.field_validator("device_type")
     @classmethod
@@ -156,6 +186,15 @@ class WorkloadSpec(pydantic.BaseModel):
         from hotswap.api.catalog import get_device_type
 
         return get_device_type(value).name
+
+    @pydantic.field_validator("hang_timeout_s")
+    @classmethod
+    def _valid_hang_timeout(cls, value: float | None) -> float | None:
+        if value is not None and not 0 <= value <= MAX_HANG_TIMEOUT_S:
+            raise InvalidInputError(
+                f"--hang-timeout {value:g}: give seconds up to {MAX_HANG_TIMEOUT_S:g}, or 0 to turn hang detection off"
+            )
+        return value
 
     @pydantic.field_validator("priority", mode="before")
     @classmethod
@@ -169,13 +208,23 @@ class WorkloadSpec(pydantic.BaseModel):
 
     @pydantic.field_validator("env")
     @classmethod
-    def _valid_env_names(cls, value: dict[str, str]) -> dict[str, str]:
-        for key in value:
+    def _valid_env(cls, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > MAX_ENV_VARIABLES:
+            raise InvalidInputError(f"{len(value)} environment variables; the limit is {MAX_ENV_VARIABLES}")
+        total = 0
+        for key, text in value.items():
             if not _ENV_NAME.fullmatch(key):
+                check_text("an environment variable name", key, 256)
                 raise InvalidInputError(
-                    f"bad environment variable name {key!r}: use letters, digits and '_',"
+                    f"bad environment variable name {key[:80]!r}: use letters, digits and '_',"
                     " not starting with a digit"
                 )
+            check_text(f"--env {key}", text, MAX_ENV_VALUE_LENGTH)
+            total += len(key) + len(text) + 2
+        if total > MAX_ENV_TOTAL_LENGTH:
+            raise InvalidInputError(
+                f"the environment variables take {total} characters; the limit is {MAX_ENV_TOTAL_LENGTH}"
+            )
         return value
 
     @pydantic.model_validator(mode="after")
@@ -216,9 +265,17 @@ def _one_line(error: pydantic.ValidationError) -> str:
     cause = first.get("ctx", {}).get("error")
     if isinstance(cause, InvalidInputError):
         return cause.message
-    field = ".".join(str(part) for part in first.get("loc", ())) or "spec"
-    flag = "--" + field.replace("_", "-")
+    location = first.get("loc", ())
+    flag = _flag(str(location[0])) if location else "the workload spec"
     return f"{flag}: {first.get('msg', 'invalid value')}"
+
+
+# The flag of each field whose name differs from it (the rest are "--" + the field's name).
+_FLAGS = {"termination_grace_period_s": "--termination-grace-period", "name": "--workload"}
+
+
+def _flag(field: str) -> str:
+    return _FLAGS.get(field) or "--" + field.replace("_", "-")
 
 
 __all__ = [

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 # JobSet / Indexed Job (on Kubernetes from pod labels via the downward API).
@@ -36,8 +36,14 @@ MASTER_ADDR = "MASTER_ADDR"
 MASTER_PORT = "MASTER_PORT"
 RANK = "RANK"
 WORLD_SIZE = "WORLD_SIZE"
-LOCAL_RANK = "LOCAL_RANK"
-LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE"
+LOCAL_RANK = "LOCAL_RANK"  # this process's index among its host's processes (torchrun's meaning)
+LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE"  # processes on this host: one per GPU of a GPU-backed slice, else 1
+# The GPUs this worker may use (CUDA's own variable): the physical indices of its host's GPUs on a
+# GPU-backed slice, in NVML (PCI bus) order, and *set and empty* on an emulated slice, so that
+# neither CUDA nor the SDK ever puts an emulated worker on a GPU. Local rank i uses the i-th.
+CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
+CUDA_DEVICE_ORDER = "CUDA_DEVICE_ORDER"  # PCI_BUS_ID with CUDA_VISIBLE_DEVICES: indices mean NVML's
+PCI_BUS_ORDER = "PCI_BUS_ID"
 # hotswap.
 HOTSWAP_CLUSTER = "HOTSWAP_CLUSTER"
 HOTSWAP_WORKLOAD = "HOTSWAP_WORKLOAD"
@@ -69,14 +75,20 @@ DEFAULT_MASTER_PORT = 29500  # torch.distributed's customary port
 # Each formula is a sum of products of environment variables and integer constants.
 _Term = tuple[str | int, ...]
 DERIVED: dict[str, tuple[_Term, ...]] = {
-    # Host h of replica r: ranks are contiguous per slice, replica-major (torchrun's node_rank).
-    RANK: ((JOB_INDEX, HOTSWAP_HOSTS_PER_SLICE), (JOB_COMPLETION_INDEX,)),
+    # Process l of host h of replica r: ranks are contiguous per host, hosts contiguous per slice,
+    # replica-major (torchrun's: node_rank * nproc_per_node + local_rank, with node_rank = the
+    # host's place r * hosts + h): ((r * hosts + h) * local_world_size) + l.
+    RANK: (
+        (JOB_INDEX, HOTSWAP_HOSTS_PER_SLICE, LOCAL_WORLD_SIZE),
+        (JOB_COMPLETION_INDEX, LOCAL_WORLD_SIZE),
+        (LOCAL_RANK,),
+    ),
     HOTSWAP_ATTEMPT: ((HOTSWAP_RESTART_COUNT,), (1,)),
 }
 
 
 # What an unset index counts as, in Python and in the shell alike (as :class:`WorkerEnv` reads it).
-_UNSET = {HOTSWAP_HOSTS_PER_SLICE: 1}
+_UNSET = {HOTSWAP_HOSTS_PER_SLICE: 1, LOCAL_WORLD_SIZE: 1}
 
 
 def _evaluate(formula: tuple[_Term, ...], values: Mapping[str, int]) -> int:
@@ -90,7 +102,8 @@ def _evaluate(formula: tuple[_Term, ...], values: Mapping[str, int]) -> int:
 
 
 def derived_values(values: Mapping[str, int]) -> dict[str, int]:
-    """RANK and HOTSWAP_ATTEMPT from the indices they are computed from."""
+    """RANK and HOTSWAP_ATTEMPT from the indices they are computed from (LOCAL_RANK and
+    LOCAL_WORLD_SIZE count too: unset, they mean one process per host)."""
     return {name: _evaluate(formula, values) for name, formula in DERIVED.items()}
 
 
@@ -108,14 +121,26 @@ def derived_shell_exports() -> str:
     return "export " + " ".join(assignments) + "\n"
 
 
-def global_rank(replica: int, host: int, hosts_per_slice: int) -> int:
-    """The rank of host ``host`` of replica ``replica`` (the RANK formula above)."""
-    values = {JOB_INDEX: replica, HOTSWAP_HOSTS_PER_SLICE: hosts_per_slice, JOB_COMPLETION_INDEX: host}
+def global_rank(replica: int, host: int, hosts_per_slice: int, local_rank: int = 0, local_world_size: int = 1) -> int:
+    """The rank of process ``local_rank`` of host ``host`` of replica ``replica`` (the RANK
+    formula above)."""
+    values = {
+        JOB_INDEX: replica,
+        HOTSWAP_HOSTS_PER_SLICE: hosts_per_slice,
+        JOB_COMPLETION_INDEX: host,
+        LOCAL_RANK: local_rank,
+        LOCAL_WORLD_SIZE: local_world_size,
+    }
     return derived_values(values)[RANK]
 
 
-def world_size(num_replicas: int, hosts_per_slice: int) -> int:
-    return num_replicas * hosts_per_slice
+def world_size(num_replicas: int, hosts_per_slice: int, local_world_size: int = 1) -> int:
+    return num_replicas * hosts_per_slice * local_world_size
+
+
+def visible_devices(indices: Sequence[int]) -> str:
+    """The CUDA_VISIBLE_DEVICES value of a host whose GPUs are ``indices`` (empty: emulated)."""
+    return ",".join(str(index) for index in indices)
 
 
 def replica_index(slices: tuple[str, ...] | list[str], slice_name: str) -> int:
@@ -143,6 +168,11 @@ class WorkerEnv:
     num_slices: int = 1
     host_index: int = 0
     hosts_per_slice: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+    # CUDA_VISIBLE_DEVICES as set: None when unset (outside hotswap, or a Kubernetes pod, whose
+    # GPUs are its container's), "" on an emulated slice, the host's GPUs on a backed one.
+    visible_devices: str | None = None
     slice_name: str = ""
     master_addr: str = DEFAULT_MASTER_ADDR
     master_port: int = DEFAULT_MASTER_PORT
@@ -171,6 +201,9 @@ class WorkerEnv:
             num_slices=number(MEGASCALE_NUM_SLICES, 1),
             host_index=number(JOB_COMPLETION_INDEX, 0),
             hosts_per_slice=number(HOTSWAP_HOSTS_PER_SLICE, 1),
+            local_rank=number(LOCAL_RANK, 0),
+            local_world_size=number(LOCAL_WORLD_SIZE, 1),
+            visible_devices=env.get(CUDA_VISIBLE_DEVICES),
             slice_name=env.get(HOTSWAP_SLICE, ""),
             master_addr=env.get(MASTER_ADDR, DEFAULT_MASTER_ADDR),
             master_port=number(MASTER_PORT, DEFAULT_MASTER_PORT),
@@ -182,13 +215,35 @@ class WorkerEnv:
             grace_period_s=float(env.get(HOTSWAP_TERMINATION_GRACE_S) or DEFAULT_GRACE_PERIOD_S),
         )
 
+    @property
+    def gpus(self) -> tuple[str, ...]:
+        """The GPUs this worker's host may use (CUDA_VISIBLE_DEVICES' entries); empty when it
+        is emulated or when the variable is unset."""
+        return tuple(d.strip() for d in (self.visible_devices or "").split(",") if d.strip())
+
+    @property
+    def emulated(self) -> bool:
+        """Set and empty CUDA_VISIBLE_DEVICES: the slice has no GPU for this worker."""
+        return self.visible_devices is not None and not self.gpus
+
+    def accelerator_problem(self) -> str | None:
+        """Why this worker cannot have a GPU of its own, when it is on a GPU-backed slice: never
+        two ranks on one GPU (local rank i takes the i-th visible GPU)."""
+        if self.gpus and not 0 <= self.local_rank < len(self.gpus):
+            return (
+                f"LOCAL_RANK {self.local_rank} has no GPU of its own: CUDA_VISIBLE_DEVICES="
+                f"{self.visible_devices} lists {len(self.gpus)}"
+            )
+        return None
+
 
 @dataclasses.dataclass(frozen=True)
 class Membership:
     """The active slices of an elastic workload, generation ``generation``.
 
-    Rank of host ``h`` of slice ``s``: ``slices.index(s) * hosts_per_slice + h``. Each
-    generation has its own rendezvous port, so a new process group never meets a stale one.
+    Rank of process ``l`` of host ``h`` of slice ``s``: the RANK formula with the replica index
+    ``slices.index(s)``. Each generation has its own rendezvous port, so a new process group
+    never meets a stale one.
     """
 
     generation: int
@@ -196,16 +251,18 @@ class Membership:
     hosts_per_slice: int
     master_addr: str
     master_port: int
+    local_world_size: int = 1  # processes per host (one per GPU of a GPU-backed slice)
 
     @property
     def world_size(self) -> int:
-        return world_size(len(self.slices), self.hosts_per_slice)
+        return world_size(len(self.slices), self.hosts_per_slice, self.local_world_size)
 
-    def rank_of(self, slice_name: str, host: int) -> int | None:
+    def rank_of(self, slice_name: str, host: int, local_rank: int = 0) -> int | None:
         """The rank of a worker in this generation, or None when its slice is not a member."""
         if slice_name not in self.slices:
             return None
-        return global_rank(replica_index(self.slices, slice_name), host, self.hosts_per_slice)
+        replica = replica_index(self.slices, slice_name)
+        return global_rank(replica, host, self.hosts_per_slice, local_rank, self.local_world_size)
 
     def to_json(self) -> str:
         data = dataclasses.asdict(self)
@@ -222,6 +279,7 @@ class Membership:
             hosts_per_slice=int(data["hosts_per_slice"]),
             master_addr=str(data["master_addr"]),
             master_port=int(data["master_port"]),
+            local_world_size=int(data.get("local_world_size", 1)),
         )
 
 
@@ -261,6 +319,9 @@ def parse_fields(line: str) -> dict[str, str]:
 EVENT_START = "start"  # process started: {"attempt", "rank", "world_size"}
 EVENT_STEP = "step"  # a training step finished: {"step", "duration_s", "slices"}
 EVENT_CHECKPOINT_SAVE = "checkpoint_save"  # {"step", "blocking_s", "total_s", "bytes", "reason"}
+# A save that holds the training loop is starting: {"step", "reason"}. Until its checkpoint_save
+# (or a later step) no step completes, and hang detection must not count that as a hang.
+EVENT_CHECKPOINT_BEGIN = "checkpoint_begin"
 EVENT_CHECKPOINT_RESTORE = "checkpoint_restore"  # {"step", "duration_s", "source"}
 EVENT_ELASTIC = "elastic"  # membership change applied: {"generation", "slices", "duration_s"}
 EVENT_STOP = "stop"  # the worker leaves: {"step", "reason", "exit_code"}; reasons: complete,
@@ -270,6 +331,7 @@ EVENT_KINDS = (
     EVENT_START,
     EVENT_STEP,
     EVENT_CHECKPOINT_SAVE,
+    EVENT_CHECKPOINT_BEGIN,
     EVENT_CHECKPOINT_RESTORE,
     EVENT_ELASTIC,
     EVENT_STOP,

@@ -3,17 +3,19 @@
 Heavy modules (the simulator, matplotlib, torch, kubernetes) are imported inside the commands
 that use them, so ``hotswap --help`` answers at once. Errors a user can cause arrive here as
 :class:`~hotswap.api.errors.HotswapError` and leave as one line on stderr with a non-zero exit
-code; nothing below this module ever exits the process.
+code; so do usage errors (click's, printed without a box) and faults of the machine under the
+state directory (``store/faults.py``). Nothing below this module ever exits the process.
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import typer
 
 from hotswap import __version__
-from hotswap.api.errors import HotswapError
+from hotswap.api.errors import HotswapError, UsageError
 from hotswap.cli import cluster, controller, demo, node, simulate, workload
 
 app = typer.Typer(
@@ -45,12 +47,64 @@ def root(
     """Keep important ML training jobs running through hardware failures and contention."""
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    sys.exit(run(argv))
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run the CLI on ``argv`` (default: the process's); return its exit code, one of
+    :data:`~hotswap.api.errors.EXIT_CODES`. Every error leaves as one line on stderr."""
     try:
-        app()
+        result = app(args=argv, prog_name="hotswap", standalone_mode=False)
+        return result if isinstance(result, int) and not isinstance(result, bool) else 0
     except HotswapError as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(error.exit_code)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        sys.exit(130)
+        return _fail(str(error), error.exit_code)
+    except _usage_errors() as error:
+        if type(error).__name__ == "NoArgsIsHelpError":
+            print(error.format_message())  # the help the user asked for by giving nothing
+            return UsageError.exit_code
+        return _fail(_usage_line(error), UsageError.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        return _fail("interrupted", 130)
+    except Exception as error:
+        from hotswap.store import faults
+
+        if not faults.is_fault(error):
+            raise  # a bug: the traceback is for us
+        fault = faults.explain(error, _state_dir())
+        return _fail(str(fault), fault.exit_code)
+
+
+def _usage_errors() -> tuple[type[Exception], ...]:
+    """click's exceptions (typer >= 0.2x carries its own copy of click, earlier ones use it)."""
+    found: list[type[Exception]] = []
+    if hasattr(typer, "TyperException"):
+        found.append(typer.TyperException)
+    try:
+        import click
+
+        found.append(click.ClickException)
+    except ImportError:
+        pass
+    return tuple(found)
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"error: {' '.join(message.split())}", file=sys.stderr)
+    return code
+
+
+def _usage_line(error: Exception) -> str:
+    """A usage error as one line, naming the command whose --help lists the right flags."""
+    context = getattr(error, "ctx", None)
+    command = getattr(context, "command_path", None) or "hotswap"
+    return f"{error.format_message()} (see `{command} --help`)"  # type: ignore[attr-defined]
+
+
+def _state_dir() -> Path | None:
+    from hotswap.store import paths
+
+    try:
+        return paths.home()
+    except HotswapError:
+        return None

@@ -33,6 +33,21 @@ def for_cluster(cluster: str) -> Backend:
     return named(registry.record_of(cluster).backend)
 
 
+def for_deletion(cluster: str) -> Backend:
+    """The backend that deletes a cluster: its record's, or, when the record cannot be read
+    (a corrupt database), the local one, which removes whatever is there (for a Kubernetes
+    cluster, deletion forgets the local record and nothing else anyway)."""
+    from hotswap.store import faults, registry
+
+    try:
+        return for_cluster(cluster)
+    except Exception as error:
+        if not faults.unreadable(error):
+            raise
+        registry.existing(cluster)
+        return named("local")
+
+
 def kubernetes_controller_manifests(cluster: str, image: str) -> list[dict[str, Any]]:
     """What runs a Kubernetes cluster's controller inside it (``controller manifests``)."""
     from hotswap.backends.kubernetes.backend import settings_of

@@ -30,14 +30,19 @@ def create(
     gpu_accelerator_label: str | None = typer.Option(None, "--gpu-accelerator-label", help="Kubernetes: GPU accelerator node label (default: cloud.google.com/gke-accelerator)."),
     checkpoint_volume: str | None = typer.Option(None, "--checkpoint-volume", help="Kubernetes: default checkpoint volume of workloads, pvc:<claim> or gcsfuse:<bucket>."),
     warm_workers: int | None = typer.Option(None, "--warm-workers", help="Local: spare workers kept with PyTorch imported, for sub-second restarts (default 0)."),
+    gpus: str | None = typer.Option(None, "--gpus", help="Local: back the slices by this machine's GPUs: all, a count (2), or device=0,1 (NVML indices or UUIDs); each slice takes the device type's GPUs per host (local-gpu-K: K)."),
 ) -> None:
     """Create a cluster and start its controller; re-run with another --num-slices to resize it.
 
     With --backend kubernetes: check that JobSet (and Kueue) are installed, find the slices among
     the nodes, create the PriorityClasses (and Kueue queues), and record how to reach it.
     """
+    from hotswap.api.catalog import get_device_type
+    from hotswap.api.errors import InvalidInputError
     from hotswap.cli.backends import named
 
+    if backend != "local" and device_type is not None and get_device_type(device_type).local_only:
+        raise InvalidInputError(f"{device_type} is a local-only device type (GPUs of this machine); use it with --backend local")
     given = {
         "context": context,
         "namespace": namespace,
@@ -50,6 +55,7 @@ def create(
         "gpu_accelerator_label": gpu_accelerator_label,
         "checkpoint_volume": checkpoint_volume,
         "warm_workers": warm_workers,
+        "gpus": gpus,
     }
     options = {key: value for key, value in given.items() if value is not None}
 
@@ -64,17 +70,23 @@ def create(
         return
     note(
         f"cluster {summary['name']} ({summary['backend']}): {summary['num_slices']} x {summary['device_type']}"
-        f" ({summary['hosts_per_slice']} host(s) x {summary['chips_per_host']} chips per slice)"
+        f" ({summary['hosts_per_slice']} host(s) x {summary['chips_per_host']} chips per slice"
+        + (", backed by GPUs " + ", ".join(_gpu_list(s) for s in summary["slices"]) if summary.get("backing") == "gpu" else "")
+        + ")"
         + (f", controller pid {summary['controller_pid']}" if summary.get("controller_pid") else "")
     )
+
+
+def _gpu_list(slice_: dict) -> str:
+    return "+".join(str(g["index"]) for g in slice_.get("gpus") or [])
 
 
 @app.command("delete")
 def delete(cluster: str = typer.Option(..., "--cluster", help="Cluster name.")) -> None:
     """Stop every worker gracefully, then the controller, and remove the cluster (checkpoints stay)."""
-    from hotswap.cli.backends import for_cluster
+    from hotswap.cli.backends import for_deletion
 
-    for_cluster(cluster).delete_cluster(cluster)
+    for_deletion(cluster).delete_cluster(cluster)
     note(f"cluster {cluster} deleted")
 
 
@@ -90,17 +102,26 @@ def describe(
     if output is not Format.TABLE:
         document(summary, output)
         return
+    backed = summary.get("backing") == "gpu"
     print(
         f"Cluster {summary['name']} ({summary['backend']}): {summary['num_slices']} x {summary['device_type']},"
-        f" {summary['hosts_per_slice']} host(s) x {summary['chips_per_host']} chips per slice;"
-        f" controller {('pid ' + str(summary['controller_pid'])) if summary.get('controller_pid') else 'not running'}"
+        f" {summary['hosts_per_slice']} host(s) x {summary['chips_per_host']} chips per slice"
+        + (", GPU-backed" if backed else (", emulated" if summary.get("backing") else ""))
+        + f"; controller {('pid ' + str(summary['controller_pid'])) if summary.get('controller_pid') else 'not running'}"
         + (f"; state in {summary['state_dir']}" if summary.get("state_dir") else "")
     )
+    if backed and summary.get("gpu_health"):
+        print(f"{summary['gpu_health']['message']} ({summary['gpu_health']['time']})")
     rows = []
     for item in summary["slices"]:
-        states = ", ".join(f"{n['name']}={n['state']}" for n in item["nodes"])
-        rows.append([item["name"], "yes" if item["healthy"] else "no", item["workload"] or "<free>", states])
-    table(["Slice", "Healthy", "Workload", "Nodes"], rows)
+        states = ", ".join(
+            f"{n['name']}={n['state']}" + (f" ({n['reason']})" if n.get("reason") else "") for n in item["nodes"]
+        )
+        row = [item["name"], "yes" if item["healthy"] else "no", item["workload"] or "<free>", states]
+        if backed:
+            row.insert(1, ", ".join(f"{g['index']} {g['uuid']}" for g in item["gpus"]))
+        rows.append(row)
+    table(["Slice", *(["GPUs (index UUID)"] if backed else []), "Healthy", "Workload", "Nodes"], rows)
 
 
 @app.command("list")

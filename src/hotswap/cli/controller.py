@@ -13,23 +13,38 @@ app = typer.Typer(help="Run a cluster's controller.", no_args_is_help=True)
 IN_CLUSTER_SETTINGS = "HOTSWAP_KUBERNETES_SETTINGS"
 
 
+DEFAULT_METRICS_ADDRESS = "127.0.0.1:8080"
+
+
 @app.command("run")
-def run(cluster: str = typer.Option(..., "--cluster", help="Cluster name.")) -> None:
+def run(
+    cluster: str = typer.Option(..., "--cluster", help="Cluster name."),
+    metrics_address: str | None = typer.Option(
+        None, "--metrics-address",
+        help=f"Kubernetes: serve Prometheus metrics on HOST:PORT (default {DEFAULT_METRICS_ADDRESS}; \"\" turns them off).",
+    ),
+) -> None:
     """Run the controller in the foreground (the CLI otherwise starts it in the background)."""
+    from hotswap.api.errors import InvalidInputError
     from hotswap.store import registry
 
-    if os.environ.get(IN_CLUSTER_SETTINGS):
+    in_cluster = os.environ.get(IN_CLUSTER_SETTINGS)
+    if in_cluster or registry.record_of(cluster).backend == "kubernetes":
         import json
 
         from hotswap.runtime.kube_controller import run_kubernetes_controller
+        from hotswap.runtime.metrics import parse_address
 
-        run_kubernetes_controller(cluster, json.loads(os.environ[IN_CLUSTER_SETTINGS]))
+        address = DEFAULT_METRICS_ADDRESS if metrics_address is None else metrics_address
+        if address:
+            try:
+                parse_address(address)
+            except ValueError as error:
+                raise InvalidInputError(f"--metrics-address: {error}") from None
+        run_kubernetes_controller(cluster, json.loads(in_cluster) if in_cluster else None, address or None)
         return
-    if registry.record_of(cluster).backend == "kubernetes":
-        from hotswap.runtime.kube_controller import run_kubernetes_controller
-
-        run_kubernetes_controller(cluster)
-        return
+    if metrics_address is not None:
+        raise InvalidInputError("--metrics-address: only for clusters of --backend kubernetes")
     from hotswap.runtime.local_controller import run_local_controller
 
     run_local_controller(cluster)

@@ -1,4 +1,4 @@
-"""``hotswap demo [hotswap|elastic|migration]``: the main job, a real drill on this machine."""
+"""``hotswap demo [hotswap|elastic|migration] [--framework torch|jax]``: the main job, a real drill on this machine."""
 
 from __future__ import annotations
 
@@ -11,21 +11,36 @@ from typing import Any
 import typer
 
 
+class Backing(str, enum.Enum):
+    AUTO = "auto"
+    GPU = "gpu"
+    EMULATED = "emulated"
+
+
 class Scenario(str, enum.Enum):
     HOTSWAP = "hotswap"
     ELASTIC = "elastic"
     MIGRATION = "migration"
+    GPU = "gpu"
+
+
+class Framework(str, enum.Enum):
+    TORCH = "torch"
+    JAX = "jax"
 
 
 def demo(
-    scenario: Scenario = typer.Argument(Scenario.HOTSWAP, help="hotswap (seed 000), elastic (seed 001) or migration (seed 004)."),
+    scenario: Scenario = typer.Argument(Scenario.HOTSWAP, help="hotswap (seed 000), elastic (seed 001), migration (seed 004) or gpu (GPU state saved on preemption, resumed bit for bit)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object on stdout."),
     plot: Path | None = typer.Option(None, "--plot", help="Write a timeline (slices over time, failures and repairs) to this PNG.", dir_okay=False),
     keep: bool = typer.Option(False, "--keep", help="Keep the drill's cluster, logs and checkpoints for inspection."),
     warm: bool = typer.Option(True, "--warm/--no-warm", help="hotswap: also fail over onto warm spare workers."),
     step_sleep: float = typer.Option(0.05, "--step-sleep", help="Seconds per training step (slower is easier to watch).", min=0.0),
+    backing: Backing = typer.Option(Backing.AUTO, "--backing", help="auto (this machine's GPUs, one per slice, when enough are free), gpu, or emulated."),
+    state_gb: float = typer.Option(1.2, "--state-gb", help="gpu: model + optimizer state on the GPU, in GB.", min=0.001),
+    framework: Framework = typer.Option(Framework.TORCH, "--framework", help="torch, or jax (elastic and migration drills; needs hotswap[jax])."),
 ) -> None:
-    """Run a real drill: PyTorch training jobs on a fresh local cluster, real failures, real recovery.
+    """Run a real drill: training jobs (PyTorch, or JAX with --framework jax) on a fresh local cluster, real failures, real recovery.
 
     It creates its own cluster, trains the SDK example with one process per slice, injects the
     fault, measures MTTR from the training logs, checks what must hold, and removes the cluster
@@ -35,16 +50,25 @@ def demo(
 
     if plot is not None and (plot.suffix.lower() != ".png" or not plot.parent.exists()):
         raise InvalidInputError(f"--plot {plot}: give a .png file in an existing directory")
-    try:
-        import torch  # noqa: F401  (the drill's workers train with it)
-    except ImportError:
-        raise InvalidInputError(
-            "the demo trains real PyTorch jobs: pip install torch==2.13.0 'hotswap[torch]' first"
-        ) from None
+    if framework is Framework.JAX:
+        drills = _jax_drills(scenario)
+    else:
+        try:
+            import torch  # noqa: F401  (the drill's workers train with it)
+        except ImportError:
+            raise InvalidInputError(
+                "the demo trains real PyTorch jobs: pip install torch==2.13.0 'hotswap[torch]' first"
+            ) from None
+        from hotswap.demo.scenarios import DRILLS as drills
     from hotswap.demo.drills import DemoOptions
-    from hotswap.demo.scenarios import DRILLS
 
-    drill = DRILLS[scenario.value](DemoOptions(keep=keep, warm=warm, step_sleep=step_sleep))
+    if framework is Framework.JAX:
+        if backing is Backing.GPU:
+            raise InvalidInputError("--backing gpu: the JAX drills train on emulated (CPU) slices; use --framework torch")
+        backing = Backing.EMULATED  # JAX's CPU collectives (gloo): the drills' workers use no GPU
+    drill = drills[scenario.value](
+        DemoOptions(keep=keep, warm=warm, step_sleep=step_sleep, backing=backing.value, state_gb=state_gb)
+    )
     summary = drill.run()
     if plot is not None:
         from hotswap.demo.plot import plot_drill
@@ -60,12 +84,39 @@ def demo(
         raise typer.Exit(1)
 
 
+def _jax_drills(scenario: Scenario) -> dict[str, Any]:
+    """The JAX drills, once JAX is known to be installed (found, not imported: the workers
+    import it, this process never does)."""
+    import importlib.util
+
+    from hotswap.api.errors import InvalidInputError
+
+    missing = [name for name in ("jax", "orbax.checkpoint", "optax") if _not_installed(importlib.util, name)]
+    if missing:
+        raise InvalidInputError(f"the JAX drills train real JAX jobs ({', '.join(missing)} missing): pip install 'hotswap[jax]' first")
+    from hotswap.demo.jax_drills import JAX_DRILLS
+
+    if scenario.value not in JAX_DRILLS:
+        raise InvalidInputError(
+            f"--framework jax runs the {' and '.join(sorted(JAX_DRILLS))} drills; the {scenario.value} drill trains PyTorch jobs"
+        )
+    return JAX_DRILLS
+
+
+def _not_installed(util: Any, name: str) -> bool:
+    try:
+        return util.find_spec(name) is None
+    except ModuleNotFoundError:  # a parent package is missing
+        return True
+
+
 def _print_summary(summary: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
     console = Console()
-    table = Table(title=f"hotswap demo {summary['scenario']}: summary", title_justify="left", box=None, show_header=False)
+    title = f"hotswap demo {summary['scenario']}" + (f" --framework {summary['framework']}" if summary.get("framework", "torch") != "torch" else "")
+    table = Table(title=f"{title}: summary", title_justify="left", box=None, show_header=False)
     table.add_column("what", style="bold")
     table.add_column("value")
     if summary.get("mttr_s") is not None:
@@ -78,6 +129,13 @@ def _print_summary(summary: dict[str, Any]) -> None:
     if summary.get("steps_lost") is not None:
         table.add_row("steps lost", str(summary["steps_lost"]))
     table.add_row("preempted", ", ".join(summary.get("preempted") or []) or "none")
+    if summary.get("save"):
+        save, raw = summary["save"], summary["raw_write"]
+        table.add_row(
+            f"SIGTERM save of {save['bytes'] / 1e9:.2f} GB from {summary.get('device')}",
+            f"{save['seconds']:.2f} s ({save['bytes_per_s'] / 1e9:.2f} GB/s); raw write+fsync of the same bytes"
+            f" {raw['seconds']:.2f} s ({raw['bytes_per_s'] / 1e9:.2f} GB/s)",
+        )
     for job, good in (summary.get("goodput") or {}).items():
         badput = ", ".join(f"{k} {v:.1%}" for k, v in good["badput"].items() if v >= 0.001)
         table.add_row(f"goodput of {job}", f"{good['goodput']:.1%} over {good['wall_s']:.0f} s ({badput})")

@@ -18,14 +18,25 @@ def list_(
     cluster: str = CLUSTER,
     output: Format = typer.Option(Format.TABLE, "--output", "-o", help="table, json or yaml."),
 ) -> None:
-    """Nodes with their slice, state (Ready, Cordoned, Failed) and workload."""
+    """Nodes with their slice, GPUs (GPU-backed clusters), state (Ready, Cordoned, Failed), why, and workload."""
     from hotswap.cli.backends import for_cluster
 
     rows = for_cluster(cluster).list_nodes(cluster)
     if output is not Format.TABLE:
         document(rows, output)
         return
-    table(["Node", "Slice", "Host", "State", "Workload"], [[r["name"], r["slice"], r["host"], r["state"], r["workload"] or "<none>"] for r in rows])
+    backed = any(r.get("gpus") for r in rows)
+    table(
+        ["Node", "Slice", "Host", *(["GPUs (index UUID)"] if backed else []), "State", "Reason", "Workload"],
+        [
+            [
+                r["name"], r["slice"], r["host"],
+                *([", ".join(f"{g['index']} {g['uuid']}" for g in r.get("gpus") or [])] if backed else []),
+                r["state"], r.get("reason") or "", r["workload"] or "<none>",
+            ]
+            for r in rows
+        ],
+    )
 
 
 def _operate(operation: str, cluster: str, node: str | None, slice_: str | None, done: str) -> None:

@@ -65,6 +65,8 @@ def simulate(
     from hotswap.sim.config import DEFAULT_PROFILE, POLICIES, SimConfig
     from hotswap.sim.config import profile as find_profile
 
+    # Every number is bounded and finite in SimConfig (a NaN or an infinite number of days once
+    # ran forever); the flags below are checked here because SimConfig does not see them.
     if plot is not None and plot.suffix.lower() != ".png":
         raise InvalidInputError(f"--plot {plot}: the chart is written as PNG; give a file name ending in .png")
     if plot is not None and not plot.parent.exists():

@@ -29,6 +29,7 @@ def create(
     restart_on_exit_codes: str = typer.Option("42,127-255", "--restart-on-exit-codes", help="Exit codes that restart, e.g. 42,127-255."),
     min_slices: int | None = typer.Option(None, "--min-slices", help="Elastic: keep running on at least this many slices."),
     termination_grace_period: float = typer.Option(DEFAULT_GRACE_PERIOD_S, "--termination-grace-period", help="Seconds between SIGTERM and SIGKILL."),
+    hang_timeout: float | None = typer.Option(None, "--hang-timeout", help="Most seconds without a completed step before the workload counts as hung (caps the timeout derived from its step times; 0: no hang detection)."),
     checkpoint_dir: str | None = typer.Option(None, "--checkpoint-dir", help="Checkpoint directory; default keyed by cluster and workload."),
     env: list[str] = typer.Option([], "--env", help="NAME=value for the workers (repeatable)."),
     env_file: Path | None = typer.Option(None, "--env-file", help="Docker-style env file for the workers."),
@@ -43,6 +44,7 @@ def create(
     """Submit a workload: it is queued by priority, then FIFO, and admitted onto whole slices."""
     from hotswap.api.envfile import parse_env_pairs, read_env_file
     from hotswap.api.errors import InvalidInputError, NotFoundError
+    from hotswap.api.limits import check_text
     from hotswap.api.spec import workload_spec
     from hotswap.backends.base import launch_record
     from hotswap.cli.backends import named
@@ -64,11 +66,10 @@ def create(
     chosen = named(backend or record.backend)  # type: ignore[union-attr]
     if checkpoint_volume is not None and chosen.name == "local":
         raise InvalidInputError("--checkpoint-volume is only for --backend kubernetes (use --checkpoint-dir)")
-    workdir = os.path.abspath(script_dir) if script_dir else os.getcwd()
-    if script_dir and chosen.name == "local" and not os.path.isdir(workdir):
-        raise InvalidInputError(f"--script-dir {script_dir}: no such directory")
     if device_type is None and record is None:
         raise InvalidInputError("--device-type is needed when there is no cluster record to take it from")
+    if device_type is not None and not device_type.strip():
+        raise InvalidInputError("--device-type must not be empty (leave it out to use the cluster's)")
     spec = workload_spec(
         name=workload,
         command=command,
@@ -80,18 +81,22 @@ def create(
         restart_strategy=restart_strategy,
         restart_on_exit_codes=restart_on_exit_codes,
         termination_grace_period_s=termination_grace_period,
+        hang_timeout_s=hang_timeout,
         checkpoint_dir=checkpoint_dir,
         env=user_env,
         docker_image=docker_image,
         base_docker_image=base_docker_image,
         script_dir=script_dir,
     )
+    workdir = os.path.abspath(script_dir) if script_dir else os.getcwd()
+    if script_dir and chosen.name == "local" and not os.path.isdir(workdir):
+        raise InvalidInputError(f"--script-dir {script_dir}: no such directory")
     checkpoints = os.path.abspath(checkpoint_dir) if checkpoint_dir and chosen.name == "local" else (
         checkpoint_dir or str(ClusterPaths.of(cluster).checkpoint_dir(workload))
     )
     launch = launch_record(environ=dict(os.environ), cwd=workdir, user_env=user_env, checkpoint_dir=checkpoints)
     if checkpoint_volume is not None:
-        launch["checkpoint_volume"] = checkpoint_volume
+        launch["checkpoint_volume"] = check_text("--checkpoint-volume", checkpoint_volume)
     if dry_run:
         # A Kubernetes dry run renders for the named cluster even without a record of it.
         target = cluster if record is not None or chosen.name != "local" else None

@@ -97,8 +97,8 @@ class _Done:
 
 def _apply_cluster_event(state: RoundState, event: ev.ClusterEvent) -> None:
     match event:
-        case ev.NodeFailed(node=node):
-            _set_node(state, node, NodeState.FAILED, f"node {node} failed")
+        case ev.NodeFailed(node=node, reason=reason):
+            _set_node(state, node, NodeState.FAILED, f"node {node} failed" + (f": {reason}" if reason else ""))
         case ev.NodeCordoned(node=node):
             _set_node(state, node, NodeState.CORDONED, f"node {node} was cordoned")
         case ev.NodeDrained(node=node):
@@ -132,6 +132,8 @@ def _apply_workload_event(state: RoundState, event: ev.WorkloadEvent) -> None:
             _create(state, event)
         case ev.WorkloadDeleted():
             _delete(state, event.workload)
+        case ev.WorkloadHung():
+            _hung(state, event)
         case ev.WorkersStopped():
             workload = state.workloads.get(event.workload)
             if workload is not None and event.attempt in workload.stopping:
@@ -217,16 +219,32 @@ def _worker_exited(state: RoundState, event: ev.WorkerExited, done: _Done) -> No
     if verdict is ExitVerdict.RESTART:
         state.restart_in_place(workload, f"{where} {why}", charged=True)
     else:
-        state.release(workload, workload.slices)
-        state.update(
-            workload,
-            phase=WorkloadPhase.FAILED,
-            slices=(),
-            stopping=state.stopping_after_stop(workload),
-            status_message=f"failed: {where} {why}",
-        )
-        state.actions.append(act.Fail(workload.name, f"{where} {why}"))
-        state.needs_scheduling = True
+        _fail(state, workload, f"{where} {why}")
+
+
+def _hung(state: RoundState, event: ev.WorkloadHung) -> None:
+    """A hang is judged like a crash with a restart code: restart in place, charged."""
+    workload = state.workloads.get(event.workload)
+    if workload is None or workload.phase is not RUNNING or workload.attempt != event.attempt or event.workload in state.lost:
+        return  # a stale attempt, or one already being replaced
+    verdict, why = FailurePolicy.of(workload.spec).judge_hang(workload.restarts)
+    if verdict is ExitVerdict.RESTART:
+        state.restart_in_place(workload, f"hung: {event.reason}; {why}", charged=True)
+    else:
+        _fail(state, workload, f"hung: {event.reason}; {why}")
+
+
+def _fail(state: RoundState, workload: Workload, reason: str) -> None:
+    state.release(workload, workload.slices)
+    state.update(
+        workload,
+        phase=WorkloadPhase.FAILED,
+        slices=(),
+        stopping=state.stopping_after_stop(workload),
+        status_message=f"failed: {reason}",
+    )
+    state.actions.append(act.Fail(workload.name, reason))
+    state.needs_scheduling = True
 
 
 def _complete(state: RoundState, workload: Workload, exited: frozenset[tuple[str, int]], workers: int) -> None:

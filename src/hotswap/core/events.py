@@ -20,6 +20,7 @@ class WorkloadDeleted:
 @dataclasses.dataclass(frozen=True, slots=True)
 class NodeFailed:
     node: str
+    reason: str = ""  # what failed, when known (a GPU's XID, ECC errors, a lost GPU)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -75,6 +76,16 @@ class WorkersStopped:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class WorkloadHung:
+    """The ranks of ``attempt`` stopped completing steps (:mod:`hotswap.core.hang` decided):
+    the failure policy applies as to a worker that crashed."""
+
+    workload: str
+    attempt: int
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class CheckpointRecorded:
     """The workload saved a checkpoint of ``step`` at ``at``.
 
@@ -91,5 +102,5 @@ class CheckpointRecorded:
 
 
 ClusterEvent = NodeFailed | NodeCordoned | NodeDrained | NodeRepaired | SliceAdded | SliceRemoved
-WorkloadEvent = WorkloadCreated | WorkloadDeleted | WorkerExited | WorkersStopped | CheckpointRecorded
+WorkloadEvent = WorkloadCreated | WorkloadDeleted | WorkerExited | WorkersStopped | WorkloadHung | CheckpointRecorded
 Event = ClusterEvent | WorkloadEvent

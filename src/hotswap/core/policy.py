@@ -46,6 +46,13 @@ class FailurePolicy:
             f"exit code {code} is a restart code; restart {restarts_so_far + 1} of {self.max_restarts}"
         )
 
+    def judge_hang(self, restarts_so_far: int) -> tuple[ExitVerdict, str]:
+        """The verdict on a hang: like a crash with a restart code (a hang has no exit code to
+        judge, and a stuck collective is the infrastructure's more often than the job's)."""
+        if restarts_so_far >= self.max_restarts:
+            return ExitVerdict.FAIL, f"max restarts ({self.max_restarts}) is used up"
+        return ExitVerdict.RESTART, f"restart {restarts_so_far + 1} of {self.max_restarts}"
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class SchedulerConfig:

@@ -26,13 +26,14 @@ from hotswap.backends.base import launch_record
 from hotswap.backends.local import client, operations
 from hotswap.backends.local.launch import log_path
 from hotswap.backends.local.protocol import RequestKind
+from hotswap.demo.backing import EMULATED_DEVICE, choose_backing
 from hotswap.demo.observe import Trace, log_lines, read_trace
 from hotswap.demo.view import DemoView
 from hotswap.store import registry
 from hotswap.store.paths import home
 from hotswap.store.state import Store
 
-DEVICE = "v6e-4"  # one host per slice: one training process per slice on a laptop
+DEVICE = EMULATED_DEVICE
 
 
 # Controller decisions worth showing as they happen (node faults appear as the drill's own lines).
@@ -61,11 +62,15 @@ class DemoOptions:
     step_sleep: float = 0.05  # seconds per training step: slow enough to watch
     warm: bool = True  # also measure a failover onto warm spare workers
     timeout_s: float = 90.0  # for any single wait
+    backing: str = "auto"  # slices on this machine's GPUs when enough are free (auto), or gpu, or emulated
+    state_gb: float = 1.2  # the GPU drill's model and optimizer state on a GPU
 
 
 class Drill(abc.ABC):
     scenario = ""
     title = ""
+    framework = "torch"
+    script = "train.py"  # the example the drill's jobs train
 
     def __init__(self, options: DemoOptions, live: bool | None = None) -> None:
         self.options = options
@@ -76,6 +81,8 @@ class Drill(abc.ABC):
         self.view = DemoView(f"hotswap demo {self.scenario}: {self.title}", self._state, live)
         self._seen_event = 0  # the controller's timeline, shown as it grows
         self.workdir = Path.cwd()
+        self.device = DEVICE
+        self.backed = False  # the drill's slices are GPU-backed
 
     # ------------------------------------------------------------------ plumbing
 
@@ -136,17 +143,23 @@ class Drill(abc.ABC):
             raise DrillFailed(f"{job['name']} failed: {job['status_message']}; its log ends:\n" + "\n".join(tail))
 
     def create_cluster(self, slices: int, warm: int = 0) -> None:
-        operations.create_cluster(self.cluster, DEVICE, slices, True, lambda _: True, warm_workers=warm)
-        self.event(f"cluster {self.cluster}: {slices} x {DEVICE} (1 host per slice), controller started")
+        self.device, gpus = choose_backing(self.options.backing, slices)
+        self.backed = gpus is not None
+        summary = operations.create_cluster(self.cluster, self.device, slices, True, lambda _: True, warm_workers=warm, gpus=gpus)
+        where = "GPUs " + ", ".join(str(g["index"]) for s in summary["slices"] for g in s["gpus"]) if self.backed else "emulated"
+        self.event(f"cluster {self.cluster}: {slices} x {self.device} (1 host per slice, {where}), controller started")
 
-    def submit(self, name: str, *, priority: str, slices: int, steps: int = 1_000_000, script: str = "train.py", **flags: Any) -> None:
+    def submit(
+        self, name: str, *, priority: str, slices: int, steps: int = 1_000_000, script: str | None = None,
+        args: str = "", **flags: Any,
+    ) -> None:
         command = (
-            f"{sys.executable} {example_script(script)} --steps {steps} --step-sleep {self.options.step_sleep}"
-            f" --checkpoint-every 50"
-        )
+            f"{sys.executable} {example_script(script or self.script)} --steps {steps} --step-sleep {self.options.step_sleep}"
+            f" --checkpoint-every 50 {args}"
+        ).rstrip()
         spec = workload_spec(
-            name=name, command=command, device_type=DEVICE, num_slices=slices, priority=priority,
-            termination_grace_period_s=20.0, max_restarts=3, **flags,
+            name=name, command=command, device_type=self.device, num_slices=slices, priority=priority,
+            **{"termination_grace_period_s": 20.0, "max_restarts": 3, **flags},
         )
         launch = launch_record(
             environ=dict(os.environ), cwd=str(self.workdir), user_env={"OMP_NUM_THREADS": "1"},
@@ -198,6 +211,8 @@ class Drill(abc.ABC):
             return [dict(r) for r in store.timeline()]
 
     def cleanup(self) -> None:
+        if registry.find(self.cluster) is None:
+            return  # never created (the drill stopped before it could)
         if self.options.keep:
             self.event(f"kept cluster {self.cluster} (delete it with `hotswap cluster delete --cluster {self.cluster}`)")
             return
@@ -212,7 +227,7 @@ class Drill(abc.ABC):
     # ------------------------------------------------------------------ running
 
     def run(self) -> dict[str, Any]:
-        summary: dict[str, Any] = {"scenario": self.scenario, "cluster": self.cluster}
+        summary: dict[str, Any] = {"scenario": self.scenario, "framework": self.framework, "cluster": self.cluster}
         with self.view:
             try:
                 summary.update(self.drill())
@@ -225,6 +240,7 @@ class Drill(abc.ABC):
                 if not self.options.keep:
                     self._archive(summary)
                 self.cleanup()
+        summary["backing"] = "gpu" if self.backed else "emulated"
         summary["checks"] = [dataclasses.asdict(c) for c in self.checks]
         summary["passed"] = bool(self.checks) and all(c.passed for c in self.checks)
         summary["wall_s"] = round(time.time() - self.started, 1)

@@ -2,14 +2,18 @@
 from the Deployment of ``hotswap controller manifests``).
 
 Level-triggered: watches on Nodes, JobSets and pods only say *something changed*; each wake-up
-(or a periodic resync) lists the live objects, rebuilds the core's snapshot from them
+(or a periodic resync, or a time the last round asked for: a held exit, a pending deadline)
+lists the live objects, rebuilds the core's snapshot from them
 (:func:`hotswap.backends.kubernetes.observation.observe`), runs one decision round of the same
 core the simulator and the local backend use, and enacts the resulting operations. Nothing is
 kept in memory that the cluster does not also hold, so a restarted controller picks up where
-the last one stopped.
+the last one stopped. A round with nothing to change writes nothing.
 
-Only the holder of the ``hotswap-controller`` Lease acts; another instance waits until the
-Lease is released or expires (client-go's leader election rules).
+Only the holder of the ``hotswap-controller`` Lease acts (:mod:`~hotswap.backends.kubernetes.
+lease`): it renews the Lease on its own thread, and stops writing, even mid-reconcile, once it
+has failed to renew for the renew deadline. Errors of the API server (unreachable, forbidden,
+a missing CRD, conflicts) are logged as one line and retried with backoff; the process does not
+exit for them. Metrics: :mod:`hotswap.runtime.metrics`.
 """
 
 from __future__ import annotations
@@ -23,22 +27,35 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from hotswap.api.catalog import get_device_type
 from hotswap.api.errors import ConflictError, HotswapError
 from hotswap.api.times import iso_utc
 from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes import operations as ops
-from hotswap.backends.kubernetes.client import KubeClient
-from hotswap.backends.kubernetes.lease import lease_body, next_step, read_lease, released
-from hotswap.backends.kubernetes.observation import Observation, observe
+from hotswap.backends.kubernetes.client import KubeClient, UnreachableError
+from hotswap.backends.kubernetes.lease import (
+    LEASE_DURATION_S,
+    RENEW_DEADLINE_S,
+    RETRY_PERIOD_S,
+    Observed,
+    lease_body,
+    next_step,
+    observe,
+    read_lease,
+    released,
+)
+from hotswap.backends.kubernetes.observation import Observation
+from hotswap.backends.kubernetes.observation import observe as observe_cluster
 from hotswap.backends.kubernetes.planning import plan
 from hotswap.backends.kubernetes.settings import KubeSettings
+from hotswap.core import actions as act
 from hotswap.core.policy import SchedulerConfig
-from hotswap.core.scheduler import decide
+from hotswap.core.scheduler import Decision, decide
+from hotswap.runtime.metrics import ControllerMetrics
 
-LEASE_DURATION_S = 15
-RENEW_EVERY_S = 5.0
 RESYNC_EVERY_S = 30.0
 DEBOUNCE_S = 0.1  # let a burst of watch events (a drained pool) become one reconcile
+MAX_BACKOFF_S = 60.0
 
 
 def _log(message: str) -> None:
@@ -46,62 +63,105 @@ def _log(message: str) -> None:
 
 
 class LeaderElector:
-    """Takes and keeps the controller's Lease; ``is_leader`` says whether we may act."""
+    """Takes and keeps the controller's Lease; :meth:`may_act` says whether we may write."""
 
-    def __init__(self, client: KubeClient, identity: str, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        identity: str,
+        clock: Callable[[], float] = time.time,
+        local_clock: Callable[[], float] = time.monotonic,
+        log: Callable[[str], None] = _log,
+    ) -> None:
         self.client = client
         self.identity = identity
-        self.clock = clock
+        self.clock = clock  # stamps the Lease record (wall time, for people)
+        self.local_clock = local_clock  # judges expiry and the renew deadline (never another machine's)
+        self.log = log
         self.is_leader = False
+        self.observed: Observed | None = None
+        self.renewed_at: float | None = None  # local time of our last successful write
+
+    def may_act(self) -> bool:
+        """Leader, and renewed within the renew deadline."""
+        return self.is_leader and self.renewed_at is not None and self.local_clock() < self.renewed_at + RENEW_DEADLINE_S
 
     def tick(self) -> bool:
-        now = self.clock()
+        """One ``tryAcquireOrRenew``; returns :meth:`may_act`."""
+        was = self.is_leader
+        local = self.local_clock()
+        try:
+            self._try(local)
+        except HotswapError as error:
+            if self.is_leader and not self.may_act():
+                self.is_leader = False
+            if was:
+                self.log(f"warning: lease: could not renew: {error}")
+        if self.is_leader and not self.may_act():
+            self.is_leader = False
+        if self.is_leader != was:
+            holder = self.identity if self.is_leader else ((self.observed.key[0] if self.observed else None) or "nobody")
+            self.log(f"leader: {holder}" + (" (this controller)" if self.is_leader else "; this controller waits"))
+        return self.may_act()
+
+    def _try(self, local: float) -> None:
         current_obj = self.client.get_lease(labels.CONTROLLER_NAME)
         current = read_lease(current_obj) if current_obj is not None else None
-        step = next_step(current, self.identity, now, LEASE_DURATION_S)
-        was = self.is_leader
+        if current is not None:
+            self.observed = observe(current, self.observed, local)
+        step = next_step(current, self.observed, self.identity, self.clock(), local, LEASE_DURATION_S)
+        if step.action == "wait":
+            self.is_leader = False
+            return
+        assert step.record is not None
+        body = lease_body(labels.CONTROLLER_NAME, self.client.namespace, step.record)
         try:
-            if step.action == "create":
-                self.client.create_lease(lease_body(labels.CONTROLLER_NAME, self.client.namespace, step.record))
-                self.is_leader = True
-            elif step.action == "update":
-                self.client.replace_lease(labels.CONTROLLER_NAME, lease_body(labels.CONTROLLER_NAME, self.client.namespace, step.record))
-                self.is_leader = True
-            else:
-                self.is_leader = False
+            written = (self.client.create_lease if step.action == "create" else
+                       lambda b: self.client.replace_lease(labels.CONTROLLER_NAME, b))(body)
         except ConflictError:
             self.is_leader = False  # another controller wrote the Lease first: it leads
-        if self.is_leader != was:
-            holder = self.identity if self.is_leader else (current.holder if current else "?")
-            _log(f"leader: {holder}" + (" (this controller)" if self.is_leader else "; waiting"))
-        return self.is_leader
+            return
+        self.is_leader = True
+        self.renewed_at = local
+        self.observed = Observed(read_lease(written).key(), local)
 
     def release(self) -> None:
         if not self.is_leader:
             return
-        current_obj = self.client.get_lease(labels.CONTROLLER_NAME)
-        if current_obj is None:
-            return
-        record = released(read_lease(current_obj), self.identity)
-        if record is not None:
-            try:
-                self.client.replace_lease(labels.CONTROLLER_NAME, lease_body(labels.CONTROLLER_NAME, self.client.namespace, record))
-            except HotswapError:
-                pass  # it expires on its own
         self.is_leader = False
+        try:
+            current_obj = self.client.get_lease(labels.CONTROLLER_NAME)
+            record = released(read_lease(current_obj), self.identity) if current_obj is not None else None
+            if record is not None:
+                self.client.replace_lease(labels.CONTROLLER_NAME, lease_body(labels.CONTROLLER_NAME, self.client.namespace, record))
+        except HotswapError:
+            pass  # it expires on its own
 
 
 class KubeController:
-    def __init__(self, client: KubeClient, cluster: str, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        cluster: str,
+        clock: Callable[[], float] = time.time,
+        metrics: ControllerMetrics | None = None,
+        may_act: Callable[[], bool] | None = None,
+        log: Callable[[str], None] = _log,
+    ) -> None:
         self.client = client
         self.cluster = cluster
-        self.settings = client.settings
+        self.settings: KubeSettings = client.settings
         self.clock = clock
         self.config = SchedulerConfig()
+        self.metrics = metrics
+        self.may_act = may_act or (lambda: True)
+        self.log = log
+        self.wake_at: float | None = None  # the last round asked to be run again by then
+        self.recovering: dict[str, tuple[float, int]] = {}  # workload -> (loss began, attempt restarted into)
 
     def observe(self) -> Observation:
         client = self.client
-        return observe(
+        return observe_cluster(
             nodes=client.list_nodes(),
             jobsets=client.list_jobsets(self.cluster),
             jobs=client.list_jobs(),
@@ -109,34 +169,54 @@ class KubeController:
             settings=self.settings,
             cluster=self.cluster,
             now=self.clock(),
+            others=[] if self.settings.kueue else client.list_unfinished_pods(),
+            kueue_objects=client.list_kueue_workloads() if self.settings.kueue else [],
         )
 
     def reconcile(self) -> list[ops.Operation]:
         """One round: observe, decide, enact. Returns what it did."""
+        started = time.perf_counter()
+        writes = self.client.writes
         observation = self.observe()
         decision = decide(observation.snapshot, observation.events, observation.now, self.config)
         operations = plan(observation, decision)
         for line in ops.decisions_summary(operations):
-            _log(line)
+            self.log(line)
         self.enact(operations, observation)
+        self.wake_at = observation.wake_at
+        self._account(observation, decision)
+        if self.metrics is not None:
+            self.metrics.reconciled(time.perf_counter() - started, self.client.writes - writes)
         return operations
 
     def enact(self, operations: list[ops.Operation], observation: Observation) -> None:
-        """Apply operations in order; one failing does not stop the others (the next reconcile
-        retries whatever is still out of line)."""
+        """Apply operations in order while this controller may act; one failing does not stop
+        the others (the next reconcile retries whatever is still out of line), except an
+        unreachable API server."""
         raw = {name: {"metadata": {"uid": job.uid}} for name, job in observation.jobsets.items()}
         for op in operations:
+            if not self.may_act():
+                self.log("warning: no longer the leader: the rest of this round is left to the next leader")
+                return
             try:
                 self._enact_one(op, raw, observation.now)
+            except UnreachableError:
+                raise
+            except ConflictError:
+                what = getattr(op, "jobset", None) or getattr(op, "pod", "an object")
+                self.log(f"{what} changed meanwhile: its update was refused; the next round decides again")
             except HotswapError as error:
-                _log(f"warning: {error}")
+                self.log(f"warning: {error}")
 
     def _enact_one(self, op: ops.Operation, raw: dict[str, Any], now: float) -> None:
         client = self.client
-        if isinstance(op, ops.SetSuspend):
-            client.patch_jobset(op.jobset, {"spec": {"suspend": op.suspend}})
-        elif isinstance(op, ops.SetAnnotations):
-            client.patch_jobset(op.jobset, {"metadata": {"annotations": op.annotations}})
+        if isinstance(op, ops.PatchJobSet):
+            patch: dict[str, Any] = {}
+            if op.suspend is not None:
+                patch["spec"] = {"suspend": op.suspend}
+            if op.annotations:
+                patch["metadata"] = {"annotations": op.annotations}
+            client.patch_jobset(op.jobset, patch, op.resource_version)
         elif isinstance(op, ops.RecreateJobs):
             client.delete_jobs(op.jobset, op.replicas)
         elif isinstance(op, ops.ForceDeletePod):
@@ -148,44 +228,101 @@ class KubeController:
             client.patch_pod(op.pod, {"metadata": {"annotations": op.annotations}, "spec": spec})
         elif isinstance(op, ops.AnnotatePod):
             client.patch_pod(op.pod, {"metadata": {"annotations": op.annotations}})
+        elif isinstance(op, ops.DeactivateKueueWorkload):
+            client.deactivate_kueue_workload(op.workload)
         elif isinstance(op, ops.RecordEvent):
             client.record_event(raw.get(op.jobset), op.jobset, op.reason, op.message, op.warning, now)
 
-    def run(self, stop: threading.Event, identity: str) -> None:
-        elector = LeaderElector(self.client, identity, self.clock)
+    def _account(self, observation: Observation, decision: Decision) -> None:
+        """The figures of this round: hotswaps, preemptions, recoveries completed."""
+        now = observation.now
+        for action in decision.actions:
+            if isinstance(action, act.Restart) and not action.charged:
+                began = observation.loss_since.get(action.workload, now)
+                self.recovering[action.workload] = (min(began, self.recovering.get(action.workload, (began, 0))[0]), action.attempt)
+                if self.metrics is not None:
+                    self.metrics.hotswapped()
+        preempted = 0
+        for name, job in observation.jobsets.items():
+            workload = decision.snapshot.workloads.get(name) or observation.outside.get(name)
+            before = (job.state or {}).get("preemptions")
+            if workload is not None and isinstance(before, int) and workload.preemptions > before:
+                preempted += workload.preemptions - before
+        if preempted and self.metrics is not None:
+            self.metrics.preempted(preempted)
+        for name, (began, attempt) in list(self.recovering.items()):
+            job = observation.jobsets.get(name)
+            workload = decision.snapshot.workloads.get(name)
+            if job is None or job.spec is None or workload is None or workload.phase.terminal:
+                del self.recovering[name]
+                continue
+            expected = job.spec.num_slices * get_device_type(job.spec.device_type).hosts_per_slice
+            running = [p for p in observation.pods_of(name) if p.running and p.attempt is not None and p.attempt >= attempt]
+            if len(running) >= expected:
+                del self.recovering[name]
+                if self.metrics is not None:
+                    self.metrics.recovered(max(0.0, now - began))
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self, stop: threading.Event, identity: str, elector: LeaderElector | None = None) -> None:
+        elector = elector or LeaderElector(self.client, identity, log=self.log)
+        self.may_act = elector.may_act
         changed = threading.Event()
-        watchers = [
-            threading.Thread(target=self.client.watch, args=(kind, self.cluster, changed, stop), name=f"watch-{kind}", daemon=True)
+        threads = [
+            threading.Thread(target=self.client.watch, args=(kind, self.cluster, changed, stop), kwargs={"log": self.log},
+                             name=f"watch-{kind}", daemon=True)
             for kind in ("nodes", "jobsets", "pods")
         ]
+        threads.append(threading.Thread(target=self._lead, args=(elector, stop, changed), name="lease", daemon=True))
         # Stopping must wake the loop at once, wherever it waits.
-        watchers.append(threading.Thread(target=lambda: (stop.wait(), changed.set()), name="stop", daemon=True))
-        for thread in watchers:
+        threads.append(threading.Thread(target=lambda: (stop.wait(), changed.set()), name="stop", daemon=True))
+        for thread in threads:
             thread.start()
-        next_renew = 0.0
         next_resync = 0.0
+        retry_at = 0.0
+        failures = 0
+        last_error = None
         try:
             while not stop.is_set():
                 now = time.monotonic()
-                if now >= next_renew:
-                    try:
-                        elector.tick()
-                    except HotswapError as error:
-                        _log(f"warning: lease: {error}")
-                        elector.is_leader = False  # cannot prove we lead: do not act
-                    next_renew = now + RENEW_EVERY_S
-                if elector.is_leader and (changed.is_set() or now >= next_resync):
+                wake = self._wake_due()
+                if elector.may_act() and now >= retry_at and (changed.is_set() or now >= next_resync or wake):
                     stop.wait(DEBOUNCE_S)
                     changed.clear()
                     try:
                         self.reconcile()
+                        if last_error is not None:
+                            self.log("reconcile: working again")
+                        failures, last_error = 0, None
                     except HotswapError as error:
-                        _log(f"warning: reconcile: {error}")
+                        failures += 1
+                        delay = min(2.0 ** (failures - 1), MAX_BACKOFF_S)
+                        if error.message != last_error:
+                            self.log(f"warning: reconcile: {error}; retrying with backoff")
+                            last_error = error.message
+                        retry_at = time.monotonic() + delay
                     next_resync = time.monotonic() + RESYNC_EVERY_S
-                timeout = max(0.0, min(next_renew, next_resync if elector.is_leader else next_renew) - time.monotonic())
-                changed.wait(timeout)
+                deadlines = [next_resync, retry_at] + ([time.monotonic() + max(0.0, self.wake_at - self.clock())] if self.wake_at else [])
+                changed.wait(max(0.05, min(deadlines) - time.monotonic()))
         finally:
             elector.release()
+            if self.metrics is not None:
+                self.metrics.leading(False)
+
+    def _wake_due(self) -> bool:
+        return self.wake_at is not None and self.clock() >= self.wake_at
+
+    def _lead(self, elector: LeaderElector, stop: threading.Event, changed: threading.Event) -> None:
+        """Renew (or try to take) the Lease every retry period, whatever the reconcile does."""
+        while not stop.is_set():
+            was = elector.may_act()
+            leading = elector.tick()
+            if self.metrics is not None:
+                self.metrics.leading(leading)
+            if leading and not was:
+                changed.set()  # a new leader reconciles at once
+            stop.wait(RETRY_PERIOD_S)
 
 
 def settings_for(cluster: str, settings: dict[str, Any] | None) -> KubeSettings:
@@ -196,20 +333,30 @@ def settings_for(cluster: str, settings: dict[str, Any] | None) -> KubeSettings:
     return settings_of(cluster)
 
 
-def run_kubernetes_controller(cluster: str, settings: dict[str, Any] | None = None) -> None:
+def run_kubernetes_controller(cluster: str, settings: dict[str, Any] | None = None, metrics_address: str | None = None) -> None:
     """Run the controller of a Kubernetes cluster in the foreground until SIGTERM or Ctrl-C."""
     resolved = settings_for(cluster, settings)
     client = KubeClient.connect(resolved)
-    client.require_apis(labels.JOBSET_API_VERSION, *([labels.KUEUE_API_VERSION] if resolved.kueue else []))
     identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+    metrics = ControllerMetrics()
+    where = ""
+    if metrics_address:
+        host, port = metrics.serve(metrics_address)
+        where = f"; metrics on http://{host}:{port}/metrics"
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     _log(
         f"hotswap controller for cluster {cluster}: {client.host}, namespace {resolved.namespace}"
         + (", Kueue admits" if resolved.kueue else "")
-        + f"; identity {identity}"
+        + f"; identity {identity}{where}"
     )
     try:
-        KubeController(client, cluster).run(stop, identity)
+        client.require_apis(labels.JOBSET_API_VERSION, *([labels.KUEUE_API_VERSION] if resolved.kueue else []))
+    except HotswapError as error:
+        _log(f"warning: {error}; the controller keeps trying")
+    try:
+        KubeController(client, cluster, metrics=metrics).run(stop, identity)
     except KeyboardInterrupt:
         stop.set()  # the Lease was released on the way out
+    finally:
+        metrics.close()

@@ -1,17 +1,26 @@
 """The controller of a local cluster: one daemon per cluster, event-driven.
 
-It waits on one selector for three things and nothing else: a CLI connecting to its Unix
+It waits on one selector for a few things and nothing else: a CLI connecting to its Unix
 socket (a new request is in the database), a worker process ending (a pidfd becomes readable),
-and the next deadline (a SIGKILL after a grace period). Each wake-up becomes one decision round
-of the pure core; the round's new state, its timeline and the workers it implies are committed
+a line from the GPU health probe of a GPU-backed cluster (``gpu_health.py``), and the next
+deadline (a SIGKILL after a grace period, the next look for hangs, a silent probe). Each
+wake-up becomes one decision round of the pure core; the round's new state, its timeline and the workers it implies are committed
 in one transaction *before* any process is started or signalled, so a controller killed with
 -9 at any moment finds, when restarted, everything it needs to finish the job: workers to
 start, workers to watch again, requests still to answer.
 
-This module keeps the loop, the requests and the round. The rest is in ``backends/local``:
-the socket (``server.py``, speaking ``protocol.py``), worker processes and warm spares
-(``workers.py``), what actions do to workers (``effects.py``), taking over after a crash
-(``recovery.py``) and the timeline's text (``timeline.py``).
+Exactly one controller serves a cluster: it holds the OS lock of ``backends/local/claim.py``
+for its whole life, reads the cluster's state only once it holds it, and checks it before every
+commit and every signal. Faults of the machine (a full disk, a locked database) refuse the
+request at hand and change nothing; the controller serves on.
+
+This module keeps the loop, the requests and the round (LocalController runs a little past 250
+lines on purpose: they share the in-memory snapshot and the open transaction). What a request asks of a round is in
+``local_requests.py``; the rest is in ``backends/local``: the socket (``server.py``, speaking
+``protocol.py``), worker processes and warm spares (``workers.py``), what actions do to workers
+(``effects.py``), taking over after a crash (``recovery.py``), the timeline's text
+(``timeline.py``), hang detection (``hangs.py``) and the GPUs behind a GPU-backed cluster's
+slices (``gpus.py``).
 
 Run it with ``python -m hotswap.runtime.local_controller <cluster-dir>``; the CLI does that
 whenever it finds no controller running.
@@ -21,147 +30,184 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
-import os
 import resource
 import selectors
 import signal
 import socket
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hotswap.api.catalog import get_device_type
-from hotswap.api.cluster import node_name, slice_name
-from hotswap.api.errors import ConflictError
-from hotswap.api.spec import WorkloadSpec
+from hotswap.api.errors import ConflictError, HotswapError
 from hotswap.api.worker import DEFAULT_GRACE_PERIOD_S
-from hotswap.backends.local import effects, timeline
+from hotswap.backends.local import effects, protocol, timeline
+from hotswap.backends.local.claim import AlreadyClaimed, Claim, LostClaim, wake_holder
 from hotswap.backends.local.effects import Launcher
-from hotswap.backends.local.protocol import NodeOperation, RequestKind
+from hotswap.backends.local.gpus import Backing
+from hotswap.backends.local.hangs import HangWatch
+from hotswap.backends.local.protocol import ControllerExit, RequestKind
 from hotswap.backends.local.recovery import recover
 from hotswap.backends.local.server import RequestServer
 from hotswap.backends.local.spares import DEFAULT_PRELOAD
 from hotswap.backends.local.supervisor import WorkerLaunch
 from hotswap.backends.local.workers import Workers
+from hotswap.runtime.gpu_health import GpuHealthMonitor
+from hotswap.runtime.local_requests import Refusal, RoundInputs, round_inputs
 from hotswap.core import actions as act
 from hotswap.core import events as ev
 from hotswap.core.model import Snapshot
 from hotswap.core.policy import SchedulerConfig
 from hotswap.core.scheduler import decide
-from hotswap.store import registry
+from hotswap.store import faults, registry
 from hotswap.store.codec import workload_to_json
 from hotswap.store.paths import ClusterPaths
 from hotswap.store.state import ClusterRecord, Request, Store, WorkerRow
-
-NODE_EVENTS: dict[NodeOperation, Callable[[str], ev.Event]] = {
-    NodeOperation.FAIL: ev.NodeFailed,
-    NodeOperation.DRAIN: ev.NodeDrained,
-    NodeOperation.CORDON: ev.NodeCordoned,
-    NodeOperation.UNCORDON: ev.NodeRepaired,
-}
-
 
 class AlreadyRunning(Exception):
     """Another controller holds this cluster's lock."""
 
 
+class _Withdrawn(Exception):
+    """The request was withdrawn by its submitter before this round could commit it."""
+
+
 @dataclasses.dataclass
 class _Outcome:
-    status: str = "done"
+    status: str = protocol.DONE
     message: str = ""
+
+
+RETRY_S = 1.0  # after a fault of the machine (a full disk), try the round again
+MAX_SLEEP_S = 3600.0  # select() must never get a timeout it cannot hold
 
 
 class LocalController:
     def __init__(self, paths: ClusterPaths) -> None:
         self.paths = paths
-        self.store = Store.open(paths.database)
-        self.cluster = self.store.cluster()
-        self.config = self._scheduler_config()
+        self.claim: Claim | None = None
         self.selector = selectors.DefaultSelector()  # each registration's data is its callback
-        self.server = RequestServer(paths, self.selector, self.store)
-        settings = self.cluster.settings
-        spares = (int(settings.get("warm_workers", 0)), tuple(settings.get("warm_preload", DEFAULT_PRELOAD)))
-        self.workers = Workers(self.store, paths, self.selector, spares, self._grace, self._worker_exited)
-        self.launcher = Launcher(self.store, paths)
         self.pending_events: list[ev.Event] = []
-        self.shutting_down: int | None = None  # request id of a shutdown in progress
+        self.failed_gpu_nodes: dict[str, str] = {}  # node -> why (the health probe), for the next round
+        self.deleting = False  # `cluster delete` began: stop every worker, serve nothing, exit
         self.stopped = False
+        self.retry_at: float | None = None
         self.wake: tuple[socket.socket, socket.socket] | None = None  # see _wake_on_signals
-        self.snapshot: Snapshot = self.store.load_snapshot(time.time())
-        self._handlers: dict[RequestKind, Callable[[Request], None]] = {
-            RequestKind.CREATE: self._create,
-            RequestKind.DELETE: self._delete,
-            RequestKind.NODE: self._node,
-            RequestKind.RESIZE: self._resize,
-            RequestKind.SHUTDOWN: self._begin_shutdown,
-        }
 
     # ------------------------------------------------------------------ lifecycle
 
     def run(self) -> None:
         _raise_descriptor_limit()  # a pidfd per worker: big clusters need many descriptors
-        lock = self._lock()
         try:
-            if self.store.deleted():
-                return  # the cluster is being removed: nothing to serve, ever
-            self.server.open()
-            self.wake = self._wake_on_signals()
-            recover(self.workers)
+            self.start()
+            self.wake = _wake_on_signals(self.selector, self._stop_loop)
+            self.step()  # what was queued while no controller ran
             while not self.stopped:
-                for key, _ in self.selector.select(self.workers.next_deadline(time.time())):
+                for key, _ in self.selector.select(self._sleep_s()):
                     key.data(key.fileobj)
-                if self.stopped:
-                    break
-                self.workers.expire_grace_periods()
-                self.workers.refill_spares_if_due()
-                self._work()
+                if not self.stopped:
+                    self.step()
         finally:
+            self.close()
+
+    def start(self) -> None:
+        """Claim the cluster, and only then read its state: a controller that read first could
+        act on a view older than its predecessor's last commit. Then listen and take over."""
+        try:
+            self.claim = Claim.take(self.paths)
+        except AlreadyClaimed:
+            raise AlreadyRunning(self.paths.name) from None
+        self.store = Store.open(self.paths.database)
+        self.claim.announce(self.store)
+        self.cluster = self.store.cluster()
+        self.config = _scheduler_config(self.cluster)
+        settings = self.cluster.settings
+        self.backing = Backing.of(settings)  # None: an emulated cluster
+        spares = (int(settings.get("warm_workers", 0)), tuple(settings.get("warm_preload", DEFAULT_PRELOAD)))
+        self.server = RequestServer(self.paths, self.selector, self.store)
+        self.workers = Workers(
+            self.store, self.paths, self.selector, spares, self._grace, self._worker_exited,
+            exclusive=lambda _: self.backing is not None,
+        )
+        self.launcher = Launcher(self.store, self.paths, lambda: self.backing)
+        self.hangs = HangWatch(
+            self.paths,
+            lambda w: self.workers.live(w.name, w.seq, w.attempt),
+            lambda: self.backing.per_host if self.backing else 1,
+        )
+        self.health = GpuHealthMonitor(self.selector, self._note, self._fail_nodes)
+        self.snapshot: Snapshot = self.store.load_snapshot(time.time())
+        self.deleting = self.store.deleted()
+        self.server.open()
+        recover(self.workers)
+        self.health.watch(None if self.deleting else self.backing)
+        if self.deleting:  # a controller stopped half-way through `cluster delete`: finish it
+            self.workers.stop_everything(time.time())
+
+    def step(self) -> None:
+        """One wake-up: everything that is due, after checking that the cluster is still ours."""
+        assert self.claim is not None
+        self.claim.verify()
+        try:
+            now = time.time()
+            self.server.ensure_listening()
+            self.claim.keep_pid_file()
+            self.health.tick(now)
+            self.workers.expire_grace_periods()
+            self.workers.start_waiting()
+            if not self.deleting:
+                self.workers.refill_spares_if_due()
+                self.pending_events += self.hangs.check(self.snapshot, now)
+            self._work()
+            self.retry_at = None
+        except Exception as error:
+            if not faults.is_fault(error):
+                raise
+            faults.log(f"hotswap: {faults.explain(error)}; retrying")
+            self.retry_at = time.time() + RETRY_S
+
+    def close(self) -> None:
+        if self.claim is None:
+            return
+        if hasattr(self, "server"):
+            self.health.close()
             self.server.close()
-            os.close(lock)
+            self.store.close()
+        self.claim.release()
+
+    def _sleep_s(self) -> float | None:
+        now = time.time()
+        try:
+            due = (
+                self.workers.next_deadline(now),
+                None if self.deleting else self.hangs.next_deadline(self.snapshot, now),
+                self.health.next_deadline(now),
+            )
+            deadline = min((d for d in due if d is not None), default=None)
+        except Exception as error:
+            if not faults.is_fault(error):
+                raise
+            deadline = RETRY_S
+        if self.retry_at is not None:
+            deadline = min(deadline if deadline is not None else MAX_SLEEP_S, max(0.0, self.retry_at - now))
+        return None if deadline is None else min(deadline, MAX_SLEEP_S)
 
     def _stop_loop(self) -> None:
         self.stopped = True
 
-    def _lock(self) -> int:
-        descriptor = os.open(self.paths.lock, os.O_CREAT | os.O_RDWR, 0o600)
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(descriptor)
-            raise AlreadyRunning(self.paths.name) from None
-        os.ftruncate(descriptor, 0)
-        os.write(descriptor, f"{os.getpid()}\n".encode())
-        return descriptor
-
-    def _wake_on_signals(self) -> tuple[socket.socket, socket.socket]:
-        """A signal must wake the select (PEP 475 would otherwise resume it): the wakeup fd gets
-        a byte for every signal, and the handler asks the loop to end. Returns the socket pair,
-        which must live as long as the loop."""
-        wake_read, wake_write = socket.socketpair()
-        wake_read.setblocking(False)
-        wake_write.setblocking(False)
-        signal.set_wakeup_fd(wake_write.fileno(), warn_on_full_buffer=False)
-        self.selector.register(wake_read, selectors.EVENT_READ, _drain)
-        signal.signal(signal.SIGTERM, lambda *_: self._stop_loop())
-        signal.signal(signal.SIGINT, lambda *_: self._stop_loop())
-        return wake_read, wake_write
-
     # ------------------------------------------------------------------ settings
 
-    def _scheduler_config(self) -> SchedulerConfig:
-        """The recovery policy of this cluster: hotswap and elastic unless turned off."""
-        settings = self.cluster.settings
-        return SchedulerConfig(hotswap=bool(settings.get("hotswap", True)), elastic=bool(settings.get("elastic", True)))
+    def _fail_nodes(self, failures: list[tuple[str, str]]) -> None:
+        """Broken GPUs (the health monitor): their nodes fail in the next round, as after
+        ``node fail`` — committed first, then their workers are killed."""
+        for node, reason in failures:
+            if node in self.snapshot.nodes:
+                self.failed_gpu_nodes[node] = reason
 
-    def _update_settings(self, changes: dict[str, Any]) -> None:
-        record = dataclasses.replace(self.cluster, settings={**self.cluster.settings, **changes})
-        self.store.update_cluster(record)
-        self.cluster = record
-        self.config = self._scheduler_config()
+    def _note(self, kind: str, message: str, data: dict[str, Any]) -> None:
+        with self.store.transaction():
+            self.store.record_event(time.time(), kind, message, data=data)
 
     def _grace(self, workload: str) -> float:
         record = self.snapshot.workloads.get(workload)
@@ -172,92 +218,101 @@ class LocalController:
     def _work(self) -> None:
         """Serve pending requests one per round, then any remaining worker events."""
         for request in self.store.pending_requests():
-            if request.id == self.shutting_down:
-                continue  # answered once every worker is gone
-            if self.shutting_down is not None:
-                self._finish(request, _Outcome("rejected", "the cluster is being deleted"))
+            if self.deleting:
+                self._finish(request, _Outcome(protocol.REJECTED, f"cluster {self.cluster.name} is being deleted"))
                 continue
             self._serve(request)
-        if self.shutting_down is not None:
-            with self.store.transaction():
-                self.workers.commit_exits()
+        if self.deleting:
+            self._commit_exits()
             self.pending_events.clear()  # workers are being stopped on purpose: no restarts
             if self.workers.all_gone():
-                self._finish_shutdown()
+                self.stopped = True
             return
-        if self.pending_events:
-            self._round([], None)
+        if self.failed_gpu_nodes:
+            failed, self.failed_gpu_nodes = self.failed_gpu_nodes, {}
+            self._round(
+                RoundInputs(
+                    [ev.NodeFailed(node, reason) for node, reason in failed.items()],
+                    hit=self.workers.on_nodes(set(failed)),
+                    kill=True,
+                ),
+                None,
+            )
+        elif self.pending_events:
+            self._round(RoundInputs([]), None)
         elif self.workers.pending_exits:  # exits nobody decides on (a deleted workload's workers)
-            with self.store.transaction():
-                self.workers.commit_exits()
+            self._commit_exits()
+
+    def _commit_exits(self) -> None:
+        with self.store.transaction():
+            written = self.workers.commit_exits()
+        self.workers.exits_committed(written)
 
     def _serve(self, request: Request) -> None:
         try:
-            kind = RequestKind(request.kind)
-        except ValueError:
-            self._finish(request, _Outcome("rejected", f"unknown request {request.kind!r}"))
+            kind = protocol.check_payload(request.kind, request.payload)
+        except protocol.ProtocolError as problem:
+            self._finish(request, _Outcome(protocol.REJECTED, f"refused: {problem}"))
             return
         try:
-            self._handlers[kind](request)
-        except Exception as error:  # a bug: answer, log it, keep serving the other requests
-            traceback.print_exc()
-            current = self.store.request(request.id)
-            if current is not None and current.status == "pending":
-                self._finish(request, _Outcome("rejected", f"internal error: {error!r}"))
+            if kind is RequestKind.SHUTDOWN:
+                self._begin_shutdown(request)
+                return
+            inputs = round_inputs(request, kind, self.snapshot, self.cluster, self.workers.on_nodes)
+            if isinstance(inputs, Refusal):
+                self._finish(request, _Outcome(protocol.REJECTED, inputs.message))
+                return
+            self._round(inputs, request)
+            if inputs.warm_workers is not None:  # committed: now the pool may change
+                self.workers.resize_spares(inputs.warm_workers, inputs.warm_preload)
+            if inputs.repaired:  # committed: a repaired GPU may be judged afresh
+                self.health.repaired(inputs.repaired)
+        except _Withdrawn:
+            self.server.answer(request.id)
+        except LostClaim:
+            raise
+        except Exception as error:
+            if faults.is_fault(error):  # a full disk, a locked database: refuse, change nothing
+                self._refuse(request, str(faults.explain(error)))
+                return
+            faults.log()  # a bug: answer, log it, keep serving the other requests
+            self._finish(request, _Outcome(protocol.REJECTED, f"internal error: {error!r}"))
 
-    def _create(self, request: Request) -> None:
-        self._round([ev.WorkloadCreated(WorkloadSpec.model_validate(request.payload["spec"]))], request)
-
-    def _delete(self, request: Request) -> None:
-        name = request.payload["workload"]
-        if name not in self.snapshot.workloads:
-            self._finish(request, _Outcome("rejected", f"no workload named {name} in cluster {self.cluster.name}"))
+    def _refuse(self, request: Request, message: str) -> None:
+        """Refuse a request whose round could not be committed; if even the refusal cannot be
+        written, tell the waiting CLI so (it stays queued) and try again soon."""
+        faults.log(f"hotswap: request {request.id} ({request.kind}): {message}")
+        try:
+            with self.store.transaction():
+                if self.store.is_pending(request.id):
+                    self.store.finish_request(request.id, protocol.FAULT, message)
+        except Exception as error:
+            if not faults.is_fault(error):
+                raise
+            self.server.fail(request.id, message)
+            self.retry_at = time.time() + RETRY_S
             return
-        self._round([ev.WorkloadDeleted(name)], request)
-
-    def _node(self, request: Request) -> None:
-        operation, nodes = NodeOperation(request.payload["op"]), request.payload["nodes"]
-        unknown = [n for n in nodes if n not in self.snapshot.nodes]
-        if unknown:
-            self._finish(request, _Outcome("rejected", f"no node named {unknown[0]} in cluster {self.cluster.name}"))
-            return
-        hit = self.workers.on_nodes(set(nodes))
-        if operation is NodeOperation.FAIL:
-            self.workers.kill(hit)  # the hardware is gone: no grace
-        elif operation is NodeOperation.DRAIN:
-            self.workers.stop(hit, time.time())
-        self._round([NODE_EVENTS[operation](n) for n in nodes], request)
-
-    def _resize(self, request: Request) -> None:
-        payload = request.payload
-        if "warm_workers" in payload:
-            size, preload = int(payload["warm_workers"]), payload.get("warm_preload")
-            settings: dict[str, Any] = {"warm_workers": size}
-            if preload is not None:
-                settings["warm_preload"] = preload
-            self._update_settings(settings)
-            self.workers.resize_spares(size, None if preload is None else tuple(preload))
-        if "hotswap" in payload:
-            self._update_settings({"hotswap": bool(payload["hotswap"])})
-        self._round(resize_events(self.snapshot, self.cluster, int(payload["num_slices"])), request)
+        self.server.answer(request.id)
 
     def _begin_shutdown(self, request: Request) -> None:
-        self.shutting_down = request.id
-        self.workers.stop_everything(time.time())
-
-    def _finish_shutdown(self) -> None:
-        request_id = self.shutting_down
-        assert request_id is not None
+        """`cluster delete`: commit that the cluster is being deleted (so that any controller
+        from now on finishes the job, and a re-run of the command can), answer, then stop every
+        worker; the loop ends once they are all gone."""
         with self.store.transaction():
+            if not self.store.is_pending(request.id):
+                raise _Withdrawn()
             self.store.mark_deleted()
-            self.store.finish_request(request_id, "done")
-        self.server.answer(request_id)
-        self.stopped = True
+            self.store.finish_request(request.id, protocol.DONE, "stopping every worker")
+        self.server.answer(request.id)
+        self.deleting = True
+        self.workers.stop_everything(time.time())
 
     def _finish(self, request: Request, outcome: _Outcome) -> None:
         with self.store.transaction():
+            if not self.store.is_pending(request.id):
+                return  # withdrawn meanwhile: its submitter has its answer
             self.store.finish_request(request.id, outcome.status, outcome.message)
-            if outcome.status == "rejected":
+            if outcome.status == protocol.REJECTED:
                 self.store.record_event(time.time(), "rejected", f"{request.kind}: {outcome.message}")
         self.server.answer(request.id)
 
@@ -275,24 +330,33 @@ class LocalController:
             if not self.workers.live(who.workload, who.seq, who.attempt):
                 self.pending_events.append(ev.WorkersStopped(who.workload, who.attempt))
 
-    def _round(self, events: list[ev.Event], request: Request | None) -> None:
+    def _round(self, inputs: RoundInputs, request: Request | None) -> None:
+        """Decide, commit the decision with everything it implies, then act (see
+        :class:`~hotswap.runtime.local_requests.RoundInputs` for what a request adds)."""
+        assert self.claim is not None
         now = time.time()
-        inputs = self.pending_events + events
-        old = self.snapshot
-        decision = decide(old, inputs, now, self.config)
+        events = self.pending_events + inputs.events
+        old, cluster, hit = self.snapshot, inputs.cluster, inputs.hit
+        config = _scheduler_config(cluster) if cluster is not None else self.config
+        decision = decide(old, events, now, config)
         new = decision.snapshot
         outcome = _Outcome()
         to_start: list[WorkerLaunch] = []
         to_stop: list[WorkerRow] = []
         with self.store.transaction():
+            self.claim.verify()  # under the database's write lock: nobody else acts meanwhile
+            if request is not None and not self.store.is_pending(request.id):
+                raise _Withdrawn()
+            if cluster is not None:
+                self.store.update_cluster(cluster)
             if request is not None:
-                self._register_created(inputs, old, new, request)
+                self._register_created(events, old, new, request)
             self.store.save_snapshot(old, new)
-            for entry in timeline.input_entries(inputs, old, new, now):
+            for entry in timeline.input_entries(events, old, new, now):
                 self.store.record_event(now, *entry)
             for action in decision.actions:
                 if isinstance(action, act.Reject) and request is not None and request.kind == RequestKind.CREATE:
-                    outcome = _Outcome("rejected", f"workload {action.workload} rejected: {action.reason}")
+                    outcome = _Outcome(protocol.REJECTED, f"workload {action.workload} rejected: {action.reason}")
                 self.store.record_event(now, *timeline.action_entry(action, old, new))
                 workload = new.workloads.get(action.workload) or old.workloads.get(action.workload)
                 if workload is None:
@@ -301,21 +365,32 @@ class LocalController:
                 self.workers.mark_stopping(plan.stop, now)
                 to_stop += plan.stop
                 to_start += self.launcher.launches(workload, plan, new)
+            self.workers.mark_stopping(hit, now, grace_s=0.0 if inputs.kill else None)
             started = [self.workers.add(launch, now) for launch in to_start]
-            self.workers.commit_exits()
+            exits = self.workers.commit_exits()
             if request is not None:
                 self.store.finish_request(request.id, outcome.status, outcome.message)
+        self.workers.exits_committed(exits)
         self.pending_events = []
         self.snapshot = new
+        if cluster is not None:
+            self.cluster, self.config = cluster, config
+            backing = Backing.of(cluster.settings)
+            if backing != self.backing:
+                self.backing = backing
+                self.health.watch(backing)
         if request is not None:
             self.server.answer(request.id)  # committed: the caller may go on
-        # Effects only after the commit: a crash from here on is repaired by recovery. Stops
-        # first: they free the CPU the new workers are about to need.
-        self.workers.terminate(to_stop)
+        # Effects only after the commit: a crash from here on is repaired by recovery. Kills
+        # first, then stops: they free the CPU the new workers are about to need.
+        killed = {row.id for row in hit} if inputs.kill else set()
+        self.workers.kill(row for row in hit if row.id in killed)
+        self.workers.terminate(row for row in {r.id: r for r in to_stop + hit}.values() if row.id not in killed)
         self.workers.spawn(started)
 
     def _register_created(self, inputs: list[ev.Event], old: Snapshot, new: Snapshot, request: Request) -> None:
         """Store the launch record of a workload this round created (before its record)."""
+        assert request.payload is not None
         for event in inputs:
             if isinstance(event, ev.WorkloadCreated) and event.spec.name in new.workloads:
                 created = new.workloads[event.spec.name]
@@ -323,27 +398,26 @@ class LocalController:
                     self.store.add_workload(event.spec.name, workload_to_json(created), request.payload["launch"])
 
 
-def resize_events(snapshot: Snapshot, cluster: ClusterRecord, num_slices: int) -> list[ev.Event]:
-    """The slices to add (new names, as few as needed) or remove to give the cluster
-    ``num_slices`` slices. Free slices go first (highest first), then held ones: their holders
-    are moved by the core like after a cordon, never left half-placed."""
-    device = get_device_type(cluster.device_type)
-    current = sorted(snapshot.slices.values(), key=lambda s: s.ordinal)
-    if num_slices >= len(current):
-        used = {s.name for s in current}
-        events: list[ev.Event] = []
-        index = 0
-        while len(current) + len(events) < num_slices:
-            name = slice_name(cluster.name, index)
-            index += 1
-            if name in used:
-                continue
-            nodes = tuple(node_name(name, h) for h in range(device.hosts_per_slice))
-            events.append(ev.SliceAdded(name, device.name, nodes))
-        return events
-    held = snapshot.holders
-    order = sorted(current, key=lambda s: (s.name in held, -s.ordinal))
-    return [ev.SliceRemoved(s.name) for s in order[: len(current) - num_slices]]
+def _scheduler_config(cluster: ClusterRecord) -> SchedulerConfig:
+    """The recovery policy of a cluster: hotswap and elastic unless turned off."""
+    settings = cluster.settings
+    return SchedulerConfig(hotswap=bool(settings.get("hotswap", True)), elastic=bool(settings.get("elastic", True)))
+
+
+def _wake_on_signals(selector: selectors.BaseSelector, stop: Callable[[], None]) -> tuple[socket.socket, socket.socket]:
+    """A signal must wake the select (PEP 475 would otherwise resume it): the wakeup fd gets a
+    byte for every signal. SIGTERM and SIGINT call ``stop``; SIGUSR1 only wakes the loop (the
+    CLI found no socket: the next step listens again). Returns the socket pair, which must live
+    as long as the loop."""
+    wake_read, wake_write = socket.socketpair()
+    wake_read.setblocking(False)
+    wake_write.setblocking(False)
+    signal.set_wakeup_fd(wake_write.fileno(), warn_on_full_buffer=False)
+    selector.register(wake_read, selectors.EVENT_READ, _drain)
+    signal.signal(signal.SIGTERM, lambda *_: stop())
+    signal.signal(signal.SIGINT, lambda *_: stop())
+    signal.signal(signal.SIGUSR1, lambda *_: None)
+    return wake_read, wake_write
 
 
 def _drain(wake: socket.socket) -> None:
@@ -368,6 +442,8 @@ def run_local_controller(cluster: str) -> None:
         raise ConflictError(
             f"the controller of cluster {cluster} is already running (pid {paths.controller_pid()})"
         ) from None
+    except LostClaim as lost:
+        raise ConflictError(f"{lost}; this controller stopped and left the workers alone") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -379,9 +455,24 @@ def main(argv: list[str] | None = None) -> int:
     paths = ClusterPaths(root.name, root)
     try:
         LocalController(paths).run()
-    except (AlreadyRunning, FileNotFoundError):
-        return 0  # another controller serves it, or the cluster was deleted meanwhile
-    return 0
+    except AlreadyRunning:
+        with contextlib.suppress(Exception), Store.open(paths.database) as store:
+            wake_holder(store)  # the CLI could not reach it: its socket may have been removed
+        return ControllerExit.HELD
+    except FileNotFoundError:
+        return ControllerExit.GONE  # deleted meanwhile
+    except LostClaim as lost:
+        print(f"hotswap: {lost}; this controller stops and leaves the workers alone", file=sys.stderr)
+        return ControllerExit.GONE
+    except HotswapError as error:
+        print(f"hotswap: {error}", file=sys.stderr)
+        return ControllerExit.FAILED
+    except Exception as error:
+        if not faults.is_fault(error):
+            raise
+        print(f"hotswap: {faults.explain(error)}", file=sys.stderr)
+        return ControllerExit.FAILED
+    return ControllerExit.STOPPED
 
 
 if __name__ == "__main__":

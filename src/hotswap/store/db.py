@@ -10,7 +10,10 @@ from __future__ import annotations
 import os
 import sqlite3
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
+from hotswap.store.faults import DATABASE_ATTRIBUTE, kind_of
 from hotswap.store.paths import private_dir
 
 BUSY_TIMEOUT_MS = 30_000
@@ -47,7 +50,7 @@ MIGRATIONS: list[str] = [
         t REAL NOT NULL,
         kind TEXT NOT NULL,
         payload TEXT NOT NULL,
-        status TEXT NOT NULL DEFAULT 'pending',   -- pending | done | rejected
+        status TEXT NOT NULL DEFAULT 'pending',   -- pending | done | rejected | fault
         message TEXT NOT NULL DEFAULT ''
     );
     CREATE INDEX pending_requests ON requests (status, id);
@@ -75,22 +78,68 @@ MIGRATIONS: list[str] = [
 ]
 
 
+class _Connection(sqlite3.Connection):
+    """A connection that names its database on the errors it raises (see ``faults.explain``)."""
+
+    database: Path
+    read_only = False  # opened read-only because its directory cannot be written
+
+    def execute(self, *args: Any) -> sqlite3.Cursor:  # type: ignore[override]
+        try:
+            return super().execute(*args)
+        except sqlite3.Error as error:
+            setattr(error, DATABASE_ATTRIBUTE, self.database)
+            raise
+
+
 def connect(path: Path, create: bool = False) -> sqlite3.Connection:
-    """Open a cluster database; with ``create``, make it (owner-only) and migrate it."""
+    """Open a cluster database; with ``create``, make it (owner-only) and migrate it.
+
+    A database in a directory that cannot be written (a read-only mount, a copied backup) is
+    opened read-only, so reads still work and a write fails with SQLite's read-only error."""
     if create:
         private_dir(path.parent)
         if not path.exists():
-            os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
+            os.close(os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600))
     elif not path.exists():
         raise FileNotFoundError(path)
-    connection = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
-    connection.row_factory = sqlite3.Row
-    connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    connection.execute("PRAGMA journal_mode = WAL")
+    try:
+        connection = _open(str(path), path, uri=False)
+        connection.execute("PRAGMA journal_mode = WAL")
+    except sqlite3.OperationalError as error:
+        if create or kind_of(error) not in ("read-only", "cannot-open"):
+            raise
+        connection = _open_read_only(path)
     connection.execute("PRAGMA synchronous = NORMAL")
     connection.execute("PRAGMA foreign_keys = ON")
     if create:
         migrate(connection)
+    return connection
+
+
+def _open(address: str, path: Path, uri: bool) -> _Connection:
+    connection = sqlite3.connect(
+        address, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, uri=uri, factory=_Connection
+    )
+    connection.database = path
+    connection.row_factory = sqlite3.Row
+    connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    return connection
+
+
+def _open_read_only(path: Path) -> _Connection:
+    """Read-only: through the write-ahead log if its files exist, else the main file alone
+    (``immutable``: without a log, the main file holds every committed transaction)."""
+    address = f"file:{quote(str(path))}?mode=ro"
+    connection = _open(address, path, uri=True)
+    try:
+        connection.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.OperationalError as error:
+        connection.close()
+        if kind_of(error) not in ("read-only", "cannot-open"):
+            raise
+        connection = _open(address + "&immutable=1", path, uri=True)
+    connection.read_only = True
     return connection
 
 

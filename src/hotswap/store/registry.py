@@ -8,10 +8,12 @@ another's clusters up.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 from hotswap.api.errors import NotFoundError
 from hotswap.api.names import validate_cluster_name
 from hotswap.api.phases import WorkloadPhase
+from hotswap.store import faults
 from hotswap.store.paths import ClusterPaths, clusters_root
 from hotswap.store.state import ClusterRecord, Store
 
@@ -21,7 +23,15 @@ def cluster_names() -> list[str]:
     root = clusters_root()
     if not root.is_dir():
         return []
-    return sorted(p.name for p in root.iterdir() if (p / "state.db").exists())
+    # Names starting with "." are not clusters (tombstones of deleted ones, creation locks).
+    return sorted(p.name for p in root.iterdir() if not p.name.startswith(".") and _has_database(p))
+
+
+def _has_database(directory: Path) -> bool:
+    try:
+        return (directory / "state.db").exists()
+    except OSError:
+        return True  # there, but it cannot be read: listed, and its summary says why
 
 
 def find(cluster: str) -> ClusterRecord | None:
@@ -75,10 +85,16 @@ def summaries() -> list[ClusterSummary]:
     rows = []
     for name in cluster_names():
         paths = ClusterPaths.of(name)
-        with Store.open(paths.database) as store:
-            record = store.cluster()
-            phases = [WorkloadPhase(r["phase"]) for r, _ in store.workload_records()]
-            slices = len(store.slice_rows())
+        try:
+            with Store.open(paths.database) as store:
+                record = store.cluster()
+                phases = [WorkloadPhase(r["phase"]) for r, _ in store.workload_records()]
+                slices = len(store.slice_rows())
+        except Exception as error:  # one unreadable cluster must not hide the others
+            if not (faults.is_fault(error) or faults.unreadable(error)):
+                raise
+            rows.append(ClusterSummary(name, "?", f"unreadable ({faults.kind_of(error)})", 0, 0, 0, 0, None))
+            continue
         rows.append(
             ClusterSummary(
                 name=name,

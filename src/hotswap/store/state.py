@@ -9,15 +9,18 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import sqlite3
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from hotswap.api.cluster import NodeState
-from hotswap.core.model import Node, Slice, Snapshot
+from hotswap.core.model import Node, Slice, Snapshot, Workload
 from hotswap.store import db
 from hotswap.store.codec import workload_from_json, workload_to_json
+from hotswap.api.errors import StateError
+from hotswap.store.faults import CorruptState
 
 
 LIVE_WORKER_STATES = ("starting", "running", "stopping")  # a process that is, or may be, alive
@@ -37,7 +40,7 @@ class Request:
     id: int
     t: float
     kind: str
-    payload: dict[str, Any]
+    payload: dict[str, Any] | None  # None: the row's payload is not a JSON object
     status: str
     message: str
 
@@ -94,6 +97,23 @@ class Store:
     def close(self) -> None:
         self.connection.close()
 
+    @property
+    def read_only(self) -> bool:
+        """Nothing can be written: the database or its directory is read-only (reads still work)."""
+        database = getattr(self.connection, "database", None)
+        if getattr(self.connection, "read_only", False):
+            return True
+        return database is not None and not (os.access(database, os.W_OK) and os.access(database.parent, os.W_OK))
+
+    def check_writable(self) -> None:
+        """A one-line error, before anything is attempted, when nothing can be written."""
+        if self.read_only:
+            database = getattr(self.connection, "database", "the database")
+            raise StateError(
+                f"{database} is read-only (its directory cannot be written); nothing was changed: reads"
+                " (list, describe, logs) still work; make it writable to change anything"
+            )
+
     def __enter__(self) -> Store:
         return self
 
@@ -126,7 +146,17 @@ class Store:
         value = self._meta("cluster")
         if value is None:
             raise LookupError("cluster record missing")
-        return ClusterRecord(**json.loads(value))
+        try:
+            return ClusterRecord(**_object(value))
+        except (TypeError, ValueError) as error:
+            raise self._corrupt("the cluster record", error) from None
+
+    def _corrupt(self, what: str, error: Exception) -> CorruptState:
+        database = getattr(self.connection, "database", "the database")
+        return CorruptState(
+            f"the database {database} is corrupt ({what} is unreadable: {str(error)[:120]}); restore it"
+            " from a backup, or remove the cluster with `hotswap cluster delete`"
+        )
 
     def update_cluster(self, record: ClusterRecord) -> None:
         with self.transaction():
@@ -138,6 +168,21 @@ class Store:
 
     def deleted(self) -> bool:
         return self._meta("deleted") == "1"
+
+    def set_controller(self, pid: int, start_ticks: int | None) -> None:
+        """Record the controller that holds the cluster now (the database cannot be deleted
+        from under it, unlike a pid file; the CLI wakes it through this record)."""
+        with self.transaction():
+            self._set_meta("controller", json.dumps({"pid": pid, "start_ticks": start_ticks}))
+
+    def controller(self) -> tuple[int, int | None] | None:
+        """(pid, kernel start time) of the last controller that held the cluster."""
+        value = self._meta("controller")
+        try:
+            record = _object(value) if value is not None else None
+            return (int(record["pid"]), record.get("start_ticks")) if record else None
+        except (KeyError, TypeError, ValueError):
+            return None
 
     def _meta(self, key: str) -> str | None:
         row = self.connection.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
@@ -164,7 +209,7 @@ class Store:
         for node in nodes:
             members.setdefault(node.slice, []).append(node.name)
         slices = [dataclasses.replace(s, nodes=tuple(members.get(s.name, ()))) for s in slices]
-        workloads = [workload_from_json(r["record"]) for r in self.connection.execute("SELECT record FROM workloads")]
+        workloads = [self._workload(r["name"], r["record"]) for r in self.connection.execute("SELECT name, record FROM workloads")]
         workloads.sort(key=lambda w: w.seq)
         return Snapshot.build(
             now,
@@ -208,6 +253,12 @@ class Store:
             self._set_meta("next_seq", str(new.next_seq))
             self._set_meta("next_ordinal", str(new.next_ordinal))
 
+    def _workload(self, name: str, record: str) -> Workload:
+        try:
+            return workload_from_json(record)
+        except (KeyError, TypeError, ValueError) as error:  # pydantic's ValidationError is a ValueError
+            raise self._corrupt(f"the record of workload {name}", error) from None
+
     def add_workload(self, name: str, record_json: str, launch: dict[str, Any]) -> None:
         """Register a workload's launch data before the core's record of it is saved."""
         self.connection.execute(
@@ -219,7 +270,10 @@ class Store:
         row = self.connection.execute("SELECT launch FROM workloads WHERE name = ?", (name,)).fetchone()
         if row is None:
             raise LookupError(name)
-        return json.loads(row[0])
+        try:
+            return _object(row[0])
+        except ValueError as error:
+            raise self._corrupt(f"the launch record of workload {name}", error) from None
 
     def membership(self, name: str) -> tuple[int, int]:
         row = self.connection.execute(
@@ -236,9 +290,12 @@ class Store:
 
     def workload_records(self) -> list[tuple[dict[str, Any], dict[str, Any]]]:
         """(record, launch) of every workload as plain dicts, without building pydantic models."""
-        rows = self.connection.execute("SELECT record, launch FROM workloads").fetchall()
-        pairs = [(json.loads(r[0]), json.loads(r[1])) for r in rows]
-        pairs.sort(key=lambda pair: pair[0]["seq"])
+        rows = self.connection.execute("SELECT name, record, launch FROM workloads").fetchall()
+        try:
+            pairs = [(_object(r[1]), _object(r[2])) for r in rows]
+            pairs.sort(key=lambda pair: pair[0]["seq"])
+        except (KeyError, TypeError, ValueError) as error:
+            raise self._corrupt("a workload record", error) from None
         return pairs
 
     def node_rows(self) -> list[sqlite3.Row]:
@@ -270,6 +327,13 @@ class Store:
         """Timeline rows newer than ``event_id`` (to follow the timeline as it grows)."""
         return self.connection.execute("SELECT * FROM events WHERE id > ? ORDER BY id", (event_id,)).fetchall()
 
+    def cluster_entries(self, kinds: Sequence[str]) -> list[sqlite3.Row]:
+        """The cluster's own timeline entries (no workload's) of these kinds, oldest first."""
+        marks = ", ".join("?" for _ in kinds)
+        return self.connection.execute(
+            f"SELECT * FROM events WHERE workload IS NULL AND kind IN ({marks}) ORDER BY id", tuple(kinds)
+        ).fetchall()
+
     def timeline(self, workload: str | None = None, seq: int | None = None) -> list[sqlite3.Row]:
         if workload is None:
             return self.connection.execute("SELECT * FROM events ORDER BY id").fetchall()
@@ -299,9 +363,27 @@ class Store:
             "UPDATE requests SET status = ?, message = ? WHERE id = ?", (status, message, request_id)
         )
 
+    def is_pending(self, request_id: int) -> bool:
+        row = self.connection.execute("SELECT status FROM requests WHERE id = ?", (request_id,)).fetchone()
+        return row is not None and row[0] == "pending"
+
+    def withdraw(self, request_id: int, message: str) -> bool:
+        """Refuse a request nobody has served yet (its submitter gave up on it); False when it
+        was served first."""
+        with self.transaction():
+            changed = self.connection.execute(
+                "UPDATE requests SET status = 'rejected', message = ? WHERE id = ? AND status = 'pending'",
+                (message, request_id),
+            ).rowcount
+        return bool(changed)
+
     @staticmethod
     def _request(row: sqlite3.Row) -> Request:
-        return Request(row["id"], row["t"], row["kind"], json.loads(row["payload"]), row["status"], row["message"])
+        try:
+            payload: dict[str, Any] | None = _object(row["payload"])
+        except ValueError:
+            payload = None
+        return Request(row["id"], row["t"], str(row["kind"]), payload, row["status"], str(row["message"]))
 
     # ------------------------------------------------------------------ workers (the supervisor's table)
 
@@ -332,6 +414,17 @@ class Store:
 
     def worker(self, worker_id: int) -> WorkerRow:
         return _worker_row(self.connection.execute("SELECT * FROM workers WHERE id = ?", (worker_id,)).fetchone())
+
+
+def _object(text: str) -> dict[str, Any]:
+    """A JSON object stored in a row (ValueError for anything else)."""
+    try:
+        value = json.loads(text)
+    except (TypeError, RecursionError) as error:
+        raise ValueError(f"not JSON text ({error.__class__.__name__})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"not a JSON object: {str(text)[:40]!r}")
+    return value
 
 
 def _worker_row(row: sqlite3.Row) -> WorkerRow:

@@ -18,8 +18,7 @@ from hotswap.train.rendezvous import first_line
 from hotswap.train.termination import Termination
 
 if TYPE_CHECKING:
-    from hotswap.train.distributed import ProcessGroup
-    from hotswap.train.sync import StateSync
+    from hotswap.train.protocols import Group, ReplicaState
 
 log = logging.getLogger("hotswap.train")
 
@@ -69,10 +68,10 @@ class StepBoundary:
 
     def __init__(
         self,
-        group: ProcessGroup,
+        group: Group,
         formation: GroupFormation,
         termination: Termination,
-        state: StateSync,
+        state: ReplicaState,
         progress: Progress,
         *,
         checkpoint_every: int | None,

@@ -1,61 +1,88 @@
-"""Saving and restoring state trees with ``torch.save`` through a :class:`CheckpointStore`.
+"""Saving and restoring state trees through a :class:`CheckpointStore`, without pickle.
 
-A synchronous save writes the live tensors directly. An asynchronous save blocks the training
-loop only while :class:`~hotswap.train.snapshot.HostStaging` copies the state to host memory
-(tensors it may defer are copied by the background thread first, and :meth:`wait_for_copy`
-holds back the next optimizer step until they are); the background thread then writes. At
-most one write is in flight: the run does not start a periodic save while the previous one is
-still writing (it saves at a later step boundary).
+A tree becomes plain data (:mod:`hotswap.train.codec`) and raw array bytes
+(:mod:`hotswap.train.tensorfiles`), so restoring a checkpoint cannot run code, whoever wrote it.
+
+A synchronous save (the SIGTERM path) writes the live tensors directly, on several threads. An
+asynchronous save blocks the training loop only while
+:class:`~hotswap.train.snapshot.HostStaging` copies the state to host memory (tensors it may
+defer are copied by the background thread first, and :meth:`wait_for_copy` holds back the next
+optimizer step until they are); the background thread then writes. At most one write is in
+flight: the run does not start a periodic save while the previous one is still writing (it
+saves at a later step boundary).
+
+Checkpoints of the previous release (format 1: one ``state.pt`` written by ``torch.save``) are
+still restored, through ``torch.load(weights_only=True)``: PyTorch's restricted unpickler, which
+builds tensors and containers only, here also numpy arrays and scalars (the RNG states).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import Any, BinaryIO
+from collections.abc import Callable
+from typing import Any
 
+import numpy
 import torch
 
 from hotswap.api.worker import EVENT_CHECKPOINT_SAVE
+from hotswap.train.codec import CheckpointFormatError, encode
 from hotswap.train.events import EventLog
 from hotswap.train.snapshot import HostSnapshot, HostStaging
 from hotswap.train.state import tree_format_problem
-from hotswap.train.store import CheckpointInfo, CheckpointStore
+from hotswap.train.files import CheckpointDamaged
+from hotswap.train.store import LEGACY_DATA_FILE, LEGACY_FORMAT, CheckpointInfo, CheckpointStore
+from hotswap.train.tensorfiles import TensorFiles
 
 log = logging.getLogger("hotswap.train")
 
-
-@contextlib.contextmanager
-def _without_zip_crc() -> Iterator[None]:
-    """torch.save sums every record into its zip headers and torch.load never checks them; the
-    store keeps its own CRC-32 (computed while the disk flushes), so skip torch's serial pass."""
-    config = getattr(getattr(torch.utils, "serialization", None), "config", None)
-    if config is None or not hasattr(config, "patch"):
-        yield
-        return
-    with config.patch({"save.compute_crc32": False}):
-        yield
+# What numpy arrays, scalars and their dtypes reduce to when pickled (the RNG states hold them);
+# taken from numpy itself because its module paths differ between versions.
+_LEGACY_NUMPY_GLOBALS = [
+    numpy.ndarray,
+    numpy.dtype,
+    numpy.ndarray((0,)).__reduce__()[0],
+    numpy.float64(0).__reduce__()[0],
+    *{type(numpy.dtype(code)) for code in "?bBhHiIlLqQefdgFDG"},
+]
 
 
-def write_tree(tree: Any, handle: BinaryIO) -> None:
-    with _without_zip_crc():
-        torch.save(tree, handle)
+def read_legacy(store: CheckpointStore, info: CheckpointInfo) -> Any:
+    """A format-1 checkpoint's tree, read without running code."""
+    problem = store.verify(info)
+    if problem:
+        raise CheckpointDamaged(problem)
+    with torch.serialization.safe_globals(_LEGACY_NUMPY_GLOBALS):
+        try:
+            return torch.load(info.path / LEGACY_DATA_FILE, map_location="cpu", weights_only=True)
+        except Exception as error:  # the restricted unpickler refused something, or a torn file
+            raise CheckpointFormatError(
+                f"it is a checkpoint of an earlier release holding values that cannot be read safely "
+                f"({_unpickler_complaint(error)})"
+            ) from None
 
 
-def read_tree(info: CheckpointInfo) -> Any:
-    # weights_only=False: registered dicts may hold any picklable value (numpy scalars, ...),
-    # and the directory belongs to this workload, written by its own workers.
-    return torch.load(info.data_path, map_location="cpu", weights_only=False)
+def _unpickler_complaint(error: Exception) -> str:
+    """The one line of torch.load's long message that says what it refused."""
+    text = str(error)
+    if "WeightsUnpickler error:" in text:
+        text = text.split("WeightsUnpickler error:", 1)[1].split("Check the documentation", 1)[0]
+    text = " ".join(text.split()) or type(error).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 class Checkpointer:
-    def __init__(self, store: CheckpointStore, events: EventLog) -> None:
+    """Saves (synchronously or in the background) and restores through one store. ``threads``:
+    how many files a checkpoint is split into and written or read at once (default: one per
+    CPU, at most 8)."""
+
+    def __init__(self, store: CheckpointStore, events: EventLog, threads: int | None = None) -> None:
         self.store = store
         self.events = events
+        self._files = TensorFiles(threads)
         self._staging = HostStaging()
         self._writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="hotswap-checkpoint")
         self._in_flight: concurrent.futures.Future[CheckpointInfo] | None = None
@@ -65,15 +92,20 @@ class Checkpointer:
         self._copy_wait_s = 0.0  # time the loop waited in wait_for_copy() for the save in flight
 
     @property
+    def threads(self) -> int:
+        return self._files.threads
+
+    @property
     def busy(self) -> bool:
         return self._in_flight is not None and not self._in_flight.done()
 
     def save(self, step: int, tree: Any, reason: str) -> CheckpointInfo:
         """Write ``tree`` now (after any write in flight); the caller's tensors must not change
-        until it returns."""
+        until it returns. TypeError if the tree holds something that is not plain data."""
         self.wait()
         started = time.monotonic()
-        info = self.store.write(step, reason, lambda handle: write_tree(tree, handle))
+        encoded = encode(tree)
+        info = self.store.write(step, reason, lambda directory: self._files.write(directory, encoded))
         elapsed = time.monotonic() - started
         self._record(info, reason, blocking_s=elapsed, total_s=elapsed)
         return info
@@ -111,7 +143,7 @@ class Checkpointer:
             snapshot.finish_copy()
         finally:
             self._copied.set()
-        info = self.store.write(step, reason, lambda handle: write_tree(snapshot.tree(), handle))
+        info = self.store.write(step, reason, lambda directory: self._files.write(directory, snapshot.encoded()))
         self._record(info, reason, blocking_s=blocking + self._copy_wait_s, total_s=time.monotonic() - started)
         return info
 
@@ -138,12 +170,18 @@ class Checkpointer:
             return None
 
     def restore_latest(self) -> tuple[Any, CheckpointInfo] | None:
-        """The newest complete checkpoint's tree, skipping (and reporting) damaged ones."""
+        """The newest usable checkpoint's tree, skipping (and reporting) damaged ones."""
         self.wait()
-        for info in self.store.complete():
+        for info in self.store.candidates():
             try:
-                tree = read_tree(info)
-            except Exception as error:  # passed its checksum but does not unpickle: written by something else
+                if info.format == LEGACY_FORMAT:
+                    tree = read_legacy(self.store, info)
+                else:
+                    tree = self._files.read(info.path, info.files)
+            except CheckpointDamaged as damage:  # torn or changed since it was committed
+                self.store.report(info.path, str(damage))
+                continue
+            except (CheckpointFormatError, OSError) as error:  # whole, but not a state this release wrote
                 log.warning("hotswap: skipping checkpoint %s: it cannot be loaded (%s)", info.path, error)
                 continue
             problem = tree_format_problem(tree)

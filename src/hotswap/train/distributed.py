@@ -5,10 +5,18 @@ hosted by its rank 0, so a re-formed group never meets a stale one. The rendezvo
 polling loop on our side (never one long blocking call), so a SIGTERM or a newer membership
 interrupts it. Collectives time out after ``collective_timeout_s``: a peer that died closes its
 sockets and fails them at once; a peer that hangs fails them at the timeout.
+
+Which collective backend and device a rank uses comes from the worker contract
+(:func:`choose_backend`): NCCL on its own GPU on a GPU-backed slice, gloo on the CPU on an
+emulated one, whatever ``torch.cuda.is_available()`` says on the machine.
 """
 
 from __future__ import annotations
 
+import errno
+import ipaddress
+import os
+import socket
 import time
 from collections.abc import Callable, Iterable
 from datetime import timedelta
@@ -17,6 +25,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from hotswap.api.worker import WorkerEnv
 from hotswap.train.rendezvous import GroupSpec, RendezvousFailed, first_line
 from hotswap.train.snapshot import join_tensors, split_tensors
 
@@ -25,8 +34,18 @@ _POLL_S = 0.02
 _CONNECT_ATTEMPT_S = 2.0
 
 
-def default_backend() -> str:
-    return "nccl" if torch.cuda.is_available() else "gloo"
+def choose_backend(env: WorkerEnv, cuda_devices: Callable[[], int]) -> str:
+    """NCCL for a rank with a GPU of its own, else gloo, decided by the worker contract.
+
+    ``CUDA_VISIBLE_DEVICES`` set (hotswap's local workers): non-empty means a GPU-backed slice,
+    and local rank i owns the i-th listed GPU; empty means an emulated slice, which must never
+    touch a GPU even on a machine that has some. Unset (outside hotswap, or a Kubernetes pod,
+    whose visible GPUs are its container's): NCCL only if this local rank has a GPU of its own,
+    so two ranks never share one.
+    """
+    if env.visible_devices is not None:
+        return "nccl" if env.gpus else "gloo"
+    return "nccl" if env.local_rank < cuda_devices() else "gloo"
 
 
 def is_peer_failure(error: BaseException) -> bool:
@@ -41,11 +60,21 @@ class ProcessGroup:
     """torch.distributed's default group, formed and destroyed once per generation."""
 
     def __init__(
-        self, backend: str | None, collective_timeout_s: float, rendezvous_timeout_s: float, local_rank: int
+        self, backend: str | None, collective_timeout_s: float, rendezvous_timeout_s: float, env: WorkerEnv
     ) -> None:
-        self.backend = backend or default_backend()
+        problem = env.accelerator_problem()
+        if problem is not None:
+            raise RuntimeError(f"hotswap: {problem}")
+        self.backend = backend or choose_backend(env, torch.cuda.device_count)
         if self.backend == "nccl":
-            torch.cuda.set_device(local_rank)
+            if env.emulated:
+                raise RuntimeError("hotswap: backend 'nccl' needs a GPU, and this worker's slice is emulated (no GPU)")
+            torch.cuda.set_device(env.local_rank)
+            # A peer that died or hangs must fail this rank's collective at the timeout (the SDK
+            # then saves and re-forms or restarts) rather than hang it on the GPU, or tear the
+            # process down without a save (NCCL's default on a timeout). The user's setting wins.
+            os.environ.setdefault("TORCH_NCCL_BLOCKING_WAIT", "1")
+            os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2")
         self.collective_timeout_s = collective_timeout_s
         self.rendezvous_timeout_s = rendezvous_timeout_s
         self.spec: GroupSpec | None = None
@@ -82,6 +111,8 @@ class ProcessGroup:
             if time.monotonic() >= deadline:
                 raise RendezvousFailed(f"timed out after {self.rendezvous_timeout_s:g}s {what}")
 
+        if self.backend == "gloo":
+            keep_gloo_on_loopback(spec.master_addr)
         store = self._connect(spec, check)
         try:
             store.add("hotswap/arrived", 1)
@@ -106,10 +137,23 @@ class ProcessGroup:
         timeout = timedelta(seconds=self.collective_timeout_s)
         if spec.rank == 0:
             try:
+                while True:
+                    try:
+                        listener = listen_on(spec.master_addr, spec.master_port)
+                        break
+                    except socket.gaierror:  # a pod's DNS name is published as the pod starts
+                        check(f"resolving {spec.master_addr}")
+                        time.sleep(_POLL_S * 10)
                 return dist.TCPStore(
-                    spec.master_addr, spec.master_port, spec.world_size, True, timeout, wait_for_workers=False
+                    spec.master_addr,
+                    spec.master_port,
+                    spec.world_size,
+                    True,
+                    timeout,
+                    wait_for_workers=False,
+                    master_listen_fd=listener.detach(),  # the store owns (and closes) it
                 )
-            except dist.DistError as error:
+            except (OSError, dist.DistError) as error:
                 raise RendezvousFailed(
                     f"cannot host the rendezvous of generation {spec.generation} at "
                     f"{spec.master_addr}:{spec.master_port}: {first_line(error)}"
@@ -206,6 +250,46 @@ class ProcessGroup:
                     f"not every rank reached {name!r} of generation {self.spec.generation if self.spec else 0}"
                 )
             time.sleep(_POLL_S)
+
+
+def keep_gloo_on_loopback(master_addr: str) -> None:
+    """Gloo listens on the address this host's name resolves to (a LAN address on most
+    machines); when every rank meets at a loopback MASTER_ADDR they all run here, so gloo is
+    kept on the loopback interface too (unless the user chose one with GLOO_SOCKET_IFNAME)."""
+    if os.environ.get("GLOO_SOCKET_IFNAME"):
+        return
+    try:
+        loopback = all(
+            ipaddress.ip_address(info[4][0]).is_loopback
+            for info in socket.getaddrinfo(master_addr, None, type=socket.SOCK_STREAM)
+        )
+    except (OSError, ValueError):
+        return
+    if loopback:
+        os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+
+
+def listen_on(address: str, port: int) -> socket.socket:
+    """A listening socket for rank 0's store on ``address`` (MASTER_ADDR) only: left to
+    itself, TCPStore listens on every interface, although its peers reach it at MASTER_ADDR
+    (127.0.0.1 on a local cluster). If MASTER_ADDR is not an address of this host (a service
+    address in front of rank 0), it listens on every interface, and says so."""
+    family, kind, proto, _, where = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)[0]
+    listener = socket.socket(family, kind, proto)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        try:
+            listener.bind(where)
+        except OSError as error:
+            if error.errno != errno.EADDRNOTAVAIL:
+                raise
+            print(f"hotswap: {address} is not an address of this host; the rendezvous listens on every interface", flush=True)
+            listener.bind(("::" if family == socket.AF_INET6 else "0.0.0.0", port))
+        listener.listen(1024)
+    except BaseException:
+        listener.close()
+        raise
+    return listener
 
 
 def _copy_between(views: list[torch.Tensor], start: int, piece: torch.Tensor, into_piece: bool) -> None:

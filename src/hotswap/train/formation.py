@@ -24,8 +24,7 @@ from hotswap.train.rendezvous import GroupSpec, RendezvousFailed, first_line
 from hotswap.train.termination import Termination
 
 if TYPE_CHECKING:
-    from hotswap.train.distributed import ProcessGroup
-    from hotswap.train.sync import StateSync
+    from hotswap.train.protocols import Group, ReplicaState
 
 log = logging.getLogger("hotswap.train")
 
@@ -36,9 +35,9 @@ class GroupFormation:
     def __init__(
         self,
         env: WorkerEnv,
-        group: ProcessGroup,
+        group: Group,
         termination: Termination,
-        state: StateSync,
+        state: ReplicaState,
         progress: Progress,
         events: EventLog,
         *,
@@ -101,7 +100,7 @@ class GroupFormation:
         waits for one that includes its slice; a survivor leaves if the newest one does not."""
         while True:
             membership = self._await_membership(after_generation, fresh)
-            rank = membership.rank_of(self.env.slice_name, self.env.host_index)
+            rank = membership.rank_of(self.env.slice_name, self.env.host_index, self.env.local_rank)
             if rank is None:
                 say(f"leaving: slice {self.env.slice_name} is not in membership generation {membership.generation}")
                 self.termination.exit(CHECKPOINTED_EXIT_CODE, "removed")
@@ -111,11 +110,11 @@ class GroupFormation:
 
     def _await_membership(self, after_generation: int, fresh: bool) -> Membership:
         assert self._watcher is not None
-        slice_name, host = self.env.slice_name, self.env.host_index
+        slice_name, host, local_rank = self.env.slice_name, self.env.host_index, self.env.local_rank
 
         def acceptable(membership: Membership) -> bool:
             newer = membership.generation > after_generation
-            return newer and (not fresh or membership.rank_of(slice_name, host) is not None)
+            return newer and (not fresh or membership.rank_of(slice_name, host, local_rank) is not None)
 
         membership = self._watcher.wait_for(acceptable, self.membership_timeout_s, lambda: self.termination.requested)
         if membership is None:
@@ -176,7 +175,10 @@ class GroupFormation:
 
     def _change_membership(self, failed: bool) -> None:
         """Move to the next generation: after a failed collective, or because the controller
-        published one. Survivors keep their state; joiners receive it from a survivor."""
+        published one. Survivors keep their state; joiners receive it from a survivor.
+
+        A framework whose process group cannot be re-formed in place overrides this (JAX:
+        :class:`hotswap.train.jax.formation.RestartingFormation` restarts the process)."""
         started = time.monotonic()
         previous = self.membership
         assert previous is not None
@@ -194,7 +196,11 @@ class GroupFormation:
                     "hotswap: generation %d lost a member while forming: %s", self.generation, first_line(error)
                 )
                 after = self.generation
-        if self.slices < len(previous.slices):
+        self._announce_change(len(previous.slices), started, failed)
+
+    def _announce_change(self, previous_slices: int, started: float, failed: bool) -> None:
+        """The membership change that began at ``started`` (``time.monotonic()``) is done."""
+        if self.slices < previous_slices:
             self.progress.elastic_down_events += 1
         elapsed = time.monotonic() - started
         self.events.record(EVENT_ELASTIC, generation=self.generation, slices=self.slices, duration_s=round(elapsed, 6))

@@ -12,11 +12,10 @@ boundary decides, together with the other ranks, whether to stop (SIGTERM), re-f
 :class:`~hotswap.train.sync.StateSync` (the state between ranks and disk). This module wires
 them to PyTorch.
 
-The first three are framework-neutral: they drive the group and the state they are given. Of
-the group (:class:`~hotswap.train.distributed.ProcessGroup` here) they use ``rank``,
-``world_size``, ``form``, ``adopt_existing``, ``destroy``, ``agree_max`` and
-``is_peer_failure``; of the state, ``synchronise``, ``can_start_save``, ``save_periodic``,
-``save_last``, ``save_own`` and ``wait_for_writes``. Another framework provides both.
+The first three are framework-neutral: they drive the group and the state through the
+protocols of :mod:`hotswap.train.protocols` (here :class:`~hotswap.train.distributed.ProcessGroup`
+and :class:`~hotswap.train.sync.StateSync`; JAX's are in :mod:`hotswap.train.jax`), and what
+the loop sees of any run is :class:`~hotswap.train.front.RunFront`.
 
 Step numbers count from 1: ``step=N`` is the N-th step, a checkpoint of step N holds the state
 after N steps, and ``restored step=N`` is followed by step N+1.
@@ -25,7 +24,6 @@ after N steps, and ``restored step=N`` is followed by step N+1.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import logging
 import os
 import sys
@@ -33,14 +31,14 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from hotswap.api.worker import EVENT_START, EVENT_STEP, LOCAL_RANK, WorkerEnv, step_line
+from hotswap.api.worker import EVENT_START, WorkerEnv
 from hotswap.train.boundary import StepBoundary
 from hotswap.train.checkpointer import Checkpointer
 from hotswap.train.distributed import ProcessGroup
-from hotswap.train.events import EventLog, say
+from hotswap.train.events import EventLog
 from hotswap.train.formation import GroupFormation
+from hotswap.train.front import RunFront
 from hotswap.train.progress import Progress
-from hotswap.train.rendezvous import first_line
 from hotswap.train.state import StateRegistry
 from hotswap.train.store import CheckpointStore
 from hotswap.train.sync import StateSync
@@ -49,7 +47,7 @@ from hotswap.train.termination import Termination, TerminationRequest
 log = logging.getLogger("hotswap.train")
 
 
-class Run:
+class Run(RunFront):
     """One process's part of a training job. Create it with :func:`hotswap.train.init`."""
 
     def __init__(
@@ -79,8 +77,7 @@ class Run:
         self.checkpointer = Checkpointer(CheckpointStore(directory, keep), self.events) if directory else None
         if directory is None:
             log.warning("hotswap: no checkpoint directory (HOTSWAP_CHECKPOINT_DIR is not set): state is not saved")
-        local_rank = int(os.environ.get(LOCAL_RANK, "0"))
-        self.group = ProcessGroup(backend, collective_timeout_s, rendezvous_timeout_s, local_rank)
+        self.group = ProcessGroup(backend, collective_timeout_s, rendezvous_timeout_s, env)
         self.progress = Progress()
         self.state = StateSync(
             self.registry,
@@ -111,38 +108,13 @@ class Run:
         self.events.record(EVENT_START, t=started_at, attempt=env.attempt, rank=self.rank, world_size=self.world_size)
         atexit.register(self.close)
 
-    # Where this worker stands --------------------------------------------------------------
+    # Where this worker stands (the rest is in RunFront) -------------------------------------
 
     @property
-    def rank(self) -> int:
-        return self.group.rank
-
-    @property
-    def world_size(self) -> int:
-        return self.group.world_size
-
-    @property
-    def step(self) -> int:
-        """Steps done."""
-        return self.progress.step
-
-    @property
-    def elastic(self) -> bool:
-        return self.formation.elastic
-
-    @property
-    def slices(self) -> int:
-        """Active slices: the current membership's, or the workload's when it is not elastic."""
-        return self.formation.slices
-
-    @property
-    def total_slices(self) -> int:
-        """The workload's full size (``MEGASCALE_NUM_SLICES``)."""
-        return max(self.env.num_slices, self.slices)
-
-    @property
-    def generation(self) -> int:
-        return self.formation.generation
+    def device(self) -> Any:
+        """Where this rank computes (a ``torch.device``): its own GPU on a GPU-backed slice,
+        the CPU on an emulated one. Put the model and its batches there."""
+        return self.group.device
 
     # The user's API ------------------------------------------------------------------------
 
@@ -199,26 +171,6 @@ class Run:
         checkpoint) instead of at the first step. Call it after :meth:`register`."""
         self._begin()
 
-    @contextlib.contextmanager
-    def elastic_step(self) -> Iterator[None]:
-        """Wrap the body of a step: a collective that fails because a peer was lost abandons
-        the step instead of raising; the loop then re-forms the group and re-runs it. Other
-        errors pass through. Put collectives before the optimizer update (as
-        :func:`~hotswap.train.average_gradients` is), so an abandoned step changed nothing."""
-        try:
-            yield
-        except Exception as error:
-            if self.world_size > 1 and self.group.is_peer_failure(error):
-                log.warning("hotswap: step %d abandoned, a peer was lost: %s", self.step + 1, first_line(error))
-                self._step_failed = True
-                return
-            raise
-
-    def report(self, **metrics: object) -> None:
-        """Print the step line of the contract (seed 001's awk reads it), with ``metrics``."""
-        step = self.step + 1 if self._in_step else self.step
-        say(step_line(step, self.slices, self.progress.elastic_down_events, **metrics))
-
     def close(self) -> None:
         """Finish the checkpoint in flight and leave the process group (also done at exit)."""
         self.termination.close()
@@ -236,10 +188,6 @@ class Run:
                 raise
             self.formation.recover()
         self._boundary_at = time.monotonic()
-
-    def _complete_step(self, duration_s: float) -> None:
-        self.progress.step += 1
-        self.events.record(EVENT_STEP, step=self.step, duration_s=round(duration_s, 6), slices=self.slices)
 
 
 _current: Run | None = None

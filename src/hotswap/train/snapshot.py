@@ -1,10 +1,11 @@
-"""A consistent copy of a state tree in host memory, taken at a step boundary.
+"""A consistent copy of a state tree in host memory, taken at a step boundary; and the
+in-memory split of a tree into structure and tensors that peers send each other.
 
-The tree is pickled with its tensors set aside (pickle's persistent ids, the mechanism
-``torch.save`` itself uses): the pickle is a deep copy of everything else, and each tensor is
-copied into a host buffer kept from the previous snapshot when shape and dtype still match,
-so a steady-state snapshot costs one memory copy, not an allocation (first-touch page faults
-of a fresh buffer cost far more than the copy). GPU tensors go to pinned buffers.
+The snapshot is the tree as plain data (:func:`hotswap.train.codec.encode`: a deep copy of
+everything but the arrays) and each tensor copied into a host buffer kept from the previous
+snapshot when shape and dtype still match, so a steady-state snapshot costs one memory copy, not
+an allocation (first-touch page faults of a fresh buffer cost far more than the copy). GPU
+tensors go to pinned buffers.
 
 Tensors that only ``optimizer.step()`` changes (parameters, optimizer state) may be copied
 later, in the background, as long as the next optimizer step waits for that copy: the
@@ -19,11 +20,15 @@ import pickle
 from collections.abc import Callable
 from typing import Any
 
+import numpy
 import torch
+
+from hotswap.train.codec import Encoded, decode, encode
 
 
 def split_tensors(tree: Any) -> tuple[bytes, list[torch.Tensor]]:
-    """The tree pickled without its tensors, and the tensors (each shared one once)."""
+    """The tree pickled without its tensors, and the tensors (each shared one once): how a
+    rank sends its state to the other ranks of the same job (never used for files)."""
     tensors: list[torch.Tensor] = []
     index_of: dict[int, int] = {}
 
@@ -59,8 +64,8 @@ class HostSnapshot:
     Copies that :meth:`HostStaging.capture` deferred are made by :meth:`finish_copy`.
     """
 
-    structure: bytes
-    tensors: list[torch.Tensor]
+    document: Any
+    arrays: list[torch.Tensor | numpy.ndarray]
     pending: list[tuple[torch.Tensor, torch.Tensor]]  # (host buffer, live tensor) still to copy
 
     def finish_copy(self) -> None:
@@ -75,38 +80,37 @@ class HostSnapshot:
             torch.cuda.synchronize(device)
         self.pending = []
 
+    def encoded(self) -> Encoded:
+        return Encoded(self.document, self.arrays)
+
     def tree(self) -> Any:
-        return join_tensors(self.structure, self.tensors)
-
-
-def _plain(tensor: torch.Tensor) -> bool:
-    return tensor.layout == torch.strided and not tensor.is_quantized
+        return decode(self.document, self.arrays)
 
 
 class HostStaging:
     """Host buffers reused from one snapshot to the next."""
 
     def __init__(self) -> None:
-        self._buffers: list[torch.Tensor] = []
+        self._buffers: list[torch.Tensor | numpy.ndarray] = []
 
     def capture(self, tree: Any, defer: Callable[[torch.Tensor], bool] | None = None) -> HostSnapshot:
         """Freeze ``tree``: everything is copied now, except tensors for which ``defer`` says
         the copy may wait for :meth:`HostSnapshot.finish_copy` (the caller guarantees they do
-        not change before then)."""
-        structure, tensors = split_tensors(tree)
-        host: list[torch.Tensor] = []
+        not change before then). TypeError if the tree holds something that is not plain data."""
+        encoded = encode(tree)
+        host: list[torch.Tensor | numpy.ndarray] = []
         pending: list[tuple[torch.Tensor, torch.Tensor]] = []
-        now = HostSnapshot(structure, host, [])
-        for index, tensor in enumerate(tensors):
-            tensor = tensor.detach()
-            if not _plain(tensor):
-                host.append(tensor.to("cpu", copy=True))  # sparse/quantized: rare, no reuse
+        now = HostSnapshot(encoded.document, host, [])
+        for index, array in enumerate(encoded.arrays):
+            if isinstance(array, numpy.ndarray):
+                host.append(array.copy())  # small (RNG states, user values)
                 continue
+            tensor = array.detach()
             buffer = self._buffers[index] if index < len(self._buffers) else None
-            if buffer is None or not _plain(buffer) or buffer.shape != tensor.shape or buffer.dtype != tensor.dtype:
+            if not (isinstance(buffer, torch.Tensor) and buffer.shape == tensor.shape and buffer.dtype == tensor.dtype):
                 buffer = torch.empty(tensor.shape, dtype=tensor.dtype, device="cpu", pin_memory=tensor.is_cuda)
             host.append(buffer)
             (pending if defer is not None and defer(tensor) else now.pending).append((buffer, tensor))
         now.finish_copy()
         self._buffers = host
-        return HostSnapshot(structure, host, pending)
+        return HostSnapshot(encoded.document, host, pending)

@@ -19,6 +19,7 @@ from typing import Any
 import numpy
 import torch
 
+from hotswap.train.codec import encode
 from hotswap.train.data import ResumableBatches
 
 log = logging.getLogger("hotswap.train")
@@ -40,6 +41,13 @@ def registrable_kind(obj: object) -> str:
     )
 
 
+def _state_of(obj: Any) -> Any:
+    kind = registrable_kind(obj)
+    if kind == "stateful":
+        return obj.state_dict()
+    return dict(obj) if kind == "mapping" else list(obj)
+
+
 class StateRegistry:
     """Named objects whose state is saved, restored and sent to joining replicas."""
 
@@ -47,9 +55,11 @@ class StateRegistry:
         self._objects: dict[str, Any] = {}
 
     def register(self, name: str, obj: object) -> None:
+        """TypeError now, rather than at the first save, if its state is not plain data."""
         registrable_kind(obj)
         if name in self._objects and self._objects[name] is not obj:
             raise ValueError(f"a different object is already registered as {name!r}")
+        encode(_state_of(obj), root=f"{name!r}")
         self._objects[name] = obj
 
     def optimizers(self) -> list[torch.optim.Optimizer]:
@@ -68,16 +78,7 @@ class StateRegistry:
 
     def state(self) -> dict[str, Any]:
         """The registered objects' states. Tensors are the live ones: copy before training on."""
-        states: dict[str, Any] = {}
-        for name, obj in self._objects.items():
-            kind = registrable_kind(obj)
-            if kind == "stateful":
-                states[name] = obj.state_dict()
-            elif kind == "mapping":
-                states[name] = dict(obj)
-            else:
-                states[name] = list(obj)
-        return states
+        return {name: _state_of(obj) for name, obj in self._objects.items()}
 
     def load(self, states: dict[str, Any]) -> None:
         for name, obj in self._objects.items():

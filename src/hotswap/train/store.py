@@ -1,19 +1,24 @@
-"""The checkpoint directory: atomic commits, retention, and detection of partial checkpoints.
+"""The checkpoint directory: atomic commits, retention, detection of partial checkpoints.
 
 Layout under ``HOTSWAP_CHECKPOINT_DIR``::
 
     step-0000000120/            a committed checkpoint (120 steps done)
-        state.pt                the data (written by the caller)
-        COMMIT                  JSON marker, written last: step, reason, size, CRC-32 of state.pt
+        index.json, tensors-*.bin    the data (written by the caller; see tensorfiles.py)
+        COMMIT                  JSON marker, written last: step, reason, each file's size and CRC-32
     step-0000000140.partial-<host>-<pid>-<nonce>/    a write in progress, or one that was killed
 
-A checkpoint is written under a ``.partial`` name, its data and marker are fsynced, the
+A checkpoint is written under a ``.partial`` name, its files and marker are fsynced, the
 directory is renamed to its final name (atomic, never over an existing one) and the parent is
 fsynced. So after a crash at any instant the directory holds whole checkpoints plus leftovers
 that are recognisable by name. On storage where a directory rename is not atomic (some object
-store mounts) the marker and checksum still tell a whole checkpoint from a torn one.
+store mounts) the marker and checksums still tell a whole checkpoint from a torn one.
 
-This module knows files, not tensors: the caller passes a function that writes the data.
+The directory must belong to the user running the job and be writable by nobody else: its
+contents decide the state a job resumes with (:mod:`hotswap.train.files` creates it private
+and refuses one that is not; a file that is a link or another user's makes its checkpoint
+skipped). Markers of format 1 (the previous release: one ``state.pt``) are still listed.
+
+This module knows files, not tensors: the caller passes a function that writes the data files.
 """
 
 from __future__ import annotations
@@ -29,21 +34,25 @@ import shutil
 import socket
 import time
 import uuid
-import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
+
+from hotswap.train.files import FileDigest, crc32, file_problem, open_no_follow, prepare_directory, write_file_durably
 
 log = logging.getLogger("hotswap.train")
 
-DATA_FILE = "state.pt"
 MARKER_FILE = "COMMIT"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+LEGACY_FORMAT = 1  # one state.pt, written by torch.save
+LEGACY_DATA_FILE = "state.pt"
 REASONS = ("periodic", "termination", "final", "recovery")
 _COMMITTED = re.compile(r"^step-(\d+)$")
 _PARTIAL = re.compile(r"^step-(\d+)\.partial-")
 _DELETING = re.compile(r"^step-(\d+)\.deleting-")
+_FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _READ_CHUNK = 16 << 20
+_MAX_MARKER_BYTES = 1 << 20
 # Leftovers of killed writers are deleted once older than this: a live writer (a worker of an
 # attempt that is still shutting down) is never that slow to touch its directory.
 STALE_PARTIAL_S = 600.0
@@ -56,13 +65,13 @@ class CheckpointInfo:
     step: int
     path: Path
     reason: str
-    size: int
-    crc32: int
+    files: dict[str, FileDigest]
     created: float
+    format: int = FORMAT_VERSION
 
     @property
-    def data_path(self) -> Path:
-        return self.path / DATA_FILE
+    def size(self) -> int:
+        return sum(digest.size for digest in self.files.values())
 
 
 def _step_dir_name(step: int) -> str:
@@ -83,7 +92,7 @@ def _fsync_directory(path: Path) -> None:
 
 
 def file_crc32(path: Path) -> int:
-    """CRC-32 of a file, read in large chunks (zlib releases the GIL while it sums)."""
+    """CRC-32 of a file, read in large chunks."""
     crc = 0
     buffer = bytearray(_READ_CHUNK)
     view = memoryview(buffer)
@@ -92,14 +101,7 @@ def file_crc32(path: Path) -> int:
             count = handle.readinto(buffer)
             if not count:
                 return crc
-            crc = zlib.crc32(view[:count], crc)
-
-
-def _write_json_durably(path: Path, document: dict[str, Any]) -> None:
-    with open(path, "w") as handle:
-        json.dump(document, handle, sort_keys=True)
-        handle.flush()
-        os.fsync(handle.fileno())
+            crc = crc32(view[:count], crc)
 
 
 class CheckpointStore:
@@ -110,10 +112,9 @@ class CheckpointStore:
             raise ValueError(f"keep must be at least 1, not {keep}")
         self.root = Path(root)
         self.keep = keep
+        prepare_directory(self.root)
         self._reported: set[Path] = set()
-        # One helper thread sums the data file while the writer waits for its fsync; another
-        # deletes old checkpoints after a commit, off the saver's path.
-        self._checksummer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="hotswap-crc")
+        # Deleting old checkpoints after a commit happens off the saver's path.
         self._pruner = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="hotswap-prune")
 
     # Writing -------------------------------------------------------------------------------
@@ -122,39 +123,28 @@ class CheckpointStore:
         self,
         step: int,
         reason: str,
-        write_data: Callable[[BinaryIO], None],
+        write_files: Callable[[Path], dict[str, FileDigest]],
     ) -> CheckpointInfo:
         """Write a checkpoint of ``step`` atomically and prune old ones; return what was committed.
 
-        If a checkpoint of the same step is already committed (another writer got there
-        first), that one is kept and returned.
+        ``write_files`` writes the data files into the directory it is given, fsyncs them and
+        returns their digests. If a checkpoint of the same step is already committed (another
+        writer got there first), that one is kept and returned.
         """
         if reason not in REASONS:
             raise ValueError(f"checkpoint reason must be one of {REASONS}, not {reason!r}")
-        self.root.mkdir(parents=True, exist_ok=True)
         nonce = uuid.uuid4().hex[:8]
         partial = self.root / f"{_step_dir_name(step)}.partial-{socket.gethostname()}-{os.getpid()}-{nonce}"
-        partial.mkdir()
-        data_path = partial / DATA_FILE
-        with open(data_path, "wb") as handle:
-            write_data(handle)
-            handle.flush()
-            size = handle.tell()
-            # Sum the bytes (now in the page cache) while the disk flushes them.
-            crc_future = self._checksummer.submit(file_crc32, data_path)
-            os.fsync(handle.fileno())
-            crc = crc_future.result()
-        marker = {
-            "format": FORMAT_VERSION,
-            "step": step,
-            "reason": reason,
-            "size": size,
-            "crc32": crc,
-            "created": time.time(),
-        }
-        _write_json_durably(partial / MARKER_FILE, marker)
-        _fsync_directory(partial)
+        partial.mkdir(mode=0o700)
+        try:
+            files = write_files(partial)
+        except Exception:
+            shutil.rmtree(partial, ignore_errors=True)  # a full disk gets its space back now
+            raise
         final = self.root / _step_dir_name(step)
+        info = CheckpointInfo(step, final, reason, files, time.time())
+        write_file_durably(partial / MARKER_FILE, json.dumps(_marker_document(info), sort_keys=True).encode())
+        _fsync_directory(partial)
         try:
             os.rename(partial, final)
         except OSError as error:
@@ -162,12 +152,12 @@ class CheckpointStore:
                 raise
             shutil.rmtree(partial, ignore_errors=True)
             existing = self._read_marker(final)
-            if existing is None:
-                raise RuntimeError(f"checkpoint {final} exists but has no readable commit marker") from error
+            if isinstance(existing, str):
+                raise RuntimeError(f"checkpoint {final} exists but {existing}") from error
             return existing
         _fsync_directory(self.root)
         self._pruner.submit(self.prune)
-        return self._info(final, marker)
+        return info
 
     def settle(self) -> None:
         """Wait until old checkpoints that a commit made obsolete are deleted."""
@@ -183,15 +173,14 @@ class CheckpointStore:
             raise ValueError(f"checkpoint reason must be one of {REASONS}, not {reason!r}")
         path = self.root / _step_dir_name(step)
         info = self._read_marker(path)
-        if info is None:
-            raise FileNotFoundError(f"no committed checkpoint of step {step} in {self.root}")
-        marker = self._marker_document(info)
-        marker["reason"] = reason
+        if isinstance(info, str):
+            raise FileNotFoundError(f"no committed checkpoint of step {step} in {self.root}: {info}")
+        info = dataclasses.replace(info, reason=reason)
         temporary = path / f"{MARKER_FILE}.{uuid.uuid4().hex[:8]}"
-        _write_json_durably(temporary, marker)
+        write_file_durably(temporary, json.dumps(_marker_document(info), sort_keys=True).encode())
         os.replace(temporary, path / MARKER_FILE)
         _fsync_directory(path)
-        return self._info(path, marker)
+        return info
 
     def prune(self) -> None:
         """Keep the newest ``keep`` committed checkpoints; delete stale partial ones.
@@ -224,7 +213,7 @@ class CheckpointStore:
         infos = []
         for _, path in self._committed_dirs():
             info = self._read_marker(path)
-            if info is not None:
+            if not isinstance(info, str):
                 infos.append(info)
         return infos
 
@@ -233,57 +222,75 @@ class CheckpointStore:
         infos = self.committed()
         return infos[0].step if infos else None
 
-    def complete(self) -> Iterator[CheckpointInfo]:
-        """Checkpoints whose data matches their marker (size and CRC-32), newest first.
-
-        Anything newer than a yielded checkpoint that is not complete (a killed write, a torn
-        copy) is skipped with a warning naming it.
-        """
+    def candidates(self) -> Iterator[CheckpointInfo]:
+        """Committed checkpoints whose files are all there, with the sizes and owner their
+        marker and this directory require, newest first; their checksums are for the reader
+        to check (:meth:`report` what it finds). Anything newer than a yielded checkpoint that
+        is not whole (a killed write, a torn copy) is skipped with a warning naming it."""
         partial = self._partial_dirs()
         for step, path in self._committed_dirs():
             self._report_partial_newer_than(step, partial)
             info = self._read_marker(path)
-            if info is None:
-                self._report(path, "it has no commit marker")
+            if isinstance(info, str):
+                self.report(path, info)
                 continue
-            problem = self.verify(info)
+            problem = self._files_problem(info)
             if problem:
-                self._report(path, problem)
+                self.report(path, problem)
                 continue
             yield info
         self._report_partial_newer_than(-1, partial)
+
+    def complete(self) -> Iterator[CheckpointInfo]:
+        """:meth:`candidates` whose files also match their checksums (each file is read)."""
+        for info in self.candidates():
+            problem = self.verify(info)
+            if problem:
+                self.report(info.path, problem)
+                continue
+            yield info
 
     def latest_complete(self) -> CheckpointInfo | None:
         """The newest complete checkpoint (see :meth:`complete`), or None."""
         return next(self.complete(), None)
 
     def verify(self, info: CheckpointInfo) -> str | None:
-        """Why the checkpoint's data does not match its marker, or None when it does."""
-        try:
-            size = info.data_path.stat().st_size
-        except FileNotFoundError:
-            return f"its data file {DATA_FILE} is missing"
-        if size != info.size:
-            return f"its data file has {size} bytes, the marker says {info.size}"
-        if file_crc32(info.data_path) != info.crc32:
-            return "its data does not match the checksum in its marker"
+        """Why the checkpoint's files do not match its marker, or None when they do."""
+        problem = self._files_problem(info)
+        if problem:
+            return problem
+        for name, digest in info.files.items():
+            if file_crc32(info.path / name) != digest.crc32:
+                return f"its file {name} does not match the checksum in its marker"
         return None
 
     def partial(self) -> list[Path]:
         """Directories of writes that never committed, newest step first."""
         return [path for _, path in self._partial_dirs()]
 
+    def report(self, path: Path, why: str) -> None:
+        """Warn, once per path, that a checkpoint is skipped and why."""
+        if path not in self._reported:
+            self._reported.add(path)
+            log.warning("hotswap: skipping partial checkpoint %s: %s", path, why)
+
     # Internals -----------------------------------------------------------------------------
+
+    def _files_problem(self, info: CheckpointInfo) -> str | None:
+        for name, digest in info.files.items():
+            try:
+                status = os.lstat(info.path / name)
+            except FileNotFoundError:
+                return f"its file {name} is missing"
+            problem = file_problem(status, digest.size)
+            if problem:
+                return f"its file {name} {problem}"
+        return None
 
     def _report_partial_newer_than(self, step: int, partial: list[tuple[int, Path]]) -> None:
         for partial_step, path in partial:
             if partial_step > step:
-                self._report(path, "it was never committed (its writer stopped mid-write)")
-
-    def _report(self, path: Path, why: str) -> None:
-        if path not in self._reported:
-            self._reported.add(path)
-            log.warning("hotswap: skipping partial checkpoint %s: %s", path, why)
+                self.report(path, "it was never committed (its writer stopped mid-write)")
 
     def _scan(self, pattern: re.Pattern[str]) -> list[tuple[int, Path]]:
         try:
@@ -293,7 +300,7 @@ class CheckpointStore:
         found = []
         for entry in entries:
             match = pattern.match(entry.name)
-            if match and entry.is_dir():
+            if match and entry.is_dir(follow_symlinks=False):
                 found.append((int(match.group(1)), Path(entry.path)))
         return sorted(found, reverse=True)
 
@@ -303,31 +310,58 @@ class CheckpointStore:
     def _partial_dirs(self) -> list[tuple[int, Path]]:
         return self._scan(_PARTIAL)
 
-    def _read_marker(self, path: Path) -> CheckpointInfo | None:
+    def _read_marker(self, path: Path) -> CheckpointInfo | str:
+        """The checkpoint its marker describes, or why there is none."""
         try:
-            document = json.loads((path / MARKER_FILE).read_text())
-            return self._info(path, document)
-        except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError, KeyError, TypeError, ValueError):
-            return None
+            fd = open_no_follow(path / MARKER_FILE)
+        except (FileNotFoundError, NotADirectoryError):
+            return "it has no commit marker"
+        except OSError as error:
+            return f"its commit marker cannot be opened ({error.strerror})"
+        try:
+            problem = file_problem(os.fstat(fd), None)
+            if problem:
+                return f"its commit marker {problem}"
+            data = os.read(fd, _MAX_MARKER_BYTES)
+        finally:
+            os.close(fd)
+        try:
+            return _info(path, json.loads(data))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return "its commit marker is malformed"
 
-    @staticmethod
-    def _info(path: Path, marker: dict[str, Any]) -> CheckpointInfo:
-        return CheckpointInfo(
-            step=int(marker["step"]),
-            path=path,
-            reason=str(marker["reason"]),
-            size=int(marker["size"]),
-            crc32=int(marker["crc32"]),
-            created=float(marker["created"]),
-        )
 
-    @staticmethod
-    def _marker_document(info: CheckpointInfo) -> dict[str, Any]:
-        return {
-            "format": FORMAT_VERSION,
-            "step": info.step,
-            "reason": info.reason,
-            "size": info.size,
-            "crc32": info.crc32,
-            "created": info.created,
-        }
+def _info(path: Path, marker: dict[str, Any]) -> CheckpointInfo:
+    """A marker document, checked (it comes from disk): ValueError, KeyError or TypeError."""
+    version = marker["format"]
+    if version == LEGACY_FORMAT:
+        files = {LEGACY_DATA_FILE: {"size": marker["size"], "crc32": marker["crc32"]}}
+    elif version == FORMAT_VERSION:
+        files = marker["files"]
+    else:
+        raise ValueError(f"unknown marker format {version!r}")
+    digests = {}
+    for name, digest in files.items():
+        size, crc = digest["size"], digest["crc32"]
+        if not _FILE_NAME.match(name) or type(size) is not int or type(crc) is not int or size < 0:
+            raise ValueError(f"bad file entry {name!r}")
+        digests[name] = FileDigest(size, crc)
+    step, reason = marker["step"], marker["reason"]
+    if type(step) is not int or step < 0 or reason not in REASONS:
+        raise ValueError("bad step or reason")
+    return CheckpointInfo(step, path, reason, digests, float(marker["created"]), version)
+
+
+def _marker_document(info: CheckpointInfo) -> dict[str, Any]:
+    document: dict[str, Any] = {
+        "format": info.format,
+        "step": info.step,
+        "reason": info.reason,
+        "created": info.created,
+    }
+    if info.format == LEGACY_FORMAT:
+        [digest] = info.files.values()
+        document.update(size=digest.size, crc32=digest.crc32)
+    else:
+        document["files"] = {name: dataclasses.asdict(digest) for name, digest in sorted(info.files.items())}
+    return document

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from hotswap.api.worker import EVENT_CHECKPOINT_RESTORE, restored_line
+from hotswap.api.worker import EVENT_CHECKPOINT_BEGIN, EVENT_CHECKPOINT_RESTORE, restored_line
 from hotswap.train.checkpointer import Checkpointer
 from hotswap.train.distributed import ProcessGroup
 from hotswap.train.events import EventLog, say
@@ -133,6 +133,7 @@ class StateSync:
         if self.group.rank != 0 or self.checkpointer is None:
             return
         step = self.progress.step
+        self._announce_save("periodic")
         if self.async_checkpoints:
             self.checkpointer.save_async(step, self._tree(rngs), "periodic", self.registry.changed_only_by_optimizers())
         else:
@@ -181,8 +182,14 @@ class StateSync:
                 raise
             return [rng_state()]
 
+    def _announce_save(self, reason: str) -> None:
+        """A save that holds the loop starts: no step completes until it ends, and the
+        controller's hang detection must know (``checkpoint_save`` or a step ends it)."""
+        self.events.record(EVENT_CHECKPOINT_BEGIN, step=self.progress.step, reason=reason)
+
     def _save_now(self, reason: str, rngs: list[dict[str, Any]]) -> None:
         assert self.checkpointer is not None
+        self._announce_save(reason)
         try:
             self.checkpointer.save(self.progress.step, self._tree(rngs), reason)
         except OSError as error:

@@ -21,8 +21,7 @@ from hotswap.train.events import EventLog, say
 from hotswap.train.progress import Progress
 
 if TYPE_CHECKING:
-    from hotswap.train.distributed import ProcessGroup
-    from hotswap.train.sync import StateSync
+    from hotswap.train.protocols import Group, ReplicaState
 
 log = logging.getLogger("hotswap.train")
 
@@ -60,8 +59,8 @@ class Termination:
     def __init__(
         self,
         request: TerminationRequest,
-        group: ProcessGroup,
-        state: StateSync,
+        group: Group,
+        state: ReplicaState,
         progress: Progress,
         events: EventLog,
     ) -> None:

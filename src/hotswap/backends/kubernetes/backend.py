@@ -76,8 +76,9 @@ class KubernetesBackend:
         confirm: Callable[[str], bool],
         options: dict[str, Any],
     ) -> dict[str, Any]:
-        """Record a Kubernetes cluster: check JobSet (and Kueue) are installed, find its slices,
-        create xpk's PriorityClasses (and the Kueue queues). Re-run to refresh."""
+        """Record a Kubernetes cluster: check that JobSet (and Kueue) are installed at versions
+        hotswap supports (:mod:`.versions`), find its slices, create xpk's PriorityClasses (and
+        the Kueue queues). Re-run to refresh."""
         validate_cluster_name(cluster)
         settings = KubeSettings.from_options(options)
         wanted = get_device_type(device_type).name if device_type else None
@@ -87,7 +88,7 @@ class KubernetesBackend:
         if existing is not None and existing.backend != BACKEND:
             raise ConflictError(f"cluster {cluster} exists on the {existing.backend} backend")
         client = self._client(settings)
-        client.require_apis(labels.JOBSET_API_VERSION, *([labels.KUEUE_API_VERSION] if settings.kueue else []))
+        installed = client.check_versions(settings.kueue)
         nodes = client.list_nodes()
         discovery = discover(nodes, settings)
         counts = discovery.slices_by_type()
@@ -112,7 +113,9 @@ class KubernetesBackend:
             for manifest in render_kueue(settings, counts):
                 client.apply(manifest)
         self._write_record(cluster, wanted, settings, discovery, existing)
-        return self._summary(cluster, wanted, settings, discovery)
+        summary = self._summary(cluster, wanted, settings, discovery)
+        summary["installed"] = [found.summary() for found in installed]
+        return summary
 
     @staticmethod
     def _write_record(cluster: str, device: str, settings: KubeSettings, discovery: Discovery, existing: ClusterRecord | None) -> None:

@@ -1,145 +1,38 @@
 """The only module that talks to a Kubernetes API server, through the official ``kubernetes``
-client (imported here, and this module only where a kubernetes cluster is used).
+client (imported here and in :mod:`.connection` and :mod:`.watch`, only where a Kubernetes
+cluster is used).
 
 Objects travel as plain dicts (responses are read raw and decoded as JSON), so the rest of the
 backend never sees the client's models. Writes are server-side apply (field manager
 ``hotswap``) for whole objects, JSON merge patches for the few fields the controller changes.
-Every API error becomes one line that says what to do (:func:`api_error`).
+Every API error becomes one line that says what to do (:func:`.connection.api_error`).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from hotswap.api.errors import ConflictError, HotswapError, InvalidInputError, NotFoundError
+from hotswap.api.errors import HotswapError, NotFoundError
 from hotswap.api.times import iso_utc
-from hotswap.backends.kubernetes import labels
+from hotswap.backends.kubernetes import labels, versions
+from hotswap.backends.kubernetes.connection import (
+    ForbiddenError,
+    KubernetesError,
+    UnreachableError,
+    api_error,
+    install_hint,
+    load_api_client,
+)
 from hotswap.backends.kubernetes.settings import KubeSettings
+
+# The errors of the API are part of this module's interface.
+__all__ = ["ForbiddenError", "KubeClient", "KubernetesError", "UnreachableError", "api_error", "load_api_client"]
 
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"
-JOBSET_INSTALL = (
-    "install JobSet: kubectl apply --server-side -f"
-    " https://github.com/kubernetes-sigs/jobset/releases/download/v0.8.1/manifests.yaml"
-)
-KUEUE_INSTALL = (
-    "install Kueue: kubectl apply --server-side -f"
-    " https://github.com/kubernetes-sigs/kueue/releases/download/v0.13.4/manifests.yaml"
-)
-
-
-class KubernetesError(HotswapError):
-    """The API server refused or could not be reached; the message says what to do."""
-
-
-class ForbiddenError(KubernetesError):
-    exit_code = 6
-
-
-class UnreachableError(KubernetesError):
-    exit_code = 7
-
-
-def _status_message(body: Any) -> tuple[str, dict[str, Any]]:
-    """The message and details of a Kubernetes Status body, or the body's first line."""
-    if isinstance(body, bytes):
-        body = body.decode("utf-8", "replace")
-    if isinstance(body, str):
-        try:
-            status = json.loads(body)
-        except ValueError:
-            return (body.strip().splitlines() or [""])[0], {}
-        if isinstance(status, dict):
-            return str(status.get("message") or status.get("reason") or ""), status.get("details") or {}
-    return "", {}
-
-
-def api_error(error: Exception, doing: str, missing_api: str | None = None) -> HotswapError:
-    """One line for an API error: what failed, the server's reason, and what to do about it."""
-    from kubernetes.client.exceptions import ApiException
-
-    if not isinstance(error, ApiException):
-        return UnreachableError(
-            f"cannot reach the Kubernetes API server while trying to {doing}: {_first_line(error)};"
-            " check the context (--context, KUBECONFIG) and that the cluster is reachable"
-        )
-    message, details = _status_message(error.body)
-    status = error.status
-    if status == 0:
-        return UnreachableError(f"cannot {doing}: {message or error.reason}")
-    if status == 401:
-        return ForbiddenError(
-            f"cannot {doing}: the API server rejected your credentials ({message or 'Unauthorized'});"
-            " refresh them (e.g. `gcloud container clusters get-credentials CLUSTER`)"
-        )
-    if status == 403:
-        return ForbiddenError(
-            f"cannot {doing}: forbidden: {message or 'permission denied'}; ask a cluster admin for"
-            " that permission (the controller's own RBAC: `hotswap controller manifests`)"
-        )
-    if status == 404:
-        if not details and missing_api is not None:
-            # An unknown resource type answers a bare 404 page, not a Status about an object.
-            return NotFoundError(f"cannot {doing}: the API {missing_api} is not installed on this cluster; {_install_hint(missing_api)}")
-        return NotFoundError(f"cannot {doing}: {message or 'not found'}")
-    if status == 409:
-        return ConflictError(
-            f"cannot {doing}: conflict: {message or 'the object changed meanwhile'}; another writer"
-            " changed it, run the command again"
-        )
-    if status == 422:
-        return InvalidInputError(f"cannot {doing}: the API server rejected it: {message}")
-    return KubernetesError(f"cannot {doing}: HTTP {status} {error.reason or ''}: {message}".rstrip(": "))
-
-
-def _install_hint(api: str) -> str:
-    if api.startswith(labels.JOBSET_GROUP):
-        return JOBSET_INSTALL
-    if api.startswith(labels.KUEUE_GROUP):
-        return KUEUE_INSTALL
-    return "install the component that serves it"
-
-
-def _first_line(error: Exception) -> str:
-    text = str(error).strip() or type(error).__name__
-    return text.splitlines()[0]
-
-
-def load_api_client(settings: KubeSettings) -> Any:
-    """An ApiClient configured as kubectl would be: ``--context`` (else the current context) of
-    ``$KUBECONFIG`` (colon-separated files, merged) or ``~/.kube/config``; inside a pod with no
-    kubeconfig, the pod's service account."""
-    from kubernetes import client, config
-
-    path = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
-    have_file = any(os.path.exists(p) for p in path.split(os.pathsep) if p)
-    if not have_file and settings.context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-        try:
-            configuration = client.Configuration()
-            config.load_incluster_config(client_configuration=configuration)
-        except config.ConfigException as error:
-            raise UnreachableError(f"in-cluster configuration failed: {_first_line(error)}") from None
-        return client.ApiClient(configuration)
-    if not have_file:
-        raise NotFoundError(
-            f"no kubeconfig at {path}: set KUBECONFIG or fetch credentials"
-            " (e.g. `gcloud container clusters get-credentials CLUSTER`)"
-        )
-    try:
-        return config.new_client_from_config(config_file=path, context=settings.context, persist_config=False)
-    except config.ConfigException as error:
-        if settings.context is not None:
-            try:
-                contexts, _ = config.list_kube_config_contexts(config_file=path)
-                names = ", ".join(c["name"] for c in contexts) or "none"
-            except config.ConfigException:
-                names = "none"
-            raise NotFoundError(f"no usable kubeconfig context {settings.context!r} in {path} (contexts: {names})") from None
-        raise InvalidInputError(f"kubeconfig {path} is not usable: {_first_line(error)}") from None
 
 
 class KubeClient:
@@ -147,8 +40,8 @@ class KubeClient:
 
     Longer than our other classes on purpose: one thin method per API call hotswap makes, all
     through one error translation (:meth:`_call`), so that this class is the whole surface that
-    touches an API server (and the one that test doubles such as ``k8s_fixtures/world.py``
-    stand in for).
+    touches an API server. The tests run it against an HTTP-level world (``tests/k8s_fixtures/
+    world``). :attr:`writes` counts the write calls of reconciles (Lease renewals not included).
     """
 
     def __init__(self, api_client: Any, settings: KubeSettings) -> None:
@@ -162,6 +55,7 @@ class KubeClient:
         self.custom = client.CustomObjectsApi(api_client)
         self.scheduling = client.SchedulingV1Api(api_client)
         self.coordination = client.CoordinationV1Api(api_client)
+        self.writes = 0
 
     @classmethod
     def connect(cls, settings: KubeSettings) -> KubeClient:
@@ -173,10 +67,14 @@ class KubeClient:
 
     # ------------------------------------------------------------------ plumbing
 
-    def _call(self, doing: str, function: Callable[..., Any], *args: Any, missing_api: str | None = None, **kwargs: Any) -> Any:
+    def _call(
+        self, doing: str, function: Callable[..., Any], *args: Any, missing_api: str | None = None, write: bool = False, **kwargs: Any
+    ) -> Any:
         """Call the API and decode its JSON answer into plain data; errors become one line."""
         from kubernetes.client.exceptions import ApiException
 
+        if write:
+            self.writes += 1
         try:
             response = function(*args, _preload_content=False, **kwargs)
         except ApiException as error:
@@ -202,7 +100,41 @@ class KubeClient:
         served = self.served_apis()
         for api in apis:
             if api not in served:
-                raise NotFoundError(f"the API {api} is not installed on this cluster; {_install_hint(api)}")
+                raise NotFoundError(f"the API {api} is not installed on this cluster; {install_hint(api)}")
+
+    def installed(self, component: versions.Component) -> versions.Installed:
+        """What the API tells about an installed component: served, its controller's image tag,
+        its CRD's schema (each read only where the caller may)."""
+        served = f"{component.group}/{component.api_version}" in self.served_apis()
+        if not served:
+            return versions.Installed(component, served=False)
+        unreadable: list[str] = []
+        image_version = schema_version = None
+        schema_read = False
+        try:
+            namespace, name = component.deployment
+            deployment = self._call(f"read Deployment {namespace}/{name}", client_module().AppsV1Api(self.api_client).read_namespaced_deployment, name, namespace)
+            images = [c.get("image", "") for c in ((deployment.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or []]
+            image_version = next((v for v in map(versions.from_image, images) if v is not None), None)
+        except HotswapError as error:
+            unreadable.append(f"its controller's Deployment: {error.message}")
+        if component is versions.JOBSET:
+            try:
+                crd = self._call(f"read CRD {component.crd}", client_module().ApiextensionsV1Api(self.api_client).read_custom_resource_definition, component.crd)
+                schema_version, schema_read = versions.from_jobset_crd(crd), True
+            except HotswapError as error:
+                unreadable.append(f"its CRD: {error.message}")
+        return versions.Installed(component, True, image_version, schema_version, schema_read, tuple(unreadable))
+
+    def check_versions(self, kueue: bool) -> list[versions.Installed]:
+        """The installed JobSet (and Kueue): a one-line error naming the exact upgrade when one
+        is missing or too old."""
+        found = [self.installed(versions.JOBSET)] + ([self.installed(versions.KUEUE)] if kueue else [])
+        for installed in found:
+            problem = installed.problem()
+            if problem is not None:
+                raise NotFoundError(problem)
+        return found
 
     # ------------------------------------------------------------------ reads
 
@@ -249,6 +181,16 @@ class KubeClient:
     def list_pods(self, selector: str) -> list[dict[str, Any]]:
         return self._call("list pods", self.core.list_namespaced_pod, self.namespace, label_selector=selector).get("items", [])
 
+    def list_unfinished_pods(self) -> list[dict[str, Any]]:
+        """Every namespace's pods that have not finished: some occupy slices hotswap must not
+        offer (other teams' jobs, xpk's)."""
+        answer = self._call(
+            "list pods in all namespaces",
+            self.core.list_pod_for_all_namespaces,
+            field_selector="status.phase!=Succeeded,status.phase!=Failed",
+        )
+        return answer.get("items", [])
+
     def list_kueue_workloads(self) -> list[dict[str, Any]]:
         answer = self._call(
             "list Kueue Workloads",
@@ -256,10 +198,25 @@ class KubeClient:
             labels.KUEUE_GROUP,
             labels.KUEUE_VERSION,
             self.namespace,
-            "workloads",
+            labels.KUEUE_WORKLOADS,
             missing_api=labels.KUEUE_API_VERSION,
         )
         return answer.get("items", [])
+
+    def deactivate_kueue_workload(self, name: str) -> None:
+        self._call(
+            f"deactivate Kueue Workload {name}",
+            self.custom.patch_namespaced_custom_object,
+            labels.KUEUE_GROUP,
+            labels.KUEUE_VERSION,
+            self.namespace,
+            labels.KUEUE_WORKLOADS,
+            name,
+            {"spec": {"active": False}},
+            _content_type=MERGE,
+            missing_api=labels.KUEUE_API_VERSION,
+            write=True,
+        )
 
     def pod_log(self, name: str, follow: bool) -> Iterator[bytes]:
         from kubernetes.client.exceptions import ApiException
@@ -295,7 +252,11 @@ class KubeClient:
             return self._call(doing, self.custom.patch_namespaced_custom_object, group, version, manifest["metadata"]["namespace"], plural, name, body, missing_api=api, **common)
         return self._call(doing, self.custom.patch_cluster_custom_object, group, version, plural, name, body, missing_api=api, **common)
 
-    def patch_jobset(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+    def patch_jobset(self, name: str, patch: dict[str, Any], resource_version: str | None = None) -> dict[str, Any]:
+        """A merge patch; with ``resource_version``, refused (ConflictError) if the JobSet
+        changed since it was read."""
+        if resource_version is not None:
+            patch = {**patch, "metadata": {**(patch.get("metadata") or {}), "resourceVersion": resource_version}}
         return self._call(
             f"update JobSet {name}",
             self.custom.patch_namespaced_custom_object,
@@ -307,6 +268,7 @@ class KubeClient:
             patch,
             _content_type=MERGE,
             missing_api=labels.JOBSET_API_VERSION,
+            write=True,
         )
 
     def delete_jobset(self, name: str) -> None:
@@ -331,7 +293,8 @@ class KubeClient:
             if replicas is not None and (index is None or int(index) not in replicas):
                 continue
             try:
-                self._call(f"delete Job {meta['name']}", self.batch.delete_namespaced_job, meta["name"], self.namespace, propagation_policy="Background")
+                self._call(f"delete Job {meta['name']}", self.batch.delete_namespaced_job, meta["name"], self.namespace,
+                           propagation_policy="Background", write=True)
             except NotFoundError:
                 continue  # already gone: that is what we wanted
             deleted.append(meta["name"])
@@ -339,12 +302,12 @@ class KubeClient:
 
     def force_delete_pod(self, name: str) -> None:
         try:
-            self._call(f"delete pod {name}", self.core.delete_namespaced_pod, name, self.namespace, grace_period_seconds=0)
+            self._call(f"delete pod {name}", self.core.delete_namespaced_pod, name, self.namespace, grace_period_seconds=0, write=True)
         except NotFoundError:
             pass
 
     def patch_pod(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-        return self._call(f"update pod {name}", self.core.patch_namespaced_pod, name, self.namespace, patch, _content_type=MERGE)
+        return self._call(f"update pod {name}", self.core.patch_namespaced_pod, name, self.namespace, patch, _content_type=MERGE, write=True)
 
     def set_unschedulable(self, node: str, unschedulable: bool) -> None:
         self._call(
@@ -390,7 +353,7 @@ class KubeClient:
             "lastTimestamp": stamp,
             "count": 1,
         }
-        self._call(f"record an event on JobSet {name}", self.core.create_namespaced_event, self.namespace, body)
+        self._call(f"record an event on JobSet {name}", self.core.create_namespaced_event, self.namespace, body, write=True)
 
     # ------------------------------------------------------------------ leases
 
@@ -409,13 +372,9 @@ class KubeClient:
 
     # ------------------------------------------------------------------ watches
 
-    def watch(self, kind: str, cluster: str, changed: threading.Event, stop: threading.Event, timeout_s: int = 300) -> None:
-        """Set ``changed`` whenever an object of ``kind`` (nodes, jobsets, pods) changes, until
-        ``stop``. The objects themselves are re-listed by the reconcile that follows."""
-        from kubernetes import watch
-        from kubernetes.client.exceptions import ApiException
-
-        functions: dict[str, tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = {
+    def watch_call(self, kind: str, cluster: str) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
+        """The list call a watch of ``kind`` (nodes, jobsets, pods) streams."""
+        calls: dict[str, tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = {
             "nodes": (self.core.list_node, (), {}),
             "pods": (self.core.list_namespaced_pod, (self.namespace,), {"label_selector": labels.WORKLOAD_LABEL}),
             "jobsets": (
@@ -424,20 +383,21 @@ class KubeClient:
                 {"label_selector": self._jobset_selector(cluster)},
             ),
         }
-        function, args, kwargs = functions[kind]
-        while not stop.is_set():
-            watcher = watch.Watch()
-            try:
-                for _ in watcher.stream(function, *args, timeout_seconds=timeout_s, deserialize=False, **kwargs):
-                    changed.set()
-                    if stop.is_set():
-                        watcher.stop()
-                        break
-            except ApiException as error:
-                if error.status != 410:  # 410 Gone: the watch expired; start a fresh one
-                    stop.wait(1.0)
-            except Exception as error:
-                if not (isinstance(error, OSError) or type(error).__module__.startswith("urllib3")):
-                    raise
-                stop.wait(1.0)  # the connection dropped: back off, then watch again
-            changed.set()  # whatever was missed meanwhile is picked up by a full reconcile
+        return calls[kind]
+
+    def watch(
+        self, kind: str, cluster: str, changed: threading.Event, stop: threading.Event, timeout_s: int = 300,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        """Set ``changed`` whenever an object of ``kind`` changes, until ``stop`` (see
+        :mod:`.watch`: it never dies of an error)."""
+        from hotswap.backends.kubernetes.watch import Watcher
+
+        function, args, kwargs = self.watch_call(kind, cluster)
+        Watcher(kind, function, args, kwargs, changed, stop, timeout_s, log).run()
+
+
+def client_module() -> Any:
+    from kubernetes import client
+
+    return client

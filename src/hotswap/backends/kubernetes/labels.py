@@ -11,20 +11,19 @@ JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 REPLICATED_JOB_NAME_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
 RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
-# JobSet >= v0.7 scopes exclusive placement to pods of the same priority: its pod webhook labels
-# every pod with its priority and adds `priority In [own]` to the anti-affinity term
-# (kubernetes-sigs/jobset#682, #1057), so a higher-priority job can preempt a lower one's slice.
-PRIORITY_LABEL = "jobset.sigs.k8s.io/priority"
-EXCLUSIVE_TOPOLOGY_ANNOTATION = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 
-# Indexed Jobs (batch/v1).
+# Indexed Jobs (batch/v1) and pods.
 JOB_COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+# The pod condition of a disruption (preemption, eviction, drain, taint manager, PodGC).
+DISRUPTION_TARGET = "DisruptionTarget"
 
 # Kueue.
 KUEUE_GROUP = "kueue.x-k8s.io"
-KUEUE_VERSION = "v1beta1"
+# v1beta2: served since Kueue v0.15, its storage version since v0.16, the only one v0.20 serves.
+KUEUE_VERSION = "v1beta2"
 KUEUE_API_VERSION = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
+KUEUE_WORKLOADS = "workloads"
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 # xpk's names, so a cluster set up by xpk and one set up by hotswap look the same.
 DEFAULT_CLUSTER_QUEUE = "cluster-queue"
@@ -61,8 +60,11 @@ STATE_ANNOTATION = "hotswap.dev/state"  # the core's record of the workload, wri
 REJECTED_ANNOTATION = "hotswap.dev/rejected"  # why the core refused the workload
 SLICE_ANNOTATION = "hotswap.dev/slice"  # on a pod: the slice the controller placed it on
 MEMBERSHIP_ANNOTATION = "hotswap.dev/membership"  # on a pod: the elastic membership record (JSON)
-# New pods wait behind this gate until the controller pins them to the slice the core chose
-# for their replica (Kubernetes >= 1.30 lets a gated pod gain nodeSelector entries).
+ATTEMPT_ANNOTATION = "hotswap.dev/attempt"  # on a pod: the worker generation it belongs to
+RESTART_COUNT_ANNOTATION = "hotswap.dev/restart-count"  # on a pod: HOTSWAP_RESTART_COUNT of its worker
+# Every pod waits behind this gate until the controller releases it: pinned to the slice the
+# core chose for its replica (a gated pod may gain nodeSelector entries: KEP-3838, Kubernetes
+# >= 1.30), with the annotations its worker's environment reads (set before it can start).
 PLACEMENT_GATE = "hotswap.dev/placement"
 
 CONTAINER_NAME = "worker"

@@ -1,9 +1,20 @@
-"""Leader election on a ``coordination.k8s.io/v1`` Lease, as pure decisions (client-go's rules).
+"""Leader election on a ``coordination.k8s.io/v1`` Lease, as pure decisions (client-go's
+``tools/leaderelection``, ``tryAcquireOrRenew`` and ``renew``).
 
-One controller per cluster acts; others wait. The holder renews the Lease every few seconds; a
-Lease not renewed within its duration is free to take. Every write carries the resourceVersion
-that was read, so of two controllers racing for the same Lease the API server lets exactly one
-win (the other gets 409 Conflict and stays a follower).
+One controller per cluster acts; others wait. Two rules make a second leader impossible:
+
+- **Expiry is judged on the follower's own clock.** A follower remembers when it last saw the
+  record change (``observed_at``, its monotonic clock) and takes the Lease over only when it has
+  not changed for the lease duration. The holder's ``renewTime`` is never compared with the
+  follower's clock: clocks of two machines differ, and a skewed one would take over a Lease that
+  is being renewed.
+- **A leader stops acting at its renew deadline.** The holder renews every retry period; if it
+  has not managed to renew for ``RENEW_DEADLINE_S`` (shorter than the lease duration) it must
+  consider itself a follower, even in the middle of a long reconcile, before anyone else may
+  take over.
+
+Every write carries the resourceVersion that was read, so of two controllers racing for the
+same Lease the API server lets exactly one win (the other gets 409 Conflict).
 """
 
 from __future__ import annotations
@@ -12,6 +23,10 @@ import dataclasses
 from typing import Any
 
 from hotswap.api.times import iso_utc, parse_iso_utc
+
+LEASE_DURATION_S = 15  # client-go's defaults (LeaseDuration / RenewDeadline / RetryPeriod)
+RENEW_DEADLINE_S = 10.0
+RETRY_PERIOD_S = 2.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,8 +38,17 @@ class LeaseRecord:
     transitions: int = 0
     resource_version: str | None = None
 
-    def expired(self, now: float) -> bool:
-        return self.renewed is None or now > self.renewed + self.duration_s
+    def key(self) -> tuple[Any, ...]:
+        """The record as client-go compares it to notice a change (not the resourceVersion)."""
+        return (self.holder, self.acquired, self.renewed, self.duration_s, self.transitions)
+
+
+@dataclasses.dataclass(frozen=True)
+class Observed:
+    """The record a controller last saw change, and when (its own monotonic clock)."""
+
+    key: tuple[Any, ...]
+    at: float
 
 
 def micro_time(seconds: float) -> str:
@@ -43,7 +67,7 @@ def read_lease(obj: dict[str, Any]) -> LeaseRecord:
         holder=spec.get("holderIdentity") or None,
         acquired=_time(spec.get("acquireTime")),
         renewed=_time(spec.get("renewTime")),
-        duration_s=int(spec.get("leaseDurationSeconds") or 15),
+        duration_s=int(spec.get("leaseDurationSeconds") or LEASE_DURATION_S),
         transitions=int(spec.get("leaseTransitions") or 0),
         resource_version=meta.get("resourceVersion"),
     )
@@ -70,17 +94,29 @@ class LeaseStep:
     record: LeaseRecord | None
 
 
-def next_step(current: LeaseRecord | None, me: str, now: float, duration_s: int) -> LeaseStep:
+def observe(current: LeaseRecord, previous: Observed | None, local_now: float) -> Observed:
+    """What this controller has seen of the record: unchanged since ``previous``, or new now."""
+    if previous is not None and previous.key == current.key():
+        return previous
+    return Observed(current.key(), local_now)
+
+
+def next_step(
+    current: LeaseRecord | None, observed: Observed | None, me: str, wall_now: float, local_now: float, duration_s: int
+) -> LeaseStep:
+    """client-go's ``tryAcquireOrRenew``: ``observed`` must come from :func:`observe` on this
+    same ``current``; ``wall_now`` stamps the record, ``local_now`` judges expiry."""
     if current is None:
-        return LeaseStep("create", LeaseRecord(me, now, now, duration_s))
+        return LeaseStep("create", LeaseRecord(me, wall_now, wall_now, duration_s))
     if current.holder == me:
-        return LeaseStep("update", dataclasses.replace(current, renewed=now, duration_s=duration_s))
-    if current.holder is None or current.expired(now):
-        return LeaseStep(
-            "update",
-            dataclasses.replace(current, holder=me, acquired=now, renewed=now, duration_s=duration_s, transitions=current.transitions + 1),
-        )
-    return LeaseStep("wait", None)
+        return LeaseStep("update", dataclasses.replace(current, renewed=wall_now, duration_s=duration_s))
+    held = current.holder is not None
+    if held and (observed is None or local_now < observed.at + current.duration_s):
+        return LeaseStep("wait", None)
+    return LeaseStep(
+        "update",
+        dataclasses.replace(current, holder=me, acquired=wall_now, renewed=wall_now, duration_s=duration_s, transitions=current.transitions + 1),
+    )
 
 
 def released(current: LeaseRecord, me: str) -> LeaseRecord | None:

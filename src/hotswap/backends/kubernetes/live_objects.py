@@ -1,7 +1,9 @@
-"""Live Kubernetes objects as the controller reads them: JobSets and pods (plain dicts from the
-API server) parsed into the few fields hotswap decides on. Pure; a missing or malformed field
-reads as "not there", never as an error, because these objects are also written by JobSet,
-the Job controller, Kueue and people."""
+"""Live Kubernetes objects as the controller reads them: JobSets, pods of hotswap workloads, and
+the pods of other owners that occupy nodes, parsed into the few fields hotswap decides on.
+
+Pure; a missing or malformed field reads as "not there", never as an error, because these
+objects are also written by JobSet, the Job controller, Kueue, the kubelet and people.
+"""
 
 from __future__ import annotations
 
@@ -10,17 +12,21 @@ from typing import Any
 
 import pydantic
 
+from hotswap.api.catalog import GPU_RESOURCE, TPU_RESOURCE
 from hotswap.api.phases import WorkloadPhase
 from hotswap.api.spec import WorkloadSpec
 from hotswap.api.times import parse_iso_utc
 from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes.state_annotation import decode_state
 
+ACCELERATORS = (TPU_RESOURCE, GPU_RESOURCE)
+
 
 @dataclasses.dataclass(frozen=True)
 class LiveJobSet:
     name: str
     uid: str
+    resource_version: str | None
     spec: WorkloadSpec | None
     suspended: bool
     terminal: WorkloadPhase | None  # from JobSet's Completed / Failed conditions
@@ -29,6 +35,7 @@ class LiveJobSet:
     rejected: str | None
     created: float
     restarts: int  # JobSet restarts counted against maxRestarts
+    restarts_total: int  # every JobSet restart (status.restarts): its restart-attempt
     annotations: dict[str, str]
 
 
@@ -45,14 +52,42 @@ class LivePod:
     owner_uid: str | None
     node_selector: dict[str, str]
     annotations: dict[str, str]
+    phase: str = "Pending"
+    exit_code: int | None = None  # the worker container's, once terminated
+    finished_at: float | None = None
+    disruption: str | None = None  # the reason of a DisruptionTarget condition
+    unschedulable_since: float | None = None  # PodScheduled=False (Unschedulable) since
 
     @property
     def gated(self) -> bool:
         return labels.PLACEMENT_GATE in self.gates
 
+    @property
+    def attempt(self) -> int | None:
+        """The worker generation the controller released it for (None: never released)."""
+        return _int(self.annotations.get(labels.ATTEMPT_ANNOTATION))
+
+    @property
+    def running(self) -> bool:
+        return self.phase == "Running" and self.node is not None and not self.terminating
+
+
+@dataclasses.dataclass(frozen=True)
+class Occupant:
+    """A pod of another owner holding accelerators on a node."""
+
+    name: str
+    namespace: str
+    node: str
+
 
 def metadata(obj: dict[str, Any]) -> dict[str, Any]:
-    return obj.get("metadata") or {}
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _int(value: Any) -> int | None:
@@ -62,61 +97,112 @@ def _int(value: Any) -> int | None:
         return None
 
 
+def _time(value: Any) -> float | None:
+    try:
+        return parse_iso_utc(value) if isinstance(value, str) and value else None
+    except ValueError:
+        return None
+
+
 def read_jobset(obj: dict[str, Any]) -> LiveJobSet:
     meta = metadata(obj)
-    annotations = meta.get("annotations") or {}
+    annotations = _dict(meta.get("annotations"))
     spec: WorkloadSpec | None
     try:
         spec = WorkloadSpec.model_validate_json(annotations.get(labels.SPEC_ANNOTATION, ""))
     except (pydantic.ValidationError, ValueError):
         spec = None  # not hotswap's, or edited by hand: listed, never scheduled
-    status = obj.get("status") or {}
+    status = _dict(obj.get("status"))
     terminal, message = None, ""
     for condition in status.get("conditions") or []:
-        if condition.get("status") != "True":
+        if not isinstance(condition, dict) or condition.get("status") != "True":
             continue
         if condition.get("type") == "Completed":
             terminal, message = WorkloadPhase.SUCCESSFUL, condition.get("message") or "completed"
         elif condition.get("type") == "Failed":
             terminal, message = WorkloadPhase.FAILED, condition.get("message") or "failed"
     state = decode_state(annotations[labels.STATE_ANNOTATION]) if labels.STATE_ANNOTATION in annotations else None
-    created = meta.get("creationTimestamp")
     return LiveJobSet(
         name=meta["name"],
         uid=meta.get("uid", ""),
+        resource_version=meta.get("resourceVersion"),
         spec=spec,
-        suspended=bool((obj.get("spec") or {}).get("suspend")),
+        suspended=bool(_dict(obj.get("spec")).get("suspend")),
         terminal=terminal,
         terminal_message=message,
         state=state,
         rejected=annotations.get(labels.REJECTED_ANNOTATION),
-        created=parse_iso_utc(created) if created else 0.0,
-        restarts=int(status.get("restartsCountTowardsMax") or 0),
+        created=_time(meta.get("creationTimestamp")) or 0.0,
+        restarts=_int(status.get("restartsCountTowardsMax")) or 0,
+        restarts_total=_int(status.get("restarts")) or 0,
         annotations=dict(annotations),
     )
+
+
+def _worker_exit(status: dict[str, Any]) -> tuple[int | None, float | None]:
+    for container in status.get("containerStatuses") or []:
+        if isinstance(container, dict) and container.get("name") == labels.CONTAINER_NAME:
+            terminated = _dict(_dict(container.get("state")).get("terminated"))
+            if terminated:
+                return _int(terminated.get("exitCode")), _time(terminated.get("finishedAt"))
+    return None, None
 
 
 def read_pod(obj: dict[str, Any]) -> LivePod | None:
     """A pod of a hotswap workload, or None for any other pod."""
     meta = metadata(obj)
-    pod_labels = meta.get("labels") or {}
+    pod_labels = _dict(meta.get("labels"))
     workload = pod_labels.get(labels.JOBSET_NAME_LABEL) or pod_labels.get(labels.WORKLOAD_LABEL)
     if workload is None:
         return None
-    annotations = meta.get("annotations") or {}
-    spec = obj.get("spec") or {}
-    owner = next((o.get("uid") for o in meta.get("ownerReferences") or [] if o.get("kind") == "Job"), None)
-    phase = (obj.get("status") or {}).get("phase")
+    annotations = _dict(meta.get("annotations"))
+    spec = _dict(obj.get("spec"))
+    status = _dict(obj.get("status"))
+    owner = next((o.get("uid") for o in meta.get("ownerReferences") or [] if isinstance(o, dict) and o.get("kind") == "Job"), None)
+    phase = status.get("phase") or "Pending"
+    exit_code, finished_at = _worker_exit(status)
+    disruption, unschedulable = None, None
+    for condition in status.get("conditions") or []:
+        if not isinstance(condition, dict):
+            continue
+        if condition.get("type") == labels.DISRUPTION_TARGET and condition.get("status") == "True":
+            disruption = condition.get("reason") or labels.DISRUPTION_TARGET
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False" and condition.get("reason") == "Unschedulable":
+            unschedulable = _time(condition.get("lastTransitionTime"))
     return LivePod(
         name=meta["name"],
         workload=workload,
         replica=_int(pod_labels.get(labels.JOB_INDEX_LABEL)),
         host=_int(annotations.get(labels.JOB_COMPLETION_INDEX_ANNOTATION)),
         node=spec.get("nodeName"),
-        gates=tuple(g.get("name", "") for g in spec.get("schedulingGates") or []),
+        gates=tuple(g.get("name", "") for g in spec.get("schedulingGates") or [] if isinstance(g, dict)),
         terminating=bool(meta.get("deletionTimestamp")),
         finished=phase in ("Succeeded", "Failed"),
         owner_uid=owner,
-        node_selector=dict(spec.get("nodeSelector") or {}),
+        node_selector=dict(_dict(spec.get("nodeSelector"))),
         annotations=dict(annotations),
+        phase=phase,
+        exit_code=exit_code,
+        finished_at=finished_at,
+        disruption=disruption,
+        unschedulable_since=unschedulable,
     )
+
+
+def read_occupant(obj: dict[str, Any], ours: frozenset[tuple[str, str]]) -> Occupant | None:
+    """A pod not in ``ours`` ((namespace, name) of hotswap's pods), bound to a node, not
+    finished, that requests accelerators: it occupies that node's slice."""
+    meta = metadata(obj)
+    spec = _dict(obj.get("spec"))
+    node = spec.get("nodeName")
+    if not node or _dict(obj.get("status")).get("phase") in ("Succeeded", "Failed"):
+        return None
+    namespace = meta.get("namespace", "")
+    if (namespace, meta.get("name")) in ours:
+        return None
+    for container in spec.get("containers") or []:
+        resources = _dict(_dict(container).get("resources"))
+        wanted = {**_dict(resources.get("limits")), **_dict(resources.get("requests"))}
+        if any(_int(wanted.get(name)) for name in ACCELERATORS):
+            return Occupant(meta.get("name", ""), namespace, node)
+    return None

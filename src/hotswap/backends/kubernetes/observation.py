@@ -7,20 +7,26 @@ only the core knows is read back from each JobSet's state annotation (:mod:`.sta
 How the live world becomes events:
 
 - a node of a slice held by a running workload that is not Ready is a loss: the snapshot has it
-  Ready and the round gets ``NodeFailed`` (machine gone) or ``NodeCordoned`` (cordon, drain,
-  maintenance), so the core hotswaps exactly as it does locally;
+  Ready and the round gets ``NodeFailed`` (machine gone, an accelerator withdrawn) or
+  ``NodeCordoned`` (cordon, drain, maintenance, a disrupted worker, a pinned pod that never
+  schedules, another owner's pod on the slice: :mod:`.pod_signals`), so the core hotswaps
+  exactly as it does locally;
 - every other node enters with its live state; free Ready nodes enter as repaired
   (``NodeRepaired``), which makes every reconcile a full scheduling round: queued work is
-  admitted onto free capacity, suspended work resumes when capacity returns;
+  admitted onto free capacity, suspended work resumes when capacity returns. A slice another
+  owner occupies is not offered;
+- worker exits of the current attempt are ``WorkerExited``, non-zero ones after a hold
+  (:data:`~.pod_signals.EXIT_HOLD_S`) in which a node failure would explain them;
 - a JobSet without a state annotation is new: ``WorkloadCreated``;
 - a workload whose earlier attempt's pods are all gone gets ``WorkersStopped`` (what
   BlockingRecreate waits for);
 - a slice that vanished under a workload (its node pool was deleted) is ``SliceRemoved``.
 
 Two modes of admission. By default hotswap admits: the workloads are the state annotations'
-records. With Kueue (``--kueue``), Kueue owns admission, quota and suspension: a JobSet Kueue
-has unsuspended is running where its pods are, and the controller only restarts running
-JobSets that lost a node (the gap Kueue leaves, kueue#12701).
+records. With Kueue (``--kueue``), Kueue decides who may run, by quota and priority
+(:mod:`.kueue_mode`): the core sees only the JobSets Kueue has admitted, and places, restarts
+and judges them as it does without Kueue (Kueue does not react to node failures under admitted
+non-TAS workloads, kueue#12701).
 """
 
 from __future__ import annotations
@@ -34,9 +40,11 @@ from hotswap.api.cluster import NodeState
 from hotswap.api.phases import WorkloadPhase
 from hotswap.api.spec import WorkloadSpec
 from hotswap.backends.kubernetes.discovery import Discovery, discover
-from hotswap.backends.kubernetes.live_objects import LiveJobSet, LivePod, metadata, read_jobset, read_pod
+from hotswap.backends.kubernetes.kueue_mode import KueueView, kueue_queued, kueue_views, terminal_workload
+from hotswap.backends.kubernetes.live_objects import LiveJobSet, LivePod, metadata, read_jobset, read_occupant, read_pod
+from hotswap.backends.kubernetes.pod_signals import Signals, read_signals
 from hotswap.backends.kubernetes.settings import KubeSettings
-from hotswap.backends.kubernetes.state_annotation import workload_from_state
+from hotswap.backends.kubernetes.state_annotation import released_of, replicas_of, workload_from_state
 from hotswap.core import events as ev
 from hotswap.core.model import Node, Slice, Snapshot, Workload
 
@@ -54,6 +62,12 @@ class Observation:
     events: list[ev.Event]
     replicas: dict[str, list[str | None]]  # workload -> slice of each replica index (None: parked)
     unmanaged: list[str]  # JobSets with no readable hotswap spec
+    causes: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # workload -> why it lost slices
+    loss_since: dict[str, float] = dataclasses.field(default_factory=dict)  # workload -> when its loss began
+    outside: dict[str, Workload] = dataclasses.field(default_factory=dict)  # Kueue: workloads the core does not schedule
+    kueue: dict[str, KueueView] = dataclasses.field(default_factory=dict)  # Kueue: JobSet -> its Workload
+    wake_at: float | None = None  # when to reconcile again even if nothing changes
+    _by_workload: dict[str, list[LivePod]] | None = dataclasses.field(default=None, repr=False)
 
     @property
     def managed_admission(self) -> bool:
@@ -78,7 +92,11 @@ class Observation:
         return node is not None and node.state is NodeState.FAILED
 
     def pods_of(self, workload: str) -> list[LivePod]:
-        return [p for p in self.pods if p.workload == workload]
+        if self._by_workload is None:
+            self._by_workload = {}
+            for pod in self.pods:
+                self._by_workload.setdefault(pod.workload, []).append(pod)
+        return self._by_workload.get(workload, [])
 
 
 def observe(
@@ -89,15 +107,22 @@ def observe(
     settings: KubeSettings,
     cluster: str,
     now: float,
+    others: Iterable[dict[str, Any]] = (),
+    kueue_objects: Iterable[dict[str, Any]] = (),
 ) -> Observation:
-    """The core's view of the live objects: a snapshot and the events that bring it up to date."""
+    """The core's view of the live objects: a snapshot and the events that bring it up to date.
+    ``others``: the cluster's unfinished pods of every namespace (for occupancy);
+    ``kueue_objects``: Kueue's Workloads (with ``--kueue``)."""
     discovery = discover(nodes, settings)
     live = [read_jobset(obj) for obj in jobsets]
     live.sort(key=lambda j: (j.created, j.name))
     by_name = {j.name: j for j in live}
     pod_list = [p for p in (read_pod(obj) for obj in pods) if p is not None and p.workload in by_name]
-    job_uids = frozenset(metadata(obj).get("uid", "") for obj in jobs)
-    unmanaged = [j.name for j in live if j.spec is None]
+    ours = frozenset((settings.namespace, p.name) for p in pod_list)  # any other pod is another owner's
+    occupants = [o for o in (read_occupant(obj, ours) for obj in others) if o is not None]
+    job_list = list(jobs)
+    job_uids = frozenset(metadata(obj).get("uid", "") for obj in job_list)
+    failing = frozenset(metadata(obj).get("uid", "") for obj in job_list if _failing(obj))
     observation = Observation(
         now=now,
         cluster=cluster,
@@ -109,23 +134,25 @@ def observe(
         snapshot=Snapshot.build(now),
         events=[],
         replicas={},
-        unmanaged=unmanaged,
+        unmanaged=[j.name for j in live if j.spec is None],
     )
     if settings.kueue:
-        workloads, created = _kueue_workloads(observation, live), []
-    else:
-        workloads, created = _managed_workloads(observation, live)
+        observation.kueue = kueue_views(kueue_objects)
+        live = kueue_queued(observation, live)
+    workloads, created = _managed_workloads(observation, live)
     workloads = _exclusive(workloads)
-    observation.snapshot, observation.events = _snapshot(observation, workloads, created)
+    released = {j.name: released_of(j.state) for j in live}
+    signals = read_signals(workloads, observation.pods_of, job_uids, failing, discovery, occupants, now, released, observation.replicas)
+    observation.wake_at = signals.wake_at
+    observation.snapshot, observation.events = _snapshot(observation, workloads, created, signals)
     return observation
 
 
-def _terminal(workload: Workload, job: LiveJobSet) -> Workload:
-    assert job.terminal is not None
-    message = f"{'finished' if job.terminal is WorkloadPhase.SUCCESSFUL else 'failed'}: {job.terminal_message}"
-    return dataclasses.replace(
-        workload, phase=job.terminal, slices=(), stopping=frozenset(), status_message=message,
-        status_time=workload.status_time,
+def _failing(job: dict[str, Any]) -> bool:
+    """A Job that is failing or failed: it deletes its own pods, JobSet restarts it."""
+    return any(
+        isinstance(c, dict) and c.get("type") in ("FailureTarget", "Failed") and c.get("status") == "True"
+        for c in ((job.get("status") or {}).get("conditions") or [])
     )
 
 
@@ -142,53 +169,13 @@ def _managed_workloads(observation: Observation, live: list[LiveJobSet]) -> tupl
                 created.append(job.spec)
             continue
         if job.terminal is not None:
-            workload = _terminal(workload, job)
-        replicas = list((job.state or {}).get("replicas") or workload.slices)
-        replicas += [None] * (job.spec.num_slices - len(replicas))
-        observation.replicas[job.name] = replicas[: job.spec.num_slices]
-        workloads.append(workload)
-    return workloads, created
-
-
-def _kueue_workloads(observation: Observation, live: list[LiveJobSet]) -> list[Workload]:
-    """Kueue admits: a JobSet it has unsuspended is running where its pods are."""
-    workloads: list[Workload] = []
-    next_seq = 1 + max((int(j.state.get("seq", -1)) for j in live if j.state), default=-1)
-    for job in live:
-        if job.spec is None:
-            continue
-        previous = workload_from_state(job.spec, job.state) if job.state is not None else None
-        seq = previous.seq if previous is not None else next_seq
-        if previous is None:
-            next_seq += 1
-        replicas: list[str | None] = [None] * job.spec.num_slices
-        for pod in observation.pods_of(job.name):
-            if pod.node is None or pod.terminating or pod.finished or pod.replica is None:
-                continue
-            slice_name = observation.discovery.slice_of_node.get(pod.node)
-            if slice_name is not None and 0 <= pod.replica < len(replicas):
-                replicas[pod.replica] = slice_name
-        slices = tuple(s for s in replicas if s is not None)
-        if job.terminal is not None:
-            phase, slices = job.terminal, ()
-        elif job.suspended:
-            phase, slices = WorkloadPhase.QUEUED, ()
-        else:
-            phase = WorkloadPhase.RUNNING
-        base = previous or Workload(spec=job.spec, seq=seq, created_at=job.created)
-        workload = dataclasses.replace(
-            base,
-            phase=phase,
-            slices=slices,
-            stopping=frozenset(),
-            attempt=max(base.attempt, 1) if phase is WorkloadPhase.RUNNING else base.attempt,
-            restarts=job.restarts,
-        )
-        if job.terminal is not None:
-            workload = _terminal(workload, job)
+            workload = terminal_workload(workload, job)
+        replicas = replicas_of(job.state, job.spec.num_slices)
+        if replicas is None:
+            replicas = (list(workload.slices) + [None] * job.spec.num_slices)[: job.spec.num_slices]
         observation.replicas[job.name] = replicas
         workloads.append(workload)
-    return workloads
+    return workloads, created
 
 
 def _exclusive(workloads: list[Workload]) -> list[Workload]:
@@ -211,9 +198,11 @@ def _exclusive(workloads: list[Workload]) -> list[Workload]:
     return result
 
 
-def _snapshot(observation: Observation, workloads: list[Workload], created: list[WorkloadSpec]) -> tuple[Snapshot, list[ev.Event]]:
+def _snapshot(
+    observation: Observation, workloads: list[Workload], created: list[WorkloadSpec], signals: Signals
+) -> tuple[Snapshot, list[ev.Event]]:
     discovery = observation.discovery
-    held = {s for w in workloads if w.phase.holds_slices for s in w.slices}
+    holder = {s: w.name for w in workloads if w.phase.holds_slices for s in w.slices}
     known = {s.name for s in discovery.slices}
     slices = [Slice(s.name, s.device_type, s.nodes, ordinal) for ordinal, s in enumerate(discovery.slices)]
     nodes: list[Node] = []
@@ -221,32 +210,51 @@ def _snapshot(observation: Observation, workloads: list[Workload], created: list
     for item in discovery.slices:
         for name in item.nodes:
             node = discovery.nodes[name]
-            if item.name in held:
+            if item.name in holder:
                 nodes.append(Node(name, item.name, node.host, NodeState.READY))
-                if node.state is NodeState.FAILED:
-                    events.append(ev.NodeFailed(name))
-                elif node.state is NodeState.CORDONED:
-                    events.append(ev.NodeCordoned(name))
-            elif node.state is NodeState.READY:
+                why = _loss(node.state, node.reason, signals.lost.get(name))
+                if why is not None:
+                    kind, reason = why
+                    events.append(ev.NodeFailed(name) if kind is NodeState.FAILED else ev.NodeCordoned(name))
+                    _cause(observation, holder[item.name], f"node {name}: {reason}", node.since if kind is NodeState.FAILED else None)
+            elif node.state is NodeState.READY and item.name not in signals.blocked:
                 nodes.append(Node(name, item.name, node.host, NodeState.CORDONED))
                 events.append(ev.NodeRepaired(name))
             else:
-                nodes.append(Node(name, item.name, node.host, node.state))
+                nodes.append(Node(name, item.name, node.host, NodeState.CORDONED if node.state is NodeState.READY else node.state))
     # Slices a workload holds that no longer exist (node pool deleted): present them whole and
     # Ready, then removed, so the core moves the workload as after any loss.
     ordinal = len(slices)
     by_slice_type = {s: w.device_type for w in workloads if w.phase.holds_slices for s in w.slices}
-    for name in sorted(held - known):
+    for name in sorted(set(holder) - known):
         device = by_slice_type[name]
         hosts = get_device_type(device).hosts_per_slice
         members = tuple(f"{name}#gone-{host}" for host in range(hosts))
         slices.append(Slice(name, device, members, ordinal))
         nodes.extend(Node(member, name, host) for host, member in enumerate(members))
         events.append(ev.SliceRemoved(name))
+        _cause(observation, holder[name], f"slice {name} was removed from the cluster", None)
         ordinal += 1
     for workload in workloads:
-        if observation.managed_admission and workload.stopping and not observation.old_pods(workload.name):
+        if workload.stopping and not observation.old_pods(workload.name):
             events.extend(ev.WorkersStopped(workload.name, attempt) for attempt in sorted(workload.stopping))
+    events.extend(signals.exits)
     events.extend(ev.WorkloadCreated(spec) for spec in created)
     snapshot = Snapshot.build(observation.now, slices, nodes, workloads)
     return snapshot, events
+
+
+def _loss(state: NodeState, reason: str, signal: str | None) -> tuple[NodeState, str] | None:
+    """How a node of a held slice is lost this round, if it is: its live state first, then
+    what its pods say."""
+    if state is not NodeState.READY:
+        return state, reason or state.value.lower()
+    if signal is not None:
+        return NodeState.CORDONED, signal
+    return None
+
+
+def _cause(observation: Observation, workload: str, reason: str, since: float | None) -> None:
+    observation.causes.setdefault(workload, []).append(reason)
+    began = since if since is not None else observation.now
+    observation.loss_since[workload] = min(observation.loss_since.get(workload, began), began)

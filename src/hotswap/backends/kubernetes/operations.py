@@ -11,17 +11,16 @@ from hotswap.backends.kubernetes import labels
 
 
 @dataclasses.dataclass(frozen=True)
-class SetSuspend:
-    jobset: str
-    suspend: bool
-
-
-@dataclasses.dataclass(frozen=True)
-class SetAnnotations:
-    """Merge-patch JobSet annotations (a None value removes the key)."""
+class PatchJobSet:
+    """One merge patch of a JobSet: its suspension and annotations (a None value removes the
+    key), guarded by the resourceVersion the controller read, so a decision taken on a stale
+    read is refused (409) and taken again on fresh objects. Suspension and the state record of
+    why travel together."""
 
     jobset: str
-    annotations: dict[str, str | None]
+    suspend: bool | None = None  # None: leave as is
+    annotations: dict[str, str | None] = dataclasses.field(default_factory=dict)
+    resource_version: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +41,8 @@ class ForceDeletePod:
 
 @dataclasses.dataclass(frozen=True)
 class PlacePod:
-    """Pin a gated pod to a slice (nodeSelector entries added), annotate it, lift the gate."""
+    """Release a gated pod: pin it to a slice (nodeSelector entries added; none under Kueue),
+    annotate it (slice, attempt, restart count, membership), lift the gate."""
 
     pod: str
     node_selector: dict[str, str]
@@ -57,6 +57,15 @@ class AnnotatePod:
 
 
 @dataclasses.dataclass(frozen=True)
+class DeactivateKueueWorkload:
+    """Stop a Kueue-admitted workload for good (``spec.active: false``): Kueue evicts it and
+    suspends its JobSet, and does not requeue it."""
+
+    jobset: str
+    workload: str
+
+
+@dataclasses.dataclass(frozen=True)
 class RecordEvent:
     """A Kubernetes Event on the JobSet (what `kubectl describe jobset` shows)."""
 
@@ -66,11 +75,11 @@ class RecordEvent:
     warning: bool = False
 
 
-Operation = SetSuspend | SetAnnotations | RecreateJobs | ForceDeletePod | PlacePod | AnnotatePod | RecordEvent
+Operation = PatchJobSet | RecreateJobs | ForceDeletePod | PlacePod | AnnotatePod | DeactivateKueueWorkload | RecordEvent
 
 # Side effects before the record of them: a controller that dies in between finds the old
 # record and repeats the decision, rather than a record of a move that never happened.
-_ORDER = {RecreateJobs: 0, SetSuspend: 1, ForceDeletePod: 2, SetAnnotations: 3, RecordEvent: 4, PlacePod: 5, AnnotatePod: 6}
+_ORDER = {RecreateJobs: 0, ForceDeletePod: 1, DeactivateKueueWorkload: 2, PatchJobSet: 3, RecordEvent: 4, PlacePod: 5, AnnotatePod: 6}
 
 
 def in_order(operations: Iterable[Operation]) -> list[Operation]:
@@ -83,7 +92,7 @@ def decisions_summary(operations: Iterable[Operation]) -> list[str]:
     other operations do, and are not logged."""
     lines = []
     for op in operations:
-        if isinstance(op, SetSuspend):
+        if isinstance(op, PatchJobSet) and op.suspend is not None:
             lines.append(f"{'suspend' if op.suspend else 'resume'} jobset/{op.jobset}")
         elif isinstance(op, RecreateJobs):
             which = "all jobs" if op.replicas is None else f"jobs of replicas {list(op.replicas)}"
@@ -91,7 +100,10 @@ def decisions_summary(operations: Iterable[Operation]) -> list[str]:
         elif isinstance(op, ForceDeletePod):
             lines.append(f"force-delete pod/{op.pod} (its node is gone)")
         elif isinstance(op, PlacePod):
-            lines.append(f"place pod/{op.pod} on {op.annotations.get(labels.SLICE_ANNOTATION)}")
+            where = op.annotations.get(labels.SLICE_ANNOTATION)
+            lines.append(f"release pod/{op.pod}" + (f" on {where}" if where else ""))
+        elif isinstance(op, DeactivateKueueWorkload):
+            lines.append(f"deactivate Kueue workload {op.workload} of jobset/{op.jobset}")
         elif isinstance(op, RecordEvent):
             lines.append(f"{op.reason} jobset/{op.jobset}: {op.message}")
     return lines

@@ -1,20 +1,22 @@
 """From the core's decision to operations on the live objects (pure; :mod:`.operations`).
 
-How actions become operations: admission and resumption unsuspend the JobSet; preemption and
-requeueing suspend it (JobSet stops its pods gracefully, the JobSet stays queued); a restart
-deletes its child Jobs so that JobSet recreates them at once, and force-deletes pods stuck on
-machines that are gone. New pods carry a scheduling gate; the controller pins each one to the
-slice the core chose for its replica and lifts the gate, and only while the workload is
-RUNNING, which is how BlockingRecreate's "old workers gone first" holds.
+How actions become operations: admission and resumption unsuspend the JobSet; preemption,
+requeueing and failure suspend it (JobSet stops its pods gracefully, the JobSet stays); a
+restart deletes its child Jobs so that JobSet recreates them at once, and force-deletes pods
+stuck on machines that are gone. New pods carry a scheduling gate; the controller releases each
+one (pinned to the slice the core chose for its replica, with the annotations its worker's
+environment reads), and only while the workload is RUNNING, which is how BlockingRecreate's
+"old workers gone first" holds. A pod that replaces a failed worker of the running attempt
+stays behind its gate: the exit is judged first (:mod:`.pod_signals`).
 
 Some operations are edge-triggered, one per action (:class:`Enactment`: events, recreating
 Jobs); the others are level-triggered, written whenever the live objects differ from the
-decision (suspension, the state annotation, pod placement and membership), so a reconcile that
-was cut short is completed by the next one.
+decision (suspension, the state annotation, pod release and membership), so a reconcile that
+was cut short is completed by the next one, and one with nothing to change writes nothing.
 
-With Kueue, Kueue admits and kube-scheduler preempts (JobSet's priority-aware exclusive
-placement frees the lower-priority slices): the controller then neither suspends nor places,
-and reports only what it did itself.
+With Kueue, only Kueue suspends and unsuspends: what the core preempts or requeues is
+restarted in place (its pods wait behind the gate), and a failed workload is stopped by
+deactivating its Kueue Workload (:mod:`.kueue_mode`).
 """
 
 from __future__ import annotations
@@ -31,16 +33,16 @@ from hotswap.backends.kubernetes.live_objects import LiveJobSet
 from hotswap.backends.kubernetes.observation import Observation
 from hotswap.backends.kubernetes.operations import (
     AnnotatePod,
+    DeactivateKueueWorkload,
     ForceDeletePod,
     Operation,
+    PatchJobSet,
     PlacePod,
     RecordEvent,
     RecreateJobs,
-    SetAnnotations,
-    SetSuspend,
     in_order,
 )
-from hotswap.backends.kubernetes.state_annotation import encode_state, state_of
+from hotswap.backends.kubernetes.state_annotation import Released, encode_state, released_of, state_of
 from hotswap.core import actions as act
 from hotswap.core.model import Workload
 from hotswap.core.scheduler import Decision
@@ -52,9 +54,6 @@ def plan(observation: Observation, decision: Decision) -> list[Operation]:
     by_workload: dict[str, list[act.Action]] = {}
     for action in decision.actions:
         by_workload.setdefault(action.workload, []).append(action)
-    managed = observation.managed_admission
-    discovery = observation.discovery
-    pins = {s.name: s.pin for s in discovery.slices}
     for name, job in observation.jobsets.items():
         if job.spec is None:
             continue
@@ -62,49 +61,123 @@ def plan(observation: Observation, decision: Decision) -> list[Operation]:
         enactment = Enactment(observation, job)
         for action in actions:
             operations.extend(act.dispatch(action, enactment))
-        workload = decision.snapshot.workloads.get(name)
+        if actions:
+            operations.extend(RecordEvent(name, "SliceLost", cause, warning=True) for cause in observation.causes.get(name, []))
+        workload = _record(observation, decision, name)
+        patch = _jobset_patch(observation, job, workload, actions, enactment.annotations)
+        if patch is not None:
+            operations.append(patch)
         if workload is None:
             continue
-        replicas = replicas_after(actions, observation.replicas.get(name, []), job.spec.num_slices)
-        state = state_of(workload, replicas, job.state, observation.now)
-        if state != job.state:
-            operations.append(SetAnnotations(name, {labels.STATE_ANNOTATION: encode_state(state)}))
-        # Pods left on machines that are gone, by a workload that no longer holds that slice.
-        held = set(workload.slices) if workload.phase.holds_slices else set()
-        for pod in observation.pods_of(name):
-            if pod.node is None or pod.finished:
-                continue
-            node = discovery.nodes.get(pod.node)
-            if node is not None and node.state is NodeState.FAILED and node.slice not in held:
-                operations.append(ForceDeletePod(pod.name))
-        if not managed or job.terminal is not None:
+        operations.extend(_stuck_pods(observation, name, workload))
+        if job.terminal is not None:
             continue
-        want_suspended = not workload.phase.holds_slices
-        if want_suspended != job.suspended:
-            operations.append(SetSuspend(name, want_suspended))
-        if workload.phase is not WorkloadPhase.RUNNING:
-            continue
-        hosts = get_device_type(job.spec.device_type).hosts_per_slice
-        membership = elastic_membership(name, workload, replicas, hosts).to_json() if job.spec.elastic else None
-        recreated = {i for a in actions if isinstance(a, act.ScaleDown) for i, s in enumerate(observation.replicas.get(name, [])) if s in a.removed}
-        restarted = any(isinstance(a, act.Restart) for a in actions)
-        for pod in observation.pods_of(name):
-            if pod.terminating or pod.finished or pod.replica is None or pod.replica >= len(replicas):
-                continue
-            current = pod.owner_uid is None or pod.owner_uid in observation.job_uids
-            if not current or restarted or pod.replica in recreated:
-                continue  # about to be replaced
-            slice_name = replicas[pod.replica]
-            if pod.gated and slice_name is not None:
-                selector = {k: v for k, v in pins[slice_name].items() if k not in pod.node_selector} if slice_name in pins else {}
-                annotations = {labels.SLICE_ANNOTATION: slice_name}
-                if membership is not None:
-                    annotations[labels.MEMBERSHIP_ANNOTATION] = membership
-                gates = tuple(g for g in pod.gates if g != labels.PLACEMENT_GATE)
-                operations.append(PlacePod(pod.name, selector, annotations, gates))
-            elif membership is not None and not pod.gated and pod.annotations.get(labels.MEMBERSHIP_ANNOTATION) != membership:
-                operations.append(AnnotatePod(pod.name, {labels.MEMBERSHIP_ANNOTATION: membership}))
+        view = observation.kueue.get(name)
+        if not observation.managed_admission and workload.phase is WorkloadPhase.FAILED and not job.suspended and view and view.active:
+            operations.append(DeactivateKueueWorkload(name, view.name))
+        if workload.phase is WorkloadPhase.RUNNING:
+            replicas = replicas_after(actions, observation.replicas.get(name, []), job.spec.num_slices)
+            operations.extend(_release(observation, job, workload, replicas, actions))
     return in_order(operations)
+
+
+def _record(observation: Observation, decision: Decision, name: str) -> Workload | None:
+    """What the state annotation must say about a workload after this round."""
+    return decision.snapshot.workloads.get(name) or observation.outside.get(name)
+
+
+def _jobset_patch(
+    observation: Observation, job: LiveJobSet, workload: Workload | None, actions: list[act.Action], annotations: dict[str, str | None]
+) -> PatchJobSet | None:
+    """The state record and (without Kueue) the suspension, level-triggered, in one patch."""
+    assert job.spec is not None
+    annotations = dict(annotations)
+    suspend = None
+    if workload is not None:
+        replicas = replicas_after(actions, observation.replicas.get(job.name, []), job.spec.num_slices)
+        state = state_of(workload, replicas, job.state, observation.now, _released(observation, job, workload, actions))
+        if state != job.state:
+            annotations[labels.STATE_ANNOTATION] = encode_state(state)
+        want_suspended = not workload.phase.holds_slices
+        if observation.managed_admission and job.terminal is None and want_suspended != job.suspended:
+            suspend = want_suspended
+    if not annotations and suspend is None:
+        return None
+    return PatchJobSet(job.name, suspend, annotations, job.resource_version)
+
+
+def _released(observation: Observation, job: LiveJobSet, workload: Workload, actions: list[act.Action]) -> Released:
+    """The workers of the running attempt whose pods were released, by current Job: the
+    record's, and those seen released (the round after the release, so that the record never
+    claims one that did not happen)."""
+    if workload.phase is not WorkloadPhase.RUNNING or any(isinstance(a, (act.Restart, act.Requeue)) for a in actions):
+        return {}
+    recreated = {i for a in actions if isinstance(a, act.ScaleDown) for i, s in enumerate(observation.replicas.get(job.name, [])) if s in a.removed}
+    pods = observation.pods_of(job.name)
+    dropped = {p.owner_uid for p in pods if p.replica in recreated}
+    released = {uid: set(hosts) for uid, hosts in released_of(job.state).items() if uid in observation.job_uids and uid not in dropped}
+    for pod in pods:
+        if pod.attempt == workload.attempt and pod.owner_uid in observation.job_uids and pod.owner_uid not in dropped and pod.host is not None:
+            released.setdefault(pod.owner_uid, set()).add(pod.host)
+    return {uid: frozenset(hosts) for uid, hosts in released.items()}
+
+
+def _stuck_pods(observation: Observation, name: str, workload: Workload) -> list[Operation]:
+    """Pods left on machines that are gone, by a workload that no longer holds that slice."""
+    held = set(workload.slices) if workload.phase.holds_slices else set()
+    operations: list[Operation] = []
+    for pod in observation.pods_of(name):
+        if pod.node is None or pod.finished:
+            continue
+        node = observation.discovery.nodes.get(pod.node)
+        if node is not None and node.state is NodeState.FAILED and node.slice not in held:
+            operations.append(ForceDeletePod(pod.name))
+    return operations
+
+
+def _release(
+    observation: Observation, job: LiveJobSet, workload: Workload, replicas: list[str | None], actions: list[act.Action]
+) -> list[Operation]:
+    """Release the gated pods of a RUNNING workload's current Jobs, and keep the elastic
+    membership of its running pods current."""
+    assert job.spec is not None
+    name = job.name
+    hosts = get_device_type(job.spec.device_type).hosts_per_slice
+    membership = elastic_membership(name, workload, replicas, hosts).to_json() if job.spec.elastic else None
+    recreated = {i for a in actions if isinstance(a, act.ScaleDown) for i, s in enumerate(observation.replicas.get(name, [])) if s in a.removed}
+    if any(isinstance(a, (act.Restart, act.Requeue)) for a in actions):
+        return []  # its Jobs are being replaced
+    failed = {
+        (p.owner_uid, p.replica, p.host) for p in observation.pods_of(name)
+        if p.finished and p.attempt == workload.attempt and p.exit_code != 0
+    }
+    restart_count = str(workload.attempt - 1 + job.restarts_total)
+    operations: list[Operation] = []
+    for pod in observation.pods_of(name):
+        if pod.terminating or pod.finished or pod.replica is None or pod.replica >= len(replicas):
+            continue
+        if pod.owner_uid is None or pod.owner_uid not in observation.job_uids or pod.replica in recreated:
+            continue  # about to be replaced
+        slice_name = replicas[pod.replica]
+        if pod.gated:
+            if slice_name is None:
+                continue  # a parked replica (elastic, scaled down)
+            if (pod.owner_uid, pod.replica, pod.host) in failed:
+                continue  # replaces a failed worker of this attempt: its exit is judged first
+            annotations = {
+                labels.ATTEMPT_ANNOTATION: str(workload.attempt),
+                labels.RESTART_COUNT_ANNOTATION: restart_count,
+                labels.SLICE_ANNOTATION: slice_name,
+            }
+            found = observation.discovery.slice(slice_name)
+            selector = {k: v for k, v in (found.pin if found else {}).items() if k not in pod.node_selector}
+            if membership is not None:
+                annotations[labels.MEMBERSHIP_ANNOTATION] = membership
+            gates = tuple(g for g in pod.gates if g != labels.PLACEMENT_GATE)
+            operations.append(PlacePod(pod.name, selector, annotations, gates))
+        elif membership is not None and pod.annotations.get(labels.MEMBERSHIP_ANNOTATION) != membership:
+            operations.append(AnnotatePod(pod.name, {labels.MEMBERSHIP_ANNOTATION: membership}))
+    return operations
 
 
 def elastic_membership(name: str, workload: Workload, replicas: Sequence[str | None], hosts: int) -> Membership:
@@ -181,45 +254,42 @@ def replicas_after(actions: Sequence[act.Action], replicas: list[str | None], nu
 
 
 class Enactment:
-    """Edge-triggered operations of one action of one JobSet (suspension and pod placement are
-    level-triggered in :func:`plan`): an :class:`~hotswap.core.actions.ActionHandler`."""
+    """Edge-triggered operations of one action of one JobSet (suspension and pod release are
+    level-triggered in :func:`plan`): an :class:`~hotswap.core.actions.ActionHandler`. A
+    rejection's annotation is collected in :attr:`annotations` for the JobSet's one patch."""
 
     def __init__(self, observation: Observation, job: LiveJobSet) -> None:
         self.observation = observation
         self.name = job.name
+        self.annotations: dict[str, str | None] = {}
 
-    def _if_hotswap_admits(self, operations: list[Operation]) -> list[Operation]:
-        """Admission and preemption are Kueue's and kube-scheduler's under Kueue: nothing of
-        ours to do or report."""
-        return operations if self.observation.managed_admission else []
+    def _stop(self) -> list[Operation]:
+        """Stopping a workload that keeps its JobSet: suspension does it (level-triggered), except
+        under Kueue, which keeps an admitted JobSet running: its Jobs are recreated and the new
+        pods wait behind the gate until the core places it again."""
+        return [] if self.observation.managed_admission else [RecreateJobs(self.name)]
 
     def on_reject(self, action: act.Reject) -> list[Operation]:
-        return [
-            SetAnnotations(self.name, {labels.REJECTED_ANNOTATION: action.reason}),
-            RecordEvent(self.name, "Rejected", action.reason, warning=True),
-        ]
+        self.annotations[labels.REJECTED_ANNOTATION] = action.reason
+        return [RecordEvent(self.name, "Rejected", action.reason, warning=True)]
 
     def on_admit(self, action: act.Admit) -> list[Operation]:
-        return self._if_hotswap_admits([RecordEvent(self.name, "Admitted", f"admitted onto {', '.join(action.slices)}")])
+        return [RecordEvent(self.name, "Admitted", f"admitted onto {', '.join(action.slices)}")]
 
     def on_preempt(self, action: act.Preempt) -> list[Operation]:
-        return self._if_hotswap_admits([RecordEvent(self.name, "Preempted", action.reason, warning=True)])
+        return [*self._stop(), RecordEvent(self.name, "Preempted", action.reason, warning=True)]
 
     def on_scale_up(self, action: act.ScaleUp) -> list[Operation]:
-        return self._if_hotswap_admits([RecordEvent(self.name, "ScaledUp", f"grew onto {', '.join(action.added)}")])
+        return [RecordEvent(self.name, "ScaledUp", f"grew onto {', '.join(action.added)}")]
 
     def on_start_workers(self, action: act.StartWorkers) -> list[Operation]:
-        return []  # the workers start when their pods are placed (level-triggered)
+        return []  # the workers start when their pods are released (level-triggered)
 
     def on_requeue(self, action: act.Requeue) -> list[Operation]:
-        operations: list[Operation] = [RecordEvent(self.name, "Requeued", action.reason, warning=True)]
-        if not self.observation.managed_admission:
-            operations.insert(0, RecreateJobs(self.name))  # Kueue keeps it admitted: restart it in place
-        return operations
+        return [*self._stop(), RecordEvent(self.name, "Requeued", action.reason, warning=True)]
 
     def on_restart(self, action: act.Restart) -> list[Operation]:
-        where = ", ".join(action.slices)
-        return [RecreateJobs(self.name), RecordEvent(self.name, "Restarted", f"{action.reason}; restarting on {where}")]
+        return [RecreateJobs(self.name), RecordEvent(self.name, "Restarted", f"{action.reason}; restarting on {', '.join(action.slices)}")]
 
     def on_scale_down(self, action: act.ScaleDown) -> list[Operation]:
         previous = self.observation.replicas.get(self.name, [])

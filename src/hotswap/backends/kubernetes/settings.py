@@ -35,6 +35,9 @@ class KubeSettings:
     topology_label: str = labels.TPU_TOPOLOGY_LABEL
     gpu_accelerator_label: str = labels.GPU_ACCELERATOR_LABEL
     checkpoint_volume: str | None = None  # default for workloads: pvc:<claim> or gcsfuse:<bucket>
+    # Node condition types that mark a node Failed while True: what a node health checker (a node
+    # problem detector with GPU checks, say) reports, e.g. ("GcmXidErrorsProblem",).
+    failure_conditions: tuple[str, ...] = ()
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> KubeSettings:
@@ -45,6 +48,11 @@ class KubeSettings:
             flags = ", ".join("--" + key.replace("_", "-") for key in unknown)
             raise InvalidInputError(f"{flags}: not an option of --backend kubernetes")
         values = {key: value for key, value in options.items() if value is not None}
+        conditions = values.get("failure_conditions")
+        if isinstance(conditions, str):
+            values["failure_conditions"] = tuple(c.strip() for c in conditions.split(",") if c.strip())
+        elif conditions is not None:
+            values["failure_conditions"] = tuple(conditions)
         settings = cls(**values)
         settings.validate()
         return settings
@@ -65,6 +73,11 @@ class KubeSettings:
                 raise InvalidInputError(f"{flag} {value!r} is not a valid label key (e.g. cloud.google.com/gke-nodepool)")
         if self.checkpoint_volume is not None:
             parse_checkpoint_volume(self.checkpoint_volume)
+        for condition in self.failure_conditions:
+            if not _LABEL_KEY.fullmatch(condition):
+                raise InvalidInputError(f"--failure-conditions: {condition!r} is not a valid node condition type")
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        values = dataclasses.asdict(self)
+        values["failure_conditions"] = list(self.failure_conditions)
+        return values

@@ -4,8 +4,11 @@ controller stays stateless. The controller writes it; every reconcile, and a new
 it back.
 
 The record is the store's JSON of the core's :class:`~hotswap.core.model.Workload` without its
-spec (the spec has its own annotation), plus three keys of the Kubernetes backend: the replica
-map and the seconds spent in each phase (for ``describe``'s goodput).
+spec (the spec has its own annotation), plus keys of the Kubernetes backend: the replica map,
+the seconds spent in each phase (for ``describe``'s goodput), and the workers whose pods the
+controller has released for the current attempt, by child Job and completion index (``{"<job
+uid>": "0-3"}``): a gated pod for one of those replaces a worker that is gone, even if its pod
+vanished while no controller was looking.
 """
 
 from __future__ import annotations
@@ -20,11 +23,15 @@ from hotswap.api.spec import WorkloadSpec
 from hotswap.core.model import Workload
 from hotswap.store.codec import workload_from_json, workload_to_dict
 
-_EXTRA_STATE = ("replicas", "phase_seconds", "phase_since")
+_EXTRA_STATE = ("replicas", "phase_seconds", "phase_since", "released_jobs")
+
+
+Released = dict[str, frozenset[int]]  # child Job uid -> completion indexes released
 
 
 def state_of(
-    workload: Workload, replicas: Sequence[str | None], previous: dict[str, Any] | None, now: float
+    workload: Workload, replicas: Sequence[str | None], previous: dict[str, Any] | None, now: float,
+    released: Released | None = None,
 ) -> dict[str, Any]:
     """What the state annotation holds: the core's record without the spec, the replica map,
     and the seconds spent in each phase so far (closed at every phase change, so the annotation
@@ -32,9 +39,14 @@ def state_of(
     record = workload_to_dict(workload)
     del record["spec"]
     record["replicas"] = list(replicas)
-    ledger = dict((previous or {}).get("phase_seconds") or {})
-    since = (previous or {}).get("phase_since", now)
-    old_phase = (previous or {}).get("phase")
+    if released:
+        record["released_jobs"] = {uid: _ranges(sorted(hosts)) for uid, hosts in sorted(released.items()) if hosts}
+    previous = previous or {}
+    ledger = previous.get("phase_seconds")
+    ledger = {k: float(v) for k, v in ledger.items() if isinstance(v, (int, float))} if isinstance(ledger, dict) else {}
+    since = previous.get("phase_since")
+    since = float(since) if isinstance(since, (int, float)) else now
+    old_phase = previous.get("phase")
     if old_phase is not None and old_phase != record["phase"]:
         ledger[old_phase] = ledger.get(old_phase, 0.0) + max(0.0, now - since)
         since = now
@@ -59,9 +71,50 @@ def encode_state(state: dict[str, Any]) -> str:
     return json.dumps(state, sort_keys=True)
 
 
-def decode_state(text: str) -> Any:
-    """The annotation's JSON, or None when it is not JSON."""
+def decode_state(text: str) -> dict[str, Any] | None:
+    """The annotation's record, or None when it is not a JSON object (anyone can edit an
+    annotation: ``[]``, ``"x"`` or ``null`` must read as "no record", never crash a reconcile)."""
     try:
-        return json.loads(text)
+        record = json.loads(text)
     except ValueError:
         return None
+    return record if isinstance(record, dict) else None
+
+
+def released_of(state: dict[str, Any] | None) -> Released:
+    """The workers the record says were released: child Job uid -> completion indexes."""
+    jobs = (state or {}).get("released_jobs")
+    if not isinstance(jobs, dict):
+        return {}
+    return {uid: _indexes(text) for uid, text in jobs.items() if isinstance(uid, str) and isinstance(text, str)}
+
+
+def _ranges(indexes: list[int]) -> str:
+    """``[0, 1, 2, 5]`` as ``0-2,5`` (as a Job's ``completedIndexes``)."""
+    parts: list[list[int]] = []
+    for index in indexes:
+        if parts and parts[-1][1] == index - 1:
+            parts[-1][1] = index
+        else:
+            parts.append([index, index])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in parts)
+
+
+def _indexes(text: str) -> frozenset[int]:
+    found: set[int] = set()
+    for part in filter(None, text.split(",")):
+        low, _, high = part.partition("-")
+        try:
+            found.update(range(int(low), int(high or low) + 1))
+        except ValueError:
+            return frozenset()
+    return frozenset(found)
+
+
+def replicas_of(state: dict[str, Any] | None, num_slices: int) -> list[str | None] | None:
+    """The replica map of a record (slice of each replica index), or None when it has none or
+    a malformed one."""
+    replicas = (state or {}).get("replicas")
+    if not isinstance(replicas, list) or not all(r is None or isinstance(r, str) for r in replicas):
+        return None
+    return (list(replicas) + [None] * num_slices)[:num_slices]

@@ -7,29 +7,14 @@ from typing import Any
 
 from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes.discovery import Discovery
+from hotswap.backends.kubernetes.kueue_mode import kueue_views
 from hotswap.backends.kubernetes.live_objects import LiveJobSet, LivePod, read_jobset
 from hotswap.backends.views import FINISHED, iso
 
 
 def kueue_status(workloads: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
     """JobSet name -> (status, message) from Kueue's Workload objects (owned by the JobSet)."""
-    found: dict[str, tuple[str, str]] = {}
-    for item in workloads:
-        owners = (item.get("metadata") or {}).get("ownerReferences") or []
-        owner = next((o.get("name") for o in owners if o.get("kind") == "JobSet"), None)
-        if owner is None:
-            continue
-        conditions = {c.get("type"): c for c in (item.get("status") or {}).get("conditions") or []}
-        for kind, status in (("Finished", None), ("Evicted", "QUEUED"), ("Admitted", "RUNNING"), ("QuotaReserved", "QUEUED")):
-            condition = conditions.get(kind)
-            if condition and condition.get("status") == "True" and status is not None:
-                found[owner] = (status, f"Kueue: {condition.get('message') or kind}")
-                break
-        else:
-            pending = next((c for c in conditions.values() if c.get("status") == "False"), None)
-            message = pending.get("message") if pending else "waiting for Kueue to admit it"
-            found.setdefault(owner, ("QUEUED", f"Kueue: {message}"))
-    return found
+    return {name: (view.status, view.message) for name, view in kueue_views(workloads).items()}
 
 
 def workload_view(obj: dict[str, Any], kueue: dict[str, tuple[str, str]] | None = None) -> dict[str, Any]:
@@ -53,12 +38,17 @@ def view_of(job: LiveJobSet, kueue: dict[str, tuple[str, str]]) -> dict[str, Any
         "num_slices": spec.num_slices if spec else None,
         "min_slices": spec.min_slices if spec else None,
         "device_type": spec.device_type if spec else None,
-        "restarts": job.restarts,
-        "preemptions": int(state.get("preemptions") or 0),
-        "disruptions": int(state.get("disruptions") or 0),
-        "attempt": int(state.get("attempt") or 0),
+        # Restarts charged to --max-restarts: the controller's (restart codes) and JobSet's own.
+        "restarts": _count(state.get("restarts")) + job.restarts,
+        "preemptions": _count(state.get("preemptions")),
+        "disruptions": _count(state.get("disruptions")),
+        "attempt": _count(state.get("attempt")),
         "command": spec.command if spec else None,
     }
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and value >= 0 else 0
 
 
 def _status(job: LiveJobSet, kueue: dict[str, tuple[str, str]]) -> tuple[str, str, float | None]:
@@ -70,6 +60,8 @@ def _status(job: LiveJobSet, kueue: dict[str, tuple[str, str]]) -> tuple[str, st
         return "FAILED", f"not a hotswap workload (no readable {labels.SPEC_ANNOTATION} annotation)", None
     if job.rejected is not None:
         return "FAILED", f"rejected: {job.rejected}", None
+    if state.get("phase") == "FAILED":  # failed by hotswap's judgement of a worker's exit
+        return "FAILED", str(state.get("status_message", "")), state.get("status_time") or None
     if job.name in kueue:
         status, message = kueue[job.name]
         return status, message, state.get("status_time") or None
@@ -83,10 +75,11 @@ def goodput_view(job: LiveJobSet, now: float) -> dict[str, Any]:
     backend's (startup and checkpoint time count as running: the workers' own goodput events
     stay in their pods)."""
     state = job.state or {}
-    seconds = dict(state.get("phase_seconds") or {})
-    phase = state.get("phase")
-    if phase is not None:
-        seconds[phase] = seconds.get(phase, 0.0) + max(0.0, now - float(state.get("phase_since") or now))
+    recorded = state.get("phase_seconds")
+    seconds = {k: float(v) for k, v in recorded.items() if isinstance(v, (int, float))} if isinstance(recorded, dict) else {}
+    phase, since = state.get("phase"), state.get("phase_since")
+    if isinstance(phase, str):
+        seconds[phase] = seconds.get(phase, 0.0) + max(0.0, now - (float(since) if isinstance(since, (int, float)) else now))
     wall = sum(seconds.values())
     share = {key: (value / wall if wall else 0.0) for key, value in seconds.items()}
     return {

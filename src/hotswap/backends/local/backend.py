@@ -26,11 +26,14 @@ class LocalBackend:
     ) -> dict[str, Any]:
         options = dict(options)
         warm_workers = options.pop("warm_workers", None)
+        gpus = options.pop("gpus", None)
         if options:
             raise InvalidInputError(f"{', '.join('--' + k.replace('_', '-') for k in options)}: only for --backend kubernetes")
-        if device_type is None or num_slices is None:
-            raise InvalidInputError("a local cluster needs --device-type and --num-slices")
-        return operations.create_cluster(cluster, device_type, num_slices, force, confirm, warm_workers=warm_workers)
+        if device_type is None or (num_slices is None and gpus is None):
+            raise InvalidInputError("a local cluster needs --device-type and --num-slices (or --gpus)")
+        return operations.create_cluster(
+            cluster, device_type, num_slices, force, confirm, warm_workers=warm_workers, gpus=gpus
+        )
 
     def delete_cluster(self, cluster: str) -> None:
         operations.delete_cluster(cluster)

@@ -11,12 +11,14 @@ commits both before any process is signalled or started (see ``workers.py``).
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from hotswap.api import worker as contract
 from hotswap.backends.local import launch as files
-from hotswap.backends.local.supervisor import WorkerLaunch
+from hotswap.backends.local.gpus import Backing
+from hotswap.backends.local.supervisor import LocalProcess, WorkerLaunch
 from hotswap.core import actions as act
 from hotswap.core.model import Snapshot, Workload
 from hotswap.store.paths import ClusterPaths, new_dirs_private
@@ -96,11 +98,13 @@ class _Planner:
 
 
 class Launcher:
-    """The launches of a plan's starts, built in the round's open transaction."""
+    """The launches of a plan's starts, built in the round's open transaction. On a GPU-backed
+    cluster (``backing``) each host's worker sees only its GPUs and runs a process per GPU."""
 
-    def __init__(self, store: Store, paths: ClusterPaths) -> None:
+    def __init__(self, store: Store, paths: ClusterPaths, backing: Callable[[], Backing | None] = lambda: None) -> None:
         self.store = store
         self.paths = paths
+        self.backing = backing
 
     def launches(self, workload: Workload, plan: WorkerPlan, snapshot: Snapshot) -> list[WorkerLaunch]:
         if plan.generation is not None:
@@ -109,14 +113,17 @@ class Launcher:
             return []
         _, port = self.store.membership(workload.name)
         launch = self.store.launch(workload.name)
-        new_dirs_private(Path(launch["checkpoint_dir"]))  # training state is the owner's alone
+        self._checkpoint_dir(workload, Path(launch["checkpoint_dir"]))
         directory = self.paths.workload_dir(workload.name, workload.seq)
         elastic = workload.spec.min_slices is not None
+        backing = self.backing()
         launches = []
         for slice_ in plan.start:
             replica = contract.replica_index(plan.slices, slice_)
             nodes = snapshot.slices[slice_].nodes
             for host, node in enumerate(nodes):
+                gpus = tuple(g.index for g in backing.host_gpus(slice_, host)) if backing else ()
+                log = files.log_path(directory, replica, host)
                 env = files.worker_environment(
                     base=launch["environ"],
                     user=launch["user_env"],
@@ -133,19 +140,35 @@ class Launcher:
                     events_file=None,  # one per worker process, set with its row
                     grace_s=workload.spec.termination_grace_period_s,
                     membership_file=files.membership_path(directory) if elastic else None,
+                    gpus=gpus,
                 )
                 identity = WorkerIdentity(workload.name, workload.seq, plan.attempt, slice_, replica, host, node)
+                others = tuple(
+                    LocalProcess(files.local_process_environment(env, rank), files.local_log_path(log, rank))
+                    for rank in range(1, len(gpus))
+                )
                 launches.append(
                     WorkerLaunch(
                         identity,
                         dir=directory / "workers",  # one per worker process, set with its row
-                        log=files.log_path(directory, replica, host),
+                        log=log,
                         command=workload.spec.command,
                         cwd=launch["cwd"],
                         env=env,
+                        local=others,
                     )
                 )
         return launches
+
+    def _checkpoint_dir(self, workload: Workload, path: Path) -> None:
+        """Create the checkpoint directory, owner-only (training state is the owner's alone).
+        ``workload create`` checked that it can be; one that broke since must not stop the
+        cluster's decisions: the workers start (their checkpoints fail) and the timeline says why."""
+        try:
+            new_dirs_private(path)
+        except OSError as error:
+            message = f"cannot create the checkpoint directory {path}: {error.strerror or error}"
+            self.store.record_event(time.time(), "warning", message, workload.name, workload.seq)
 
     def _publish(self, workload: Workload, slices: tuple[str, ...], snapshot: Snapshot) -> None:
         """A new membership generation with its own rendezvous port (the file: elastic workloads)."""
@@ -155,7 +178,9 @@ class Launcher:
         self.store.set_membership(workload.name, generation, port)
         if workload.spec.min_slices is not None:
             hosts = len(snapshot.slices[slices[0]].nodes) if slices else 1
+            backing = self.backing()
+            per_host = backing.per_host if backing else 1
             files.publish_membership(
                 self.paths.workload_dir(workload.name, workload.seq),
-                contract.Membership(generation, tuple(slices), hosts, files.MASTER_ADDR, port),
+                contract.Membership(generation, tuple(slices), hosts, files.MASTER_ADDR, port, per_host),
             )

@@ -14,9 +14,9 @@ from typing import Any
 
 from hotswap.api import worker as contract
 from hotswap.api.worker import Membership
+from hotswap.store.paths import new_dirs_private, open_private
 
 MASTER_ADDR = contract.DEFAULT_MASTER_ADDR  # every worker of a local cluster is on this machine
-PROCESSES_PER_HOST = 1  # one worker process per emulated host: LOCAL_RANK is always 0
 
 
 def free_port() -> int:
@@ -42,6 +42,17 @@ def events_path(workload_dir: Path, attempt: int, replica: int, host: int, worke
     return workload_dir / "events" / f"{attempt}-{replica}-{host}-{worker_id}.jsonl"
 
 
+def local_events_path(events: Path, local_rank: int) -> Path:
+    """The events file of local process ``local_rank`` of a worker whose events file is
+    ``events`` (local rank 0's is the worker's own, which goodput reads as rank 0's)."""
+    return events if local_rank == 0 else events.with_name(f"{events.name}.local{local_rank}")
+
+
+def local_log_path(log: Path, local_rank: int) -> Path:
+    """The log of local process ``local_rank``: local rank 0 writes the host's own log."""
+    return log if local_rank == 0 else log.with_name(f"{log.stem}.local{local_rank}{log.suffix}")
+
+
 def membership_path(workload_dir: Path) -> Path:
     return workload_dir / "membership.json"
 
@@ -49,9 +60,9 @@ def membership_path(workload_dir: Path) -> Path:
 def publish_membership(workload_dir: Path, membership: Membership) -> Path:
     """Replace the membership file atomically (workers may read it at any moment)."""
     target = membership_path(workload_dir)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    new_dirs_private(target.parent)
     temporary = target.with_suffix(".tmp")
-    with open(temporary, "w") as handle:
+    with os.fdopen(open_private(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as handle:
         handle.write(membership.to_json())
         handle.flush()
         os.fsync(handle.fileno())
@@ -76,16 +87,22 @@ def worker_environment(
     events_file: Path | None,
     grace_s: float,
     membership_file: Path | None,
+    gpus: tuple[int, ...] = (),
 ) -> dict[str, str]:
-    """The full environment of one worker: the creator's, the user's, then the contract's (the
-    indices, and RANK and HOTSWAP_ATTEMPT computed from them by the contract's formulas)."""
+    """The full environment of one worker (its local rank 0): the creator's, the user's, then
+    the contract's (the indices, and RANK and HOTSWAP_ATTEMPT computed from them by the
+    contract's formulas). ``gpus``: the NVML indices of the host's GPUs on a GPU-backed slice,
+    one process each (see :func:`local_process_environment`); none on an emulated one."""
     env = dict(base)
     env.update(user)
+    local_world_size = max(1, len(gpus))
     indices = {
         contract.JOB_INDEX: replica,
         contract.JOB_COMPLETION_INDEX: host,
         contract.HOTSWAP_HOSTS_PER_SLICE: hosts_per_slice,
         contract.HOTSWAP_RESTART_COUNT: attempt - 1,
+        contract.LOCAL_RANK: 0,
+        contract.LOCAL_WORLD_SIZE: local_world_size,
     }
     contract_vars: dict[str, Any] = {
         **indices,
@@ -96,9 +113,8 @@ def worker_environment(
         contract.MEGASCALE_SLICE_ID: replica,
         contract.MASTER_ADDR: MASTER_ADDR,
         contract.MASTER_PORT: master_port,
-        contract.WORLD_SIZE: contract.world_size(len(slices), hosts_per_slice),
-        contract.LOCAL_RANK: 0,
-        contract.LOCAL_WORLD_SIZE: PROCESSES_PER_HOST,
+        contract.WORLD_SIZE: contract.world_size(len(slices), hosts_per_slice, local_world_size),
+        contract.CUDA_VISIBLE_DEVICES: contract.visible_devices(gpus),
         contract.HOTSWAP_CLUSTER: cluster,
         contract.HOTSWAP_WORKLOAD: workload,
         contract.HOTSWAP_CHECKPOINT_DIR: checkpoint_dir,
@@ -109,9 +125,24 @@ def worker_environment(
         contract_vars[contract.HOTSWAP_EVENTS_FILE] = events_file
     if membership_file is not None:
         contract_vars[contract.HOTSWAP_MEMBERSHIP_FILE] = membership_file
+    if gpus:
+        contract_vars[contract.CUDA_DEVICE_ORDER] = contract.PCI_BUS_ORDER
     env.update({key: str(value) for key, value in contract_vars.items()})
     env["PYTHONUNBUFFERED"] = env.get("PYTHONUNBUFFERED", "1")  # logs appear as they happen
     return env
+
+
+def local_process_environment(env: dict[str, str], local_rank: int) -> dict[str, str]:
+    """What local process ``local_rank`` of a multi-GPU host changes in its worker's
+    environment (:func:`worker_environment`'s): its local rank, and its RANK by the contract's
+    formula."""
+    indices = {
+        name: int(env[name])
+        for name in (contract.JOB_INDEX, contract.JOB_COMPLETION_INDEX, contract.HOTSWAP_HOSTS_PER_SLICE,
+                     contract.LOCAL_WORLD_SIZE, contract.HOTSWAP_RESTART_COUNT)
+    }
+    indices[contract.LOCAL_RANK] = local_rank
+    return {contract.LOCAL_RANK: str(local_rank), contract.RANK: str(contract.derived_values(indices)[contract.RANK])}
 
 
 def read_membership(workload_dir: Path) -> Membership | None:

@@ -8,30 +8,30 @@ changes no state; requests that change the cluster go through the controller (se
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
-import shutil
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from hotswap.api.catalog import DeviceType, get_device_type
 from hotswap.api.errors import ConflictError, InvalidInputError, NotFoundError
+from hotswap.api.limits import check_text
 from hotswap.api.names import validate_cluster_name
 from hotswap.api.spec import WorkloadSpec
-from hotswap.backends.local import client
+from hotswap.backends.local import client, removal
 from hotswap.backends.local import launch as files
-from hotswap.backends.local.protocol import NodeOperation, RequestKind
-from hotswap.backends.local.views import workload_view
+from hotswap.backends.local.gpus import Backing, GpuSelection, claim, claims_lock, gpus_per_host
+from hotswap.backends.local.nvml import GpuInfo
+from hotswap.backends.local.protocol import MAX_LOCAL_SLICES, MAX_WARM_WORKERS, NodeOperation, RequestKind
+from hotswap.backends.local.views import gpu_health, gpu_views, node_reasons, workload_view
 from hotswap.backends.views import iso, matches
-from hotswap.store.paths import ClusterPaths, private_dir
+from hotswap.store.paths import ClusterPaths, check_private, file_lock, private_dir
 from hotswap.store.registry import existing, record_of
 from hotswap.store.state import ClusterRecord, Store
 
 BACKEND = "local"
-MAX_LOCAL_SLICES = 1024
 
 
 def open_store(paths: ClusterPaths) -> Store:
@@ -44,41 +44,68 @@ def open_store(paths: ClusterPaths) -> Store:
 def create_cluster(
     name: str,
     device_type: str,
-    num_slices: int,
+    num_slices: int | None,
     force: bool,
     confirm: Callable[[str], bool],
     warm_workers: int | None = None,
     warm_preload: list[str] | None = None,
     hotswap: bool | None = None,
+    gpus: str | None = None,
 ) -> dict[str, Any]:
     """Create a local cluster, or resize it when it exists (``cluster create`` re-run).
 
     ``warm_workers``: spare worker processes kept with PyTorch already imported, handed to
     workers that must start (a restart then skips the import). ``hotswap=False``: workloads
     that lose a slice wait for its repair instead (the baseline hotswap is measured against).
-    None keeps the current setting.
+    None keeps the current setting. ``gpus`` (``--gpus``): back the slices by this machine's
+    GPUs (see :mod:`hotswap.backends.local.gpus`); ``num_slices`` may then be left to them.
     """
     validate_cluster_name(name)
-    if warm_workers is not None and not 0 <= warm_workers <= 64:
-        raise InvalidInputError("--warm-workers must be between 0 and 64")
+    if warm_workers is not None and not 0 <= warm_workers <= MAX_WARM_WORKERS:
+        raise InvalidInputError(f"--warm-workers must be between 0 and {MAX_WARM_WORKERS}")
     device = get_device_type(device_type)
-    if not 1 <= num_slices <= MAX_LOCAL_SLICES:
+    selection = GpuSelection.parse(gpus) if gpus is not None else None
+    if selection is not None:
+        gpus_per_host(device)  # a TPU type: one line, before anything else
+    if num_slices is not None and not 1 <= num_slices <= MAX_LOCAL_SLICES:
         raise InvalidInputError(f"--num-slices must be between 1 and {MAX_LOCAL_SLICES}")
     paths = ClusterPaths.of(name)
     private_dir(paths.root.parent)
+    removal.remove_tombstones(paths.root.parent)
     with _creation_lock(paths):
-        return _create_or_resize(paths, device, num_slices, force, confirm, warm_workers, warm_preload, hotswap)
+        backing = _backing_of(paths, selection)
+        if backing is None:
+            if num_slices is None:
+                raise InvalidInputError("--num-slices is needed (or --gpus, to take the count from the GPUs)")
+            return _create_or_resize(paths, device, num_slices, force, confirm, warm_workers, warm_preload, hotswap)
+        # Claims are made under the machine's one lock, held until the controller has recorded
+        # them: two concurrent creates never take the same GPU.
+        with claims_lock():
+            pool, num_slices = claim(paths.name, device, selection, num_slices, backing)
+            if not 1 <= num_slices <= MAX_LOCAL_SLICES:
+                raise InvalidInputError(f"--num-slices must be between 1 and {MAX_LOCAL_SLICES}")
+            return _create_or_resize(
+                paths, device, num_slices, force, confirm, warm_workers, warm_preload, hotswap, pool
+            )
 
 
-@contextlib.contextmanager
-def _creation_lock(paths: ClusterPaths) -> Iterator[None]:
+def _backing_of(paths: ClusterPaths, selection: GpuSelection | None) -> Backing | None:
+    """The backing the cluster has (an existing one's) or asks for (a new one's, empty); None
+    for an emulated cluster. Backing is set when a cluster is created and never changes."""
+    existing = record_of(paths.name) if _state_of(paths) == "live" else None
+    if existing is None:
+        return Backing(0) if selection is not None else None
+    backing = Backing.of(existing.settings)
+    if backing is None and selection is not None:
+        raise ConflictError(
+            f"cluster {paths.name} is emulated: its slices cannot take GPUs (delete it, then create it with --gpus)"
+        )
+    return backing
+
+
+def _creation_lock(paths: ClusterPaths) -> contextlib.AbstractContextManager[None]:
     """One `cluster create` of a name at a time: concurrent ones wait, then see the cluster."""
-    descriptor = os.open(paths.root.parent / f".{paths.name}.create.lock", os.O_CREAT | os.O_RDWR, 0o600)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(descriptor)
+    return file_lock(paths.root.parent / f".{paths.name}.create.lock")
 
 
 def _create_or_resize(
@@ -90,16 +117,18 @@ def _create_or_resize(
     warm_workers: int | None,
     warm_preload: list[str] | None,
     hotswap: bool | None,
+    gpu_pool: list[GpuInfo] | None = None,
 ) -> dict[str, Any]:
     name = paths.name
     state = _state_of(paths)
     if state == "deleted":  # a `cluster delete` that was cut short: finish it first
-        shutil.rmtree(paths.root, ignore_errors=True)
+        removal.delete_cluster(paths)
     fresh = state != "live"
     if fresh:
         private_dir(paths.root)
+        settings = {} if gpu_pool is None else {"gpus": Backing(gpus_per_host(device)).to_settings()}
         with Store.open(paths.database, create=True) as store:
-            store.init_cluster(ClusterRecord(name, BACKEND, device.name, time.time()))
+            store.init_cluster(ClusterRecord(name, BACKEND, device.name, time.time(), settings))
     else:
         record = record_of(name)
         if record.backend != BACKEND:
@@ -125,6 +154,8 @@ def _create_or_resize(
             payload["warm_preload"] = warm_preload
     if hotswap is not None:
         payload["hotswap"] = hotswap
+    if gpu_pool is not None:
+        payload["gpus"] = [g.to_json() for g in gpu_pool]
     outcome = client.request(paths, RequestKind.RESIZE, payload)
     if outcome.status != "done":
         raise ConflictError(outcome.message)
@@ -161,48 +192,26 @@ def _held_slices(paths: ClusterPaths) -> int:
 
 
 def delete_cluster(name: str) -> None:
-    """Stop every worker gracefully, then the controller, then remove the cluster's state.
+    """Stop every worker gracefully, then the controller, then remove the cluster's state
+    (see ``removal.py``: an interrupted deletion is finished by running it again).
 
     Checkpoints are kept (they live outside the cluster directory)."""
-    paths = existing(name)
-    outcome = client.request(paths, RequestKind.SHUTDOWN, {})
-    if outcome.status != "done":
-        raise ConflictError(outcome.message)
-    # Hold the controller lock while removing the state: no controller can start meanwhile.
-    descriptor = os.open(paths.lock, os.O_CREAT | os.O_RDWR, 0o600)
-    try:
-        _lock_when_free(descriptor, timeout=max(10.0, _longest_grace(paths)))
-        shutil.rmtree(paths.root, ignore_errors=True)
-    finally:
-        os.close(descriptor)
-
-
-def _lock_when_free(descriptor: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                raise ConflictError("the cluster's controller did not stop; try `hotswap cluster delete` again") from None
-            time.sleep(0.02)  # the controller is writing its last answer and closing
-
-
-def _longest_grace(paths: ClusterPaths) -> float:
-    with open_store(paths) as store:
-        return max((r["spec"]["termination_grace_period_s"] for r, _ in store.workload_records()), default=0.0)
+    removal.delete_cluster(existing(name))
 
 
 def describe_cluster(name: str) -> dict[str, Any]:
     paths = existing(name)
-    client.ensure_controller(paths)
+    client.ensure_controller(paths, wait=False)
     with open_store(paths) as store:
         record = store.cluster()
+        backing = Backing.of(record.settings)
         holders = _holders(store)
+        reasons = node_reasons(store)
         nodes_by_slice: dict[str, list[dict[str, Any]]] = {}
         for row in store.node_rows():
-            nodes_by_slice.setdefault(row["slice"], []).append({"name": row["name"], "state": row["state"]})
+            nodes_by_slice.setdefault(row["slice"], []).append(
+                {"name": row["name"], "state": row["state"], "reason": reasons.get(row["name"]) or None}
+            )
         slices = [
             {
                 "name": row["name"],
@@ -210,10 +219,12 @@ def describe_cluster(name: str) -> dict[str, Any]:
                 "workload": holders.get(row["name"]),
                 "healthy": all(n["state"] == "Ready" for n in nodes_by_slice.get(row["name"], [])),
                 "nodes": nodes_by_slice.get(row["name"], []),
+                "gpus": gpu_views(backing, row["name"]),
             }
             for row in store.slice_rows()
         ]
         workloads = [workload_view(r) for r, _ in store.workload_records()]
+        health = gpu_health(store) if backing is not None else None
     device = get_device_type(record.device_type)
     return {
         "name": record.name,
@@ -226,6 +237,9 @@ def describe_cluster(name: str) -> dict[str, Any]:
         "controller_pid": paths.controller_pid(),
         "warm_workers": int(record.settings.get("warm_workers", 0)),
         "hotswap": bool(record.settings.get("hotswap", True)),
+        "backing": "gpu" if backing is not None else "emulated",
+        "gpus_per_host": backing.per_host if backing is not None else 0,
+        "gpu_health": health,
         "state_dir": str(paths.root),
         "slices": slices,
         "workloads": [{"name": w["name"], "status": w["status"], "slices": w["slices"]} for w in workloads],
@@ -242,10 +256,31 @@ def create_workload(cluster: str, spec: WorkloadSpec, launch: dict[str, Any]) ->
         raise InvalidInputError(
             f"cluster {cluster} has {record.device_type} slices; the workload asks for {spec.device_type}"
         )
+    with open_store(paths) as store:
+        store.check_writable()  # said first: the checkpoint directory is often inside the state
+    _check_checkpoint_dir(launch["checkpoint_dir"], "--checkpoint-dir" if spec.checkpoint_dir else "the checkpoint directory")
     outcome = client.request(paths, RequestKind.CREATE, {"spec": spec.model_dump(mode="json"), "launch": launch})
     if outcome.status != "done":
         raise ConflictError(outcome.message)
-    return describe_workload(cluster, spec.name, timeline=False)
+    try:
+        return describe_workload(cluster, spec.name, timeline=False)
+    except NotFoundError:  # created, then deleted by another command before we looked
+        return {"name": spec.name, "status": "DELETED", "status_message": "created, then deleted by another command"}
+
+
+def _check_checkpoint_dir(path: str, what: str) -> None:
+    """Refuse, before anything is queued, a checkpoint directory of another user or open to
+    others' writes (its contents are restored into the job), or one that can be neither used
+    nor created (under a regular file, in a directory we cannot write)."""
+    existing_part = Path(path)
+    while not existing_part.exists() and existing_part != existing_part.parent:
+        existing_part = existing_part.parent
+    if not existing_part.is_dir():
+        raise InvalidInputError(f"{what} {path}: {existing_part} is not a directory")
+    if existing_part == Path(path):
+        check_private(existing_part, what, remedy="use a directory of yours", error=InvalidInputError)
+    if not os.access(existing_part, os.W_OK | os.X_OK):
+        raise InvalidInputError(f"{what} {path}: {existing_part} is not writable by you")
 
 
 def delete_workload(cluster: str, name: str) -> None:
@@ -326,7 +361,8 @@ def log_file(cluster: str, name: str, slice_: str | None, host: int) -> Path:
     record, _ = _record(paths, name)
     replica = 0
     if slice_ is not None:
-        if slice_.isdigit():
+        check_text("--slice", slice_)
+        if slice_.isascii() and slice_.isdigit() and len(slice_) < 10:
             replica = int(slice_)
         elif slice_ in record["slices"]:
             replica = record["slices"].index(slice_)
@@ -352,6 +388,8 @@ def list_nodes(cluster: str) -> list[dict[str, Any]]:
         client.ensure_controller(paths, wait=False)
     with open_store(paths) as store:
         holders = _holders(store)
+        backing = Backing.of(store.cluster().settings)
+        reasons = node_reasons(store)
         return [
             {
                 "name": row["name"],
@@ -359,6 +397,8 @@ def list_nodes(cluster: str) -> list[dict[str, Any]]:
                 "host": row["host"],
                 "state": row["state"],
                 "workload": holders.get(row["slice"]),
+                "reason": reasons.get(row["name"]) or None if row["state"] != "Ready" else None,
+                "gpus": gpu_views(backing, row["slice"], row["host"]),
             }
             for row in store.node_rows()
         ]
@@ -370,6 +410,7 @@ def node_operation(cluster: str, operation: str, node: str | None, slice_: str |
         raise InvalidInputError(f"unknown node operation {operation!r}")
     if (node is None) == (slice_ is None):
         raise InvalidInputError("give exactly one of --node or --slice")
+    check_text("--node" if node is not None else "--slice", node if node is not None else slice_ or "")
     paths = existing(cluster)
     rows = list_nodes(cluster)
     if node is not None:

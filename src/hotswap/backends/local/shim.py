@@ -19,12 +19,19 @@ the worker is gone only when all of it is gone. Once the command has exited, wha
 behind gets SIGTERM and, a few seconds later, SIGKILL. A command that cannot be run is
 reported in the log and ends with 127.
 
+A host with several GPUs runs the command once per GPU (``<worker-dir>/local.json`` lists the
+other processes: what each changes in the environment, and its log), as torchrun's local agent
+does. The worker's exit code is the first non-zero one; when one process fails, the others get
+SIGTERM (they save) and SIGKILL after the grace period (``HOTSWAP_TERMINATION_GRACE_S``), so a
+host never lingers half-dead.
+
 Standard library only, and run by path: it must start fast and import nothing of hotswap.
 """
 
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import shlex
 import signal
@@ -46,7 +53,7 @@ def start_ticks(pid: int) -> int:
 
 def write_atomically(path: str, text: str) -> None:
     temporary = f"{path}.tmp"
-    with open(temporary, "w") as handle:
+    with os.fdopen(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
         handle.write(text)
         handle.flush()
         os.fsync(handle.fileno())
@@ -65,39 +72,60 @@ def argv_of(command: str) -> list[str]:
     return ["/bin/sh", "-c", command]
 
 
-def reap(pid: int, log: int) -> int:
-    """Wait for the command; then give what it left behind a bounded time to finish.
+def reap(pids: list[int], log: int, grace_s: float) -> int:
+    """Wait for the command's processes; then give what they left behind a bounded time.
 
-    As a child subreaper the shim inherits every orphaned descendant. Once the command has
-    exited they get SIGTERM and, after STRAGGLER_GRACE_S, SIGKILL, so a worker whose program
-    has finished is not kept alive by a forgotten child.
+    The first process to fail makes the others stop: SIGTERM, SIGKILL ``grace_s`` later. As a
+    child subreaper the shim inherits every orphaned descendant; once the command's processes
+    have exited they get SIGTERM and, after STRAGGLER_GRACE_S, SIGKILL, so a worker whose
+    program has finished is not kept alive by a forgotten child.
     """
-    code: int | None = None
-    deadline: float | None = None
+    codes: dict[int, int] = {}
+    first_failure: int | None = None
+    stop_at: float | None = None  # SIGKILL for the command's processes still running
+    stragglers_at: float | None = None  # SIGKILL for what they left behind
     while True:
+        deadlines = [d for d in (stop_at, stragglers_at) if d is not None]
         try:
-            flags = 0 if deadline is None else os.WNOHANG
-            reaped, status = os.waitpid(-1, flags)
+            reaped, status = os.waitpid(-1, os.WNOHANG if deadlines else 0)
         except InterruptedError:
             continue
         except ChildProcessError:
             break
-        if reaped == pid:
-            code = os.waitstatus_to_exitcode(status)
-            stragglers = children()
-            if stragglers:
-                os.write(log, f"hotswap: the command exited; stopping {len(stragglers)} process(es) it left\n".encode())
-                for child in stragglers:
-                    signal_quietly(child, signal.SIGTERM)
-                deadline = time.monotonic() + STRAGGLER_GRACE_S
-        elif reaped == 0:  # stragglers still running
-            if time.monotonic() >= deadline:  # type: ignore[operator]
+        if reaped in pids and reaped not in codes:
+            codes[reaped] = os.waitstatus_to_exitcode(status)
+            running = [p for p in pids if p not in codes]
+            if codes[reaped] != 0 and first_failure is None:
+                first_failure = codes[reaped]
+                if running:
+                    os.write(log, f"hotswap: a process of this host failed; stopping its {len(running)} other(s)\n".encode())
+                    for pid in running:
+                        signal_quietly(pid, signal.SIGTERM)
+                    stop_at = time.monotonic() + grace_s
+            if not running:
+                stop_at = None
+                stragglers = children()
+                if stragglers:
+                    os.write(log, f"hotswap: the command exited; stopping {len(stragglers)} process(es) it left\n".encode())
+                    for child in stragglers:
+                        signal_quietly(child, signal.SIGTERM)
+                    stragglers_at = time.monotonic() + STRAGGLER_GRACE_S
+        elif reaped == 0:  # nothing ended yet: act on the deadline that passed
+            now = time.monotonic()
+            if stop_at is not None and now >= stop_at:
+                for pid in pids:
+                    if pid not in codes:
+                        signal_quietly(pid, signal.SIGKILL)
+                stop_at = None
+            if stragglers_at is not None and now >= stragglers_at:
                 for child in children():
                     signal_quietly(child, signal.SIGKILL)
-                deadline = float("inf")
+                stragglers_at = float("inf")
             time.sleep(0.05)
-    assert code is not None
-    return code
+    assert len(codes) == len(pids)
+    if first_failure is not None:
+        return first_failure
+    return 0
 
 
 def children() -> list[int]:
@@ -119,6 +147,25 @@ def signal_quietly(pid: int, number: int) -> None:
         pass
 
 
+def local_processes(worker_dir: str) -> list[dict]:
+    """The host's other processes (local ranks 1 and up), if it has several."""
+    try:
+        with open(os.path.join(worker_dir, "local.json")) as listing:
+            return json.load(listing)
+    except FileNotFoundError:
+        return []
+
+
+def spawn(command: list[str], env: dict[str, str], log: int, null: int, forwarded: tuple[int, ...]) -> int:
+    return os.posix_spawnp(
+        command[0],
+        command,
+        env,
+        file_actions=[(os.POSIX_SPAWN_DUP2, null, 0), (os.POSIX_SPAWN_DUP2, log, 1), (os.POSIX_SPAWN_DUP2, log, 2)],
+        setsigdef=forwarded,
+    )
+
+
 def main(argv: list[str]) -> int:
     worker_dir, log_file, separator, *rest = argv
     if separator != "--" or len(rest) != 1:
@@ -135,21 +182,25 @@ def main(argv: list[str]) -> int:
         signal.signal(number, lambda *_: None)
     log = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     null = os.open(os.devnull, os.O_RDONLY)
+    pids: list[int] = []
     try:
-        pid = os.posix_spawnp(
-            command[0],
-            command,
-            os.environ,
-            file_actions=[(os.POSIX_SPAWN_DUP2, null, 0), (os.POSIX_SPAWN_DUP2, log, 1), (os.POSIX_SPAWN_DUP2, log, 2)],
-            setsigdef=forwarded,
-        )
+        pids.append(spawn(command, dict(os.environ), log, null, forwarded))
+        for process in local_processes(worker_dir):
+            own_log = os.open(process["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                pids.append(spawn(command, {**os.environ, **process["env"]}, own_log, null, forwarded))
+            finally:
+                os.close(own_log)
     except OSError as error:  # not found, not executable: say so where the user looks, as a shell would
         os.write(log, f"hotswap: cannot run {command[0]!r}: {error.strerror}\n".encode())
+        for pid in pids:
+            signal_quietly(pid, signal.SIGKILL)
         write_atomically(os.path.join(worker_dir, "exit"), f"{CANNOT_RUN}\n")
         return CANNOT_RUN
     finally:
         os.close(null)
-    code = reap(pid, log)
+    grace_s = float(os.environ.get("HOTSWAP_TERMINATION_GRACE_S") or 30.0)
+    code = reap(pids, log, grace_s)
     code = 128 - code if code < 0 else code
     write_atomically(os.path.join(worker_dir, "exit"), f"{code}\n")
     return code

@@ -24,7 +24,9 @@ import sys
 import time
 from pathlib import Path
 
+from hotswap.api.worker import CUDA_VISIBLE_DEVICES
 from hotswap.backends.local.supervisor import Supervisor, WorkerLaunch
+from hotswap.store.paths import new_dirs_private, write_private
 from hotswap.store.state import SPARE, Store, WorkerRow
 
 WARM = Path(__file__).with_name("warm.py")
@@ -118,18 +120,23 @@ class SparePool:
             spare_id = self.store.add_worker(SPARE, dir="", state="warm", started_at=now)
             directory = self.root / "spares" / str(spare_id)
             self.store.update_worker(spare_id, dir=str(directory))
-        directory.mkdir(parents=True, exist_ok=True)
+        new_dirs_private(directory)
         fifo = directory / "assignment"
         if not fifo.exists():
             os.mkfifo(fifo, 0o600)
         command = shlex.join([sys.executable, "-u", str(WARM), str(directory), *preload_modules(self.preload)])
-        environment = dict(os.environ)
-        (directory / "env.json").write_text(json.dumps(environment))
+        # Started as a worker of an emulated slice is (no GPU visible): those are the workers it
+        # can serve. A GPU-backed worker's GPUs are its own, so it always starts cold.
+        environment = {**os.environ, CUDA_VISIBLE_DEVICES: ""}
+        write_private(directory / "env.json", json.dumps(environment))  # may hold secrets
         launch = WorkerLaunch(SPARE, directory, directory / "spare.log", command, str(directory), environment)
         return self.store.worker(spare_id), launch
 
     def argv_for(self, launch: WorkerLaunch) -> list[str] | None:
-        """The worker's argv if a spare can run it: ``python <script.py> ...`` with our Python."""
+        """The worker's argv if a spare can run it: ``python <script.py> ...`` with our Python,
+        one process per host."""
+        if launch.local:
+            return None
         try:
             words = shlex.split(launch.command)
         except ValueError:
@@ -168,7 +175,7 @@ class SparePool:
         spare (so a restarted controller adopts the spare's process instead of starting a
         second one), then the spare gets the assignment, then the rows are committed.
         """
-        (Path(launch.dir) / SPARE_POINTER).write_text(spare.dir)
+        write_private(Path(launch.dir) / SPARE_POINTER, spare.dir)
         message = json.dumps({"argv": argv, "env": launch.env, "cwd": launch.cwd, "log": str(launch.log)}) + "\n"
         try:
             channel = os.open(Path(spare.dir) / "assignment", os.O_WRONLY | os.O_NONBLOCK)

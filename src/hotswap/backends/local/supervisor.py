@@ -5,6 +5,10 @@ group, so a signal to the group reaches everything the worker started. The worke
 store is the durable record: a controller killed with -9 and restarted finds its workers there,
 checks that each pid is still the same process (kernel start time), and watches it again.
 Exits are noticed through pidfds (readable when the process ends): no polling.
+
+A host of a GPU-backed slice with several GPUs runs one process per GPU, as torchrun's local
+agent does: the shim starts them all (their environments differ in LOCAL_RANK and RANK, each
+writes its own log) and is still the one worker the controller supervises.
 """
 
 from __future__ import annotations
@@ -17,11 +21,25 @@ import subprocess
 import sys
 from pathlib import Path
 
+from hotswap.store.paths import write_private
 from hotswap.store.state import Store, WorkerIdentity, WorkerRow
 
 SHIM = Path(__file__).with_name("shim.py")
 KILLED_EXIT_CODE = 128 + signal.SIGKILL
 LAUNCH_FILE = "launch.json"
+LOCAL_FILE = "local.json"  # the shim's list of the host's other processes
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalProcess:
+    """Another process of the worker's host (local rank 1 and up): what it changes in the
+    worker's environment, and its log."""
+
+    env: dict[str, str]
+    log: Path
+
+    def to_json(self) -> dict[str, object]:
+        return {"env": self.env, "log": str(self.log)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,17 +52,22 @@ class WorkerLaunch:
     command: str
     cwd: str
     env: dict[str, str]
+    local: tuple[LocalProcess, ...] = ()  # the host's other processes, started by the shim too
 
     def save(self) -> None:
         """Keep the launch beside the worker, for a controller that restarts before starting it."""
-        record = {"command": self.command, "cwd": self.cwd, "env": self.env, "log": str(self.log)}
-        (self.dir / LAUNCH_FILE).write_text(json.dumps(record))
+        record = {
+            "command": self.command, "cwd": self.cwd, "env": self.env, "log": str(self.log),
+            "local": [p.to_json() for p in self.local],
+        }
+        write_private(self.dir / LAUNCH_FILE, json.dumps(record))  # the environment may hold secrets
 
     @classmethod
     def saved(cls, row: WorkerRow) -> WorkerLaunch:
         """The launch :meth:`save` kept for a committed worker row."""
         record = json.loads((Path(row.dir) / LAUNCH_FILE).read_text())
-        return cls(row.identity, Path(row.dir), Path(record["log"]), record["command"], record["cwd"], record["env"])
+        local = tuple(LocalProcess(p["env"], Path(p["log"])) for p in record.get("local", ()))
+        return cls(row.identity, Path(row.dir), Path(record["log"]), record["command"], record["cwd"], record["env"], local)
 
 
 def start_ticks(pid: int) -> int | None:
@@ -70,8 +93,10 @@ class Supervisor:
         Returns its pid and kernel start time; the caller records them (in one transaction for
         all the workers of a round: starting workers fast is what failover time is made of).
         """
-        for stale in ("pid", "exit"):
+        for stale in ("pid", "exit", LOCAL_FILE):
             (launch.dir / stale).unlink(missing_ok=True)
+        if launch.local:
+            (launch.dir / LOCAL_FILE).write_text(json.dumps([p.to_json() for p in launch.local]))
         cwd = launch.cwd if os.path.isdir(launch.cwd) else str(launch.dir)
         child = subprocess.Popen(
             [sys.executable, "-S", str(SHIM), str(launch.dir), str(launch.log), "--", launch.command],

@@ -18,6 +18,14 @@ _NODE_VERBS: dict[type, str] = {
     ev.NodeDrained: "drained",
     ev.NodeRepaired: "repaired (uncordoned)",
 }
+# Why a node is out when nobody said more: the command that took it out.
+_NODE_REASONS: dict[type, str] = {
+    ev.NodeFailed: "hotswap node fail",
+    ev.NodeCordoned: "hotswap node cordon",
+    ev.NodeDrained: "hotswap node drain",
+    ev.NodeRepaired: "",
+}
+NODE_ENTRY_KINDS = tuple(f"node-{verb.split()[0]}" for verb in _NODE_VERBS.values())
 
 
 class Entry(NamedTuple):
@@ -29,15 +37,18 @@ class Entry(NamedTuple):
 
 
 def input_entries(inputs: list[ev.Event], old: Snapshot, new: Snapshot, now: float) -> list[Entry]:
-    """Node faults and repairs (also in the timeline of the workload they hit), slices added and
-    removed, workloads created in this round, and workers that exited with an error."""
+    """Node faults and repairs (also in the timeline of the workload they hit; the cluster's
+    entry says why, for ``node list``), slices added and removed, workloads created in this
+    round, workers that exited with an error, and hangs."""
     entries = []
     for event in inputs:
         match event:
             case ev.NodeFailed() | ev.NodeCordoned() | ev.NodeDrained() | ev.NodeRepaired():
                 verb = _NODE_VERBS[type(event)]
-                message = f"node {event.node} {verb}"
-                entries.append(Entry(f"node-{verb.split()[0]}", message))
+                reason = getattr(event, "reason", "") or _NODE_REASONS[type(event)]
+                given = getattr(event, "reason", "")
+                message = f"node {event.node} {verb}" + (f": {given}" if given else "")
+                entries.append(Entry(f"node-{verb.split()[0]}", message, data={"node": event.node, "reason": reason}))
                 node = old.nodes.get(event.node)
                 holder = old.holders.get(node.slice) if node else None
                 if holder is not None:
@@ -60,6 +71,12 @@ def input_entries(inputs: list[ev.Event], old: Snapshot, new: Snapshot, now: flo
                         workload.seq,
                         {"code": code, "attempt": event.attempt},
                     )
+                )
+            case ev.WorkloadHung() if event.workload in old.workloads:
+                workload = old.workloads[event.workload]
+                entries.append(
+                    Entry("hung", f"attempt {event.attempt} hung: {event.reason}", workload.name, workload.seq,
+                          {"attempt": event.attempt})
                 )
     return entries
 

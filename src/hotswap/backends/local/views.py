@@ -6,10 +6,14 @@ stays fast.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from hotswap.api.priority import Priority
+from hotswap.backends.local.gpus import Backing
+from hotswap.backends.local.timeline import NODE_ENTRY_KINDS
 from hotswap.backends.views import iso
+from hotswap.store.state import Store
 
 
 def workload_view(record: dict[str, Any]) -> dict[str, Any]:
@@ -31,3 +35,31 @@ def workload_view(record: dict[str, Any]) -> dict[str, Any]:
         "attempt": record["attempt"],
         "command": spec["command"],
     }
+
+
+def node_reasons(store: Store) -> dict[str, str]:
+    """Why each node is in its state: the reason of its latest fault or repair (empty once
+    repaired; a GPU's fault names the GPU)."""
+    reasons: dict[str, str] = {}
+    for row in store.cluster_entries(NODE_ENTRY_KINDS):
+        data = json.loads(row["data"]) if row["data"] else {}
+        if "node" in data:
+            reasons[data["node"]] = data.get("reason", "")
+    return reasons
+
+
+def gpu_views(backing: Backing | None, slice_name: str, host: int | None = None) -> list[dict[str, Any]]:
+    """The GPUs behind a slice (or one of its hosts): index, UUID and model."""
+    if backing is None:
+        return []
+    gpus = backing.slices.get(slice_name, ()) if host is None else backing.host_gpus(slice_name, host)
+    return [{"index": g.index, "uuid": g.uuid, "name": g.name} for g in gpus]
+
+
+def gpu_health(store: Store) -> dict[str, Any] | None:
+    """The controller's latest word on GPU health (watching, or NVML unavailable)."""
+    rows = store.cluster_entries(("gpu-health",))
+    if not rows:
+        return None
+    latest = rows[-1]
+    return {"time": iso(latest["t"]), "message": latest["message"]}

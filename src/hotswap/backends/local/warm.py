@@ -29,7 +29,7 @@ def main(argv: list[str]) -> int:
     for module in modules:
         importlib.import_module(module)
     channel = os.open(os.path.join(spare_dir, "assignment"), os.O_RDWR)
-    with open(os.path.join(spare_dir, "ready"), "w") as ready:
+    with os.fdopen(os.open(os.path.join(spare_dir, "ready"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as ready:
         ready.write(str(os.getpid()))
     data = b""
     while not data.endswith(b"\n"):

@@ -11,6 +11,11 @@ How a worker stops: :meth:`Workers.mark_stopping` marks its row ``stopping`` wit
 SIGKILL at once (:meth:`Workers.kill`): the hardware is gone. However a worker ends, its pidfd
 becomes readable; the exit waits in :attr:`Workers.pending_exits` until the round that decides
 on it commits it, and the exit code of a worker told to stop is never judged.
+
+On a GPU-backed slice a GPU is held by a process until it exits, as a Kubernetes device plugin
+holds it for a pod until the pod is gone: a worker whose node still runs another worker (a
+preempted job saving its state, the previous attempt) waits, committed but not started, until
+that one has exited. Never two processes on one GPU.
 """
 
 from __future__ import annotations
@@ -21,7 +26,6 @@ import os
 import selectors
 import signal
 import time
-import traceback
 from collections.abc import Callable, Collection, Iterable
 
 from hotswap.api.times import iso_utc
@@ -29,7 +33,8 @@ from hotswap.api.worker import HOTSWAP_EVENTS_FILE
 from hotswap.backends.local import launch as files
 from hotswap.backends.local.spares import SpareGone, SparePool
 from hotswap.backends.local.supervisor import Supervisor, WorkerLaunch
-from hotswap.store.paths import ClusterPaths
+from hotswap.store import faults
+from hotswap.store.paths import ClusterPaths, new_dirs_private, open_private
 from hotswap.store.state import LIVE_WORKER_STATES, Store, WorkerRow
 
 CANNOT_START_EXIT_CODE = 127  # what a shell reports for a command it cannot run
@@ -44,14 +49,19 @@ class Workers:
         spares: tuple[int, tuple[str, ...]],
         grace_s: Callable[[str], float],
         on_exit: Callable[[WorkerRow, int], None],
+        exclusive: Callable[[str], bool] = lambda slice_name: False,
     ) -> None:
         """``spares``: the size and preload list of the warm pool; ``grace_s``: a workload's
-        grace period; ``on_exit``: told of every worker exit (not of spares')."""
+        grace period; ``on_exit``: told of every worker exit (not of spares'); ``exclusive``:
+        whether a slice's nodes run one worker at a time (GPU-backed slices)."""
         self.store = store
         self.paths = paths
         self.selector = selector
         self.grace_s = grace_s
         self.on_exit = on_exit
+        self.exclusive = exclusive
+        # Committed workers waiting for their node's previous worker to exit (exclusive slices).
+        self.waiting: dict[int, tuple[WorkerRow, WorkerLaunch | None]] = {}
         self.supervisor = Supervisor(store)
         self.spares = SparePool(store, self.supervisor, paths.root, *spares)
         self.watched: dict[int, int] = {}  # pidfd -> worker id
@@ -99,11 +109,14 @@ class Workers:
             launch,
             dir=files.worker_dir(directory, worker_id),
             env={**launch.env, HOTSWAP_EVENTS_FILE: str(events)},
+            local=tuple(
+                dataclasses.replace(p, env={**p.env, HOTSWAP_EVENTS_FILE: str(files.local_events_path(events, rank))})
+                for rank, p in enumerate(launch.local, start=1)
+            ),
         )
         self.store.update_worker(worker_id, dir=str(launch.dir))
-        launch.dir.mkdir(parents=True, exist_ok=True)
-        launch.log.parent.mkdir(parents=True, exist_ok=True)
-        events.parent.mkdir(parents=True, exist_ok=True)
+        for needed in (launch.dir, launch.log.parent, events.parent):
+            new_dirs_private(needed)
         launch.save()
         return self.store.worker(worker_id), launch
 
@@ -111,9 +124,12 @@ class Workers:
         """Start the processes of committed worker rows (on warm spares where one fits; a row
         without a launch has it saved), then record their pids at once. A worker that cannot
         be started ends with 127, like a command that cannot be run, and the failure policy
-        decides; the others still start."""
+        decides; the others still start. A worker whose node is still held waits (see the
+        module)."""
         started: list[tuple[WorkerRow, int, int | None]] = []
         for row, launch in rows:
+            if self._must_wait(row, launch):
+                continue
             try:
                 launch = launch or WorkerLaunch.saved(row)
                 if not row.identity.is_spare and self._start_on_spare(row, launch):
@@ -121,8 +137,8 @@ class Workers:
                 if not row.identity.is_spare:
                     _log_header(row, launch, warm=False)
                 pid, ticks = self.supervisor.spawn(row, launch)
-            except OSError as error:
-                traceback.print_exc()
+            except (OSError, ValueError, KeyError) as error:  # a launch no process can have (a NUL), or lost
+                faults.log()
                 self._cannot_start(row, launch, error)
                 continue
             started.append((row, pid, ticks))
@@ -136,6 +152,35 @@ class Workers:
                 self.exited(current, self.supervisor.exit_code(current))
             else:
                 self.watch(pidfd, row.id)
+
+    def _must_wait(self, row: WorkerRow, launch: WorkerLaunch | None) -> bool:
+        """Hold the worker back while another process still runs on its exclusive node."""
+        who = row.identity
+        if who.is_spare or not self.exclusive(who.slice):
+            return False
+        holder = next(
+            (
+                w for w in self.store.workers(LIVE_WORKER_STATES)
+                if w.identity.node == who.node and w.id != row.id and w.pid is not None and w.id not in self.pending_exits
+            ),
+            None,
+        )
+        if holder is None:
+            self.waiting.pop(row.id, None)
+            return False
+        if row.id not in self.waiting:
+            self.waiting[row.id] = (row, launch)
+            with contextlib.suppress(OSError), open((launch or WorkerLaunch.saved(row)).log, "a") as log:
+                log.write(
+                    f"--- hotswap: attempt {who.attempt} of {who.workload} waits for {holder.identity.workload}"
+                    f" (attempt {holder.identity.attempt}, pid {holder.pid}) to leave node {who.node}'s GPUs ---\n"
+                )
+        return True
+
+    def start_waiting(self) -> None:
+        """Start the waiting workers whose node is free now (after an exit)."""
+        if self.waiting:
+            self.spawn(list(self.waiting.values()))
 
     def _start_on_spare(self, row: WorkerRow, launch: WorkerLaunch) -> bool:
         """Hand the worker to a warm spare, if one fits and is ready."""
@@ -153,28 +198,32 @@ class Workers:
                 self.watched[pidfd] = row.id
         return True
 
-    def _cannot_start(self, row: WorkerRow, launch: WorkerLaunch | None, error: OSError) -> None:
+    def _cannot_start(self, row: WorkerRow, launch: WorkerLaunch | None, error: Exception) -> None:
         if row.identity.is_spare:  # the pool refills later
             with self.store.transaction():
                 self.store.update_worker(row.id, state="exited", exit_code=CANNOT_START_EXIT_CODE)
             return
         if launch is not None:
-            with contextlib.suppress(OSError), open(launch.log, "a") as log:
+            with contextlib.suppress(OSError), os.fdopen(open_private(launch.log), "a") as log:
                 log.write(f"hotswap: cannot start this worker: {error}\n")
         self.exited(row, CANNOT_START_EXIT_CODE)
 
     # ------------------------------------------------------------------ stopping
 
-    def mark_stopping(self, rows: Iterable[WorkerRow], now: float) -> None:
-        """Record that the workers must stop, and their SIGKILL deadline (in the caller's
-        transaction; :meth:`terminate` them once it is committed)."""
+    def mark_stopping(self, rows: Iterable[WorkerRow], now: float, grace_s: float | None = None) -> None:
+        """Record that the workers must stop, and their SIGKILL deadline: their workload's grace
+        period, or ``grace_s`` (0 for a failed node's workers). In the caller's transaction;
+        :meth:`terminate` (or :meth:`kill`) them once it is committed."""
         for row in rows:
-            kill_at = now + self.grace_s(row.identity.workload)
-            self.store.update_worker(row.id, state="stopping", stop_requested_at=now, kill_at=kill_at)
+            grace = self.grace_s(row.identity.workload) if grace_s is None else grace_s
+            self.store.update_worker(row.id, state="stopping", stop_requested_at=now, kill_at=now + grace)
 
     def terminate(self, rows: Iterable[WorkerRow]) -> None:
         for row in rows:
+            if self._never_started(row):
+                continue
             self.supervisor.signal(row, signal.SIGTERM)
+            self.supervisor.signal(row, signal.SIGCONT)  # a stopped (SIGSTOP, hung) process acts on it
 
     def stop(self, rows: list[WorkerRow], now: float) -> None:
         """Stop workers gracefully, outside a round: mark them, commit, SIGTERM."""
@@ -184,7 +233,15 @@ class Workers:
 
     def kill(self, rows: Iterable[WorkerRow]) -> None:
         for row in rows:
-            self.supervisor.signal(row, signal.SIGKILL)
+            if not self._never_started(row):
+                self.supervisor.signal(row, signal.SIGKILL)
+
+    def _never_started(self, row: WorkerRow) -> bool:
+        """A waiting worker told to stop ends without having run (its exit is never judged)."""
+        if self.waiting.pop(row.id, None) is None:
+            return False
+        self.exited(dataclasses.replace(row, state="stopping"), 0)
+        return True
 
     def expire_grace_periods(self) -> None:
         now = time.time()
@@ -222,11 +279,17 @@ class Workers:
         self.pending_exits[row.id] = (code, time.time())
         self.on_exit(row, code)
 
-    def commit_exits(self) -> None:
-        """Write the pending exits (inside the caller's transaction)."""
+    def commit_exits(self) -> list[int]:
+        """Write the pending exits (inside the caller's transaction); returns the workers to
+        hand to :meth:`exits_committed` once that transaction has committed (an exit whose
+        write was rolled back stays pending)."""
         for worker_id, (code, ended_at) in self.pending_exits.items():
             self.store.update_worker(worker_id, state="exited", exit_code=code, ended_at=ended_at)
-        self.pending_exits.clear()
+        return list(self.pending_exits)
+
+    def exits_committed(self, worker_ids: Iterable[int]) -> None:
+        for worker_id in worker_ids:
+            self.pending_exits.pop(worker_id, None)
 
     # ------------------------------------------------------------------ warm spares
 
@@ -246,7 +309,7 @@ def _started_state(row: WorkerRow) -> str:
 
 def _log_header(row: WorkerRow, launch: WorkerLaunch, warm: bool) -> None:
     who = row.identity
-    with open(launch.log, "a") as log:
+    with os.fdopen(open_private(launch.log), "a") as log:
         log.write(
             f"--- hotswap: attempt {who.attempt} of {who.workload} on {who.slice} host {who.host}"
             f" (node {who.node}){' on a warm spare' if warm else ''} at {iso_utc(time.time(), 2)} ---\n"

@@ -4,7 +4,7 @@ Pure functions, no I/O and no ``kubernetes`` import, so ``workload create --dry-
 server and tests validate every object against the real schemas. One module per kind of object:
 
 - :mod:`.jobset`: :func:`render_jobset`, one ``jobset.x-k8s.io/v1alpha2`` JobSet per workload,
-  with hotswap's failure policy and exclusive placement;
+  with hotswap's failure policy and placement gate;
 - :mod:`.container`: the worker container inside it (the contract's environment and shell
   prelude, SIGTERM wiring, checkpoint and membership volumes);
 - :mod:`.cluster`: :func:`render_priority_classes` (xpk's five) and :func:`render_kueue`

@@ -57,7 +57,10 @@ def worker_env(spec: WorkloadSpec, cluster: str, device: DeviceType, volume: Che
         (contract.HOTSWAP_WORKLOAD, spec.name),
         (contract.HOTSWAP_HOSTS_PER_SLICE, str(hosts)),
         (contract.HOTSWAP_TERMINATION_GRACE_S, f"{spec.termination_grace_period_s:g}"),
-        (contract.HOTSWAP_RESTART_COUNT, _field(f"metadata.labels['{labels.RESTART_ATTEMPT_LABEL}']")),
+        # Written by the controller when it releases the pod (restarts of any cause: its own and
+        # JobSet's), so it is right before the container starts. JobSet's restart-attempt label
+        # counts only JobSet's own restarts.
+        (contract.HOTSWAP_RESTART_COUNT, _field(f"metadata.annotations['{labels.RESTART_COUNT_ANNOTATION}']")),
         (contract.HOTSWAP_SLICE, _field(f"metadata.annotations['{labels.SLICE_ANNOTATION}']")),
     ]
     directory = checkpoint_dir(spec, cluster, volume)

@@ -12,15 +12,20 @@ from hotswap.backends.kubernetes.render.jobset import Manifest
 from hotswap.backends.kubernetes.settings import KubeSettings
 
 SETTINGS_VARIABLE = "HOTSWAP_KUBERNETES_SETTINGS"
+METRICS_PORT = 8080  # Prometheus metrics (hotswap.runtime.metrics), scraped in the cluster
 
 
 def controller_rules(settings: KubeSettings) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Least-privilege RBAC of the controller: (cluster-wide rules, rules in its namespace)."""
-    cluster_rules = [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}]
+    cluster_rules = [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+        # Read-only, cluster-wide: pods of other owners (other namespaces, xpk jobs) occupy slices.
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+    ]
     namespaced = [
         {"apiGroups": [labels.JOBSET_GROUP], "resources": [labels.JOBSET_PLURAL], "verbs": ["get", "list", "watch", "patch"]},
         {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch", "delete"]},
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch", "delete"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch", "delete"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
         {
@@ -31,7 +36,8 @@ def controller_rules(settings: KubeSettings) -> tuple[list[dict[str, Any]], list
         },
     ]
     if settings.kueue:
-        namespaced.append({"apiGroups": [labels.KUEUE_GROUP], "resources": ["workloads"], "verbs": ["get", "list", "watch"]})
+        # patch: a workload hotswap fails is deactivated (spec.active), Kueue's way to stop it.
+        namespaced.append({"apiGroups": [labels.KUEUE_GROUP], "resources": [labels.KUEUE_WORKLOADS], "verbs": ["get", "list", "watch", "patch"]})
     return cluster_rules, namespaced
 
 
@@ -85,7 +91,11 @@ def render_controller_manifests(cluster: str, settings: KubeSettings, image: str
                 "strategy": {"type": "Recreate"},
                 "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
                 "template": {
-                    "metadata": {"labels": meta_labels},
+                    "metadata": {
+                        "labels": meta_labels,
+                        # The scrape convention of Prometheus' kubernetes_sd examples.
+                        "annotations": {"prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT)},
+                    },
                     "spec": {
                         "serviceAccountName": name,
                         "terminationGracePeriodSeconds": 30,
@@ -96,7 +106,8 @@ def render_controller_manifests(cluster: str, settings: KubeSettings, image: str
                             {
                                 "name": "controller",
                                 "image": image,
-                                "command": ["hotswap", "controller", "run", "--cluster", cluster],
+                                "command": ["hotswap", "controller", "run", "--cluster", cluster, "--metrics-address", f"0.0.0.0:{METRICS_PORT}"],
+                                "ports": [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
                                 "env": [
                                     {"name": SETTINGS_VARIABLE, "value": json.dumps(in_cluster.to_dict(), sort_keys=True)},
                                     {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},

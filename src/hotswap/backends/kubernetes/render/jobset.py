@@ -1,6 +1,33 @@
 """The JobSet of a workload: seed 000's shape (one replicated job ``slice`` of ``num_slices``
-Indexed Jobs, one pod per host, exclusive placement per slice, the priority's PriorityClass),
-plus hotswap's failure policy. The worker container inside it is :mod:`.container`'s.
+Indexed Jobs, one pod per host, the priority's PriorityClass), plus hotswap's failure policy and
+placement gate. The worker container inside it is :mod:`.container`'s.
+
+Who decides what, and why it is rendered so:
+
+- **Worker exits are judged by the hotswap controller, not by the Job.** When a node dies, the
+  other workers usually exit with ordinary codes (1: a lost peer) some 40-50 s before the node
+  is marked NotReady. A ``podFailurePolicy`` that fails the Job on such a code would make JobSet
+  fail the whole JobSet (FailJobSet) or restart it counted against ``maxRestarts``: the hotswap
+  would have nothing left to move, or pay for the infrastructure's fault. So every exit and
+  every disruption is ``Ignore``d by the Job (its index gets a new pod, which waits behind the
+  placement gate), and the controller judges it once it knows whether a node under the
+  workload failed meanwhile (:mod:`hotswap.backends.kubernetes.pod_signals`): collateral exits
+  are never charged, restart codes restart (charged), other codes fail the workload.
+- **JobSet's own failure policy** still restarts what the controller cannot see: a pod that
+  failed without an exit code or a disruption (a kubelet rejecting it at admission) fails its
+  Job (``backoffLimit: 0``), and JobSet restarts the JobSet, counted against ``maxRestarts``.
+- **Placement:** every pod waits behind the ``hotswap.dev/placement`` gate until the
+  controller releases it, pinned to the whole healthy slice the core chose for its replica
+  (node selector entries on a gated pod, KEP-3838), with or without Kueue (Kueue's quota does
+  not know a slice with a dead node is unusable; kube-scheduler would put a replica's leader
+  there). That pinning is hotswap's exclusive placement, so JobSet's leader/follower exclusive
+  placement is not used: its webhook would refuse the followers of a replica parked behind the
+  gate, and creates followers only after their leader is scheduled (a round trip per restart).
+  JobSet's alternative, its node-selector strategy, needs nodes labelled and tainted per Job
+  beforehand; pinning pods needs nothing of the nodes.
+- **Success:** an elastic workload running on fewer slices has a parked replica whose Job
+  never completes, so it succeeds when any replica's Job completes (``successPolicy: Any``;
+  JobSet then stops the others); the others need all of them.
 """
 
 from __future__ import annotations
@@ -12,25 +39,13 @@ from typing import Any
 from hotswap.api import worker as contract
 from hotswap.api.catalog import AcceleratorKind, DeviceType, get_device_type
 from hotswap.api.errors import InvalidInputError
-from hotswap.api.spec import ExitCodes, WorkloadSpec
+from hotswap.api.spec import WorkloadSpec
 from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes.checkpoint_volume import CheckpointVolume
 from hotswap.backends.kubernetes.render.container import worker_container, worker_volumes
 from hotswap.backends.kubernetes.settings import KubeSettings
 
 Manifest = dict[str, Any]
-
-# The Job failure message of a podFailurePolicy FailJob rule on a pod condition reads
-# "Pod <ns>/<name> has condition DisruptionTarget matching FailJob rule at index 0"
-# (kubernetes pkg/controller/job/pod_failure_policy.go); JobSet matches it with RE2.
-_DISRUPTION_MESSAGE = "has condition DisruptionTarget"
-
-
-def exclusive_topology_key(device: DeviceType, settings: KubeSettings) -> str:
-    """The node label one replica owns whole: the node pool of a multi-host TPU slice; the node
-    itself for single-host shapes (single-host TPU pools and GPU pools hold many slices)."""
-    return settings.node_pool_label if device.multi_host else labels.HOSTNAME_LABEL
-
 
 def node_selector(device: DeviceType, settings: KubeSettings) -> dict[str, str]:
     if device.kind is AcceleratorKind.TPU:
@@ -50,13 +65,17 @@ def render_jobset(
 ) -> Manifest:
     """The JobSet of a workload: the exact object ``workload create`` applies."""
     device = get_device_type(spec.device_type)
+    if device.local_only:
+        raise InvalidInputError(
+            f"--device-type {device.name} is a shape of the local backend only (GPUs of this machine);"
+            " on Kubernetes use a cloud shape such as h100-80gb-8"
+        )
     if spec.script_dir:
         raise InvalidInputError(
             "--script-dir: the kubernetes backend does not build images; put your code in the image"
             " and pass --docker-image"
         )
     hosts = device.hosts_per_slice
-    topology_key = exclusive_topology_key(device, settings)
     job_labels = {
         labels.MANAGED_BY_LABEL: labels.MANAGED_BY,
         labels.WORKLOAD_LABEL: spec.name,
@@ -75,9 +94,7 @@ def render_jobset(
         "terminationGracePeriodSeconds": math.ceil(spec.termination_grace_period_s),
         "nodeSelector": node_selector(device, settings),
     }
-    if not settings.kueue:
-        # Kueue admits and places Kueue workloads itself; otherwise the hotswap controller does.
-        pod_spec["schedulingGates"] = [{"name": labels.PLACEMENT_GATE}]
+    pod_spec["schedulingGates"] = [{"name": labels.PLACEMENT_GATE}]
     if device.kind is AcceleratorKind.TPU:
         # Multislice TPU traffic (DCN) goes through the host network, as in xpk and GKE's docs.
         pod_spec["hostNetwork"] = True
@@ -98,15 +115,12 @@ def render_jobset(
             "name": spec.name,
             "namespace": settings.namespace,
             "labels": job_labels,
-            "annotations": {
-                labels.EXCLUSIVE_TOPOLOGY_ANNOTATION: topology_key,
-                labels.SPEC_ANNOTATION: spec_annotation(spec),
-            },
+            "annotations": {labels.SPEC_ANNOTATION: spec_annotation(spec)},
         },
         "spec": {
             # Created suspended: it waits in hotswap's queue (or Kueue's) until admitted.
             "suspend": True,
-            "failurePolicy": _failure_policy(spec),
+            "failurePolicy": {"maxRestarts": spec.max_restarts, "restartStrategy": spec.restart_strategy.value},
             "replicatedJobs": [
                 {
                     "name": contract.REPLICATED_JOB,
@@ -125,57 +139,21 @@ def render_jobset(
             ],
         },
     }
+    if spec.elastic:
+        jobset["spec"]["successPolicy"] = {"operator": "Any", "targetReplicatedJobs": [contract.REPLICATED_JOB]}
     return jobset
 
 
-def _failure_policy(spec: WorkloadSpec) -> dict[str, Any]:
-    """JobSet's failure policy: infrastructure restarts free, user errors fail, the rest counts.
-
-    A Job fails in one of three ways (see :func:`_pod_failure_policy`): a pod was disrupted
-    (preempted, evicted, drained: FailJob on DisruptionTarget), a worker exited with a code that
-    is not a restart code (FailJob on exit code), or a worker exited with a restart code
-    (backoffLimit 0 exceeded). The first restarts the whole JobSet without counting against
-    maxRestarts, the second fails the JobSet, the third matches no rule and gets JobSet's
-    default, a restart counted against maxRestarts: the core's failure policy.
-    """
-    return {
-        "maxRestarts": spec.max_restarts,
-        "restartStrategy": spec.restart_strategy.value,
-        "rules": [
-            {
-                "name": "disruptionRestartsFree",
-                "action": "RestartJobSetAndIgnoreMaxRestarts",
-                "onJobFailureReasons": ["PodFailurePolicy"],
-                "onJobFailureMessagePatterns": [_DISRUPTION_MESSAGE],
-            },
-            {
-                "name": "userErrorFails",
-                "action": "FailJobSet",
-                "onJobFailureReasons": ["PodFailurePolicy"],
-            },
-        ],
-    }
-
-
-def restartable_codes(codes: ExitCodes) -> list[int]:
-    """Exit codes that restart: the user's, plus the SDK's checkpointed exit (a worker that
-    saved its state on SIGTERM is never a user error)."""
-    values = {code for low, high in codes.ranges for code in range(low, high + 1)}
-    values.add(contract.CHECKPOINTED_EXIT_CODE)
-    return sorted(values)
+# Every disruption and every exit is the controller's to judge (see the module's docstring): the
+# Job ignores them, which keeps JobSet's failure policy out of it. The rule order is the Job
+# controller's (pkg/controller/job/pod_failure_policy.go, matchPodFailurePolicy: first match).
+POD_FAILURE_POLICY: dict[str, Any] = {
+    "rules": [
+        {"action": "Ignore", "onPodConditions": [{"type": labels.DISRUPTION_TARGET, "status": "True"}]},
+        {"action": "Ignore", "onExitCodes": {"containerName": labels.CONTAINER_NAME, "operator": "NotIn", "values": [0]}},
+    ]
+}
 
 
 def _pod_failure_policy(spec: WorkloadSpec) -> dict[str, Any]:
-    return {
-        "rules": [
-            {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
-            {
-                "action": "FailJob",
-                "onExitCodes": {
-                    "containerName": labels.CONTAINER_NAME,
-                    "operator": "NotIn",
-                    "values": restartable_codes(spec.restart_on_exit_codes),
-                },
-            },
-        ]
-    }
+    return json.loads(json.dumps(POD_FAILURE_POLICY))

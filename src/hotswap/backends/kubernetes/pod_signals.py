@@ -1,0 +1,172 @@
+"""What the pods say about a workload, beyond the nodes' states (pure): worker exits, workers
+disrupted or deleted, pinned pods that never schedule, and slices other owners occupy.
+
+**Exits wait before they are judged.** When a node dies, its kubelet stops reporting, but the
+node stays Ready for Kubernetes' ``node-monitor-grace-period`` (40 s; 50 s from 1.32). Meanwhile
+the other workers of the job lose their peer and exit with ordinary codes (1, or 42 from the
+SDK). Judged at once, such an exit would fail the workload (a user error) or restart it in place
+charged against ``max_restarts``, on the dying node. So a non-zero exit becomes a
+:class:`~hotswap.core.events.WorkerExited` only ``EXIT_HOLD_S`` after it happened: if a node
+under the workload fails meanwhile, the loss comes first, the workload is hotswapped (never
+charged) and the exit, of an older attempt by then, is ignored. A success (0) counts at once.
+
+**Disruptions** of a worker of the current attempt (a DisruptionTarget condition: preemption by
+kube-scheduler, eviction, the taint manager; or a deletion by anyone but hotswap) take its
+slice away from the workload for the round, as a cordon would: the core moves it, uncharged.
+
+**A worker whose pod is gone** (deleted or evicted while no controller was watching, so no
+trace of it is left) is noticed all the same: its Job creates a new pod for that index, which
+waits behind the gate, in a Job whose pods were already released. The gang it belonged to is
+broken: the slice is lost for the round, and the workload restarts, uncharged.
+
+**Pinned pods that never schedule** (the slice was taken meanwhile by someone hotswap cannot see)
+lose their slice after ``UNSCHEDULABLE_AFTER_S``, unless a pod is still terminating there
+(it frees the slice when it is gone), so a workload never waits silently.
+
+**Other owners' pods** (another namespace, an xpk job) that hold accelerators on a slice's node
+make the slice unusable: it is never offered, and a workload holding it loses it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+
+from hotswap.api.cluster import NodeState
+from hotswap.api.phases import WorkloadPhase
+from hotswap.backends.kubernetes import labels
+from hotswap.backends.kubernetes.discovery import Discovery
+from hotswap.backends.kubernetes.live_objects import LivePod, Occupant
+from hotswap.core import events as ev
+from hotswap.core.model import Workload
+
+EXIT_HOLD_S = 60.0  # > node-monitor-grace-period (40-50 s) plus the watch's delay
+UNSCHEDULABLE_AFTER_S = 120.0
+
+
+@dataclasses.dataclass
+class Signals:
+    exits: list[ev.WorkerExited] = dataclasses.field(default_factory=list)
+    lost: dict[str, str] = dataclasses.field(default_factory=dict)  # node -> why its slice is lost
+    blocked: dict[str, str] = dataclasses.field(default_factory=dict)  # slice -> why it is unusable
+    wake_at: float | None = None  # when a held exit or a pending deadline comes due
+
+    def wake(self, at: float) -> None:
+        self.wake_at = at if self.wake_at is None else min(self.wake_at, at)
+
+
+def current_pods(workload: Workload, pods: Iterable[LivePod], job_uids: frozenset[str]) -> list[LivePod]:
+    """Pods (of the workload) of its current attempt: released by the controller for that
+    attempt, owned by a Job that still exists."""
+    return [p for p in pods if p.attempt == workload.attempt and p.owner_uid is not None and p.owner_uid in job_uids]
+
+
+def read_signals(
+    workloads: Iterable[Workload],
+    pods_of: Callable[[str], list[LivePod]],
+    job_uids: frozenset[str],
+    failing_jobs: frozenset[str],
+    discovery: Discovery,
+    occupants: Iterable[Occupant],
+    now: float,
+    released: Mapping[str, Mapping[str, frozenset[int]]] | None = None,
+    replicas: Mapping[str, list[str | None]] | None = None,
+) -> Signals:
+    """The signals of every workload that holds slices."""
+    signals = Signals()
+    workloads = list(workloads)
+    # Nodes where a pod (of any hotswap workload) is still terminating: it frees them when gone.
+    stopping_on = {p.node for w in workloads for p in pods_of(w.name) if p.terminating and not p.finished and p.node is not None}
+    for occupant in occupants:
+        slice_name = discovery.slice_of_node.get(occupant.node)
+        if slice_name is not None:
+            signals.blocked.setdefault(slice_name, f"used by pod {occupant.namespace}/{occupant.name} of another owner")
+    for workload in workloads:
+        if not workload.phase.holds_slices:
+            continue
+        held = set(workload.slices)
+        for slice_name in sorted(held & set(signals.blocked)):
+            found = discovery.slice(slice_name)
+            if found is not None:
+                signals.lost.setdefault(found.nodes[0], f"slice {slice_name} is {signals.blocked[slice_name]}")
+        mine = current_pods(workload, pods_of(workload.name), job_uids)
+        if workload.phase is WorkloadPhase.RUNNING:
+            _exits(workload, mine, failing_jobs, discovery, now, signals)
+            _replaced(pods_of(workload.name), (released or {}).get(workload.name, {}), (replicas or {}).get(workload.name, []), discovery, signals)
+        _disruptions(mine, failing_jobs, discovery, held, signals)
+        _unschedulable(mine, stopping_on, discovery, held, now, signals)
+    return signals
+
+
+def _slice_of(pod: LivePod, discovery: Discovery) -> str | None:
+    if pod.node is not None and pod.node in discovery.slice_of_node:
+        return discovery.slice_of_node[pod.node]
+    return pod.annotations.get(labels.SLICE_ANNOTATION)
+
+
+def _exits(workload: Workload, mine: list[LivePod], failing_jobs: frozenset[str], discovery: Discovery, now: float, signals: Signals) -> None:
+    for pod in mine:
+        if not pod.finished or pod.exit_code is None or pod.terminating or pod.disruption or pod.owner_uid in failing_jobs:
+            continue
+        slice_name = _slice_of(pod, discovery)
+        if slice_name is None or pod.host is None:
+            continue
+        node = discovery.nodes.get(pod.node or "")
+        if node is not None and node.state is not NodeState.READY:
+            continue  # on a machine that is gone or going: the node's loss explains it
+        if pod.exit_code != 0:
+            due = (pod.finished_at if pod.finished_at is not None else now) + EXIT_HOLD_S
+            if now < due:
+                signals.wake(due)
+                continue
+        signals.exits.append(ev.WorkerExited(workload.name, workload.attempt, slice_name, pod.host, pod.exit_code))
+
+
+def _disruptions(mine: list[LivePod], failing_jobs: frozenset[str], discovery: Discovery, held: set[str], signals: Signals) -> None:
+    for pod in mine:
+        if not (pod.disruption or pod.terminating) or pod.owner_uid in failing_jobs or pod.node is None:
+            continue
+        node = discovery.nodes.get(pod.node)
+        if node is None or node.slice not in held or node.state is not NodeState.READY:
+            continue  # the node's own state tells the core already
+        why = f"its pod {pod.name} was disrupted ({pod.disruption})" if pod.disruption else f"its pod {pod.name} was deleted"
+        signals.lost.setdefault(pod.node, f"a worker on node {pod.node} stopped: {why}")
+
+
+def _replaced(
+    pods: list[LivePod], released: Mapping[str, frozenset[int]], replicas: list[str | None], discovery: Discovery, signals: Signals
+) -> None:
+    """A gated pod for a worker that was released: its predecessor is gone."""
+    gone = {(p.owner_uid, p.replica, p.host) for p in pods if p.finished or p.terminating}  # the visible ones speak for themselves
+    for pod in pods:
+        if not pod.gated or pod.terminating or pod.owner_uid is None or pod.host not in released.get(pod.owner_uid, frozenset()):
+            continue
+        if (pod.owner_uid, pod.replica, pod.host) in gone:
+            continue
+        slice_name = replicas[pod.replica] if pod.replica is not None and 0 <= pod.replica < len(replicas) else None
+        found = discovery.slice(slice_name) if slice_name is not None else None
+        if found is None:
+            continue
+        signals.lost.setdefault(
+            found.nodes[0], f"the pod of worker {pod.replica}/{pod.host} is gone (deleted or evicted): its Job replaced it"
+        )
+
+
+def _unschedulable(mine: list[LivePod], stopping_on: set[str], discovery: Discovery, held: set[str], now: float, signals: Signals) -> None:
+    for pod in mine:
+        if pod.node is not None or pod.gated or pod.terminating or pod.unschedulable_since is None:
+            continue
+        slice_name = pod.annotations.get(labels.SLICE_ANNOTATION)
+        if slice_name not in held:
+            continue
+        found = discovery.slice(slice_name)
+        if found is None:
+            continue  # the slice is gone: its removal is the loss
+        nodes = found.nodes
+        if stopping_on & set(nodes):
+            continue  # a pod is still terminating there: it frees the slice when it is gone
+        due = pod.unschedulable_since + UNSCHEDULABLE_AFTER_S
+        if now < due:
+            signals.wake(due)
+            continue
+        signals.lost.setdefault(nodes[0], f"pod {pod.name} pinned to slice {slice_name} has not been scheduled for {int(now - pod.unschedulable_since)} s")

@@ -1,0 +1,170 @@
+"""Checkpoints of a JAX job with orbax: an asynchronous ``CheckpointManager`` and its own commit
+protocol (a step is written to a temporary directory and renamed when every process has
+written its shards; an interrupted save never becomes a step), restored onto whatever mesh the
+registered state now lives on, so a job saved on 3 slices resumes on 2 with its arrays
+resharded.
+
+Each step holds two items: ``state`` (the arrays, ``StandardSave``) and ``hotswap`` (the
+progress counters, why it was saved, and the registered objects' states, ``JsonSave``). Every
+process takes part in saves and restores; rank 0 records the goodput events.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from typing import Any
+
+import jax
+import orbax.checkpoint as ocp
+
+from hotswap.api.worker import EVENT_CHECKPOINT_SAVE
+from hotswap.train.events import EventLog
+from hotswap.train.jax.trees import StateMismatchError, first_mismatch, leaves_with_paths
+
+log = logging.getLogger("hotswap.train")
+
+
+@dataclasses.dataclass(frozen=True)
+class Restored:
+    step: int
+    state: Any
+    objects: dict[str, Any]
+    counters: dict[str, int]
+    reason: str
+
+
+class OrbaxCheckpoints:
+    def __init__(self, directory: str, keep: int, events: EventLog, *, record_events: bool) -> None:
+        self.directory = directory
+        self.events = events
+        self.record_events = record_events
+        # What is known of the save in flight: the caller adds how long it blocked, orbax's
+        # callback when it was written; the second to arrive records the event.
+        self._pending: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self.manager = ocp.CheckpointManager(
+            directory,
+            item_handlers={"state": ocp.StandardCheckpointHandler(), "hotswap": ocp.JsonCheckpointHandler()},
+            options=ocp.CheckpointManagerOptions(
+                max_to_keep=keep,
+                enable_async_checkpointing=True,
+                cleanup_tmp_directories=True,  # what a killed save left behind
+                async_options=ocp.AsyncOptions(post_finalization_callback=self._written),
+            ),
+        )
+
+    @property
+    def busy(self) -> bool:
+        return self.manager.is_saving_in_progress()
+
+    def latest_step(self) -> int | None:
+        return self.manager.latest_step()
+
+    def save(self, step: int, state: Any, objects: dict[str, Any], counters: dict[str, int], reason: str, *, wait: bool) -> float:
+        """Save step ``step`` (after any save in flight); return the seconds the caller was
+        blocked. Asynchronous unless ``wait``: the arrays are copied to the host before this
+        returns, so the caller may go on computing."""
+        started = time.monotonic()
+        self.manager.wait_until_finished()
+        size = sum(int(getattr(leaf, "nbytes", 0)) for _, leaf in leaves_with_paths(state))
+        args = ocp.args.Composite(
+            state=ocp.args.StandardSave(state),
+            hotswap=ocp.args.JsonSave({"counters": counters, "reason": reason, "objects": objects}),
+        )
+        with self._lock:
+            self._pending = {"step": step, "reason": reason, "started": started, "bytes": size}
+        self.manager.save(step, args=args, force=True)
+        if wait:
+            self.manager.wait_until_finished()
+        blocking = time.monotonic() - started
+        self._complete(step, blocking_s=blocking)
+        return blocking
+
+    def _written(self) -> None:
+        """orbax: every process has written the step (called on its background thread)."""
+        with self._lock:
+            step, started = self._pending.get("step"), self._pending.get("started")
+        if step is not None and started is not None:
+            self._complete(step, total_s=time.monotonic() - started)
+
+    def _complete(self, step: int, **fields: float) -> None:
+        with self._lock:
+            if self._pending.get("step") != step:
+                return
+            self._pending.update(fields)
+            if "blocking_s" not in self._pending or "total_s" not in self._pending:
+                return
+            done, self._pending = self._pending, {}
+        if self.record_events:
+            self.events.record(
+                EVENT_CHECKPOINT_SAVE,
+                step=step,
+                blocking_s=round(min(done["blocking_s"], done["total_s"]), 6),
+                total_s=round(done["total_s"], 6),
+                bytes=done["bytes"],
+                reason=done["reason"],
+            )
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Let the save in flight finish; False if it did not within ``timeout_s`` (a save whose
+        peers are gone never finishes: its temporary directory is removed by the next run)."""
+        if timeout_s is None:
+            self.manager.wait_until_finished()
+            return True
+        done = threading.Event()
+
+        def waiting() -> None:
+            try:
+                self.manager.wait_until_finished()
+            except Exception as error:
+                log.warning("hotswap: checkpoint save failed: %s", error)
+            done.set()
+
+        threading.Thread(target=waiting, name="hotswap-checkpoint-wait", daemon=True).start()
+        return done.wait(timeout_s)
+
+    def restore_latest(self, template: Any) -> Restored | None:
+        """The newest complete checkpoint, its arrays placed like the template's (resharded
+        when the mesh changed); None when there is none. A checkpoint whose tree, shapes or
+        dtypes differ from the template's raises :class:`StateMismatchError` naming the first
+        leaf that differs: a partial or cast restore would be silent corruption."""
+        self.manager.wait_until_finished()
+        self.manager.reload()
+        expected = leaves_with_paths(template)
+        for step in sorted(self.manager.all_steps(), reverse=True):
+            where = f"checkpoint {self.directory}/{step}"
+            try:
+                saved = getattr(self.manager.item_metadata(step)["state"], "tree", None)
+                if saved is None:
+                    raise ValueError("no array metadata")
+                found = dict(leaves_with_paths(saved))
+            except Exception as error:  # written by something else, or damaged
+                log.warning("hotswap: skipping %s: its metadata cannot be read (%s)", where, error)
+                continue
+            problem = first_mismatch(expected, found, where)
+            if problem:
+                raise StateMismatchError(f"cannot restore: {problem}")
+            target = jax.tree.map(_abstract, template)
+            try:
+                restored = self.manager.restore(
+                    step,
+                    args=ocp.args.Composite(state=ocp.args.StandardRestore(target), hotswap=ocp.args.JsonRestore()),
+                )
+            except Exception as error:
+                log.warning("hotswap: skipping %s: it cannot be restored (%s)", where, error)
+                continue
+            extra = restored["hotswap"]
+            return Restored(step, restored["state"], extra["objects"], extra["counters"], extra["reason"])
+        return None
+
+    def close(self) -> None:
+        self.manager.close()
+
+
+def _abstract(leaf: Any) -> Any:
+    if isinstance(leaf, jax.Array):
+        return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=leaf.sharding)
+    return leaf

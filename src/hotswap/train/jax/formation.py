@@ -1,0 +1,131 @@
+"""Group formation for JAX: :class:`~hotswap.train.formation.GroupFormation`, except that a
+process cannot re-form its group in place. Moving to a new generation is done by restarting the
+process into it (:func:`~hotswap.train.jax.handoff.restart`):
+
+1. the survivor waits, in its old program, for the generation that follows its own (leaving if
+   its slice is not in it), exactly as the neutral formation does;
+2. it leaves the old group, rank 0 last (the coordination service lives in its process);
+3. it hands its state to its next program and ``exec``s;
+4. the next program joins the new generation, takes its state back (joining slices receive it
+   from a survivor), and announces the change with the time it took from step 1.
+
+The controller does nothing JAX-specific: it publishes generations and starts joiners, as for
+PyTorch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import NoReturn
+
+from hotswap.api.worker import CHECKPOINTED_EXIT_CODE, RESTART_EXIT_CODE, Membership, WorkerEnv
+from hotswap.train.events import EventLog, say
+from hotswap.train.formation import GroupFormation
+from hotswap.train.jax.handoff import Handoff, MembershipChange
+from hotswap.train.jax.runtime import JaxGroup
+from hotswap.train.jax.sync import JaxStateSync
+from hotswap.train.progress import Progress
+from hotswap.train.termination import Termination
+
+
+class RestartingFormation(GroupFormation):
+    def __init__(
+        self,
+        env: WorkerEnv,
+        group: JaxGroup,
+        termination: Termination,
+        state: JaxStateSync,
+        progress: Progress,
+        events: EventLog,
+        *,
+        membership_timeout_s: float,
+        handoff: Handoff | None,
+        restart: Callable[[Handoff], NoReturn],
+    ) -> None:
+        super().__init__(env, group, termination, state, progress, events, membership_timeout_s=membership_timeout_s)
+        self.jax_group = group
+        self.jax_state = state
+        self.change = handoff.change if handoff else None  # the move this program finishes
+        self.attempts = handoff.attempts if handoff else 0  # elastic retries so far
+        self._restart = restart
+        self._moving = threading.Lock()  # held by whichever thread moves the process on
+
+    def join_first(self) -> None:
+        if self.change is not None and self.elastic:
+            self._form_elastic_group(after_generation=self.change.after_generation, fresh=False)
+        else:
+            super().join_first()
+
+    def newest_membership(self) -> Membership | None:
+        """The newest generation published so far (None when not elastic)."""
+        return self._watcher.poll() if self._watcher else None
+
+    def finish_change(self) -> None:
+        """Once the state is synchronised: the move the previous program began is done."""
+        change, self.change = self.change, None
+        if change is not None and change.previous_slices is not None:
+            self._announce_change(change.previous_slices, change.started, change.failed)
+
+    def _form(self, membership: Membership, rank: int) -> bool:
+        if self.jax_group.used:  # a generation that did not form: only a new process can try the next
+            self._claim()
+            self.restart_into(membership.generation - 1, failed=True)
+        return super()._form(membership, rank)
+
+    def _change_membership(self, failed: bool) -> None:
+        """Restart into the generation after this one (see the module)."""
+        started = time.monotonic()
+        previous = self.membership
+        assert previous is not None
+        self._claim()
+        newest = self._await_membership(previous.generation, fresh=False)
+        self.jax_group.leave(_staying(previous, newest))
+        if newest.rank_of(self.env.slice_name, self.env.host_index) is None:
+            say(f"leaving: slice {self.env.slice_name} is not in membership generation {newest.generation}")
+            self.termination.exit(CHECKPOINTED_EXIT_CODE, "removed")
+        if not failed:
+            self.jax_state.wait_for_writes()  # a healthy group can finish the save in flight
+        change = MembershipChange(previous.generation, len(previous.slices), started, failed)
+        self._restart(self.jax_state.handoff(change, self.attempts + 1))
+
+    def restart_into(self, after_generation: int, *, failed: bool, live: bool = True) -> NoReturn:
+        """Restart this process to join the first generation after ``after_generation``."""
+        if self.change is not None:  # still finishing the previous move: it goes on
+            change = dataclasses.replace(self.change, after_generation=after_generation)
+        else:
+            slices = len(self.membership.slices) if self.membership else None
+            change = MembershipChange(after_generation, slices, time.monotonic(), failed)
+        self._restart(self.jax_state.handoff(change, self.attempts + 1, live=live))
+
+    def abandon(self, newest: Membership, forming: int | None) -> None:
+        """The watchdog's way out of a call that does not return (see :mod:`.watchdog`)."""
+        if not self._moving.acquire(blocking=False):
+            return  # the main thread is moving on already
+        try:
+            if forming is not None:
+                self.restart_into(forming, failed=False)
+            previous = self.membership
+            assert previous is not None
+            self.jax_group.leave(_staying(previous, newest))
+            self.restart_into(previous.generation, failed=True, live=False)
+        except BaseException as error:  # the main thread waits for this one: never leave it hanging
+            print(f"hotswap: cannot restart into generation {newest.generation}: {error}", file=sys.stderr, flush=True)
+            os._exit(RESTART_EXIT_CODE)
+
+    def _claim(self) -> None:
+        """Only one thread moves the process on; if the watchdog does, this one waits for it."""
+        if not self._moving.acquire(blocking=False):
+            threading.Event().wait()
+
+
+def _staying(previous: Membership, newest: Membership) -> set[int]:
+    """The ranks of ``previous`` whose slices are members of ``newest``."""
+    return {
+        rank for rank in range(previous.world_size)
+        if previous.slices[rank // previous.hosts_per_slice] in newest.slices
+    }

@@ -1,0 +1,323 @@
+"""A JAX training run: the in-job half of hotswap for multi-controller JAX.
+
+The same contract as the PyTorch :class:`hotswap.train.run.Run`, on the same framework-neutral
+pieces (:class:`~hotswap.train.boundary.StepBoundary`,
+:class:`~hotswap.train.termination.Termination`, and group formation), with JAX's group
+(:class:`~hotswap.train.jax.runtime.JaxGroup`), JAX's state
+(:class:`~hotswap.train.jax.sync.JaxStateSync`, orbax checkpoints) and one difference:
+a new membership generation restarts the process (:mod:`hotswap.train.jax.formation`).
+
+JAX state is immutable, so the loop hands the run each step's new state (``run.state = ...``);
+that is what a SIGTERM saves, a periodic checkpoint writes and a survivor hands over.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any, NoReturn
+
+import jax
+import numpy as np
+
+from hotswap.api.worker import CHECKPOINTED_EXIT_CODE, EVENT_START, EVENT_STOP, Membership, WorkerEnv
+from hotswap.train.boundary import StepBoundary
+from hotswap.train.events import EventLog
+from hotswap.train.front import RunFront
+from hotswap.train.jax import handoff as handoffs
+from hotswap.train.jax.formation import RestartingFormation
+from hotswap.train.jax.runtime import JaxGroup, configure_runtime, default_compilation_cache
+from hotswap.train.jax.sync import JaxStateSync
+from hotswap.train.jax.watchdog import Watchdog
+from hotswap.train.progress import Progress
+from hotswap.train.rendezvous import first_line
+from hotswap.train.termination import Termination, TerminationRequest
+
+log = logging.getLogger("hotswap.train")
+
+
+class JaxRun(RunFront):
+    """One process's part of a JAX training job. Create it with :func:`hotswap.train.jax.init`."""
+
+    def __init__(
+        self,
+        env: WorkerEnv,
+        *,
+        checkpoint_dir: str | None,
+        checkpoint_every: int | None,
+        keep: int,
+        async_checkpoints: bool,
+        snapshot_every: int | None,
+        stall_timeout_s: float,
+        rendezvous_timeout_s: float,
+        membership_timeout_s: float,
+        compilation_cache: str | None,
+    ) -> None:
+        started_at = time.time()
+        for name, value in (("checkpoint_every", checkpoint_every), ("snapshot_every", snapshot_every)):
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be at least 1 (or None for never), not {value}")
+        handoff = handoffs.take()
+        self.env = env
+        self.events = EventLog(env.events_file)
+        request = TerminationRequest(env.grace_period_s)
+        request.install()
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # blocked across a restart
+        configure_runtime(compilation_cache)
+        self.group = JaxGroup(rendezvous_timeout_s)
+        self.progress = Progress()
+        self.sync = JaxStateSync(
+            self.group,
+            self.progress,
+            self.events,
+            hosts_per_slice=env.hosts_per_slice,
+            async_checkpoints=async_checkpoints,
+            snapshot_every=snapshot_every,
+            handoff=handoff,
+        )
+        self.termination = Termination(request, self.group, self.sync, self.progress, self.events)
+        self.formation = RestartingFormation(
+            env,
+            self.group,
+            self.termination,
+            self.sync,
+            self.progress,
+            self.events,
+            membership_timeout_s=membership_timeout_s,
+            handoff=handoff,
+            restart=handoffs.restart,
+        )
+        self.boundary = StepBoundary(
+            self.group, self.formation, self.termination, self.sync, self.progress, checkpoint_every=checkpoint_every
+        )
+        self.watchdog = self._watchdog(stall_timeout_s) if env.membership_file else None
+        self._began = False
+        self._updated = False  # the step assigned its new state
+        self._boundary_at: float | None = None
+        # orbax takes a while to import: let it load while the group forms (a restarted
+        # process waits there for the others anyway).
+        loading = threading.Thread(target=importlib.import_module, args=("hotswap.train.jax.checkpoints",), daemon=True)
+        loading.start()
+        self.formation.join_first()
+        loading.join()
+        from hotswap.train.jax.checkpoints import OrbaxCheckpoints
+
+        directory = checkpoint_dir or env.checkpoint_dir
+        if directory:
+            self.sync.checkpoints = OrbaxCheckpoints(directory, keep, self.events, record_events=self.rank == 0)
+        else:
+            log.warning("hotswap: no checkpoint directory (HOTSWAP_CHECKPOINT_DIR is not set): state is not saved")
+        if handoff is None:
+            self.events.record(EVENT_START, t=started_at, attempt=env.attempt, rank=self.rank, world_size=self.world_size)
+        atexit.register(self.close)
+
+    # Where this process stands -------------------------------------------------------------
+
+    def mesh(self, axis_names: tuple[str, str] = ("slice", "device")) -> jax.sharding.Mesh:
+        """Every device of the active slices as a (slices, devices per slice) mesh: shard over
+        the second axis within a slice and replicate over the first (data parallelism across
+        slices), so that a survivor slice holds a whole replica."""
+        devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
+        return jax.sharding.Mesh(np.array(devices).reshape(self.slices, -1), axis_names)
+
+    # The user's API ------------------------------------------------------------------------
+
+    def register(self, state: Any, **objects: object) -> None:
+        """The job's state: a pytree of ``jax.Array`` placed on :meth:`mesh` as it should be
+        (its initial value, and the shapes, dtypes and shardings a checkpoint or a peer's copy
+        is restored into), and objects with ``state_dict()``/``load_state_dict()`` (such as
+        :class:`~hotswap.train.ResumableBatches`) or dicts, saved as JSON with it."""
+        if self._began:
+            raise RuntimeError("register() the state before the first step: it is restored then")
+        self.sync.register(state, objects)
+
+    @property
+    def state(self) -> Any:
+        """The job's state: restored at the first step; assign each step's new state to it."""
+        if self.sync.current is None:
+            raise RuntimeError("register the state first: run.register(state, ...)")
+        return self.sync.current
+
+    @state.setter
+    def state(self, value: Any) -> None:
+        self.sync.current = value
+        self._updated = True
+
+    def steps(self, total: int) -> Iterator[int]:
+        """Yield step numbers up to ``total``, from the one after the restored state.
+
+        Before each step the ranks agree on what to do: stop and checkpoint (SIGTERM; the
+        process then exits with ``CHECKPOINTED_EXIT_CODE``), move to a new membership (the
+        process restarts into it), or take a periodic checkpoint. After the last step a final
+        checkpoint is written. Each step assigns its new state to :attr:`state`.
+        """
+        if total < 0:
+            raise ValueError(f"total steps must not be negative, not {total}")
+        self._begin()
+        while True:
+            self._cross(total)
+            if self.step >= total:
+                break
+            self._in_step, self._step_failed, self._updated = True, False, False
+            started = time.monotonic()
+            yield self.step + 1
+            self._in_step = False
+            if self._step_failed:
+                self.formation.recover()
+                continue
+            if not self._updated:
+                raise RuntimeError("assign each step's new state to run.state (JAX arrays are immutable)")
+            self._complete_step(time.monotonic() - started)
+        self.termination.finish()
+
+    def step_done(self, state: Any) -> None:
+        """For loops that do not use :meth:`steps`: ``state`` is the state after a step; act at
+        this boundary as :meth:`steps` does. Call :meth:`restore` before the first step to
+        resume; without it ``state`` is the job's state."""
+        if not self._began:
+            self._began = self.progress.has_state = True
+        self.state = state
+        now = time.monotonic()
+        self._complete_step(now - (self._boundary_at or now))
+        self._cross(sys.maxsize)
+        self._boundary_at = time.monotonic()
+
+    def restore(self) -> Any:
+        """Restore the job's state now (from this process's own handoff, a peer, or the newest
+        checkpoint) instead of at the first step, and return it."""
+        self._begin()
+        return self.state
+
+    def report(self, **metrics: object) -> None:
+        """Print the step line of the contract (seed 001's awk reads it), with ``metrics``
+        (JAX and NumPy scalars are printed as numbers)."""
+        super().report(**{key: _plain(value) for key, value in metrics.items()})
+
+    def close(self) -> None:
+        """Finish the checkpoint in flight and leave the group (also done at exit)."""
+        if self.watchdog is not None:
+            self.watchdog.stop()
+        self.termination.close()
+
+    # Between steps -------------------------------------------------------------------------
+
+    def _begin(self) -> None:
+        if self._began:
+            return
+        self._began = True
+        try:
+            self.sync.synchronise(self.formation.interrupted)
+        except Exception as error:
+            if not self.group.is_peer_failure(error):
+                raise
+            self.formation.recover()
+        self.formation.finish_change()
+        self._boundary_at = time.monotonic()
+
+    def _cross(self, total: int) -> None:
+        try:
+            self.sync.at_boundary()
+        except Exception as error:  # the step's result, computed asynchronously, failed
+            if self.world_size == 1 or not self.group.is_peer_failure(error):
+                raise
+            log.warning("hotswap: a peer was lost in step %d: %s", self.step, first_line(error))
+            self.formation.recover()
+        if self.watchdog is not None:
+            self.watchdog.beat()
+        self.boundary.cross(total)
+        self.sync.commit()
+
+    def _watchdog(self, stall_s: float) -> Watchdog:
+        assert self.env.membership_file
+        watchdog = Watchdog(
+            self.env.membership_file,
+            stall_s=stall_s,
+            generation=lambda: self.formation.generation,
+            forming=lambda: self.group.forming.generation if self.group.forming else None,
+            is_rank_zero=lambda: self.group.planned_rank == 0,
+            others_leaving=self.group.others_leaving,
+            terminated=lambda: self.termination.requested,
+            on_stall=self._abandon,
+            on_terminated=self._end_without_group,
+        )
+        watchdog.start()
+        return watchdog
+
+    def _abandon(self, newest: Membership, forming: bool) -> None:
+        forming_generation = self.group.forming.generation if forming and self.group.forming else None
+        self.formation.abandon(newest, forming_generation)
+
+    def _end_without_group(self) -> NoReturn:
+        """SIGTERM while the group was still forming: nothing to save with; leave now."""
+        self.sync.save_own("termination")
+        self.events.record(EVENT_STOP, step=self.step, reason="terminated", exit_code=CHECKPOINTED_EXIT_CODE)
+        self.events.close()
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        os._exit(CHECKPOINTED_EXIT_CODE)
+
+
+def _plain(value: object) -> object:
+    """A JAX or NumPy scalar as a Python number (``loss=0.25``, not ``loss=Array(0.25, ...)``)."""
+    if getattr(value, "ndim", None) == 0 and callable(getattr(value, "item", None)):
+        return value.item()  # type: ignore[attr-defined]
+    return value
+
+
+_current: JaxRun | None = None
+
+
+def init(
+    *,
+    checkpoint_dir: str | None = None,
+    checkpoint_every: int | None = 100,
+    keep: int = 3,
+    async_checkpoints: bool = True,
+    snapshot_every: int | None = 10,
+    stall_timeout_s: float | None = None,
+    rendezvous_timeout_s: float = 300.0,
+    membership_timeout_s: float = 300.0,
+    compilation_cache: str | bool = True,
+) -> JaxRun:
+    """Start this process's part of a JAX job (see :mod:`hotswap.train.jax`). Call it before
+    any other JAX call: it initialises ``jax.distributed`` for the process's group.
+
+    ``snapshot_every``: steps between host copies of the state, what a survivor hands over
+    when its live arrays are gone (a step that donated them failed, or the watchdog had to
+    break a hung collective). ``stall_timeout_s``: how long a step may outlast the publication
+    of a new membership before the watchdog moves the process on (default: half the
+    termination grace period, 5 to 60 s). ``compilation_cache``: JAX's persistent compilation
+    cache, so that a restarted process loads its compiled step (True: a per-user directory in
+    the temporary space; a path; False: off; a cache the script configured itself is kept).
+    """
+    global _current
+    if _current is not None:
+        raise RuntimeError("hotswap.train.jax.init() was already called in this process")
+    env = WorkerEnv.from_environ(os.environ)
+    if stall_timeout_s is None:
+        stall_timeout_s = max(5.0, min(60.0, env.grace_period_s / 2))
+    _current = JaxRun(
+        env,
+        checkpoint_dir=checkpoint_dir,
+        checkpoint_every=checkpoint_every,
+        keep=keep,
+        async_checkpoints=async_checkpoints,
+        snapshot_every=snapshot_every,
+        stall_timeout_s=stall_timeout_s,
+        rendezvous_timeout_s=rendezvous_timeout_s,
+        membership_timeout_s=membership_timeout_s,
+        compilation_cache=default_compilation_cache() if compilation_cache is True else (compilation_cache or None),
+    )
+    return _current
+
+
+def current() -> JaxRun | None:
+    """The run of this process, once :func:`init` was called."""
+    return _current

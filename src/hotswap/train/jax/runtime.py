@@ -1,0 +1,227 @@
+"""The JAX processes of one membership generation (multi-controller JAX, ``jax.distributed``).
+
+A JAX process joins exactly one group in its life: ``jax.distributed.initialize`` cannot be
+called again with another process count, so a new generation means a new process
+(:mod:`hotswap.train.jax.handoff`). :class:`JaxGroup` is the
+:class:`~hotswap.train.protocols.Group` the neutral modules drive: ``form`` initialises the
+distributed runtime (gloo collectives on CPU), ``agree_max`` is one small all-gather, and
+``leave`` takes care of the one ordering JAX imposes: the coordination service lives in rank
+0's process, and every other process of the generation aborts the moment it goes away, so rank
+0 leaves last.
+
+Recoverability is switched on (``jax_enable_recoverability``): the loss of a process other than
+rank 0 then fails the collectives that need it (gloo errors at once when a peer's sockets
+close) instead of making the coordination service end every process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import threading
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+
+from hotswap.train.rendezvous import GroupSpec, RendezvousFailed, first_line
+
+log = logging.getLogger("hotswap.train")
+
+LEAVE_TIMEOUT_S = 15.0  # how long rank 0 waits for the others to leave before it does
+_LEAVING_KEY = "hotswap/leaving"  # set by the first rank that leaves the generation
+
+# Messages of errors that mean a peer died, hung or left: gloo's and NCCL's own, and the
+# status codes pathwaysutils treats as a slice going down.
+_PEER_FAILURE_MARKS = (
+    "gloo",
+    "nccl",
+    "connection reset",
+    "connection closed",
+    "socket closed",
+    "unavailable:",
+    "deadline_exceeded",
+    "data_loss",
+    "coordination service",
+)
+
+
+def configure_runtime(compilation_cache: str | None) -> None:
+    """Settings that must be made before JAX creates its backends. JAX's own preemption
+    service is off: it would take SIGTERM from hotswap's handler, and hotswap is what acts on
+    it (every rank agrees at a step boundary, saves, exits with the contract's code).
+
+    With ``compilation_cache`` (a directory), compiled programs persist across processes, so
+    a process restarted into a new generation loads its step instead of compiling it again
+    (unless the script configured JAX's cache itself)."""
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.config.update("jax_enable_recoverability", True)
+    jax.config.update("jax_enable_preemption_service", False)
+    if compilation_cache and not jax.config.jax_compilation_cache_dir:
+        jax.config.update("jax_compilation_cache_dir", compilation_cache)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+def default_compilation_cache() -> str:
+    """A per-user directory in the machine's temporary space (a container's, on Kubernetes:
+    what a restarted process of the same pod finds again)."""
+    return os.path.join(tempfile.gettempdir(), f"hotswap-jax-cache-{os.getuid()}")
+
+
+def is_peer_failure(error: BaseException) -> bool:
+    """Whether a JAX computation or collective failed because a peer was lost.
+
+    JAX reports a lost peer as a runtime error whose message names the collective library or
+    a gRPC status (a gloo failure reaches Python as a ``ValueError``)."""
+    if isinstance(error, RendezvousFailed):
+        return True
+    if not isinstance(error, (jax.errors.JaxRuntimeError, ValueError, RuntimeError)):
+        return False
+    message = str(error).lower()
+    return any(mark in message for mark in _PEER_FAILURE_MARKS)
+
+
+class JaxGroup:
+    """``jax.distributed`` for one generation (see the module)."""
+
+    def __init__(self, rendezvous_timeout_s: float, heartbeat_timeout_s: float = 100.0) -> None:
+        self.rendezvous_timeout_s = rendezvous_timeout_s
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.spec: GroupSpec | None = None
+        self.used = False  # this process has tried to form a group: only a new process can try again
+        self.forming: GroupSpec | None = None  # the group being initialised (a call JAX cannot interrupt)
+        self._owned = False
+        self._left = False
+
+    @property
+    def rank(self) -> int:
+        return self.spec.rank if self.spec else 0
+
+    @property
+    def world_size(self) -> int:
+        return self.spec.world_size if self.spec else 1
+
+    @property
+    def planned_rank(self) -> int:
+        """The rank in the group being formed, else in the group formed."""
+        return self.forming.rank if self.forming else self.rank
+
+    @staticmethod
+    def is_peer_failure(error: BaseException) -> bool:
+        return is_peer_failure(error)
+
+    # Forming and leaving -------------------------------------------------------------------
+
+    def form(self, spec: GroupSpec, interrupted: Callable[[], bool]) -> None:
+        """Initialise ``jax.distributed`` for ``spec``. The call blocks until every member has
+        connected; the process's watchdog restarts it when a newer generation makes the wait
+        pointless (JAX offers no way to interrupt it)."""
+        if self.used:
+            raise RuntimeError("a JAX process forms one group in its life; a new generation needs a new process")
+        self.used = True
+        if spec.world_size == 1:
+            self.spec = spec
+            return
+        if interrupted():
+            raise RendezvousFailed(f"interrupted before forming generation {spec.generation}")
+        self.forming = spec
+        try:
+            jax.distributed.initialize(
+                coordinator_address=f"{spec.master_addr}:{spec.master_port}",
+                num_processes=spec.world_size,
+                process_id=spec.rank,
+                cluster_detection_method="deactivate",  # emulated TPU slices must not look like real ones
+                initialization_timeout=max(1, int(self.rendezvous_timeout_s)),
+                heartbeat_timeout_seconds=max(1, int(self.heartbeat_timeout_s)),
+            )
+        except Exception as error:
+            raise RendezvousFailed(f"generation {spec.generation}: {first_line(error)}") from error
+        finally:
+            self.forming = None
+        self.spec, self._owned = spec, True
+
+    def adopt_existing(self) -> bool:
+        """Use the distributed runtime if the training script initialised it itself."""
+        if not jax.distributed.is_initialized():
+            return False
+        self.spec = GroupSpec(0, jax.process_index(), jax.process_count(), "", 0)
+        self.used = True
+        return True
+
+    def destroy(self) -> None:
+        """Leave the group, rank 0 after every other member (bounded wait)."""
+        self.leave(range(self.world_size))
+
+    def leave(self, wait_for: Collection[int]) -> None:
+        """Leave the generation. Every rank but 0 disconnects from the coordination service;
+        rank 0 first waits (at most :data:`LEAVE_TIMEOUT_S`) until the ranks in ``wait_for``
+        have disconnected: they abort if the service in its process goes away under them."""
+        if self._left or not self._owned:
+            self._left = True
+            return
+        self._left = True
+        self._say_leaving()
+        if self.rank != 0:
+            try:
+                jax.distributed.shutdown()
+            except Exception as error:  # the service is gone already: nothing left to leave
+                log.debug("hotswap: leaving generation: %s", first_line(error))
+            return
+        others = sorted(rank for rank in wait_for if rank != 0)
+        client = _client()
+        if not others or client is None:
+            return
+        # The coordination service answers once every listed process is connected no more
+        # (a live one has not called it): exactly "the others have left".
+        gone = threading.Event()
+
+        def wait() -> None:
+            try:
+                client.get_live_nodes([0, *others])
+            except Exception as error:
+                log.debug("hotswap: waiting for the others to leave: %s", first_line(error))
+            gone.set()
+
+        threading.Thread(target=wait, name="hotswap-leave", daemon=True).start()
+        if not gone.wait(LEAVE_TIMEOUT_S):
+            log.warning("hotswap: ranks %s did not leave generation %d in time", others, self.spec.generation if self.spec else 0)
+
+    def _say_leaving(self) -> None:
+        """Tell the others, through the coordination service, that this generation is ending:
+        a rank stuck in a collective with a rank that left learns it there (its watchdog asks)."""
+        client = _client()
+        try:
+            client.key_value_set(_LEAVING_KEY, str(self.rank))
+        except Exception:  # set already by another rank, or the service is gone
+            pass
+
+    def others_leaving(self) -> bool:
+        """Whether a rank of this generation has started to leave it."""
+        client = _client() if self._owned and not self._left else None
+        if client is None:
+            return False
+        try:
+            return client.key_value_try_get(_LEAVING_KEY) is not None
+        except Exception:  # not set (NOT_FOUND is raised, not returned)
+            return False
+
+    # Collectives ---------------------------------------------------------------------------
+
+    def agree_max(self, values: list[int]) -> list[int]:
+        gathered = multihost_utils.process_allgather(np.asarray(values, dtype=np.int32))
+        return [int(v) for v in np.max(gathered, axis=0)]
+
+    def all_gather_ints(self, values: Sequence[int]) -> list[list[int]]:
+        """Every rank's ``values``, by rank."""
+        gathered = multihost_utils.process_allgather(np.asarray(values, dtype=np.int32))
+        return [[int(v) for v in row] for row in np.asarray(gathered)]
+
+
+def _client() -> Any:
+    from jax._src import distributed  # the client jax.distributed keeps; no public accessor
+
+    return distributed.global_state.client

@@ -1,0 +1,264 @@
+"""The JAX job's state on the move: the :class:`~hotswap.train.protocols.ReplicaState` of
+:mod:`hotswap.train.jax`.
+
+When a group forms, every process ends up holding the same step: a survivor of the previous
+generation takes its own shards back from its handoff, a joining slice receives a survivor
+slice's shards (host by host, through the new group's collectives), and when no process holds
+state every process reads the newest orbax checkpoint, resharded onto the new mesh. Which rank
+is the source is the neutral :func:`~hotswap.train.progress.plan_peer_copy`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import jax
+
+from hotswap.api.worker import EVENT_CHECKPOINT_RESTORE, restored_line
+from hotswap.train.events import EventLog, say
+from hotswap.train.jax.handoff import Handoff, MembershipChange
+from hotswap.train.jax.objects import ObjectRegistry
+from hotswap.train.jax.runtime import JaxGroup
+from hotswap.train.jax.trees import (
+    HostSnapshot,
+    any_deleted,
+    broadcast_object,
+    broadcast_shards,
+    leaves_with_paths,
+    local_shards,
+    place_local_data,
+    rebuild,
+)
+from hotswap.train.progress import Progress, plan_peer_copy
+from hotswap.train.rendezvous import first_line
+
+if TYPE_CHECKING:
+    from hotswap.train.jax.checkpoints import OrbaxCheckpoints
+
+log = logging.getLogger("hotswap.train")
+
+WRITE_WAIT_S = 10.0  # how long leaving waits for a save in flight
+
+
+class JaxStateSync:
+    def __init__(
+        self,
+        group: JaxGroup,
+        progress: Progress,
+        events: EventLog,
+        *,
+        hosts_per_slice: int,
+        async_checkpoints: bool,
+        snapshot_every: int | None,
+        handoff: Handoff | None,
+    ) -> None:
+        self.group = group
+        self.progress = progress
+        self.events = events
+        self.hosts_per_slice = max(1, hosts_per_slice)
+        self.async_checkpoints = async_checkpoints
+        self.snapshot_every = snapshot_every
+        self.objects = ObjectRegistry()
+        self.template: Any = None
+        self.current: Any = None  # the live state: what the last step assigned
+        # The last state known to be computed (the step's arrays come asynchronously and may
+        # turn out to be the failed computation), with its counters and objects.
+        self.committed: tuple[Any, dict[str, int], dict[str, Any]] | None = None
+        self.checkpoints: OrbaxCheckpoints | None = None
+        self.snapshot: HostSnapshot | None = None
+        self.force_snapshot = False  # take one at the next boundary whatever the period
+        self._objects_now: dict[str, Any] = {}  # the objects' states at the last boundary
+        self._handoff = handoff
+
+    # What the run registers and updates --------------------------------------------------------
+
+    def register(self, state: Any, objects: dict[str, object]) -> None:
+        for name, obj in objects.items():
+            self.objects.register(name, obj)
+        self.template = self.current = state
+
+    def at_boundary(self) -> None:
+        """Between steps: remember the objects' states that go with the live arrays, and take
+        the host snapshot when one is due."""
+        self._objects_now = self.objects.state()
+        every, step = self.snapshot_every, self.progress.step
+        due = self.force_snapshot or bool(every and step and step % every == 0)
+        self.force_snapshot = False
+        if due and (self.snapshot is None or self.snapshot.counters["step"] != step):
+            self.snapshot = HostSnapshot(
+                self._counters(), local_shards(self.current), self._leaves(), self._objects_now
+            )
+
+    def commit(self) -> None:
+        """After the ranks agreed at a boundary (their collectives ran after the step's): the
+        live state, if it is computed and not a failure, is the one to fall back on."""
+        state = self.current
+        if state is None or any_deleted(state) or not all(leaf.is_ready() for leaf in _arrays(state)):
+            return
+        try:
+            jax.block_until_ready(state)  # ready already: this only surfaces a failure
+        except Exception:
+            return
+        self.committed = (state, self._counters(), self._objects_now)
+
+    def handoff(self, change: MembershipChange, attempts: int, live: bool = True) -> Handoff:
+        """What this process hands its next program: the live state if its arrays are intact
+        (not with ``live=False``: another thread is computing with them), else the last state
+        known to be computed, else the last host snapshot, else nothing (the next generation
+        then restores from a peer or the newest checkpoint)."""
+        if self._handoff is not None:  # restarting again before the state was taken back
+            held = self._handoff
+            return Handoff(change, held.counters, held.shards, held.leaves, held.objects, attempts)
+        candidates = [self.committed] if self.committed else []
+        if live:
+            candidates.insert(0, (self.current, self._counters(), self._objects_now))
+        if not self.progress.has_state:
+            candidates = []
+        for state, counters, objects in candidates:
+            if state is None or any_deleted(state):
+                continue
+            try:  # a step's result is computed asynchronously: it may be the failed computation
+                shards = local_shards(state)
+            except Exception as error:
+                log.warning("hotswap: the state of step %d cannot be read (%s)", counters["step"], first_line(error))
+                continue
+            return Handoff(change, counters, shards, self._leaves(), objects, attempts)
+        if self.snapshot is not None:
+            snap = self.snapshot
+            return Handoff(change, snap.counters, snap.shards, snap.leaves, snap.objects, attempts)
+        return Handoff(change, None, None, None, None, attempts)
+
+    # ReplicaState -----------------------------------------------------------------------------
+
+    def synchronise(self, interrupted: Callable[[], bool]) -> None:
+        """Every rank at the same step: the most advanced holder's (itself, after a handoff;
+        a survivor slice's, for a joining slice), else the newest checkpoint."""
+        if self.template is None:
+            raise RuntimeError("register the state (run.register(state, ...)) before the first step")
+        started = time.monotonic()
+        self._take_handoff()
+        if self.group.world_size == 1:
+            if not self.progress.has_state:
+                self._restore_from_disk(started)
+            return
+        offers = self.group.all_gather_ints([int(self.progress.has_state), self.progress.step])
+        copy = plan_peer_copy([(bool(has), step) for has, step in offers])
+        if copy is None:
+            self._restore_from_disk(started)
+            return
+        if not copy.receivers:
+            return
+        rank, hosts = self.group.rank, self.hosts_per_slice
+        source_slice = copy.source // hosts
+        received = None
+        for host in range(hosts):
+            sender = source_slice * hosts + host
+            data = broadcast_shards(self.template, self.current if rank == sender else None, rank == sender)
+            if rank % hosts == host:
+                received = data
+        extra = broadcast_object(
+            (self._counters(), self._objects_now) if rank == copy.source else None, rank == copy.source
+        )
+        if rank in copy.receivers:
+            assert received is not None
+            counters, objects = extra
+            self.current = place_local_data(self.template, received)
+            self.objects.load(objects)
+            self._objects_now = self.objects.state()
+            self._adopt(counters, on_disk=False)
+            self._announce_restore("peer", started)
+
+    def can_start_save(self) -> bool:
+        return self.checkpoints is not None and not self.checkpoints.busy
+
+    def save_periodic(self) -> None:
+        self._save("periodic", wait=not self.async_checkpoints)
+
+    def save_last(self, reason: str) -> bool:
+        """Every rank writes its shards (unless that step is on disk already); rank 0 reports."""
+        if self.checkpoints is None:
+            return False
+        self.checkpoints.wait()
+        if self.checkpoints.latest_step() != self.progress.step:
+            self._save(reason, wait=True)
+        return self.group.rank == 0
+
+    def save_own(self, reason: str) -> None:
+        """A JAX checkpoint needs every process of the group, which is gone: the job resumes
+        from its newest checkpoint (or from a survivor, when elastic)."""
+        if self.progress.has_state and self.progress.step > self.progress.last_checkpoint_step:
+            log.warning(
+                "hotswap: no %s save of step %d without the group: the next run starts from the newest "
+                "checkpoint (step %d)", reason, self.progress.step, self.progress.last_checkpoint_step,
+            )
+
+    def wait_for_writes(self) -> None:
+        if self.checkpoints is not None and not self.checkpoints.wait(WRITE_WAIT_S):
+            log.warning("hotswap: a checkpoint save did not finish in %gs: its peers are gone", WRITE_WAIT_S)
+
+    # Inside ---------------------------------------------------------------------------------
+
+    def _save(self, reason: str, wait: bool) -> None:
+        assert self.checkpoints is not None
+        try:
+            self.checkpoints.save(
+                self.progress.step, self.current, self._objects_now, self._counters(), reason, wait=wait
+            )
+        except OSError as error:
+            log.warning("hotswap: %s checkpoint of step %d failed: %s", reason, self.progress.step, error)
+
+    def _take_handoff(self) -> None:
+        handoff, self._handoff = self._handoff, None
+        if handoff is None or handoff.counters is None or handoff.shards is None:
+            return
+        state = rebuild(self.template, handoff.shards) if handoff.leaves == self._leaves() else None
+        if state is None:
+            log.warning(
+                "hotswap: the state held before the restart does not fit the registered state on this "
+                "mesh (sharded across slices, or a different tree): taking it from a peer or a checkpoint"
+            )
+            return
+        self.current = state
+        self.objects.load(handoff.objects or {})
+        self._objects_now = self.objects.state()
+        self._adopt(handoff.counters, on_disk=False)
+
+    def _restore_from_disk(self, started: float) -> None:
+        restored = self.checkpoints.restore_latest(self.template) if self.checkpoints is not None else None
+        self.progress.has_state = True
+        if restored is None:
+            return
+        self.current = restored.state
+        self.objects.load(restored.objects)
+        self._objects_now = self.objects.state()
+        self._adopt(restored.counters, on_disk=True)
+        self._announce_restore("migration" if restored.reason == "termination" else "checkpoint", started)
+
+    def _adopt(self, counters: dict[str, int], on_disk: bool) -> None:
+        if on_disk:
+            self.progress.load(counters)
+            return
+        self.progress.step = int(counters["step"])
+        self.progress.elastic_down_events = int(counters["elastic_down_events"])
+        self.progress.last_checkpoint_step = int(counters.get("last_checkpoint_step", 0))
+        self.progress.has_state = True
+
+    def _counters(self) -> dict[str, int]:
+        return {**self.progress.counters(), "last_checkpoint_step": self.progress.last_checkpoint_step}
+
+    def _leaves(self) -> list[str]:
+        return [path for path, _ in leaves_with_paths(self.template)]
+
+    def _announce_restore(self, source: str, started: float) -> None:
+        elapsed = time.monotonic() - started
+        self.events.record(
+            EVENT_CHECKPOINT_RESTORE, step=self.progress.step, duration_s=round(elapsed, 6), source=source
+        )
+        say(restored_line(self.progress.step, source))
+
+
+def _arrays(tree: Any) -> list[jax.Array]:
+    return [leaf for _, leaf in leaves_with_paths(tree) if isinstance(leaf, jax.Array)]

@@ -1,0 +1,126 @@
+"""Helpers of the hardening tests: the CLI run in-process through its real entry point, a
+digest of a cluster's whole database (to prove a refusal changed nothing), the controller's
+processes, and running a command as a user without root's power over file permissions."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import io
+import os
+import shutil
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+from hotswap.api.errors import EXIT_CODES
+from hotswap.cli.app import run
+
+TRACEBACK = "Traceback (most recent call last)"
+
+
+@dataclasses.dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+    @property
+    def one_line_error(self) -> bool:
+        """Exactly one line on stderr, ``error: ...``, and nothing else anywhere."""
+        lines = self.err.strip().splitlines()
+        return self.code != 0 and len(lines) == 1 and lines[0].startswith("error: ") and TRACEBACK not in self.err
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A private state directory (HOTSWAP_HOME) for one test; every cluster in it is deleted
+    and every process of it ended afterwards, even if the test made it read-only."""
+    from local_helpers import cleanup
+
+    state = tmp_path / "state"
+    monkeypatch.setenv("HOTSWAP_HOME", str(state))
+    yield state
+    for directory, _, _ in os.walk(state):
+        os.chmod(directory, 0o700)
+    cleanup(state)
+
+
+@contextlib.contextmanager
+def state_home(home: Path):
+    """HOTSWAP_HOME set to ``home`` for a module's shared cluster; afterwards every cluster in
+    it is deleted and the variable restored."""
+    from local_helpers import cleanup
+
+    saved = os.environ.get("HOTSWAP_HOME")
+    os.environ["HOTSWAP_HOME"] = str(home)
+    try:
+        yield home
+    finally:
+        cleanup(home)
+        if saved is None:
+            os.environ.pop("HOTSWAP_HOME", None)
+        else:
+            os.environ["HOTSWAP_HOME"] = saved
+
+
+def cli(*args: str) -> Result:
+    """``hotswap ARGS`` in this process (HOTSWAP_HOME comes from the environment)."""
+    out, err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8"), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = run(list(args))
+    out.flush()
+    assert code in EXIT_CODES, f"exit code {code} is not documented: {err.getvalue()}"
+    return Result(code, out.buffer.getvalue().decode(errors="replace"), err.getvalue())  # type: ignore[attr-defined]
+
+
+def digest(database: Path, tables: tuple[str, ...] | None = None) -> str:
+    """A digest of every row of ``tables`` (default: all of them)."""
+    connection = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=30)
+    try:
+        names = tables or tuple(
+            r[0] for r in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        )
+        hasher = hashlib.sha256()
+        for name in names:
+            for row in connection.execute(f"SELECT * FROM {name} ORDER BY rowid"):
+                hasher.update(repr(tuple(row)).encode())
+        return hasher.hexdigest()
+    finally:
+        connection.close()
+
+
+STATE_TABLES = ("meta", "slices", "nodes", "workloads", "workers")  # not the request log or timeline
+
+
+def controllers(root: Path) -> list[int]:
+    """Pids of the controller processes of the cluster at ``root``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"hotswap.runtime.local_controller" in command and os.fsencode(root) in command:
+            found.append(int(entry.name))
+    return found
+
+
+def unprivileged(command: list[str]) -> list[str]:
+    """``command`` as its user without the power to ignore file permissions: root runs it
+    with CAP_DAC_OVERRIDE and friends dropped (setpriv); others run it as it is."""
+    if os.geteuid() != 0:
+        return command
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root without setpriv: cannot drop the power to ignore permissions")
+    return [setpriv, "--bounding-set=-dac_override,-dac_read_search,-fowner", *command]
+
+
+def hotswap_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "hotswap", *args]

@@ -1,0 +1,218 @@
+"""hotswap.train.jax in one process: what a missing JAX looks like, orbax checkpoints that refuse
+a state of another shape naming the first leaf that differs, the handoff a survivor gives its
+next program, peer failures told from bugs, and pathwaysutils' names. The multi-process
+behaviour is in ``test_train_jax_processes.py`` and the drills in ``test_train_jax_demo.py``."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+from hotswap.cli.app import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Without JAX -----------------------------------------------------------------------------------
+
+
+def test_without_jax_the_sdk_names_the_extra_to_install() -> None:
+    probe = (
+        "import sys\n"
+        "sys.modules.update(jax=None, orbax=None)\n"  # as if not installed
+        "import hotswap.train.jax as hj\n"
+        "try:\n"
+        "    hj.init\n"
+        "except ImportError as error:\n"
+        "    print(error)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    )
+    assert result.stdout.strip() == "hotswap.train.jax needs JAX and orbax: pip install 'hotswap[jax]'"
+
+
+def hotswap(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """Run the CLI in this process; its exit code and stderr."""
+    monkeypatch.setattr(sys, "argv", ["hotswap", *args])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    return int(exited.value.code or 0), capsys.readouterr().err
+
+
+def test_without_jax_the_jax_drills_say_what_to_install_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real = importlib.util.find_spec
+    hidden = ("jax", "orbax")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name.split(".")[0] in hidden else real(name, *a))
+    code, errors = hotswap(["demo", "elastic", "--framework", "jax"], monkeypatch, capsys)
+    assert code != 0
+    [line] = errors.strip().splitlines()
+    assert "pip install 'hotswap[jax]'" in line
+
+
+def test_the_hotswap_drill_is_not_offered_for_jax(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    if importlib.util.find_spec("jax") is None:
+        pytest.skip("JAX is not installed: the missing extra is reported first")
+    code, errors = hotswap(["demo", "hotswap", "--framework", "jax"], monkeypatch, capsys)
+    assert code != 0
+    assert errors.strip() == "error: --framework jax runs the elastic and migration drills; the hotswap drill trains PyTorch jobs"
+
+
+# With JAX (in this process: one CPU device, no jax.distributed) ---------------------------------
+
+
+@pytest.fixture(scope="module")
+def jax() -> types.ModuleType:
+    return pytest.importorskip("jax", reason="the JAX SDK needs hotswap[jax]")
+
+
+def checkpoints(directory: Path):  # type: ignore[no-untyped-def]
+    from hotswap.train.events import EventLog
+    from hotswap.train.jax.checkpoints import OrbaxCheckpoints
+
+    return OrbaxCheckpoints(str(directory), 3, EventLog(None), record_events=False)
+
+
+def test_a_checkpoint_restores_exactly_and_refuses_another_tree_naming_the_first_leaf(jax, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import jax.numpy as jnp
+
+    from hotswap.train.jax.trees import StateMismatchError
+
+    state = {"params": {"w": jnp.arange(12.0).reshape(4, 3), "b": jnp.ones(3)}, "opt": (jnp.zeros(3), jnp.int32(7))}
+    store = checkpoints(tmp_path)
+    store.save(5, state, {"batches": {"epoch": 1}}, {"step": 5, "elastic_down_events": 0}, "termination", wait=True)
+
+    restored = checkpoints(tmp_path).restore_latest(jax.tree.map(jnp.zeros_like, state))
+    assert restored is not None and restored.step == 5 and restored.reason == "termination"
+    assert restored.objects == {"batches": {"epoch": 1}}
+    assert jax.tree.all(jax.tree.map(lambda a, b: bool((a == b).all()), restored.state, state))
+
+    cast = {**state, "params": {"w": state["params"]["w"], "b": jnp.ones(3, jnp.bfloat16)}}
+    grown = {**state, "params": {**state["params"], "c": jnp.ones(2)}}
+    shrunk = {"params": state["params"]}
+    reshaped = {**state, "params": {"w": jnp.zeros((3, 4)), "b": state["params"]["b"]}}
+    for template, words in (
+        (cast, ["'params/b'", "float32[3]", "bfloat16[3]"]),
+        (grown, ["no leaf 'params/c'"]),
+        (shrunk, ["'opt/0'", "lacks"]),
+        (reshaped, ["'params/w'", "float32[4,3]", "float32[3,4]"]),
+    ):
+        with pytest.raises(StateMismatchError) as error:
+            checkpoints(tmp_path).restore_latest(template)
+        assert all(word in str(error.value) for word in words), str(error.value)
+
+
+def test_no_checkpoint_restores_nothing(jax, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    assert checkpoints(tmp_path).restore_latest({"w": jax.numpy.ones(2)}) is None
+
+
+def test_a_handoff_gives_back_the_shards_and_refuses_a_layout_it_cannot_fill(jax, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import pickle
+
+    import jax.numpy as jnp
+
+    from hotswap.train.jax import handoff as handoffs
+    from hotswap.train.jax.trees import local_shards, rebuild
+
+    state = {"w": jnp.arange(6.0).reshape(2, 3), "n": jnp.int32(3)}
+    shards = local_shards(state)
+    back = rebuild(jax.tree.map(jnp.zeros_like, state), shards)
+    assert back is not None and bool((back["w"] == state["w"]).all()) and int(back["n"]) == 3
+    assert rebuild({"w": jnp.zeros((3, 2)), "n": jnp.int32(0)}, shards) is None  # another shape: not from here
+
+    change = handoffs.MembershipChange(after_generation=4, previous_slices=3, started=1.0, failed=True)
+    sent = handoffs.Handoff(change, {"step": 9, "elastic_down_events": 1}, shards, ["w", "n"], {"b": {"x": 1}}, attempts=2)
+    read, write = os.pipe()
+    os.write(write, pickle.dumps(sent))
+    os.close(write)
+    os.environ[handoffs.HANDOFF_FD] = str(read)
+    received = handoffs.take()
+    assert handoffs.HANDOFF_FD not in os.environ and handoffs.take() is None  # taken once
+    assert received is not None and received.change == change and received.counters == sent.counters
+    assert received.attempts == 2 and received.objects == {"b": {"x": 1}}
+
+
+@pytest.mark.parametrize(
+    ("error", "lost"),
+    [
+        (ValueError("UNKNOWN: Gloo all-reduce failed: [pair.cc:538] Read error: Connection reset by peer"), True),
+        (RuntimeError("UNAVAILABLE: Failed to send RPC to coordination service"), True),
+        (ValueError("Incompatible shapes for broadcasting: (3,) and (4,)"), False),
+        (TypeError("gloo"), False),  # only runtime errors come from collectives
+    ],
+)
+def test_peer_failures_are_told_from_bugs_in_the_step(jax, error: Exception, lost: bool) -> None:  # type: ignore[no-untyped-def]
+    from hotswap.train.jax.runtime import is_peer_failure
+    from hotswap.train.rendezvous import RendezvousFailed
+
+    assert is_peer_failure(error) is lost
+    assert is_peer_failure(RendezvousFailed("generation 3 did not form"))
+
+
+def test_registered_objects_must_have_a_json_state(jax) -> None:  # type: ignore[no-untyped-def]
+    from hotswap.train import ResumableBatches
+    from hotswap.train.jax.objects import ObjectRegistry
+
+    registry = ObjectRegistry()
+    batches = ResumableBatches(100, 10)
+    registry.register("batches", batches)
+    registry.register("extra", {"when": object()})
+    with pytest.raises(TypeError, match="'extra' is not JSON-serialisable"):
+        registry.state()
+    with pytest.raises(TypeError, match="cannot register a int"):
+        registry.register("n", 3)
+
+
+def test_pathwaysutils_scaling_rule(jax) -> None:  # type: ignore[no-untyped-def]
+    from hotswap.train.jax.elastic import Manager
+
+    run = types.SimpleNamespace(total_slices=3, slices=2, sync=types.SimpleNamespace(snapshot_every=None))
+    manager = Manager(run=run)  # type: ignore[arg-type]
+    assert (manager.good_slice_count, manager.active_slice_indices, manager.inactive_slice_indices) == (2, {0, 1}, {2})
+    assert manager.scale_by_active_slices(30) == 20 and manager.scale_by_active_slices(0.3) == pytest.approx(0.2)
+    with pytest.raises(ValueError, match="remainder"):
+        manager.scale_by_good_slices(31)
+
+
+def test_a_survivor_hands_over_the_last_computed_state_when_the_live_one_failed(jax, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """A step's arrays arrive asynchronously: when the step failed with its peer, the state it
+    assigned cannot be read, and the one before it (with its counters and objects) goes."""
+    import jax.numpy as jnp
+
+    from hotswap.train.events import EventLog
+    from hotswap.train.jax import sync as syncs
+    from hotswap.train.jax.handoff import MembershipChange
+    from hotswap.train.progress import Progress
+
+    progress = Progress(step=4, has_state=True)
+    state = syncs.JaxStateSync(
+        types.SimpleNamespace(rank=0, world_size=2), progress, EventLog(None),  # type: ignore[arg-type]
+        hosts_per_slice=1, async_checkpoints=True, snapshot_every=None, handoff=None,
+    )
+    position = {"offset": 4}
+    state.register({"w": jnp.full(3, 4.0)}, {"data": position})
+    state.at_boundary()
+    state.commit()  # step 4 is computed
+    position["offset"] = 5
+    failed = {"w": jnp.full(3, 5.0)}
+    state.current, progress.step = failed, 5
+    state.at_boundary()
+
+    real = syncs.local_shards
+
+    def unreadable(tree):  # type: ignore[no-untyped-def]
+        if tree is failed:
+            raise ValueError("UNKNOWN: Gloo all-reduce failed: Connection reset by peer")
+        return real(tree)
+
+    monkeypatch.setattr(syncs, "local_shards", unreadable)
+    handed = state.handoff(MembershipChange(1, 2, 0.0, True), attempts=1)
+    assert handed.counters is not None and handed.counters["step"] == 4
+    assert handed.objects == {"data": {"offset": 4}}
+    assert handed.shards is not None and float(next(iter(handed.shards[0].values()))[0]) == 4.0
