@@ -31,11 +31,16 @@ def serve_demands(state: RoundState) -> None:
     # every preemption chain, so this ends. The guard turns a bug into an error, not a hang.
     # (next_seq bounds the number of workloads there are.)
     budget = 20 * (state.next_seq + 10)
-    while (demand := queue.pop()) is not None:
-        budget -= 1
-        if budget < 0:
-            raise RuntimeError("scheduler did not converge (bug)")
-        _serve(state, demand)
+    try:
+        while (demand := queue.pop()) is not None:
+            budget -= 1
+            if budget < 0:
+                raise RuntimeError("scheduler did not converge (bug)")
+            _serve(state, demand)
+    finally:
+        # The queue and the state refer to each other: left linked, every round would leave a
+        # cycle (the round's overlays and indexes) for the cyclic garbage collector to find.
+        state.queue = None
 
 
 def start_ready(state: RoundState) -> None:

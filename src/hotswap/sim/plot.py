@@ -50,8 +50,10 @@ def plot_sweep(result: Sweep, path: str | Path) -> Path:
             points = [(n, result.estimates(policy, n).get(metric)) for n in result.sizes]
             xs = [n * offsets[policy] for n, e in points if e is not None]
             ys = [e.mean for _, e in points if e is not None]
-            errors = [e.ci95 for _, e in points if e is not None]
-            ax.errorbar(xs, ys, yerr=errors, label=policy, color=colour, marker=marker, capsize=4, linewidth=1.6)
+            # A goodput lies in [0, 1]: with few seeds the interval is clipped there, not drawn past it.
+            below = [min(e.ci95, e.mean) for _, e in points if e is not None]
+            above = [min(e.ci95, 1.0 - e.mean) for _, e in points if e is not None]
+            ax.errorbar(xs, ys, yerr=[below, above], label=policy, color=colour, marker=marker, capsize=4, linewidth=1.6)
         ax.set_xscale("log", base=2)
         ax.set_xticks(result.sizes, [f"{n:,}" for n in result.sizes])
         ax.minorticks_off()
