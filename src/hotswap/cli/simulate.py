@@ -110,7 +110,10 @@ def _sizes(text: str | None, config: SimConfig) -> list[int]:
     if not values:
         raise InvalidInputError("--sizes is empty: give node counts separated by commas, e.g. 1024,4096")
     for value in values:
-        dataclasses.replace(config, nodes=value)  # each size is checked like --nodes
+        try:
+            dataclasses.replace(config, nodes=value)  # each size is checked like --nodes
+        except InvalidInputError as error:
+            raise InvalidInputError(str(error).replace("--nodes", "--sizes", 1)) from None
     return values
 
 
