@@ -27,7 +27,7 @@ class Mode(enum.Enum):
     DONE = "done"
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class Saved:
     """A copy of the job's state: when it was taken and how much progress it holds."""
 
@@ -35,7 +35,7 @@ class Saved:
     progress: float
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class Job:
     spec: WorkloadSpec
     work_s: float
