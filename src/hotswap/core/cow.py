@@ -56,12 +56,10 @@ class Layered(Mapping[K, V]):
         return made
 
     def __getitem__(self, key: K) -> V:
-        value = self._delta.get(key, _MISSING)
-        if value is not _MISSING:
-            return value
-        if key in self._gone:
+        value = self.get(key, _MISSING)
+        if value is _MISSING:
             raise KeyError(key)
-        return self._base[key]
+        return value
 
     def get(self, key: K, default: Any = None) -> Any:
         value = self._delta.get(key, _MISSING)
@@ -136,17 +134,10 @@ class Overlay(Generic[K, V]):
             self._delta, self._gone, self._base = {}, frozenset(), original
 
     def __getitem__(self, key: K) -> V:
-        value = self._changes.get(key, _MISSING)
-        if value is not _MISSING:
-            return value
-        if key in self._deleted:
+        value = self.get(key, _MISSING)
+        if value is _MISSING:
             raise KeyError(key)
-        value = self._delta.get(key, _MISSING)
-        if value is not _MISSING:
-            return value
-        if key in self._gone:
-            raise KeyError(key)
-        return self._base[key]
+        return value
 
     def get(self, key: K, default: Any = None) -> Any:
         value = self._changes.get(key, _MISSING)
