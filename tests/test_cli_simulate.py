@@ -75,6 +75,7 @@ def test_compare_runs_sizes_and_seeds_in_parallel(tmp_path: Path) -> None:
         (("--failure-rate", "5000"), "--failure-rate"),
         (("--repair-minutes", "-1"), "--repair-minutes"),
         (("--checkpoint-minutes", "0"), "--checkpoint-minutes"),
+        (("--checkpoint-minutes", "0.05"), "--checkpoint-minutes 0.05 is shorter than"),
         (("--profile", "rsc-3"), "unknown failure profile"),
         (("--profile", "llama3", "--failure-rate", "3"), "either --profile or --failure-rate"),
         (("--seeds", "3"), "go with --compare"),

@@ -55,9 +55,9 @@ def simulate(
     """Simulate failures on a cluster and compare wait-for-repair, hotswap and hotswap+elastic.
 
     A discrete-event simulation drives hotswap's own scheduling core: node failures drawn per
-    node at a published rate, a long very-high-priority job and lower-priority fillers. Without
-    --compare: one cluster and seed, goodput per priority, recovery times, preemptions. With
-    --compare: every policy on the same failures over several sizes and seeds, the
+    node at a published rate, a long very-high-priority job and lower-priority fillers. Alone,
+    one cluster and seed: goodput per priority, recovery times, preemptions. With the option
+    --compare, every policy on the same failures over several sizes and seeds: the
     high-priority job's and the other work's goodput with confidence intervals, and a plot of
     goodput against cluster size.
     """

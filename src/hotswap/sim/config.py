@@ -129,7 +129,11 @@ class SimConfig:
             "--elastic-snapshot-minutes", self.elastic_snapshot_s / 60.0, 0.0, 1440.0, "minutes", low_ok=True
         )
         if self.checkpoint_block_s >= self.checkpoint_interval_s:
-            raise InvalidInputError("a checkpoint cannot block longer than the interval between checkpoints")
+            raise InvalidInputError(
+                f"--checkpoint-minutes {self.checkpoint_interval_s / 60.0:g} is shorter than the"
+                f" {self.checkpoint_block_s:g} s each checkpoint blocks training:"
+                f" give more than {self.checkpoint_block_s / 60.0:.3g}"
+            )
         for name, value in (("startup", self.startup_s), ("restore", self.restore_s), ("stop", self.stop_s),
                             ("elastic reconfiguration", self.elastic_reconfigure_s),
                             ("checkpoint block", self.checkpoint_block_s), ("filler think", self.filler_think_s)):
