@@ -1,5 +1,5 @@
-"""The capacity indexes of a round on their own: the free pool, holders and holder classes,
-health, topology changes, and copy-on-write of the snapshot they start from.
+"""The capacity indexes of a round on their own: the free pool, holders and the healthy slices
+held per level, health, topology changes, and copy-on-write of the snapshot they start from.
 
 Slices ``b a c`` are v6e-16 with ordinals 0, 1, 2 (so name order is not placement order) and
 ``d`` is v5p-16; each has one host ``<slice>-0``.
@@ -16,12 +16,17 @@ from builders import capacity_of, holding
 
 from hotswap.api.cluster import NodeState
 from hotswap.core.capacity import Capacity
-from hotswap.core.model import Workload
+from hotswap.core.index import Indexes
+from hotswap.core.model import Snapshot, Workload
 
 SLICES = [("b", "v6e-16"), ("a", "v6e-16"), ("c", "v6e-16"), ("d", "v5p-16")]
 V6E, V5P = "v6e-16", "v5p-16"
-MEDIUM = (V6E, 500, False)
-LOW = (V6E, 250, False)
+MEDIUM = (V6E, 500)
+LOW = (V6E, 250)
+
+
+def freeze(capacity: Capacity, workloads: dict[str, Workload]) -> Snapshot:
+    return capacity.freeze(1.0, workloads, 0, Indexes.build(workloads))
 
 
 @pytest.mark.parametrize(
@@ -65,7 +70,7 @@ class Case:
     change: Callable[[Capacity, dict[str, Workload]], object]
     returns: object
     free: set[str]  # free v6e-16 slices afterwards
-    held: dict[tuple[str, int, bool], int]  # healthy slices held per holder class (non-zero)
+    held: dict[tuple[str, int], int]  # healthy slices held per (device type, priority), non-zero
     holders: dict[str, str]
     down: tuple[str, ...] = ()
 
@@ -107,9 +112,9 @@ CASES = [
 def test_capacity_change(case: Case) -> None:
     capacity, workloads = capacity_of(SLICES, case.workloads, case.down)
     assert case.change(capacity, workloads) == case.returns
-    frozen = capacity.freeze(1.0, workloads, 0)
+    frozen = freeze(capacity, workloads)
     assert set(frozen.free_healthy(V6E)) == case.free
-    assert {k: v for k, v in frozen.class_held.items() if v} == case.held
+    assert {k: v for k, v in frozen.held_by_level.items() if v} == case.held
     assert dict(frozen.holders) == case.holders
 
 
@@ -146,17 +151,19 @@ def test_added_slice_comes_after_every_other_and_is_free() -> None:
         capacity.add_slice("a", V6E, ("a2-0",))
     with pytest.raises(ValueError, match="already exists"):
         capacity.add_slice("f", V6E, ("a-0",))
-    capacity.freeze(1.0, workloads, 0).check()
+    freeze(capacity, workloads).check()
     assert capacity.take_free(V6E, 4) == ["b", "a", "c", "e"]
 
 
 def test_removed_slices_are_dropped_with_their_nodes() -> None:
     capacity, workloads = capacity_of(SLICES)
     capacity.remove_slice("a")
-    assert capacity.slices_by_type[V6E] == {"b", "c"} and "a" in capacity.unhealthy
+    assert capacity.type_size(V6E) == 2 and "a" in capacity.unhealthy
     capacity.drop_removed()
     assert "a" not in capacity.slices and "a-0" not in capacity.nodes and "a" not in capacity.unhealthy
-    capacity.freeze(1.0, workloads, 0).check()
+    frozen = freeze(capacity, workloads)
+    frozen.check()
+    assert frozen.slices_by_type[V6E] == {"b", "c"}
 
 
 def test_a_held_slice_cannot_be_dropped() -> None:
@@ -171,27 +178,16 @@ def test_what_lower_priorities_hold() -> None:
     low = holding("l", ("a",), "low")
     other_type = holding("o", ("d",), "very-low", V5P)
     capacity, _ = capacity_of(SLICES, (very_low, low, other_type), down=("a",))
-    high = (V6E, 750, False)
-    assert capacity.levels_below(high) == [100, 250]
-    assert capacity.reclaimable(high) == 1  # "a" is broken: it frees nothing
-    assert capacity.reclaimable((V6E, 250, True)) == 1  # strictly lower only
-    assert capacity.reclaimable((V6E, 100, False)) == 0
+    assert capacity.reclaimable(V6E, 750) == 1  # "a" is broken: it frees nothing
+    assert capacity.reclaimable(V6E, 250) == 1  # strictly lower only
+    assert capacity.reclaimable(V6E, 100) == 0
+    assert capacity.admissible(V6E, 750) == 2  # and "c" is free
     assert capacity.broken_by_holder() == {"l": 1}
-    assert set(capacity.members(LOW)) == {"l"}
-
-
-def test_holding_changes_class_members() -> None:
-    capacity, workloads = capacity_of(SLICES, (W,))
-    capacity.set_holding(W, False)
-    assert set(capacity.members(MEDIUM)) == set()
-    capacity.set_holding(W, True)
-    assert set(capacity.members(MEDIUM)) == {"w"}
-    capacity.freeze(1.0, workloads, 0).check()
 
 
 def test_the_snapshot_it_starts_from_is_never_changed() -> None:
     capacity, workloads = capacity_of(SLICES, (W, OTHER), down=("c",))
-    snapshot = capacity.freeze(0.0, workloads, 0)
+    snapshot = freeze(capacity, workloads)
     before = copy.deepcopy(snapshot)
     changed = Capacity(snapshot, dict(workloads))
     changed.release(W, ("a",))
@@ -202,5 +198,4 @@ def test_the_snapshot_it_starts_from_is_never_changed() -> None:
     changed.add_slice("e", V6E, ("e-0",))
     changed.remove_slice("d")
     changed.drop_removed()
-    changed.set_holding(OTHER, False)
     assert snapshot == before

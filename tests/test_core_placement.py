@@ -12,7 +12,13 @@ import dataclasses
 import pytest
 from builders import capacity_of, holding
 
-from hotswap.core.placement import fill_positions, give_up_last, reclaim_target, split_healthy
+from hotswap.core.placement import (
+    fill_positions,
+    give_up_last,
+    lost_positions,
+    reclaim_target,
+    split_at,
+)
 
 SLICES = [(f"s{i}", "v6e-16") for i in range(6)] + [("t0", "v5p-16")]
 
@@ -60,31 +66,32 @@ def test_reclaim_target(case: Case) -> None:
 
 
 @pytest.mark.parametrize(
-    ("previous", "kept", "got", "expected"),
+    ("previous", "lost", "got", "expected"),
     [
-        (("a", "b", "c"), ("a", "c"), ("x",), ("a", "x", "c")),  # the replacement takes replica 1
-        (("a", "b", "c"), ("b",), ("x", "y"), ("x", "b", "y")),
-        (("a", "b", "c"), ("a", "b", "c"), ("x",), ("a", "b", "c", "x")),  # nothing lost: appended
-        (("a", "b", "c"), ("c",), ("x",), ("x", "c")),  # too few: positions close up after the gap
-        (("a", "b"), (), ("x", "y", "z"), ("x", "y", "z")),  # more than were lost: the rest appended
-        ((), ("a",), ("x",), ("x",)),  # no previous positions: replacements only
+        (("a", "b", "c"), {"b"}, ("x",), ("a", "x", "c")),  # the replacement takes replica 1
+        (("a", "b", "c"), {"c", "a"}, ("x", "y"), ("x", "b", "y")),  # lowest lost index first
+        (("a", "b", "c"), set(), ("x",), ("a", "b", "c", "x")),  # nothing lost: appended
+        (("a", "b", "c"), {"a", "b"}, ("x",), ("x", "c")),  # too few: positions close up after the gap
+        (("a", "b"), {"a", "b"}, ("x", "y", "z"), ("x", "y", "z")),  # more than were lost: the rest appended
+        ((), set(), ("x",), ("x",)),  # no previous positions: replacements only
     ],
     ids=["one-lost", "two-lost", "none-lost", "fewer-replacements", "extra-replacements", "no-previous"],
 )
-def test_fill_positions(previous: tuple[str, ...], kept: tuple[str, ...], got: tuple[str, ...], expected: tuple[str, ...]) -> None:
-    assert fill_positions(previous, kept, got) == expected
+def test_fill_positions(previous: tuple[str, ...], lost: set[str], got: tuple[str, ...], expected: tuple[str, ...]) -> None:
+    assert fill_positions(previous, lost_positions(previous, lost), got) == expected
 
 
 @pytest.mark.parametrize(
-    ("slices", "broken", "expected"),
+    ("slices", "lost", "expected"),
     [
         (("a", "b", "c"), {"b"}, (("a", "c"), ("b",))),
         (("a", "b", "c"), set(), (("a", "b", "c"), ())),
-        (("a", "b"), {"a", "b"}, ((), ("a", "b"))),
+        (("a", "b"), {"b", "a"}, ((), ("a", "b"))),  # gone in replica order, not set order
     ],
+    ids=["one", "none", "all"],
 )
-def test_split_healthy_keeps_replica_order(slices: tuple[str, ...], broken: set[str], expected: object) -> None:
-    assert split_healthy(slices, lambda s: s not in broken) == expected
+def test_split_keeps_replica_order(slices: tuple[str, ...], lost: set[str], expected: object) -> None:
+    assert split_at(slices, lost_positions(slices, lost)) == expected
 
 
 @pytest.mark.parametrize(

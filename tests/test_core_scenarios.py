@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from builders import World, cordon, create, drain, fail, repair
+
 from hotswap.core import events as ev
 from hotswap.core.policy import SchedulerConfig
 
@@ -446,6 +447,38 @@ CASES = [
         actions=["start high np-1,np-2"],
         states={"low": "RUNNING np-0", "high": "RUNNING np-1,np-2"},
     ),
+    # A failure and its repair reported in one round: the workers on the node died anyway.
+    Case(
+        "same-round repair: hotswap still restarts the workload",
+        setup=[create("a", 1)],
+        trigger=[fail(0), repair(0)],
+        actions=["restart a np-0"],
+        states={"a": "RUNNING np-0"},
+    ),
+    Case(
+        "same-round repair: an elastic workload re-forms on the slice again",
+        setup=[create("e", 2, min_slices=1)],
+        trigger=[fail(1), repair(1)],
+        actions=["scaledown e -np-1", "scaleup e +np-1"],
+        states={"e": "RUNNING np-0,np-1"},
+    ),
+    Case(
+        "same-round repair: waiting for repair starts the workers again at once",
+        config=WAIT_FOR_REPAIR,
+        setup=[create("a", 1)],
+        trigger=[fail(0), repair(0)],
+        actions=["restart a np-0 (waiting)", "start a np-0"],
+        states={"a": "RUNNING np-0"},
+    ),
+    # Capacity freed late in a round reaches work that shrank earlier in the same round.
+    Case(
+        "elastic: a workload shrunk for a preemptor grows into capacity freed later in the round",
+        slices=4,
+        setup=[create("e", 2, "low", min_slices=1), create("r", 2, "low")],
+        trigger=[fail(3), create("m", 1, "medium")],
+        actions=["scaledown e -np-1", "admit m np-1", "requeue r", "scaleup e +np-2"],
+        states={"e": "RUNNING np-0,np-2", "r": "QUEUED", "m": "RUNNING np-1"},
+    ),
     # Deletion.
     Case(
         "delete: the slices go to the queue",
@@ -517,3 +550,39 @@ def test_elastic_is_ignored_when_the_policy_disables_it() -> None:
     world = World(slices=3, config=SchedulerConfig(hotswap=True, elastic=False))
     world.step(create("e", 3, **ELASTIC))
     assert world.step(fail(1)) == ["requeue e"]
+
+
+def test_a_workload_waiting_for_repair_says_it_is_restarting() -> None:
+    """Its workers have not started again: "restarting", not "restarted" (Recreate too)."""
+    world = World(slices=2, config=WAIT_FOR_REPAIR)
+    world.step(create("a", 1))
+    world.step(fail(0))
+    assert world.workload("a").status_message == "restarting: node c-np-0-0 failed; waiting for repair"
+    world.step(repair(0))
+    assert world.workload("a").status_message == "running on 1 slice(s)"
+
+
+def test_an_elastic_donor_holding_a_broken_slice_gives_none_away() -> None:
+    """A snapshot can show a running elastic workload on a broken slice that no round has handled
+    yet (built from live objects). Shrinking gives up the last replicas, which may be the broken
+    ones and free nothing: such a workload is no donor, so the demand is served by evicting it
+    rather than by a shrink that frees nothing and leaves the demand unserved."""
+    from builders import render, spec
+
+    from hotswap.api.cluster import NodeState
+    from hotswap.api.phases import WorkloadPhase
+    from hotswap.core.model import Node, Slice, Snapshot, Workload
+    from hotswap.core.scheduler import decide
+
+    slices = [Slice(f"c-np-{i}", "v6e-16", tuple(f"c-np-{i}-{h}" for h in range(4)), i) for i in range(4)]
+    nodes = [
+        Node(f"c-np-{i}-{h}", f"c-np-{i}", h, NodeState.FAILED if (i, h) == (2, 0) else NodeState.READY)
+        for i in range(4)
+        for h in range(4)
+    ]
+    low = Workload(
+        spec=spec("low", 3, "low", min_slices=1), seq=0, created_at=0.0, phase=WorkloadPhase.RUNNING,
+        slices=("c-np-0", "c-np-1", "c-np-2"), attempt=1, running_since=0.0,
+    )
+    decision = decide(Snapshot.build(0.0, slices, nodes, [low]), [ev.WorkloadCreated(spec("high", 2, "high"))], 1.0)
+    assert [render(a) for a in decision.actions] == ["preempt low by high", "admit high np-3,np-0", "admit low np-1"]

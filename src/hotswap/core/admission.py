@@ -12,49 +12,48 @@ from __future__ import annotations
 
 from hotswap.api.spec import RestartStrategy
 from hotswap.core import actions as act
-from hotswap.core.demands import Demand
+from hotswap.core.demands import Demand, DemandQueue
 from hotswap.core.model import HOLDING, Workload
 from hotswap.core.ordering import DemandKind
 from hotswap.core.placement import fill_positions, give_up_last, reclaim_target
-from hotswap.core.preemption import find_candidates, plan_reclaim
+from hotswap.core.preemption import RankedCandidates, plan_reclaim
 from hotswap.core.round_state import QUEUED, RESTARTING, RUNNING, RoundState
 
 
 def serve_demands(state: RoundState) -> None:
-    """Queue every demand for slices (replacements, queued workloads, elastic growth) and
-    serve them until none is left; each is granted, or refused and parked or requeued."""
-    for workload in state.workloads.values():
-        name = workload.name
-        if name in state.replacing:
-            state.queue.push(state.replacing[name], workload)
-        elif workload.phase is QUEUED:
-            state.queue.push(_admit_demand(state, workload), workload)
-        elif (
-            len(workload.slices) < workload.spec.num_slices
-            and workload.phase in HOLDING
-            and state.elastic(workload)
-        ):
-            missing = workload.spec.num_slices - len(workload.slices)
-            state.queue.push(Demand(name, DemandKind.GROW, missing, 1), workload)
+    """Serve every demand for slices (replacements, queued workloads, elastic growth) until
+    none is left; each is granted, or refused and parked or requeued."""
+    queue = state.queue = DemandQueue(state, state.config.elastic)
+    for name in sorted(state.replacing, key=lambda n: state.workloads[n].seq):
+        queue.push(state.replacing[name], state.workloads[name])
+    queue.open(grow=state.config.elastic, no_grow=set(state.replacing))
     # Each pass either admits, shrinks, evicts or gives up; priorities strictly fall along
     # every preemption chain, so this ends. The guard turns a bug into an error, not a hang.
-    budget = 20 * (len(state.workloads) + 10)
-    while (demand := state.queue.pop()) is not None:
-        budget -= 1
-        if budget < 0:
-            raise RuntimeError("scheduler did not converge (bug)")
-        _serve(state, demand)
+    # (next_seq bounds the number of workloads there are.)
+    budget = 20 * (state.next_seq + 10)
+    try:
+        while (demand := queue.pop()) is not None:
+            budget -= 1
+            if budget < 0:
+                raise RuntimeError("scheduler did not converge (bug)")
+            _serve(state, demand)
+    finally:
+        # The queue and the state refer to each other: left linked, every round would leave a
+        # cycle (the round's overlays and indexes) for the cyclic garbage collector to find.
+        state.queue = None
 
 
 def start_ready(state: RoundState) -> None:
     """Start the workers of workloads that waited (old workers stopping, repair, a floor)."""
-    for workload in list(state.workloads.values()):
-        if workload.phase is not RESTARTING:
-            continue
+    waiting = [state.workloads[name] for name in state.index.restarting]
+    if not waiting:
+        return
+    broken = state.capacity.broken_by_holder()
+    for workload in sorted(waiting, key=lambda w: w.seq):
         blocking = workload.spec.restart_strategy is RestartStrategy.BLOCKING_RECREATE
         if blocking and workload.stopping:
             continue
-        if not all(state.capacity.healthy(s) for s in workload.slices):
+        if workload.name in broken:
             continue
         if len(workload.slices) < state.floor(workload):
             continue
@@ -66,6 +65,11 @@ def start_ready(state: RoundState) -> None:
             status_message=f"running on {len(workload.slices)} slice(s)",
         )
         state.actions.append(act.StartWorkers(workload.name, workload.attempt, workload.slices))
+
+
+def _queue(state: RoundState) -> DemandQueue:
+    assert state.queue is not None, "demands are only pushed while they are served"
+    return state.queue
 
 
 def _admit_demand(state: RoundState, workload: Workload) -> Demand:
@@ -108,18 +112,19 @@ def _serve(state: RoundState, demand: Demand) -> None:
 
 def _reclaim(state: RoundState, workload: Workload, target: int) -> list[str]:
     """Free ``target`` slices of lower-priority work and take them."""
-    candidates = find_candidates(state.capacity, workload, target, state.now, state.config.elastic)
-    plan = plan_reclaim(target, candidates, state.now)
+    candidates = RankedCandidates(state.capacity, state.index, workload, state.now, state.config.elastic)
+    plan = plan_reclaim(target, candidates)
     if plan is None:  # cannot happen: the held slices counted cover the target
         return []
-    for victim in plan.victims:
-        _preempt(state, victim, workload)
-    for donor, count in plan.shrinks:
-        donor = state.workloads[donor.name]
-        keep, given = give_up_last(donor.slices, count)
-        reason = f"gave {count} slice(s) to {workload.name} (priority {workload.priority.label})"
-        state.scale_down(donor, keep, given, reason, preemptor=workload.name)
-    return state.capacity.take_free(workload.device_type, target)
+    with _queue(state).deferred_wakes():
+        for victim in plan.victims:
+            _preempt(state, victim, workload)
+        for donor, count in plan.shrinks:
+            donor = state.workloads[donor.name]
+            keep, given = give_up_last(donor.slices, count)
+            reason = f"gave {count} slice(s) to {workload.name} (priority {workload.priority.label})"
+            state.scale_down(donor, keep, given, reason, preemptor=workload.name)
+        return state.capacity.take_free(workload.device_type, target)
 
 
 def _preempt(state: RoundState, victim: Workload, preemptor: Workload) -> None:
@@ -138,7 +143,7 @@ def _preempt(state: RoundState, victim: Workload, preemptor: Workload) -> None:
         status_message=reason,
     )
     state.actions.append(act.Preempt(victim.name, preemptor.name, reason))
-    state.queue.push(_admit_demand(state, victim), victim)
+    _queue(state).push(_admit_demand(state, victim), victim)
 
 
 def _grant(state: RoundState, workload: Workload, demand: Demand, got: tuple[str, ...]) -> None:
@@ -150,7 +155,7 @@ def _grant(state: RoundState, workload: Workload, demand: Demand, got: tuple[str
     state.replacing.pop(name, None)
     if workload.phase is RESTARTING:
         # Workers not started yet: only the reservation changes; StartWorkers carries it.
-        slices = fill_positions(demand.previous, workload.slices, got) if demand.previous else workload.slices + got
+        slices = fill_positions(demand.previous, demand.lost_at, got) if demand.previous else workload.slices + got
         state.update(workload, slices=slices)
     elif demand.kind is DemandKind.GROW or not demand.restart:
         # Elastic: the running replicas keep their indices; the new ones join after them.
@@ -165,7 +170,7 @@ def _grant(state: RoundState, workload: Workload, demand: Demand, got: tuple[str
         state.actions.append(act.ScaleUp(name, got, slices, membership))
     else:
         # Hotswap: every worker restarts, each replacement in a lost replica's position.
-        workload = state.update(workload, slices=fill_positions(demand.previous, workload.slices, got))
+        workload = state.update(workload, slices=fill_positions(demand.previous, demand.lost_at, got))
         state.restart_in_place(workload, f"{demand.reason}; hotswapped", charged=False)
 
 
@@ -191,7 +196,7 @@ def _refuse(state: RoundState, workload: Workload, demand: Demand) -> None:
         state.replacing.pop(workload.name, None)
         state.requeue(workload, f"{demand.reason}; no healthy capacity to replace it, waiting in the queue")
         # It cannot fit now, but capacity released later in this round may change that.
-        state.queue.park(_admit_demand(state, workload), workload)
+        _queue(state).park(_admit_demand(state, workload), workload)
         return
     # Optional (it can run without it): wait for capacity of this type to be released later in the round.
-    state.queue.park(demand, workload)
+    _queue(state).park(demand, workload)

@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from hotswap.api.cluster import NodeState
 from hotswap.api.phases import WorkloadPhase
 from hotswap.core import actions as act
 from hotswap.core import events as ev
 from hotswap.core.model import Workload
 from hotswap.core.policy import ExitVerdict, FailurePolicy
-from hotswap.core.round_state import RUNNING, RoundState
+from hotswap.core.round_state import RESTARTING, RUNNING, RoundState
 
-_CLUSTER_EVENTS = (
-    ev.NodeFailed,
-    ev.NodeCordoned,
-    ev.NodeDrained,
-    ev.NodeRepaired,
-    ev.SliceAdded,
-    ev.SliceRemoved,
+_CLUSTER_EVENTS = frozenset(
+    {ev.NodeFailed, ev.NodeCordoned, ev.NodeDrained, ev.NodeRepaired, ev.SliceAdded, ev.SliceRemoved}
 )
 
 
@@ -26,12 +23,76 @@ def apply_events(state: RoundState, events: list[ev.Event]) -> None:
     Cluster events go first so that a worker exit reported with the failure that caused it is
     seen as a consequence of the loss, which is never charged to max_restarts.
     """
+    cluster = _CLUSTER_EVENTS
     for event in events:
-        if isinstance(event, _CLUSTER_EVENTS):
+        if type(event) in cluster:
             _apply_cluster_event(state, event)
+    done = _Done(state)
+    exited = ev.WorkerExited
     for event in events:
-        if not isinstance(event, _CLUSTER_EVENTS):
+        kind = type(event)
+        if kind is exited:
+            if not (event.code == 0 and done.add(event)):
+                _worker_exited(state, event, done)
+        elif kind not in cluster:
+            done.write(event.spec.name if kind is ev.WorkloadCreated else event.workload)
             _apply_workload_event(state, event)
+    done.write_all()
+
+
+@dataclasses.dataclass(slots=True)
+class _Exits:
+    workload: Workload  # its record when the first exit was accepted
+    held: frozenset[str]
+    workers: set[tuple[str, int]]
+    expected: int
+
+
+class _Done:
+    """Workers that exited 0 in this round, per workload. A job of 64 hosts finishing is 64
+    reports: the first is checked in full, the others only against the slices it held then,
+    and its record is written once, before any other event about it and at the end."""
+
+    def __init__(self, state: RoundState) -> None:
+        self.state = state
+        self.exits: dict[str, _Exits] = {}
+
+    def accept(self, workload: Workload, worker: tuple[str, int]) -> None:
+        """A worker of ``workload``'s current attempt, checked in full, exited 0."""
+        exits = self.exits.get(workload.name)
+        if exits is None:
+            exits = self.exits[workload.name] = _Exits(
+                workload, frozenset(workload.slices), set(workload.exited_ok), self.state.workers_of(workload)
+            )
+        self._count(exits, worker)
+
+    def add(self, event: ev.WorkerExited) -> bool:
+        """Count an exit of an attempt already seen in this round; False when it needs a full check."""
+        exits = self.exits.get(event.workload)
+        if exits is None or exits.workload.attempt != event.attempt or event.slice not in exits.held:
+            return False
+        exits.workers.add((event.slice, event.host))
+        if len(exits.workers) >= exits.expected:
+            self._done(exits)
+        return True
+
+    def _count(self, exits: _Exits, worker: tuple[str, int]) -> None:
+        exits.workers.add(worker)
+        if len(exits.workers) >= exits.expected:
+            self._done(exits)
+
+    def _done(self, exits: _Exits) -> None:
+        del self.exits[exits.workload.name]
+        _complete(self.state, exits.workload, frozenset(exits.workers), exits.expected)
+
+    def write(self, name: str) -> None:
+        exits = self.exits.pop(name, None)
+        if exits is not None:
+            self.state.update(self.state.workloads[name], exited_ok=frozenset(exits.workers))
+
+    def write_all(self) -> None:
+        for name in list(self.exits):
+            self.write(name)
 
 
 def _apply_cluster_event(state: RoundState, event: ev.ClusterEvent) -> None:
@@ -71,21 +132,26 @@ def _apply_workload_event(state: RoundState, event: ev.WorkloadEvent) -> None:
             _create(state, event)
         case ev.WorkloadDeleted():
             _delete(state, event.workload)
-        case ev.WorkerExited():
-            _worker_exited(state, event)
         case ev.WorkloadHung():
             _hung(state, event)
         case ev.WorkersStopped():
             workload = state.workloads.get(event.workload)
             if workload is not None and event.attempt in workload.stopping:
                 state.update(workload, stopping=workload.stopping - {event.attempt})
-                state.needs_scheduling = True
+                # Only a workload waiting to start (BlockingRecreate) can act on it: nothing
+                # else that could be decided depends on whether old workers are still alive.
+                state.needs_scheduling |= workload.phase is RESTARTING
         case ev.CheckpointRecorded():
             workload = state.workloads.get(event.workload)
             if workload is not None and (
                 workload.last_checkpoint_at is None or event.at >= workload.last_checkpoint_at
             ):
-                state.update(workload, last_checkpoint_at=event.at, last_checkpoint_step=event.step)
+                state.update(
+                    workload,
+                    last_checkpoint_at=event.at,
+                    last_checkpoint_step=event.step,
+                    checkpoint_every=event.every,
+                )
 
 
 def _create(state: RoundState, event: ev.WorkloadCreated) -> None:
@@ -93,7 +159,7 @@ def _create(state: RoundState, event: ev.WorkloadCreated) -> None:
     if spec.name in state.workloads:
         state.actions.append(act.Reject(spec.name, f"a workload named {spec.name} already exists"))
         return
-    have = len(state.capacity.slices_by_type.get(spec.device_type, ()))
+    have = state.capacity.type_size(spec.device_type)
     if have < spec.num_slices:
         where = f"only {have}" if have else "none"
         state.actions.append(
@@ -104,12 +170,14 @@ def _create(state: RoundState, event: ev.WorkloadCreated) -> None:
             )
         )
         return
-    state.workloads[spec.name] = Workload(
-        spec=spec,
-        seq=state.next_seq,
-        created_at=state.now,
-        status_message=f"queued: waiting for {spec.num_slices} slice(s) of {spec.device_type}",
-        status_time=state.now,
+    state.add(
+        Workload(
+            spec=spec,
+            seq=state.next_seq,
+            created_at=state.now,
+            status_message=f"queued: waiting for {spec.num_slices} slice(s) of {spec.device_type}",
+            status_time=state.now,
+        )
     )
     state.next_seq += 1
     state.needs_scheduling = True
@@ -120,15 +188,14 @@ def _delete(state: RoundState, name: str) -> None:
     if workload is None:
         return
     state.release(workload, workload.slices)
-    state.capacity.set_holding(workload, False)
-    del state.workloads[name]
+    state.remove(workload)
     state.lost.pop(name, None)
     state.replacing.pop(name, None)
     state.actions.append(act.Remove(name))
     state.needs_scheduling = True
 
 
-def _worker_exited(state: RoundState, event: ev.WorkerExited) -> None:
+def _worker_exited(state: RoundState, event: ev.WorkerExited, done: _Done) -> None:
     workload = state.workloads.get(event.workload)
     if (
         workload is None
@@ -142,11 +209,14 @@ def _worker_exited(state: RoundState, event: ev.WorkerExited) -> None:
         # this round: the exit is a consequence of something the core already handles (the
         # loss restarts or rescales it), and it is never charged to max_restarts.
         return
+    if event.code == 0:  # (what FailurePolicy.judge says of 0, without building a policy per worker)
+        done.accept(workload, (event.slice, event.host))
+        return
     verdict, why = FailurePolicy.of(workload.spec).judge(event.code, workload.restarts)
+    done.write(workload.name)
+    workload = state.workloads[workload.name]
     where = f"worker {event.slice}/{event.host}"
-    if verdict is ExitVerdict.SUCCEEDED:
-        _worker_succeeded(state, workload, (event.slice, event.host))
-    elif verdict is ExitVerdict.RESTART:
+    if verdict is ExitVerdict.RESTART:
         state.restart_in_place(workload, f"{where} {why}", charged=True)
     else:
         _fail(state, workload, f"{where} {why}")
@@ -177,21 +247,18 @@ def _fail(state: RoundState, workload: Workload, reason: str) -> None:
     state.needs_scheduling = True
 
 
-def _worker_succeeded(state: RoundState, workload: Workload, worker: tuple[str, int]) -> None:
-    """One worker is done; the workload is complete when every worker of its slices is."""
-    done = workload.exited_ok | {worker}
-    held = set(workload.slices)
-    expected = sum(len(state.capacity.slices[s].nodes) for s in workload.slices)
-    if sum(1 for s, _ in done if s in held) < expected:
-        state.update(workload, exited_ok=done)
-        return
+def _complete(state: RoundState, workload: Workload, exited: frozenset[tuple[str, int]], workers: int) -> None:
+    """Every worker of the workload's slices exited 0: it is done.
+
+    ``exited_ok`` only ever holds workers of the slices held now (it is reset at every start
+    and trimmed at every scale-down), so its size is the count of workers done."""
     state.release(workload, workload.slices)
     state.update(
         workload,
         phase=WorkloadPhase.SUCCESSFUL,
         slices=(),
-        exited_ok=done,
-        status_message=f"finished: all {expected} workers exited 0",
+        exited_ok=exited,
+        status_message=f"finished: all {workers} workers exited 0",
     )
     state.actions.append(act.Complete(workload.name))
     state.needs_scheduling = True

@@ -3,95 +3,75 @@
 A :class:`Capacity` starts from a :class:`~hotswap.core.model.Snapshot` and keeps its indexes
 up to date while the round applies events and places workloads: the slice and node records,
 the slices of each device type, the holder of each slice, the unhealthy slices, the free healthy
-slices of each type, and per holder class (device type, priority, elastic) the workloads that
-hold slices and how many healthy slices they hold. :meth:`Capacity.freeze` hands them back as
-the next snapshot's.
+slices of each type in placement order, and the healthy slices held per (device type,
+priority). :meth:`Capacity.freeze` hands them back as the next snapshot's.
 
-Everything is copy-on-write: a mapping or set of the snapshot is copied the first time the
-round changes it, so a round that touches one slice of 10,000 does not copy the others.
+Everything is copy-on-write (:mod:`hotswap.core.cow`): a round that touches one slice of
+100,000 copies neither the slices, the nodes, nor the holders.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import heapq
-from collections.abc import Collection, Iterable, Mapping
-from typing import Generic, TypeVar
+from collections.abc import Iterable, Mapping
 
 from hotswap.api.cluster import NodeState
-from hotswap.core.model import Node, Slice, Snapshot, Workload, holder_class
+from hotswap.core.cow import Overlay, SortedPerKey
+from hotswap.core.index import Indexes, Level
+from hotswap.core.model import Node, Slice, Snapshot, Workload
 
-HolderClass = tuple[str, int, bool]  # see holder_class: device type, priority value, elastic
-_K = TypeVar("_K")
 
-
-class _SetsPerKey(Generic[_K]):
-    """A snapshot's sets per key; each is copied the first time the round changes it."""
-
-    def __init__(self, original: Mapping[_K, frozenset[str]]) -> None:
-        self._original = original
-        self._copies: dict[_K, set[str]] = {}
-
-    def view(self, key: _K) -> Collection[str]:
-        found = self._copies.get(key)
-        return found if found is not None else self._original.get(key, ())
-
-    def writable(self, key: _K) -> set[str]:
-        found = self._copies.get(key)
-        if found is None:
-            found = set(self._original.get(key, ()))
-            self._copies[key] = found
-        return found
-
-    def freeze(self) -> dict[_K, frozenset[str]]:
-        return {**self._original, **{key: frozenset(names) for key, names in self._copies.items()}}
+def level_of(workload: Workload) -> Level:
+    return (workload.spec.device_type, int(workload.spec.priority))
 
 
 class Capacity:
     """The mutable capacity indexes of one round. The class is the cache's whole bookkeeping:
     every index it keeps must change together with the others, so they live in one place."""
 
-    def __init__(self, snapshot: Snapshot, workloads: Mapping[str, Workload]) -> None:
-        # The round's live workloads: read to find the holder class of a slice's holder.
+    def __init__(self, snapshot: Snapshot, workloads: Mapping[str, Workload] | Overlay) -> None:
+        # The round's live workloads: read to find the level of a slice's holder.
         self.workloads = workloads
-        self.slices = snapshot.slices
-        self.nodes = snapshot.nodes
-        self.slices_by_type = snapshot.slices_by_type
-        self._owned: set[str] = set()
+        self.slices: Overlay[str, Slice] = Overlay(snapshot.slices)
+        self.nodes: Overlay[str, Node] = Overlay(snapshot.nodes)
+        self.holders: Overlay[str, str] = Overlay(snapshot.holders)
+        self._by_type_original = snapshot.slices_by_type
+        self._by_type: dict[str, set[str]] = {}
         self.next_ordinal = snapshot.next_ordinal
-        self.holders: dict[str, str] = dict(snapshot.holders)
         self.unhealthy: set[str] = set(snapshot.unhealthy)
         self.removed: set[str] = set()  # slices leaving the cluster; dropped by drop_removed()
-        self.class_held: dict[HolderClass, int] = dict(snapshot.class_held)
-        self._free = _SetsPerKey(snapshot.free_by_type)
-        self._members = _SetsPerKey(snapshot.class_members)
-        # Free healthy slices of a type as a heap by ordinal, built when first taken from.
-        self._free_heaps: dict[str, list[tuple[int, str]]] = {}
-
-    def _own(self, name: str) -> None:
-        """Copy a record mapping of the snapshot before its first change in this round."""
-        if name not in self._owned:
-            self._owned.add(name)
-            setattr(self, name, dict(getattr(self, name)))
+        self.held: dict[Level, int] = dict(snapshot.held_by_level)
+        self._free = SortedPerKey(snapshot.free_by_type)
+        # admissible() per device type and priority, valid while nothing is held, released or
+        # freed (the demand queue asks for several levels, and again after every grant).
+        self._admissible: dict[str, dict[int, int]] = {}
 
     # ------------------------------------------------------------------ queries
 
     def healthy(self, name: str) -> bool:
         return name not in self.unhealthy
 
-    def members(self, key: HolderClass) -> Collection[str]:
-        """Workloads of a holder class that hold slices (healthy or not)."""
-        return self._members.view(key)
+    def type_size(self, device_type: str) -> int:
+        """Slices of a type in the cluster (not counting those being removed)."""
+        found = self._by_type.get(device_type)
+        return len(found if found is not None else self._by_type_original.get(device_type, ()))
 
-    def reclaimable(self, key: HolderClass) -> int:
-        """Healthy slices of the class's device type held by strictly lower priorities."""
-        device_type, priority, _ = key
-        return sum(held for (t, p, _), held in self.class_held.items() if t == device_type and p < priority)
+    def free_count(self, device_type: str) -> int:
+        return len(self._free.view(device_type))
 
-    def levels_below(self, key: HolderClass) -> list[int]:
-        """Priority values below the class's that hold slices of its device type, lowest first."""
-        device_type, priority, _ = key
-        return sorted({p for (t, p, _) in self.class_held if t == device_type and p < priority})
+    def reclaimable(self, device_type: str, priority: int) -> int:
+        """Healthy slices of the type held by strictly lower priorities."""
+        return sum(held for (t, p), held in self.held.items() if t == device_type and p < priority)
+
+    def admissible(self, device_type: str, priority: int) -> int:
+        """The most slices a demand at ``priority`` could get now: free, or reclaimed."""
+        levels = self._admissible.get(device_type)
+        if levels is None:
+            levels = self._admissible[device_type] = {}
+        found = levels.get(priority)
+        if found is None:
+            found = levels[priority] = self.free_count(device_type) + self.reclaimable(device_type, priority)
+        return found
 
     def broken_by_holder(self) -> dict[str, int]:
         """Unhealthy slices per holder (there are few unhealthy slices: count those)."""
@@ -104,37 +84,38 @@ class Capacity:
 
     # ------------------------------------------------------------------ holding
 
-    def set_holding(self, workload: Workload, holding: bool) -> None:
-        """Record whether ``workload`` holds any slice (its holder class lists it if so)."""
-        members = self._members.writable(holder_class(workload))
-        if holding:
-            members.add(workload.name)
-        else:
-            members.discard(workload.name)
+    def _count(self, holder: str, change: int) -> None:
+        self._admissible.clear()
+        level = level_of(self.workloads[holder])
+        self.held[level] = self.held.get(level, 0) + change
 
     def hold(self, workload: Workload, names: Iterable[str]) -> None:
         """Give slices taken from the free pool to ``workload``."""
-        key = holder_class(workload)
-        for name in names:
-            self.holders[name] = workload.name
-            if self.healthy(name):
-                self.class_held[key] = self.class_held.get(key, 0) + 1
+        names = tuple(names)
+        self.holders.set_all(names, workload.name)
+        healthy = len(names) - len(self.unhealthy.intersection(names)) if self.unhealthy else len(names)
+        if healthy:
+            self._admissible.clear()
+            level = level_of(workload)
+            self.held[level] = self.held.get(level, 0) + healthy
 
     def release(self, workload: Workload, names: Iterable[str]) -> bool:
         """Take slices back from ``workload``; healthy ones return to the free pool.
 
         Returns whether any did (capacity that waiting demands of the type may use)."""
-        key = holder_class(workload)
+        holders, unhealthy, name_of = self.holders, self.unhealthy, workload.name
         freed: list[str] = []
         for name in names:
-            if self.holders.get(name) != workload.name:
+            if holders.get(name) != name_of:
                 continue
-            del self.holders[name]
-            if self.healthy(name):
-                self.class_held[key] -= 1
+            del holders[name]
+            if name not in unhealthy:
                 freed.append(name)
         if not freed:
             return False
+        self._admissible.clear()
+        level = level_of(workload)
+        self.held[level] -= len(freed)
         self.return_free(workload.device_type, freed)
         return True
 
@@ -142,32 +123,16 @@ class Capacity:
 
     def take_free(self, device_type: str, count: int) -> list[str]:
         """Up to ``count`` free healthy slices, lowest ordinal first (the placement order)."""
-        heap = self._free_heaps.get(device_type)
-        if heap is None:
-            heap = [(self.slices[n].ordinal, n) for n in self._free.writable(device_type)]
-            heapq.heapify(heap)
-            self._free_heaps[device_type] = heap
-        taken = [heapq.heappop(heap)[1] for _ in range(min(count, len(heap)))]
-        self._free.writable(device_type).difference_update(taken)
-        return taken
+        if count <= 0:
+            return []
+        self._admissible.clear()
+        return [name for _, name in self._free.take_last(device_type, count)]
 
     def return_free(self, device_type: str, names: Iterable[str]) -> None:
         """Put free healthy slices back in the pool (slices taken but not given to anyone)."""
-        free = self._free.writable(device_type)
-        heap = self._free_heaps.get(device_type)
+        self._admissible.clear()
         for name in names:
-            free.add(name)
-            if heap is not None:
-                heapq.heappush(heap, (self.slices[name].ordinal, name))
-
-    def _leave_free(self, device_type: str, name: str) -> None:
-        self._free.writable(device_type).discard(name)
-        # The heap can no longer be trusted; rebuilt from the set when next taken from.
-        self._free_heaps.pop(device_type, None)
-
-    def _join_free(self, device_type: str, name: str) -> None:
-        self._free.writable(device_type).add(name)
-        self._free_heaps.pop(device_type, None)
+            self._free.add(device_type, (-self.slices[name].ordinal, name))
 
     # ------------------------------------------------------------------ health and topology
 
@@ -177,9 +142,11 @@ class Capacity:
         self.unhealthy.add(name)
         holder = self.holders.get(name)
         if holder is not None:
-            self.class_held[holder_class(self.workloads[holder])] -= 1
+            self._count(holder, -1)
         else:
-            self._leave_free(self.slices[name].device_type, name)
+            self._admissible.clear()
+            item = self.slices[name]
+            self._free.discard(item.device_type, (-item.ordinal, name))
 
     def mark_healthy(self, name: str) -> None:
         if name not in self.unhealthy:
@@ -187,10 +154,9 @@ class Capacity:
         self.unhealthy.discard(name)
         holder = self.holders.get(name)
         if holder is not None:
-            key = holder_class(self.workloads[holder])
-            self.class_held[key] = self.class_held.get(key, 0) + 1
+            self._count(holder, 1)
         else:
-            self._join_free(self.slices[name].device_type, name)
+            self.return_free(self.slices[name].device_type, (name,))
 
     def set_node_state(self, name: str, state: NodeState) -> tuple[Slice, Slice] | None:
         """Record a node's new state. Returns its slice before and after, or None when the
@@ -199,8 +165,6 @@ class Capacity:
         node = self.nodes.get(name)
         if node is None or node.state is state:
             return None
-        self._own("nodes")
-        self._own("slices")
         self.nodes[name] = dataclasses.replace(node, state=state)
         before = self.slices[node.slice]
         down = before.down_nodes - {name} if state is NodeState.READY else before.down_nodes | {name}
@@ -208,19 +172,23 @@ class Capacity:
         self.slices[after.name] = after
         return before, after
 
+    def _type_set(self, device_type: str) -> set[str]:
+        found = self._by_type.get(device_type)
+        if found is None:
+            found = set(self._by_type_original.get(device_type, ()))
+            self._by_type[device_type] = found
+        return found
+
     def add_slice(self, name: str, device_type: str, nodes: tuple[str, ...]) -> None:
         """A new healthy, free slice, placed after every existing one."""
         if name in self.slices or any(n in self.nodes for n in nodes):
             raise ValueError(f"slice {name} or one of its nodes already exists")
-        self._own("slices")
-        self._own("nodes")
-        self._own("slices_by_type")
         for host, node in enumerate(nodes):
             self.nodes[node] = Node(node, name, host)
         self.slices[name] = Slice(name, device_type, tuple(nodes), self.next_ordinal)
         self.next_ordinal += 1
-        self.slices_by_type[device_type] = self.slices_by_type.get(device_type, frozenset()) | {name}
-        self._join_free(device_type, name)
+        self._type_set(device_type).add(name)
+        self.return_free(device_type, (name,))
 
     def remove_slice(self, name: str) -> bool:
         """Start removing a slice: no longer counted for its type, unhealthy until dropped.
@@ -228,18 +196,13 @@ class Capacity:
         item = self.slices.get(name)
         if item is None or name in self.removed:
             return False
-        self._own("slices_by_type")
-        self.slices_by_type[item.device_type] = self.slices_by_type[item.device_type] - {name}
+        self._type_set(item.device_type).discard(name)
         self.removed.add(name)
         self.mark_unhealthy(name)
         return True
 
     def drop_removed(self) -> None:
         """Forget removed slices and their nodes (their holders have let go of them by now)."""
-        if not self.removed:
-            return
-        self._own("slices")
-        self._own("nodes")
         for name in sorted(self.removed):
             item = self.slices.pop(name)
             for node in item.nodes:
@@ -247,18 +210,21 @@ class Capacity:
             self.unhealthy.discard(name)
             assert name not in self.holders, f"removed slice {name} is still held"
 
-    def freeze(self, now: float, workloads: Mapping[str, Workload], next_seq: int) -> Snapshot:
+    def freeze(self, now: float, workloads: Mapping[str, Workload], next_seq: int, index: Indexes) -> Snapshot:
+        by_type = self._by_type_original
+        if self._by_type:
+            by_type = {**by_type, **{t: frozenset(names) for t, names in self._by_type.items()}}
         return Snapshot(
             now=now,
-            slices=self.slices,
-            nodes=self.nodes,
+            slices=self.slices.freeze(),
+            nodes=self.nodes.freeze(),
             workloads=workloads,
             next_seq=next_seq,
             next_ordinal=self.next_ordinal,
-            slices_by_type=self.slices_by_type,
-            holders=self.holders,
+            slices_by_type=by_type,
+            holders=self.holders.freeze(),
             unhealthy=frozenset(self.unhealthy),
             free_by_type=self._free.freeze(),
-            class_members=self._members.freeze(),
-            class_held=self.class_held,
+            held_by_level=self.held,
+            index=index,
         )

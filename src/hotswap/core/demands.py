@@ -1,21 +1,41 @@
 """Demands for slices and the queue a round serves them from, like Kueue's queue manager.
 
-Demands are served in :func:`hotswap.core.ordering.demand_order`. A demand that cannot be
-served now is parked with its device type, like Kueue's inadmissible workloads, and goes back
-into the queue as soon as capacity of that type is freed later in the round (an eviction, a
-shrink, a requeue), because that capacity may be what it was missing.
+Demands are served in :func:`hotswap.core.ordering.demand_order`: priority, then replacements,
+queued workloads and elastic growth, then FIFO. The queue holds two kinds of items:
+
+- explicit demands: replacements for lost slices, and workloads preempted in this round;
+- one *bucket* per (kind, device type, priority) for the queued workloads (from the
+  ``queued`` index) and the elastic workloads below their size (``growable``). A bucket
+  stands in the queue at the order of the first of its workloads that could be served; when
+  it comes up it hands out that workload's demand. The others are never looked at: a queued
+  workload fits when the slices free or held by strictly lower priorities
+  (:meth:`Room.admissible`) cover its floor, and the index groups queued workloads by size,
+  so the first one that fits is found without trying those that do not.
+
+A demand that cannot be served now is parked, like Kueue's inadmissible workloads, and comes
+back (and every bucket of the type is looked at again from its start) as soon as capacity of
+its device type is freed later in the round: an eviction, a shrink, a requeue. Nothing else
+can make a refused demand fit within a round, so the result is the same as trying every
+workload in order, at the cost of the few that are served.
 """
 
 from __future__ import annotations
 
+import bisect
+import contextlib
 import dataclasses
 import heapq
 import itertools
+import operator
+from collections.abc import Iterator
+from typing import Any, Protocol
 
+from hotswap.core.index import Level, QueueKey, WorkloadIndex
 from hotswap.core.model import Workload
 from hotswap.core.ordering import DemandKind, demand_order
 
 _Order = tuple[int, int, int]
+_SIZE, _FLOOR = operator.itemgetter(2), operator.itemgetter(3)  # of a queue key
 
 
 @dataclasses.dataclass(slots=True)
@@ -24,32 +44,164 @@ class Demand:
     kind: DemandKind
     want: int  # slices it would like
     need: int  # fewest that make the demand worth serving
-    # For replacements: the slices it had before the loss (positions are kept) and whether it
-    # restarts (non-elastic) or scales (elastic, survivors keep running).
+    # For replacements: the slices it had before the loss and the replica indices it lost there
+    # (survivors keep theirs), and whether it restarts (non-elastic) or scales (elastic,
+    # survivors keep running).
     previous: tuple[str, ...] = ()
+    lost_at: tuple[int, ...] = ()
     restart: bool = False
     reason: str = ""
 
 
+class Room(Protocol):
+    """What the round can give a demand now."""
+
+    index: WorkloadIndex
+
+    def admissible(self, device_type: str, priority: int) -> int: ...
+    def free_count(self, device_type: str) -> int: ...
+
+
+@dataclasses.dataclass(slots=True)
+class _Bucket:
+    kind: DemandKind
+    level: Level
+    generation: int = 0  # bumped at every wake: tokens of an older generation are stale
+
+
 class DemandQueue:
-    def __init__(self) -> None:
-        self._heap: list[tuple[_Order, int, Demand]] = []
-        # The counter keeps equal orders first-in first-out, and never compares demands.
+    def __init__(self, room: Room, elastic: bool) -> None:
+        """``elastic``: a queued workload needs only its floor (min_slices), else its size."""
+        self._room = room
+        self._elastic = elastic
+        # Items: a Demand, or a bucket's token (bucket, generation).
+        self._heap: list[tuple[_Order, int, Any]] = []
+        # The counter keeps equal orders first-in first-out, and never compares items.
         self._counter = itertools.count()
         self._parked: dict[str, list[tuple[_Order, Demand]]] = {}
+        self._buckets: dict[tuple[DemandKind, Level], _Bucket] = {}
+        self._groups: dict[Level, list[QueueKey]] = {}  # queue keys per level, as of its last (re)queueing
+        self._opened = False
+        self._grow = False
+        self._no_grow: set[str] = set()
+        self._deferred: set[str] | None = None  # types woken inside deferred_wakes()
 
     def push(self, demand: Demand, workload: Workload) -> None:
-        heapq.heappush(self._heap, (demand_order(workload, demand.kind), next(self._counter), demand))
+        self._push(demand_order(workload, demand.kind), demand)
+
+    def _push(self, order: _Order, item: Any) -> None:
+        heapq.heappush(self._heap, (order, next(self._counter), item))
+
+    def open(self, grow: bool, no_grow: set[str]) -> None:
+        """Queue the buckets of queued (and, with ``grow``, growable) workloads.
+
+        ``no_grow`` names workloads that must not grow in this round (those being replaced)."""
+        self._opened = True
+        self._grow = grow
+        self._no_grow = set(no_grow)
+        self._requeue_buckets(None)
+
+    def _requeue_buckets(self, device_type: str | None) -> None:
+        """Queue again, from their start, the buckets of ``device_type`` (None: of every type)
+        in which a workload could be served now; the others wait for the next wake."""
+        room = self._room
+        need_of = _FLOOR if self._elastic else _SIZE  # the field of a queue key that is its need
+        for level, keys in sorted(room.index.queue_levels.items()):
+            if device_type is not None and level[0] != device_type:
+                continue
+            if min(map(need_of, keys)) <= room.admissible(*level):
+                self._groups[level] = sorted(keys)
+                self._reset(DemandKind.ADMIT, level)
+        if self._grow:
+            for level in sorted(room.index.growable.keys()):
+                if (device_type is None or level[0] == device_type) and room.free_count(level[0]):
+                    self._reset(DemandKind.GROW, level)
+
+    def _reset(self, kind: DemandKind, level: Level) -> None:
+        bucket = self._buckets.get((kind, level))
+        if bucket is None:
+            bucket = self._buckets[(kind, level)] = _Bucket(kind, level)
+        bucket.generation += 1
+        self._push((-level[1], int(kind), -1), (bucket, bucket.generation))
 
     def pop(self) -> Demand | None:
         """The next demand to serve, None when there is none."""
-        return heapq.heappop(self._heap)[2] if self._heap else None
+        heap = self._heap
+        while heap:
+            order, _, item = heapq.heappop(heap)
+            if isinstance(item, Demand):
+                return item
+            bucket, generation = item
+            if generation != bucket.generation:
+                continue  # superseded by a wake
+            found = self._first_fit(bucket, order[2])
+            if found is None:
+                continue  # nothing fits: asleep until capacity of its type is freed
+            seq, demand = found
+            first = (order[0], order[1], seq)
+            if heap and heap[0][0] < first:
+                self._push(first, item)  # something else comes first
+                continue
+            # Served now; the bucket comes back after it (from where the next one may be).
+            self._push((order[0], order[1], seq + 1), item)
+            if demand.kind is DemandKind.GROW:
+                self._no_grow.add(demand.workload)
+            return demand
+        return None
+
+    def _first_fit(self, bucket: _Bucket, start: int) -> tuple[int, Demand] | None:
+        """The bucket's first workload from ``start`` (a seq) on that could be served now."""
+        room = self._room
+        device_type, priority = bucket.level
+        if bucket.kind is DemandKind.GROW:
+            if not room.free_count(device_type):
+                return None
+            entries = room.index.growable.view(bucket.level)
+            for seq, name in entries[bisect.bisect_left(entries, (start,)) :]:
+                if name not in self._no_grow:
+                    # want is set when it is served (what it misses then)
+                    return seq, Demand(name, DemandKind.GROW, 0, 1)
+            return None
+        room_now = room.admissible(device_type, priority)
+        best: tuple[int, Demand] | None = None
+        queued = room.index.queued
+        elastic = self._elastic
+        for key in self._groups.get(bucket.level, ()):
+            _, _, num, floor = key
+            need = floor if elastic else num
+            if need > room_now:
+                continue
+            entries = queued.view(key)
+            at = bisect.bisect_left(entries, (start,))
+            if at < len(entries) and (best is None or entries[at][0] < best[0]):
+                best = entries[at][0], Demand(entries[at][1], DemandKind.ADMIT, num, need)
+        return best
+
+    @contextlib.contextmanager
+    def deferred_wakes(self) -> Iterator[None]:
+        """Wake once, at the end, for capacity freed inside the block.
+
+        A demand that evicts several victims frees their slices one by one and takes them at
+        once: what it leaves free is what may help others, and nothing it frees is looked at
+        before it is done anyway (the queue is served one demand at a time)."""
+        self._deferred = set()
+        try:
+            yield
+        finally:
+            woken, self._deferred = self._deferred, None
+            for device_type in sorted(woken):
+                self.wake(device_type)
 
     def park(self, demand: Demand, workload: Workload) -> None:
         """Keep a demand that cannot be served until capacity of its type is freed."""
         self._parked.setdefault(workload.device_type, []).append((demand_order(workload, demand.kind), demand))
 
     def wake(self, device_type: str) -> None:
-        """Capacity of ``device_type`` was freed: its parked demands are queued again."""
+        """Capacity of ``device_type`` was freed: its parked demands and buckets are queued again."""
+        if self._deferred is not None:
+            self._deferred.add(device_type)
+            return
         for order, demand in self._parked.pop(device_type, []):
-            heapq.heappush(self._heap, (order, next(self._counter), demand))
+            self._push(order, demand)
+        if self._opened:
+            self._requeue_buckets(device_type)

@@ -87,9 +87,18 @@ class WorkloadHung:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class CheckpointRecorded:
+    """The workload saved a checkpoint of ``step`` at ``at``.
+
+    With ``every`` it also declares that it saves again every ``every`` seconds from ``at``
+    on for as long as its current workers run, without reporting each save: the core then
+    knows its last save at any time (preemption picks the victim that loses the least). The
+    simulator declares its periodic checkpoints this way; a later report replaces the
+    declaration, and a restart ends it."""
+
     workload: str
     step: int
     at: float
+    every: float | None = None
 
 
 ClusterEvent = NodeFailed | NodeCordoned | NodeDrained | NodeRepaired | SliceAdded | SliceRemoved

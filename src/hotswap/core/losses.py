@@ -6,7 +6,7 @@ from __future__ import annotations
 from hotswap.core.demands import Demand
 from hotswap.core.model import Workload
 from hotswap.core.ordering import DemandKind
-from hotswap.core.placement import split_healthy
+from hotswap.core.placement import lost_positions, split_at
 from hotswap.core.round_state import RESTARTING, RoundState
 
 
@@ -18,35 +18,46 @@ def handle_losses(state: RoundState) -> None:
     - hotswap: it is restarted (or scaled) on replacement slices, see ``want_replacement``;
     - otherwise it waits holding its slices until they are repaired, or is requeued when a
       slice it held left the cluster and cannot come back.
+
+    A slice lost in this round is gone for a running workload even when its node is back by the
+    end of the round (a failure and its repair reported together): the workers on it died.
     """
     hotswap = state.config.hotswap
+    holders = state.capacity.holders
     for name in sorted(state.lost, key=lambda n: state.workloads[n].seq):
         workload = state.workloads[name]
-        reason = "; ".join(state.lost[name].values())
-        keep, gone = split_healthy(workload.slices, state.capacity.healthy)
+        lost = state.lost[name]
+        reason = "; ".join(lost.values())
+        gone_names = {s for s in state.capacity.unhealthy if holders.get(s) == name}
+        if workload.phase is not RESTARTING:
+            gone_names.update(lost)
+        lost_at = lost_positions(workload.slices, gone_names)
+        keep, gone = split_at(workload.slices, lost_at)
         removed = any(s in state.capacity.removed for s in gone)
         if workload.phase is RESTARTING:
             if hotswap or removed:
                 state.release(workload, gone)
                 state.update(workload, slices=keep)
-                _want_replacement(state, workload, keep, reason, restart=True)
+                _want_replacement(state, workload, keep, lost_at, reason, restart=True)
             continue
         workload = state.update(workload, disruptions=workload.disruptions + 1)
         if state.elastic(workload) and len(keep) >= state.floor(workload):
             state.scale_down(workload, keep, gone, reason)
             if hotswap:
-                _want_replacement(state, workload, keep, reason, restart=False)
+                _want_replacement(state, workload, keep, lost_at, reason, restart=False)
         elif hotswap:
             state.release(workload, gone)
             state.update(workload, slices=keep)
-            _want_replacement(state, workload, keep, reason, restart=True)
+            _want_replacement(state, workload, keep, lost_at, reason, restart=True)
         elif removed:
             state.requeue(workload, f"{reason}; it cannot wait for repair")
         else:
             state.restart_in_place(workload, f"{reason}; waiting for repair", charged=False, wait_for_repair=True)
 
 
-def _want_replacement(state: RoundState, workload: Workload, keep: tuple[str, ...], reason: str, restart: bool) -> None:
+def _want_replacement(
+    state: RoundState, workload: Workload, keep: tuple[str, ...], lost_at: tuple[int, ...], reason: str, restart: bool
+) -> None:
     """Ask for slices to bring ``workload`` (its record from before the loss) back to its size.
 
     ``need`` is what it must get to run at all (its floor minus what it kept); when it kept
@@ -58,6 +69,6 @@ def _want_replacement(state: RoundState, workload: Workload, keep: tuple[str, ..
         return
     need = state.floor(workload) - len(keep)
     state.replacing[workload.name] = Demand(
-        workload.name, DemandKind.REPLACE, want, need, workload.slices, restart, reason
+        workload.name, DemandKind.REPLACE, want, need, workload.slices, lost_at, restart, reason
     )
 

@@ -1,23 +1,27 @@
 """The core's view of the world: an immutable snapshot of slices, nodes and workloads.
 
 Records are frozen dataclasses; the mappings inside a :class:`Snapshot` are never mutated after
-it is built (the core copies a mapping before it changes it). A snapshot also carries three
-indexes derived from the records (which slices each device type has, who holds each slice,
-which slices are unhealthy) so that a decision round does not rescan 10,000 slices; they are
-maintained by the core and rebuilt by :meth:`Snapshot.build`, and :meth:`Snapshot.check` proves
-them consistent in tests.
+it is built (a round writes through :class:`hotswap.core.cow.Overlay` and freezes a new
+version). A snapshot also carries indexes derived from the records, so that a decision round
+at 100,000 slices looks only at what could have changed: the slices of each device type, who
+holds each slice, the unhealthy slices, the free healthy slices of each type in placement
+order, the healthy slices held per (device type, priority), and the workload indexes of
+:mod:`hotswap.core.index`. They are maintained by the core and rebuilt by
+:meth:`Snapshot.build`; :meth:`Snapshot.check` proves them consistent in tests.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Iterable, Mapping
 
 from hotswap.api.cluster import NodeState
 from hotswap.api.phases import WorkloadPhase
 from hotswap.api.priority import Priority
 from hotswap.api.spec import WorkloadSpec
-
+from hotswap.core.cow import Layered
+from hotswap.core.index import Indexes, Level
 
 # The phases in which a workload holds slices (``WorkloadPhase.holds_slices``) as a set: the core
 # tests this for thousands of workloads per round, and a set lookup is an order of magnitude
@@ -66,6 +70,9 @@ class Workload:
     running_since: float | None = None  # when the current attempt's workers started
     last_checkpoint_at: float | None = None
     last_checkpoint_step: int | None = None
+    # Set when the workload declared that it saves every this many seconds from
+    # last_checkpoint_at on, without reporting each save (see CheckpointRecorded.every).
+    checkpoint_every: float | None = None
     exited_ok: frozenset[tuple[str, int]] = frozenset()  # (slice, host) of this attempt done
     status_message: str = ""
     status_time: float = 0.0
@@ -82,14 +89,19 @@ class Workload:
     def device_type(self) -> str:
         return self.spec.device_type
 
-    def progress_since_checkpoint(self, now: float) -> float:
-        """Seconds of work that a hard stop now would lose (0 when not running)."""
-        if self.phase is not WorkloadPhase.RUNNING or self.running_since is None:
-            return 0.0
-        since = self.running_since
-        if self.last_checkpoint_at is not None and self.last_checkpoint_at > since:
-            since = self.last_checkpoint_at
-        return max(0.0, now - since)
+
+_WORKLOAD_FIELDS = tuple(f.name for f in dataclasses.fields(Workload))
+_FIELD_INDEX = {name: index for index, name in enumerate(_WORKLOAD_FIELDS)}
+_ALL_FIELDS = operator.attrgetter(*_WORKLOAD_FIELDS)
+
+
+def replace_workload(workload: Workload, changes: Mapping[str, object]) -> Workload:
+    """``dataclasses.replace(workload, **changes)``, several times faster: every transition of
+    every workload goes through it. (Workload has no ``__post_init__`` or init-only field.)"""
+    values = list(_ALL_FIELDS(workload))
+    for name, value in changes.items():
+        values[_FIELD_INDEX[name]] = value
+    return Workload(*values)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -104,12 +116,12 @@ class Snapshot:
     slices_by_type: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)
     holders: Mapping[str, str] = dataclasses.field(default_factory=dict)
     unhealthy: frozenset[str] = frozenset()
-    # Free healthy slices per device type, and per holder class (device type, priority, elastic):
-    # the workloads holding slices and the healthy slices they hold. Preemption reads only the
-    # classes below the preemptor instead of scanning every workload.
-    free_by_type: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)
-    class_members: Mapping[tuple[str, int, bool], frozenset[str]] = dataclasses.field(default_factory=dict)
-    class_held: Mapping[tuple[str, int, bool], int] = dataclasses.field(default_factory=dict)
+    # Free healthy slices per device type as sorted (-ordinal, name): placement order backwards,
+    # so that the next slice to place is at the end (taking it does not move the others).
+    free_by_type: Mapping[str, tuple[tuple[int, str], ...]] = dataclasses.field(default_factory=dict)
+    # Healthy slices held per (device type, priority value): what preemption can reclaim.
+    held_by_level: Mapping[Level, int] = dataclasses.field(default_factory=dict)
+    index: Indexes = dataclasses.field(default_factory=Indexes)
 
     @classmethod
     def build(
@@ -133,30 +145,31 @@ class Snapshot:
             by_type.setdefault(item.device_type, set()).add(item.name)
         holders = {s: w.name for w in workload_map.values() for s in w.slices}
         unhealthy = frozenset(s.name for s in slice_map.values() if not s.healthy)
-        free = {t: frozenset(n for n in names if n not in holders and n not in unhealthy) for t, names in by_type.items()}
-        members: dict[tuple[str, int, bool], set[str]] = {}
-        held: dict[tuple[str, int, bool], int] = {}
+        free = {
+            t: tuple(sorted((-slice_map[n].ordinal, n) for n in names if n not in holders and n not in unhealthy))
+            for t, names in by_type.items()
+        }
+        held: dict[Level, int] = {}
         for w in workload_map.values():
             if w.slices:
-                key = holder_class(w)
-                members.setdefault(key, set()).add(w.name)
-                held[key] = held.get(key, 0) + sum(1 for s in w.slices if s not in unhealthy)
+                level = (w.spec.device_type, int(w.spec.priority))
+                held[level] = held.get(level, 0) + sum(1 for s in w.slices if s not in unhealthy)
         seq = next_seq if next_seq is not None else max((w.seq + 1 for w in workload_map.values()), default=0)
         if next_ordinal is None:
             next_ordinal = max((s.ordinal + 1 for s in slice_map.values()), default=0)
         return cls(
             now=now,
-            slices=slice_map,
-            nodes=node_map,
-            workloads=workload_map,
+            slices=Layered.adopt(slice_map),
+            nodes=Layered.adopt(node_map),
+            workloads=Layered.adopt(workload_map),
             next_seq=seq,
             next_ordinal=next_ordinal,
             slices_by_type={t: frozenset(names) for t, names in by_type.items()},
-            holders=holders,
+            holders=Layered.adopt(holders),
             unhealthy=unhealthy,
             free_by_type={t: f for t, f in free.items() if f},
-            class_members={k: frozenset(v) for k, v in members.items()},
-            class_held=held,
+            held_by_level=held,
+            index=Indexes.build(workload_map),
         )
 
     def check(self) -> None:
@@ -166,31 +179,30 @@ class Snapshot:
             self.next_ordinal,
         )
         assert all(s.ordinal < self.next_ordinal for s in self.slices.values()), "ordinal reused"
-        assert dict(rebuilt.slices_by_type) == dict(self.slices_by_type), "slices_by_type drifted"
+        assert _nonempty(rebuilt.slices_by_type) == _nonempty(self.slices_by_type), "slices_by_type drifted"
         assert dict(rebuilt.holders) == dict(self.holders), "holders drifted"
         assert rebuilt.unhealthy == self.unhealthy, "unhealthy drifted"
         assert _nonempty(rebuilt.free_by_type) == _nonempty(self.free_by_type), "free_by_type drifted"
-        assert _nonempty(rebuilt.class_members) == _nonempty(self.class_members), "class_members drifted"
-        assert _nonzero(rebuilt.class_held) == _nonzero(self.class_held), "class_held drifted"
+        assert _nonzero(rebuilt.held_by_level) == _nonzero(self.held_by_level), "held_by_level drifted"
+        assert rebuilt.index.comparable() == self.index.comparable(), "workload indexes drifted"
         for item in self.slices.values():
             assert rebuilt.slices[item.name].down_nodes == item.down_nodes, "down_nodes drifted"
+        for w in self.workloads.values():
+            if not w.slices:
+                continue
+            workers = {(s, h) for s in w.slices for h in range(len(self.slices[s].nodes))}
+            assert w.exited_ok <= workers, f"{w.name} counts exits of workers it does not have"
 
-    def free_healthy(self, device_type: str) -> frozenset[str]:
-        """Slices of a type that are healthy and held by nobody."""
-        return self.free_by_type.get(device_type, frozenset())
+    def free_healthy(self, device_type: str) -> tuple[str, ...]:
+        """Slices of a type that are healthy and held by nobody, in placement order."""
+        return tuple(name for _, name in reversed(self.free_by_type.get(device_type, ())))
 
     def workloads_in(self, *phases: WorkloadPhase) -> list[Workload]:
         return [w for w in self.workloads.values() if w.phase in phases]
 
 
-def holder_class(workload: Workload) -> tuple[str, int, bool]:
-    """The index key of a workload holding slices: device type, priority value, elastic."""
-    spec = workload.spec
-    return (spec.device_type, int(spec.priority), spec.min_slices is not None)
-
-
 def _nonempty(mapping: Mapping) -> dict:
-    return {k: frozenset(v) for k, v in mapping.items() if v}
+    return {k: tuple(sorted(v)) for k, v in mapping.items() if v}
 
 
 def _nonzero(mapping: Mapping) -> dict:

@@ -6,7 +6,9 @@ Like Kueue's ``CandidatesOrdering`` these are sort keys: smaller sorts first.
 from __future__ import annotations
 
 import enum
+import math
 
+from hotswap.api.phases import WorkloadPhase
 from hotswap.core.model import Workload
 
 
@@ -36,11 +38,28 @@ def candidates_ordering(workload: Workload, now: float) -> tuple[int, float, flo
     """Order of preemption candidates: the first loses the least work.
 
     1. lowest priority first;
-    2. then the least progress since its last checkpoint (what a stop would throw away);
+    2. then the least progress since its last save (:func:`at_risk`: what a stop would throw
+       away); a workload whose workers have not started has nothing to lose and comes first;
     3. then the most recently started (it has invested the least in start-up);
     4. then the newest workload (deterministic tie-break).
-    A workload that holds slices but has not started its workers has no progress to lose and
-    counts as started now.
+
+    :mod:`hotswap.core.index` keeps holders in this order without sorting them each round.
     """
-    started = workload.running_since if workload.running_since is not None else now
-    return (int(workload.priority), workload.progress_since_checkpoint(now), -started, -workload.seq)
+    if workload.phase is not WorkloadPhase.RUNNING or workload.running_since is None:
+        return (int(workload.priority), -math.inf, -math.inf, -workload.seq)
+    return (int(workload.priority), at_risk(workload, now), -workload.running_since, -workload.seq)
+
+
+def at_risk(workload: Workload, now: float) -> float:
+    """Seconds of progress a hard stop at ``now`` would lose: since its start or last save.
+
+    With a declared checkpoint period the last save is the latest ``anchor + k * every``; the
+    expression is the one :mod:`hotswap.core.index` ranks by, so both agree exactly."""
+    started = workload.running_since
+    assert started is not None
+    saved = workload.last_checkpoint_at
+    every = workload.checkpoint_every
+    if saved is not None and every and saved >= started:
+        return (now % every - saved % every) % every
+    since = saved if saved is not None and saved > started else started
+    return now - since

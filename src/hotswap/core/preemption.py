@@ -1,22 +1,27 @@
 """Choosing what to take from lower-priority work: shrink first, then a minimal victim set.
 
 Pure and separate from the scheduler so that it can be tested on its own, as Kueue tests its
-preemption targets: :func:`find_candidates` lists the holders a plan may touch (from the
-capacity indexes), :func:`plan_reclaim` chooses among them.
+preemption targets. :func:`plan_reclaim` chooses from :class:`Candidates`: every strictly
+lower-priority holder of the wanted device type, in
+:func:`hotswap.core.ordering.candidates_ordering` order, read lazily. The scheduler's
+:class:`RankedCandidates` reads them from the ranking index (:mod:`hotswap.core.index`), so a
+plan costs the few candidates it looks at, not the number of holders: every victim frees at
+least one slice more than the shrinks it forgoes, so a plan for ``deficit`` slices never looks
+at more than ``deficit`` victims.
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import heapq
-from collections.abc import Iterator, Sequence
+import itertools
+from collections.abc import Iterator
+from typing import Protocol
 
-from hotswap.api.phases import WorkloadPhase
 from hotswap.core.capacity import Capacity
-from hotswap.core.model import HOLDING, Workload, holder_class
-from hotswap.core.ordering import candidates_ordering
-
-_RUNNING = WorkloadPhase.RUNNING  # looked up once: a class attribute of an enum is slow to read
+from hotswap.core.index import INF, SHRINKABLE, RankKey, WorkloadIndex, shrink_room
+from hotswap.core.model import Workload
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -34,53 +39,21 @@ class ReclaimPlan:
     shrinks: tuple[tuple[Workload, int], ...]  # (workload, slices it gives up)
 
 
-def find_candidates(capacity: Capacity, workload: Workload, deficit: int, now: float, elastic: bool) -> list[Candidate]:
-    """Strictly lower-priority holders of the workload's type that a plan may need.
+class Candidates(Protocol):
+    """The holders a plan may take from, in candidates order (lowest priority first)."""
 
-    The plan evicts in :func:`candidates_ordering` order, lowest priority first, and every
-    victim frees at least one slice, so it never evicts more than ``deficit`` workloads:
-    from the lowest levels only the ``deficit`` cheapest are listed, and once they cover
-    the deficit the higher levels can only contribute by shrinking, so only elastic
-    holders are listed there. Every elastic holder that can shrink is listed (shrinks go
-    in the same order across levels). The plan is the same as over every holder. With
-    ``elastic`` off (the cluster does not scale workloads), nobody can shrink.
-    """
-    key = holder_class(workload)
-    device_type = key[0]
-    broken = capacity.broken_by_holder()
-    found: list[Candidate] = []
-    covered = 0
-    for level in capacity.levels_below(key):
-        evictable: list[Candidate] = []
-        for members_key in ((device_type, level, False), (device_type, level, True)):
-            if covered >= deficit and not (members_key[2] and elastic):
-                continue
-            for name in capacity.members(members_key):
-                other = capacity.workloads[name]
-                if other.phase not in HOLDING:
-                    continue
-                healthy = len(other.slices) - broken.get(name, 0)
-                if healthy <= 0:
-                    continue
-                shrinkable = 0
-                if members_key[2] and elastic and other.phase is _RUNNING:
-                    shrinkable = max(0, min(healthy, len(other.slices) - other.spec.floor_slices))
-                candidate = Candidate(other, healthy, shrinkable)
-                if covered < deficit:
-                    evictable.append(candidate)
-                elif shrinkable:
-                    found.append(candidate)
-        if evictable:
-            need = deficit - covered
-            cheapest = heapq.nsmallest(need, evictable, key=lambda c: candidates_ordering(c.workload, now))
-            chosen = {id(c) for c in cheapest}
-            found.extend(cheapest)
-            found.extend(c for c in evictable if c.shrinkable and id(c) not in chosen)
-            covered += sum(c.healthy for c in cheapest)
-    return found
+    @property
+    def shrink_pool(self) -> int:
+        """Slices all of them together could give up by shrinking."""
+
+    def in_order(self) -> Iterator[Candidate]:
+        """Every candidate that holds a healthy slice."""
+
+    def shrinkable_in_order(self) -> Iterator[Candidate]:
+        """The candidates that can shrink."""
 
 
-def plan_reclaim(deficit: int, candidates: Sequence[Candidate], now: float) -> ReclaimPlan | None:
+def plan_reclaim(deficit: int, candidates: Candidates) -> ReclaimPlan | None:
     """Free ``deficit`` slices from ``candidates``, or return None when they cannot.
 
     Rules, in order:
@@ -93,14 +66,13 @@ def plan_reclaim(deficit: int, candidates: Sequence[Candidate], now: float) -> R
     """
     if deficit <= 0:
         return ReclaimPlan((), ())
-    shrink_pool = sum(c.shrinkable for c in candidates)
+    shrink_pool = candidates.shrink_pool
     if shrink_pool >= deficit:
-        shrinkable = sorted((c for c in candidates if c.shrinkable), key=lambda c: candidates_ordering(c.workload, now))
-        return ReclaimPlan((), _shrinks(shrinkable, deficit, excluded=set()))
+        return ReclaimPlan((), _shrinks(candidates.shrinkable_in_order(), deficit, excluded=set()))
 
     victims: list[Candidate] = []
     freed = 0
-    for candidate in _in_order(candidates, now):
+    for candidate in candidates.in_order():
         victims.append(candidate)
         freed += candidate.healthy
         shrink_pool -= candidate.shrinkable
@@ -117,38 +89,105 @@ def plan_reclaim(deficit: int, candidates: Sequence[Candidate], now: float) -> R
             freed -= spared.healthy
             shrink_pool += spared.shrinkable
 
-    excluded = {id(c) for c in victims}
     remaining = deficit - freed
     shrinks: tuple[tuple[Workload, int], ...] = ()
     if remaining > 0:
-        shrinkable = sorted((c for c in candidates if c.shrinkable), key=lambda c: candidates_ordering(c.workload, now))
-        shrinks = _shrinks(shrinkable, remaining, excluded)
+        excluded = {c.workload.name for c in victims}
+        shrinks = _shrinks(candidates.shrinkable_in_order(), remaining, excluded)
     return ReclaimPlan(tuple(c.workload for c in victims), shrinks)
 
 
-def _in_order(candidates: Sequence[Candidate], now: float) -> Iterator[Candidate]:
-    """Candidates in :func:`candidates_ordering` order, sorting one priority level at a time.
-
-    The ordering is priority first, so a plan that is covered by the lowest levels never pays
-    for sorting the others (at 2,000 workloads this is most of a decision's time).
-    """
-    levels: dict[int, list[Candidate]] = {}
-    for candidate in candidates:
-        levels.setdefault(int(candidate.workload.spec.priority), []).append(candidate)
-    for level in sorted(levels):
-        yield from sorted(levels[level], key=lambda c: candidates_ordering(c.workload, now))
-
-
-def _shrinks(
-    ordered: Sequence[Candidate], deficit: int, excluded: set[int]
-) -> tuple[tuple[Workload, int], ...]:
+def _shrinks(ordered: Iterator[Candidate], deficit: int, excluded: set[str]) -> tuple[tuple[Workload, int], ...]:
     taken: list[tuple[Workload, int]] = []
     for candidate in ordered:
         if deficit <= 0:
             break
-        if id(candidate) in excluded or candidate.shrinkable == 0:
+        if candidate.workload.name in excluded or candidate.shrinkable == 0:
             continue
         give = min(candidate.shrinkable, deficit)
         taken.append((candidate.workload, give))
         deficit -= give
     return tuple(taken)
+
+
+class RankedCandidates:
+    """Strictly lower-priority holders of a device type, read from the ranking index.
+
+    A holder's shrinkable slices are its slices above its floor when it runs, elastic, and
+    holds no broken slice: an elastic workload gives up its *last* replicas (so the others keep
+    their indices), and one that still holds a broken slice is in the middle of a loss, not a
+    donor (its last replicas might be the broken ones, which free nothing)."""
+
+    def __init__(
+        self, capacity: Capacity, index: WorkloadIndex, workload: Workload, now: float, elastic: bool
+    ) -> None:
+        self._capacity = capacity
+        self._now = now
+        self._elastic = elastic
+        device_type, priority = workload.spec.device_type, int(workload.spec.priority)
+        self._keys: dict[int, list[RankKey]] = {}
+        for key in sorted(index.ranked.keys()):
+            if key[0] == device_type and key[1] < priority:
+                self._keys.setdefault(key[1], []).append(key)
+        self._ranked = index.ranked
+        self._broken = capacity.broken_by_holder()
+        pool = 0
+        if elastic:
+            pool = sum(index.shrinkable((device_type, level)) for level in self._keys)
+            for name in self._broken:  # their room was counted in the index: take it back
+                holder = capacity.workloads[name]
+                if holder.spec.device_type == device_type and int(holder.spec.priority) < priority:
+                    pool -= shrink_room(holder)
+        self._pool = pool
+
+    @property
+    def shrink_pool(self) -> int:
+        return self._pool
+
+    def _candidate(self, name: str) -> Candidate:
+        workload = self._capacity.workloads[name]
+        broken = self._broken.get(name, 0)
+        shrinkable = shrink_room(workload) if self._elastic and not broken else 0
+        return Candidate(workload, len(workload.slices) - broken, shrinkable)
+
+    def _level(self, keys: list[RankKey]) -> Iterator[str]:
+        """Names of one priority level's holders under ``keys``, in candidates order."""
+        streams = [self._stream(key) for key in keys]
+        if len(streams) == 1:
+            return (name for _, name in streams[0])
+        return (name for _, name in heapq.merge(*streams))
+
+    def _stream(self, key: RankKey) -> Iterator[tuple[tuple[float, float, int], str]]:
+        entries = self._ranked.view(key)
+        period = key[3]
+        if not period:
+            now = self._now
+            return (((now + e[0], e[1], e[2]), e[3]) for e in entries)
+        return _rotated(entries, period, self._now)
+
+    def in_order(self) -> Iterator[Candidate]:
+        for level in sorted(self._keys):
+            for name in self._level(self._keys[level]):
+                candidate = self._candidate(name)
+                if candidate.healthy > 0:
+                    yield candidate
+
+    def shrinkable_in_order(self) -> Iterator[Candidate]:
+        if not self._elastic:
+            return
+        for level in sorted(self._keys):
+            keys = [k for k in self._keys[level] if k[2] == SHRINKABLE]
+            for name in self._level(keys):
+                candidate = self._candidate(name)
+                if candidate.shrinkable > 0:
+                    yield candidate
+
+
+def _rotated(entries: tuple | list, period: float, now: float) -> Iterator[tuple[tuple[float, float, int], str]]:
+    """Holders that save every ``period`` seconds, least progress since their last save first:
+    entries sorted by ``anchor % period``, read backwards from ``now % period``, wrapping."""
+    phase = now % period
+    split = bisect.bisect_right(entries, (phase, INF))
+    for index in itertools.chain(range(split - 1, -1, -1), range(len(entries) - 1, split - 1, -1)):
+        anchor_phase, started, seq, name = entries[index]
+        yield ((phase - anchor_phase) % period, -started, -seq), name

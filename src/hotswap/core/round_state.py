@@ -8,20 +8,27 @@ step, checks every phase transition and records the actions.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable
 
 from hotswap.api.phases import WorkloadPhase, check_transition
 from hotswap.api.spec import RestartStrategy
 from hotswap.core import actions as act
 from hotswap.core.capacity import Capacity
+from hotswap.core.cow import Overlay
 from hotswap.core.demands import Demand, DemandQueue
-from hotswap.core.model import Snapshot, Workload
+from hotswap.core.index import WorkloadIndex
+from hotswap.core.model import Snapshot, Workload, replace_workload
 from hotswap.core.policy import SchedulerConfig
 
 QUEUED = WorkloadPhase.QUEUED
 RUNNING = WorkloadPhase.RUNNING
 RESTARTING = WorkloadPhase.RESTARTING
+# Fields of a workload that no index of hotswap.core.index reads: changing only these does not
+# move it in any index.
+_UNINDEXED = frozenset(
+    {"attempt", "stopping", "membership", "restarts", "disruptions", "preemptions", "last_checkpoint_step",
+     "exited_ok", "status_message", "status_time"}
+)
 
 
 class RoundState:
@@ -32,17 +39,27 @@ class RoundState:
         self.config = config
         self.actions: list[act.Action] = []
         self.needs_scheduling = False
-        self.workloads: dict[str, Workload] = dict(snapshot.workloads)
+        self.workloads: Overlay[str, Workload] = Overlay(snapshot.workloads)
+        self.index = WorkloadIndex(snapshot.index)
         self.next_seq = snapshot.next_seq
         self.capacity = Capacity(snapshot, self.workloads)
-        self.queue = DemandQueue()
+        self.queue: DemandQueue | None = None  # while demands are served (admission)
         # Losses seen this round: workload -> {slice: reason}, in the order seen.
         self.lost: dict[str, dict[str, str]] = {}
         # Replacements wanted by workloads that lost slices, served with the other demands.
         self.replacing: dict[str, Demand] = {}
+        self._workers: dict[tuple[str, int, int], int] = {}
 
     def freeze(self) -> Snapshot:
-        return self.capacity.freeze(self.now, self.workloads, self.next_seq)
+        return self.capacity.freeze(self.now, self.workloads.freeze(), self.next_seq, self.index.freeze())
+
+    # ------------------------------------------------------------------ what demands can get (demands.Room)
+
+    def admissible(self, device_type: str, priority: int) -> int:
+        return self.capacity.admissible(device_type, priority)
+
+    def free_count(self, device_type: str) -> int:
+        return self.capacity.free_count(device_type)
 
     # ------------------------------------------------------------------ policy of a workload
 
@@ -54,23 +71,43 @@ class RoundState:
     def elastic(self, workload: Workload) -> bool:
         return self.config.elastic and workload.spec.elastic
 
+    def workers_of(self, workload: Workload) -> int:
+        """Workers (hosts) on the slices a workload holds (counted once per round: a job's
+        completion is one report per worker)."""
+        key = (workload.name, workload.attempt, workload.membership)
+        count = self._workers.get(key)
+        if count is None:
+            slices = self.capacity.slices
+            count = self._workers[key] = sum(len(slices[s].nodes) for s in workload.slices)
+        return count
+
     # ------------------------------------------------------------------ transitions
 
     def update(self, workload: Workload, **changes: object) -> Workload:
         """Replace a workload's record; the phase transition is checked, indexes follow."""
         if "status_message" in changes and changes["status_message"] != workload.status_message:
             changes.setdefault("status_time", self.now)
-        new = dataclasses.replace(workload, **changes)
+        new = replace_workload(workload, changes)
         if new.phase is not workload.phase or "phase" in changes:
             check_transition(workload.phase, new.phase)
-        if bool(new.slices) != bool(workload.slices):
-            self.capacity.set_holding(new, bool(new.slices))
         self.workloads[new.name] = new
+        if not _UNINDEXED.issuperset(changes):
+            self.index.replace(workload, new)
         return new
+
+    def add(self, workload: Workload) -> None:
+        """A new workload (created in this round)."""
+        self.workloads[workload.name] = workload
+        self.index.replace(None, workload)
+
+    def remove(self, workload: Workload) -> None:
+        """A workload leaves (deleted); its slices must have been released."""
+        del self.workloads[workload.name]
+        self.index.replace(workload, None)
 
     def release(self, workload: Workload, names: Iterable[str]) -> None:
         """Free slices; healthy ones go back to the free pool and wake up waiting demands."""
-        if self.capacity.release(workload, names):
+        if self.capacity.release(workload, names) and self.queue is not None:
             self.queue.wake(workload.device_type)
 
     def mark_lost(self, slice_name: str, reason: str) -> None:
@@ -103,7 +140,7 @@ class RoundState:
             restarts=workload.restarts + (1 if charged else 0),
             running_since=None if waiting else self.now,
             exited_ok=frozenset(),
-            status_message=f"restarting: {reason}" if blocking else f"restarted: {reason}",
+            status_message=f"restarting: {reason}" if waiting else f"restarted: {reason}",
         )
         self.actions.append(
             act.Restart(workload.name, attempt, workload.slices, reason, charged, start=not waiting)
@@ -130,11 +167,12 @@ class RoundState:
         """An elastic workload goes on without ``gone``; survivors keep running."""
         self.release(workload, gone)
         membership = workload.membership + 1
+        left = set(gone)
         workload = self.update(
             workload,
             slices=keep,
             membership=membership,
-            exited_ok=frozenset(k for k in workload.exited_ok if k[0] in keep),
+            exited_ok=frozenset(k for k in workload.exited_ok if k[0] not in left),
             status_message=f"scaled down to {len(keep)} slice(s): {reason}",
         )
         self.actions.append(act.ScaleDown(workload.name, gone, keep, membership, reason, preemptor))

@@ -1,4 +1,11 @@
-"""A simulated training job: its mode, its progress, and where its slice-seconds went."""
+"""A simulated training job: its mode, its progress, and where its slice-seconds went.
+
+Progress is piecewise linear: it changes rate only when the job's mode or size changes, which
+is when :meth:`Job.account` is called. The job also remembers the progress its last durable
+checkpoint and its last in-memory snapshot hold; both are taken periodically from the moment
+its current workers started making progress (``epoch``), and one that falls between two calls
+is found from the constant rate in between, so no history is kept.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +27,15 @@ class Mode(enum.Enum):
     DONE = "done"
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
+class Saved:
+    """A copy of the job's state: when it was taken and how much progress it holds."""
+
+    at: float
+    progress: float
+
+
+@dataclasses.dataclass(slots=True)
 class Job:
     spec: WorkloadSpec
     work_s: float
@@ -35,33 +50,35 @@ class Job:
     joining: int = 0  # slices added by a scale-up whose workers are still starting
     progress: float = 0.0  # seconds of full-size training done (not yet lost)
     epoch: float | None = None  # start of the current attempt's productive period
-    trace: list[tuple[float, float]] = dataclasses.field(default_factory=list)  # (time, progress)
-    restored: float = 0.0  # progress at the start of the attempt
+    checkpoint: Saved | None = None  # last durable checkpoint of this attempt (epoch: restored state)
+    snapshot: Saved | None = None  # last in-memory snapshot (elastic jobs restore survivors from it)
     version: int = 0  # invalidates timers of an earlier mode
     join_token: int = 0  # invalidates the timer of an earlier scale-up
     disrupted_at: float | None = None
+    held_s: float = 0.0  # slice-seconds it held (its slices were not available to others)
     ledger: Ledger = dataclasses.field(default_factory=Ledger)
 
     @property
     def size(self) -> int:
         return self.spec.num_slices
 
-    def last_checkpoint_time(self, now: float, config: SimConfig) -> float:
-        """When the current attempt (productive since ``epoch``) last saved a periodic checkpoint;
-        ``epoch`` itself when it has not saved one yet."""
-        assert self.epoch is not None
-        interval = config.checkpoint_interval_s
-        return self.epoch + math.floor((now - self.epoch) / interval) * interval
+    def start_progress(self, now: float) -> None:
+        """Its workers start making progress: the restored state counts as saved."""
+        self.epoch = now
+        self.checkpoint = Saved(now, self.progress)
+        self.snapshot = Saved(now, self.progress)
 
     def account(self, now: float, config: SimConfig) -> None:
         """Book the time since ``last`` to the categories of the current mode."""
         dt = now - self.last
-        if dt <= 0:
+        if dt <= 0 or self.mode is Mode.DONE:
+            self.last = max(self.last, now)
             return
         ledger, size, active = self.ledger, self.size, self.active
         missing = max(0, size - active - self.joining)
         if self.joining:
             ledger.add(Category.STARTUP, self.joining * dt)
+        rate = 0.0
         if self.mode is Mode.QUEUED:
             ledger.add(Category.QUEUED, size * dt)
         elif self.mode is Mode.WAITING:
@@ -77,38 +94,58 @@ class Job:
             ledger.add(Category.PRODUCTIVE, active * dt * useful)
             ledger.add(Category.CHECKPOINT_SAVE, active * dt * (1.0 - useful))
             ledger.add(Category.DEGRADED, missing * dt)
-            self.progress += active / size * dt * useful
-            self.trace.append((now, self.progress))
+            rate = active / size * useful
         elif self.mode is Mode.RECONFIGURING:
             ledger.add(Category.ELASTIC, active * dt)
             ledger.add(Category.DEGRADED, missing * dt)
+        if self.mode is not Mode.QUEUED:
+            self.held_s += (active + self.joining) * dt
+        if self.epoch is not None:
+            self._saves_between(self.last, now, rate, config)
+        self.progress += rate * dt
         self.last = now
+
+    def _saves_between(self, start: float, end: float, rate: float, config: SimConfig) -> None:
+        """Record the last checkpoint and snapshot taken in (start, end], progressing at ``rate``."""
+        assert self.epoch is not None and self.checkpoint is not None and self.snapshot is not None
+        for saved, interval in ((self.checkpoint, config.checkpoint_interval_s), (self.snapshot, config.elastic_snapshot_s)):
+            if interval <= 0:
+                continue
+            at = self.epoch + math.floor((end - self.epoch) / interval) * interval
+            if at > start and at > saved.at:
+                saved.at, saved.progress = at, self.progress + rate * (at - start)
 
     def stop(self, now: float, config: SimConfig, hard: bool) -> None:
         """Stop the workers: a hard stop loses the progress since the last checkpoint; a
         graceful one (SIGTERM) saves a checkpoint first and loses nothing."""
         self.account(now, config)
-        if hard and self.mode in (Mode.RUNNING, Mode.RECONFIGURING):
-            saved = self._checkpointed_progress(now, config)
-            self.ledger.waste((self.progress - saved) * self.size)
-            self.progress = saved
-        self.epoch = None
-        self.trace = []
+        if hard and self.mode in (Mode.RUNNING, Mode.RECONFIGURING) and self.checkpoint is not None:
+            self._roll_back(self.checkpoint.progress)
+        self.epoch = self.checkpoint = self.snapshot = None
         self.joining = 0
         self.join_token += 1
 
-    def _checkpointed_progress(self, now: float, config: SimConfig) -> float:
-        """Progress saved by the last periodic checkpoint of the current attempt."""
-        if self.epoch is None or not self.trace:
-            return self.progress
-        saved_at = self.last_checkpoint_time(now, config)
-        if saved_at <= self.epoch:
-            return self.restored
-        previous_time, previous_progress = self.trace[0]
-        for time, value in self.trace:
-            if time >= saved_at:
-                span = time - previous_time
-                share = (saved_at - previous_time) / span if span > 0 else 1.0
-                return previous_progress + (value - previous_progress) * share
-            previous_time, previous_progress = time, value
-        return self.progress
+    def lose_slices(self, now: float, config: SimConfig) -> None:
+        """Survivors of a failed slice go back to their last in-memory snapshot (or to the last
+        checkpoint, if that is newer): the steps since are lost, as in Pathways elastic training."""
+        self.account(now, config)
+        if config.elastic_snapshot_s <= 0:  # a snapshot at every step: nothing is lost
+            return
+        if self.mode not in (Mode.RUNNING, Mode.RECONFIGURING) or self.snapshot is None or self.checkpoint is None:
+            return
+        restored = max((self.snapshot, self.checkpoint), key=lambda saved: saved.at)
+        self._roll_back(restored.progress)
+        self.snapshot = Saved(now, self.progress)
+
+    def _roll_back(self, progress: float) -> None:
+        self.ledger.waste((self.progress - progress) * self.size)
+        self.progress = progress
+
+    def retire(self, now: float, config: SimConfig) -> None:
+        """The job is finished, failed or deleted: nothing more is booked to it."""
+        self.account(now, config)
+        self.ended = now
+        self.mode = Mode.DONE
+        self.joining = 0
+        self.version += 1
+        self.join_token += 1

@@ -72,35 +72,62 @@ def main_spec(config: SimConfig) -> WorkloadSpec:
 class FillerJob:
     spec: WorkloadSpec
     work_s: float  # seconds of training at full size until it is done
+    think_s: float  # pause between this job finishing and the stream's next submission
 
 
 def filler_streams(config: SimConfig) -> int:
     """Enough closed-loop submitters to oversubscribe the capacity the main job leaves."""
+    if config.filler_oversubscription <= 0:
+        return 0
     spare = config.slices - config.main_slices
     mean_size = sum(s * w for s, w in zip(FILLER_SIZES, FILLER_SIZE_WEIGHTS)) / sum(FILLER_SIZE_WEIGHTS)
     return max(1, math.ceil(spare * config.filler_oversubscription / mean_size))
 
 
-def filler_job(config: SimConfig, stream: int, index: int) -> FillerJob:
-    """The ``index``-th job of a filler stream: the same in every policy."""
-    rng = random.Random(f"{config.seed}:filler:{stream}:{index}")
-    sizes = [s for s in FILLER_SIZES if s <= config.slices]
-    weights = FILLER_SIZE_WEIGHTS[: len(sizes)]
-    size = rng.choices(sizes, weights)[0]
-    min_slices = math.ceil(size / 2) if size > 1 and rng.random() < 1 / 3 else None
-    spec = workload_spec(
-        name=f"f{stream}-{index}",
-        command="train",
-        device_type=config.device_type,
-        num_slices=size,
-        min_slices=min_slices,
-        priority=rng.choice(FILLER_PRIORITIES),
-        max_restarts=10,
-    )
-    return FillerJob(spec, rng.expovariate(1.0 / (config.filler_mean_hours * 3600.0)))
+class FillerMix:
+    """The jobs of every filler stream, drawn in order from one generator per stream, and kept
+    so that the policies simulated in one process share them (they are the same jobs).
 
+    A spec is a validated template per shape with the job's name filled in: validating 16,000
+    specs would cost more than simulating them."""
 
-def filler_think_s(config: SimConfig, stream: int, index: int) -> float:
-    """Pause between a stream's job finishing and its next submission."""
-    rng = random.Random(f"{config.seed}:think:{stream}:{index}")
-    return rng.expovariate(1.0 / config.filler_think_s) if config.filler_think_s > 0 else 0.0
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self._jobs: dict[int, list[FillerJob]] = {}
+        self._rngs: dict[int, random.Random] = {}
+        self._templates: dict[tuple[int, int | None, str], WorkloadSpec] = {}
+
+    def job(self, stream: int, index: int) -> FillerJob:
+        """The ``index``-th job of a stream: the same in every policy."""
+        jobs = self._jobs.setdefault(stream, [])
+        while len(jobs) <= index:
+            jobs.append(self._draw(stream, len(jobs)))
+        return jobs[index]
+
+    def _draw(self, stream: int, index: int) -> FillerJob:
+        config = self.config
+        rng = self._rngs.get(stream)
+        if rng is None:
+            rng = self._rngs[stream] = random.Random(f"{config.seed}:filler:{stream}")
+        # Only sizes that fit beside the main job: a filler that cannot is never admitted.
+        room = max(1, config.slices - config.main_slices)
+        sizes = [s for s in FILLER_SIZES if s <= room]
+        size = rng.choices(sizes, FILLER_SIZE_WEIGHTS[: len(sizes)])[0]
+        elastic = size > 1 and rng.random() < 1 / 3
+        priority = rng.choice(FILLER_PRIORITIES)
+        work_s = rng.expovariate(1.0 / (config.filler_mean_hours * 3600.0))
+        think_s = rng.expovariate(1.0 / config.filler_think_s) if config.filler_think_s > 0 else 0.0
+        min_slices = math.ceil(size / 2) if elastic else None
+        template = self._templates.get((size, min_slices, priority))
+        if template is None:
+            template = self._templates[(size, min_slices, priority)] = workload_spec(
+                name="filler",
+                command="train",
+                device_type=config.device_type,
+                num_slices=size,
+                min_slices=min_slices,
+                priority=priority,
+                max_restarts=10,
+            )
+        spec = template.model_copy(update={"name": f"f{stream}-{index}"})
+        return FillerJob(spec, work_s, think_s)

@@ -5,10 +5,16 @@ The simulator decides nothing itself. Every scheduling decision comes from
 controller call; the simulator only plays the world around it: nodes fail and are repaired,
 workers take time to start, restore and stop, training makes progress and checkpoints, jobs
 finish. It accounts every slice-second in a :class:`hotswap.core.goodput.Ledger`.
+
+Events are processed per instant: every timer due at the same time fires, then the core decides
+once. Only what the core must act on at once is a round of its own; what it only needs to
+know (a finished job's deletion, a job's checkpoint schedule, old workers of a Recreate
+workload having stopped) travels with the next round.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import enum
 import heapq
@@ -17,9 +23,9 @@ import math
 from collections.abc import Callable
 
 from hotswap.api.phases import WorkloadPhase
+from hotswap.api.spec import RestartStrategy
 from hotswap.core import actions as act
 from hotswap.core import events as ev
-from hotswap.core.goodput import Ledger
 from hotswap.core.model import Snapshot
 from hotswap.core.policy import SchedulerConfig
 from hotswap.core.scheduler import decide
@@ -29,19 +35,26 @@ from hotswap.sim.jobs import Job, Mode
 
 
 @dataclasses.dataclass
+class Counts:
+    """What a run counted."""
+
+    preemptions: int = 0
+    failures: int = 0
+    disruptions: int = 0  # failures that hit a job
+    completed: int = 0
+    decisions: int = 0
+    events: int = 0  # timers fired
+    main_restarts: int = 0  # restarts of the main job's workers (hotswap, repair, requeue)
+    main_reconfigurations: int = 0  # elastic scale-downs and scale-ups of the main job
+
+
+@dataclasses.dataclass
 class PolicyResult:
     policy: str
-    ledgers: dict[str, Ledger]
-    priorities: dict[str, str]
-    mttr_s: list[float]
-    mttr_by_priority: dict[str, list[float]]
-    preemptions: int
-    failures: int
-    disruptions: int
-    completed: int
-    decisions: int
-    main_timeline: list[tuple[float, int]]  # (time, slices the main job makes progress on)
+    config: SimConfig
     jobs: dict[str, Job]
+    mttr: list[tuple[str, float]]  # (job, seconds from a failure under it to progress again)
+    counts: Counts
 
 
 class _Timer(enum.Enum):
@@ -62,27 +75,26 @@ class PolicySimulation:
         policy: str,
         scheduler: SchedulerConfig,
         failures: list[tuple[float, str]],
+        fillers: mix.FillerMix | None = None,
     ) -> None:
         self.config = config
         self.policy = policy
         self.scheduler = scheduler
+        self.fillers = fillers or mix.FillerMix(config)
         self.now = 0.0
         self.heap: list[tuple[float, int, _Timer, tuple]] = []
         self._seq = itertools.count()
         self.jobs: dict[str, Job] = {}
-        self.live: dict[str, Job] = {}  # jobs not done yet
-        self.finished: list[ev.Event] = []  # deletions of finished jobs, sent with the next round
-        self.stop_timers: set[tuple[str, int]] = set()
+        # Sent with the next round: deletions of finished jobs, and the checkpoint schedule of
+        # jobs that started making progress (they save every checkpoint_interval_s from then on).
+        self.later_events: list[ev.Event] = []
+        self.stop_timers: set[tuple[str, int]] = set()  # attempts told to stop, until they are gone
+        # Stops the core only needs to know about, not act on at once (see _decide): (when, event).
+        self.later_stops: collections.deque[tuple[float, ev.WorkersStopped]] = collections.deque()
         self.mttr: list[tuple[str, float]] = []
-        self.preemptions = 0
-        self.disruptions = 0
-        self.completed = 0
-        self.decisions = 0
-        self.failures = len(failures)
-        self.main_timeline: list[tuple[float, int]] = []
-        self.snapshot = Snapshot.build()
+        self.counts = Counts(failures=len(failures))
         slices = [ev.SliceAdded(s, config.device_type, mix.nodes_of(s, config)) for s in mix.slice_names(config)]
-        self.snapshot = decide(self.snapshot, slices, 0.0, scheduler).snapshot
+        self.snapshot = decide(Snapshot.build(), slices, 0.0, scheduler).snapshot
         for time, node in failures:
             self._at(time, _Timer.FAILURE, (node,))
             self._at(time + config.repair_s, _Timer.REPAIR, (node,))
@@ -99,13 +111,15 @@ class PolicySimulation:
         end = self.config.duration_s
         report_every = end / 200.0
         next_report = report_every
-        while self.heap and self.heap[0][0] <= end:
-            time = self.heap[0][0]
+        heap = self.heap
+        while heap and heap[0][0] <= end:
+            time = heap[0][0]
             self.now = time
             core_events: list[ev.Event] = []
             # Take every timer due at this instant, then decide once.
-            while self.heap and self.heap[0][0] == time:
-                _, _, kind, payload = heapq.heappop(self.heap)
+            while heap and heap[0][0] == time:
+                _, _, kind, payload = heapq.heappop(heap)
+                self.counts.events += 1
                 core_events.extend(self._fire(kind, payload))
             if core_events:
                 self._decide(core_events)
@@ -117,7 +131,7 @@ class PolicySimulation:
             job.account(self.now, self.config)
         if progress is not None:
             progress(1.0)
-        return self._result()
+        return PolicyResult(self.policy, self.config, self.jobs, self.mttr, self.counts)
 
     def _fire(self, kind: _Timer, payload: tuple) -> list[ev.Event]:
         if kind is _Timer.ARRIVAL:
@@ -131,7 +145,8 @@ class PolicySimulation:
             return [ev.NodeRepaired(payload[0])]
         if kind is _Timer.STOPPED:
             name, attempt = payload
-            return [ev.WorkersStopped(name, attempt)] if name in self.jobs else []
+            self.stop_timers.discard((name, attempt))
+            return [ev.WorkersStopped(name, attempt)]
         name, version = payload
         job = self.jobs.get(name)
         if job is not None and kind is _Timer.JOINED:
@@ -140,10 +155,7 @@ class PolicySimulation:
             return []
         if job is None or job.version != version:
             return []  # a timer of a mode the job has since left
-        if kind is _Timer.READY:
-            self._set_mode(job, Mode.RUNNING)
-            return []
-        if kind is _Timer.RECONFIGURED:
+        if kind is _Timer.READY or kind is _Timer.RECONFIGURED:
             self._set_mode(job, Mode.RUNNING)
             return []
         if kind is _Timer.FINISHED:
@@ -151,40 +163,37 @@ class PolicySimulation:
         raise AssertionError(kind)
 
     def _decide(self, events: list[ev.Event]) -> None:
-        events = self._checkpoints() + self.finished + events
-        self.finished = []
+        later = self.later_stops
+        while later and later[0][0] <= self.now:
+            stopped = later.popleft()[1]
+            self.stop_timers.discard((stopped.workload, stopped.attempt))
+            events.append(stopped)
+        events = self.later_events + events
+        self.later_events = []
         decision = decide(self.snapshot, events, self.now, self.scheduler)
-        self.decisions += 1
+        self.counts.decisions += 1
         self.snapshot = decision.snapshot
         for action in decision.actions:
-            self._enact(action)
+            job = self.jobs.get(action.workload)
+            if job is not None:
+                act.dispatch(action, _JobResponse(self, job))
         # Workers told to stop are gone stop_s later (they save a checkpoint on SIGTERM first).
+        # Only a BlockingRecreate workload waits for that to start again, so only its stop is a
+        # timer of its own; the others are reported with the first round after it (the core
+        # decides the same either way, with a round less per stop).
+        gone_at = self.now + self.config.stop_s
         for action in decision.actions:
             workload = self.snapshot.workloads.get(action.workload)
             if workload is None:
                 continue
+            blocking = workload.spec.restart_strategy is RestartStrategy.BLOCKING_RECREATE
             for attempt in workload.stopping:
                 if (workload.name, attempt) not in self.stop_timers:
                     self.stop_timers.add((workload.name, attempt))
-                    self._at(self.now + self.config.stop_s, _Timer.STOPPED, (workload.name, attempt))
-
-    def _checkpoints(self) -> list[ev.Event]:
-        """Periodic checkpoints taken since the last decision, reported with the next one.
-
-        They change no placement, only which victim loses least, so reporting them when the
-        core next decides gives the same decisions as reporting each one as it happens.
-        """
-        reports: list[ev.Event] = []
-        for name, job in self.live.items():
-            if job.epoch is None or job.mode not in (Mode.RUNNING, Mode.RECONFIGURING):
-                continue
-            saved_at = job.last_checkpoint_time(self.now, self.config)
-            if saved_at <= job.epoch:
-                continue
-            workload = self.snapshot.workloads.get(name)
-            if workload is not None and (workload.last_checkpoint_at or -1.0) < saved_at:
-                reports.append(ev.CheckpointRecorded(name, int(saved_at), saved_at))
-        return reports
+                    if blocking:
+                        self._at(gone_at, _Timer.STOPPED, (workload.name, attempt))
+                    else:
+                        self.later_stops.append((gone_at, ev.WorkersStopped(workload.name, attempt)))
 
     # ------------------------------------------------------------------ the world
 
@@ -193,12 +202,11 @@ class PolicySimulation:
             spec = mix.main_spec(self.config)
             job = Job(spec, math.inf)
         else:
-            filler = mix.filler_job(self.config, stream, index)
+            filler = self.fillers.job(stream, index)
             job = Job(filler.spec, filler.work_s, stream, index)
             spec = filler.spec
         job.mode_since = job.last = job.arrived = self.now
         self.jobs[spec.name] = job
-        self.live[spec.name] = job
         return ev.WorkloadCreated(spec)
 
     def _note_disruption(self, node: str) -> None:
@@ -208,7 +216,7 @@ class PolicySimulation:
             return
         job = self.jobs[holder]
         if job.mode in (Mode.STARTING, Mode.RUNNING, Mode.RECONFIGURING, Mode.WAITING):
-            self.disruptions += 1
+            self.counts.disruptions += 1
             if job.disrupted_at is None:
                 job.disrupted_at = self.now
 
@@ -225,26 +233,18 @@ class PolicySimulation:
             self._at(self.now + self.config.elastic_reconfigure_s, _Timer.RECONFIGURED, (job.spec.name, job.version))
         elif mode is Mode.RUNNING:
             if previous is Mode.STARTING:
-                job.epoch = self.now
-                job.restored = job.progress
-                job.trace = [(self.now, job.progress)]
+                job.start_progress(self.now)
+                # Its state as restored counts as saved; periodic saves follow from here.
+                every = self.config.checkpoint_interval_s
+                self.later_events.append(ev.CheckpointRecorded(job.spec.name, int(job.progress), self.now, every))
             if job.disrupted_at is not None:
                 self.mttr.append((job.spec.name, self.now - job.disrupted_at))
                 job.disrupted_at = None
             self._schedule_finish(job)
-        if job.stream is None:
-            productive = job.active if mode is Mode.RUNNING else 0
-            self.main_timeline.append((self.now, productive))
 
     def _retire(self, job: Job) -> None:
-        if job.mode is Mode.DONE:
-            return  # e.g. the Remove that follows a Complete
-        job.account(self.now, self.config)
-        job.ended = self.now
-        job.mode = Mode.DONE
-        job.version += 1
-        job.join_token += 1
-        self.live.pop(job.spec.name, None)
+        if job.mode is not Mode.DONE:  # e.g. the Remove that follows a Complete
+            job.retire(self.now, self.config)
 
     def _join(self, job: Job) -> None:
         job.account(self.now, self.config)
@@ -260,40 +260,13 @@ class PolicySimulation:
         left = max(0.0, job.work_s - job.progress)
         self._at(self.now + left / rate, _Timer.FINISHED, (job.spec.name, job.version))
 
-    def _enact(self, action: act.Action) -> None:
-        job = self.jobs.get(action.workload)
-        if job is not None:
-            act.dispatch(action, _JobResponse(self, job))
-
     def _finish(self, job: Job) -> list[ev.Event]:
         workload = self.snapshot.workloads[job.spec.name]
         if workload.phase is not WorkloadPhase.RUNNING:
             return []
         job.account(self.now, self.config)
-        hosts = self.config.hosts_per_slice
-        return [
-            ev.WorkerExited(job.spec.name, workload.attempt, s, h, 0) for s in workload.slices for h in range(hosts)
-        ]
-
-    def _result(self) -> PolicyResult:
-        priorities = {name: job.spec.priority.label for name, job in self.jobs.items()}
-        by_priority: dict[str, list[float]] = {}
-        for name, value in self.mttr:
-            by_priority.setdefault(priorities[name], []).append(value)
-        return PolicyResult(
-            policy=self.policy,
-            ledgers={name: job.ledger for name, job in self.jobs.items()},
-            priorities=priorities,
-            mttr_s=[value for _, value in self.mttr],
-            mttr_by_priority=by_priority,
-            preemptions=self.preemptions,
-            failures=self.failures,
-            disruptions=self.disruptions,
-            completed=self.completed,
-            decisions=self.decisions,
-            main_timeline=self.main_timeline,
-            jobs=self.jobs,
-        )
+        name, attempt, hosts = job.spec.name, workload.attempt, range(self.config.hosts_per_slice)
+        return [ev.WorkerExited(name, attempt, s, h, 0) for s in workload.slices for h in hosts]
 
 
 class _JobResponse:
@@ -303,6 +276,7 @@ class _JobResponse:
     def __init__(self, simulation: PolicySimulation, job: Job) -> None:
         self.sim = simulation
         self.job = job
+        self.main = job.stream is None
 
     def _start(self, slices: tuple[str, ...], start: bool) -> None:
         self.job.active = len(slices)
@@ -323,46 +297,54 @@ class _JobResponse:
 
     def on_restart(self, action: act.Restart) -> None:
         # The simulator injects only node failures, so every restart follows a hard stop.
+        self.sim.counts.main_restarts += self.main
         self._stop(hard=True)
         self._start(action.slices, action.start)
 
     def on_preempt(self, action: act.Preempt) -> None:
-        self.sim.preemptions += 1
+        self.sim.counts.preemptions += 1
         self._stop(hard=False)
         self._to_queue()
 
     def on_requeue(self, action: act.Requeue) -> None:
+        self.sim.counts.main_restarts += self.main
         self._stop(hard=True)
         self._to_queue()
 
     def on_scale_down(self, action: act.ScaleDown) -> None:
-        # Survivors keep their state (elastic): no progress is lost, they re-form the group.
-        job = self.job
-        job.account(self.sim.now, self.sim.config)
+        # Survivors keep running. After a failure they go back to their last in-memory snapshot;
+        # a shrink that gives slices to higher-priority work is coordinated and loses nothing.
+        job, sim = self.job, self.sim
+        sim.counts.main_reconfigurations += self.main
+        if action.preemptor is None:
+            job.lose_slices(sim.now, sim.config)
+        else:
+            job.account(sim.now, sim.config)
         job.joining = max(0, min(job.joining, len(action.slices) - job.active))
         job.active = min(job.active, len(action.slices) - job.joining)
         if job.mode in (Mode.RUNNING, Mode.RECONFIGURING):
-            self.sim._set_mode(job, Mode.RECONFIGURING)
+            sim._set_mode(job, Mode.RECONFIGURING)
 
     def on_scale_up(self, action: act.ScaleUp) -> None:
         # New workers start first; they join (and everyone re-forms) once they are up.
-        job = self.job
-        job.account(self.sim.now, self.sim.config)
+        job, sim = self.job, self.sim
+        sim.counts.main_reconfigurations += self.main
+        job.account(sim.now, sim.config)
         if job.mode in (Mode.STARTING, Mode.WAITING, Mode.QUEUED):
             job.active = len(action.slices)
         else:
             job.joining = len(action.slices) - job.active
             job.join_token += 1
-            self.sim._at(self.sim.now + self.sim.config.startup_s, _Timer.JOINED, (job.spec.name, job.join_token))
+            sim._at(sim.now + sim.config.startup_s, _Timer.JOINED, (job.spec.name, job.join_token))
 
     def on_complete(self, action: act.Complete) -> None:
-        job = self.job
-        self.sim._retire(job)
-        self.sim.finished.append(ev.WorkloadDeleted(job.spec.name))
-        self.sim.completed += 1
+        job, sim = self.job, self.sim
+        sim._retire(job)
+        sim.later_events.append(ev.WorkloadDeleted(job.spec.name))
+        sim.counts.completed += 1
         if job.stream is not None:
-            think = mix.filler_think_s(self.sim.config, job.stream, job.index)
-            self.sim._at(self.sim.now + think, _Timer.ARRIVAL, (job.stream, job.index + 1))
+            think = sim.fillers.job(job.stream, job.index).think_s
+            sim._at(sim.now + think, _Timer.ARRIVAL, (job.stream, job.index + 1))
 
     def on_fail(self, action: act.Fail) -> None:
         self.sim._retire(self.job)

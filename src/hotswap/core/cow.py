@@ -1,0 +1,321 @@
+"""Copy-on-write containers: how a decision round changes a snapshot without copying it.
+
+A snapshot is immutable and a round may touch one slice of 100,000, so the round must not copy
+whole mappings. Three containers make that cheap:
+
+- :class:`Layered`: an immutable mapping made of a large *base* dict shared between snapshots,
+  a small *delta* of entries changed since, and the base keys deleted since. A new version
+  copies only the delta; once the delta outgrows ``2 * sqrt(len(base))`` it is folded into a
+  new base. A round's cost is then bounded by the square root of the mapping's size instead of
+  its size (at 400,000 nodes: a delta of at most 1,265 entries).
+- :class:`Overlay`: the round's writable view of a mapping; :meth:`Overlay.freeze` returns the
+  next version (the original itself when nothing changed).
+- :class:`SortedPerKey`: sorted tuples per key (queues, rankings, free pools); a tuple is
+  copied into a list the first time the round changes it. :class:`SetsPerKey` likewise.
+
+Iteration over a :class:`Layered` follows its base's order, with entries added later at the end;
+nothing in the core depends on that order.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Generic, TypeVar
+
+K = TypeVar("K")
+V = TypeVar("V")
+_MISSING: Any = object()
+
+
+def _delta_limit(base_size: int) -> int:
+    return max(16, 2 * math.isqrt(base_size))
+
+
+class Layered(Mapping[K, V]):
+    """An immutable mapping: a shared base dict, a small delta over it, and deleted base keys."""
+
+    __slots__ = ("_base", "_delta", "_gone", "_len")
+
+    def __init__(self, base: Mapping[K, V] | None = None) -> None:
+        self._base: dict[K, V] = dict(base) if base is not None else {}
+        self._delta: dict[K, V] = {}
+        self._gone: frozenset[K] = frozenset()
+        self._len = len(self._base)
+
+    @classmethod
+    def adopt(cls, base: dict[K, V]) -> Layered[K, V]:
+        """A mapping over ``base`` without copying it: the caller gives it up."""
+        return cls._of(base, {}, frozenset(), len(base))
+
+    @classmethod
+    def _of(cls, base: dict[K, V], delta: dict[K, V], gone: frozenset[K], length: int) -> Layered[K, V]:
+        made = cls.__new__(cls)
+        made._base, made._delta, made._gone, made._len = base, delta, gone, length
+        return made
+
+    def __getitem__(self, key: K) -> V:
+        value = self.get(key, _MISSING)
+        if value is _MISSING:
+            raise KeyError(key)
+        return value
+
+    def get(self, key: K, default: Any = None) -> Any:
+        value = self._delta.get(key, _MISSING)
+        if value is not _MISSING:
+            return value
+        if key in self._gone:
+            return default
+        return self._base.get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._delta or (key in self._base and key not in self._gone)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __iter__(self) -> Iterator[K]:
+        delta, gone = self._delta, self._gone
+        if not gone:
+            yield from self._base
+        else:
+            for key in self._base:
+                if key not in gone:
+                    yield key
+        base = self._base
+        for key in delta:
+            if key not in base or key in gone:
+                yield key
+
+    def __repr__(self) -> str:
+        return f"Layered({dict(self.items())!r})"
+
+    def derive(self, changes: Mapping[K, V], deleted: set[K]) -> Layered[K, V]:
+        """A new version with ``changes`` set and ``deleted`` removed (they must exist)."""
+        base = self._base
+        delta = dict(self._delta)
+        gone = set(self._gone)
+        length = self._len
+        for key in deleted:
+            delta.pop(key, None)
+            if key in base:
+                gone.add(key)
+            length -= 1
+        for key, value in changes.items():
+            if key not in delta and (key not in base or key in gone):
+                length += 1
+                gone.discard(key)
+            delta[key] = value
+        if len(delta) + len(gone) > _delta_limit(len(base)):
+            folded = dict(base)
+            for key in gone:
+                del folded[key]
+            folded.update(delta)
+            return Layered._of(folded, {}, frozenset(), len(folded))
+        return Layered._of(base, delta, frozenset(gone), length)
+
+
+class Overlay(Generic[K, V]):
+    """A round's writable view of an immutable mapping. Reads see the round's own writes.
+
+    Reads of a :class:`Layered` original go straight to its parts (this is on every path of a
+    round, so it saves a call per read)."""
+
+    __slots__ = ("_base", "_changes", "_deleted", "_delta", "_gone", "_original")
+
+    def __init__(self, original: Mapping[K, V]) -> None:
+        self._original = original
+        self._changes: dict[K, V] = {}
+        self._deleted: set[K] = set()
+        if isinstance(original, Layered):
+            self._delta, self._gone, self._base = original._delta, original._gone, original._base
+        else:
+            self._delta, self._gone, self._base = {}, frozenset(), original
+
+    def __getitem__(self, key: K) -> V:
+        value = self.get(key, _MISSING)
+        if value is _MISSING:
+            raise KeyError(key)
+        return value
+
+    def get(self, key: K, default: Any = None) -> Any:
+        value = self._changes.get(key, _MISSING)
+        if value is not _MISSING:
+            return value
+        if key in self._deleted:
+            return default
+        value = self._delta.get(key, _MISSING)
+        if value is not _MISSING:
+            return value
+        if key in self._gone:
+            return default
+        return self._base.get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        if key in self._changes:
+            return True
+        if key in self._deleted:
+            return False
+        return key in self._delta or (key not in self._gone and key in self._base)
+
+    def __setitem__(self, key: K, value: V) -> None:
+        self._deleted.discard(key)
+        self._changes[key] = value
+
+    def set_all(self, keys: Iterable[K], value: V) -> None:
+        """``self[key] = value`` for each key."""
+        deleted, changes = self._deleted, self._changes
+        for key in keys:
+            if deleted:
+                deleted.discard(key)
+            changes[key] = value
+
+    def __delitem__(self, key: K) -> None:
+        if key not in self:
+            raise KeyError(key)
+        self._changes.pop(key, None)
+        if key in self._original:
+            self._deleted.add(key)
+
+    def pop(self, key: K, default: Any = None) -> Any:
+        value = self.get(key, _MISSING)
+        if value is _MISSING:
+            return default
+        del self[key]
+        return value
+
+    def freeze(self) -> Mapping[K, V]:
+        """The next version: the original when nothing changed, else a :class:`Layered`."""
+        if not self._changes and not self._deleted:
+            return self._original
+        original = self._original
+        if not isinstance(original, Layered):
+            original = Layered(original)
+        # Entries written back unchanged are not changes (the store compares records by identity).
+        delta, gone, base = self._delta, self._gone, self._base
+        changes = {}
+        for key, value in self._changes.items():
+            before = delta.get(key, _MISSING)
+            if before is _MISSING and key not in gone:
+                before = base.get(key, _MISSING)
+            if before is not value:
+                changes[key] = value
+        deleted = self._deleted  # only keys of the original are ever recorded as deleted
+        if not changes and not deleted:
+            return self._original
+        return original.derive(changes, deleted)
+
+
+class SortedPerKey(Generic[K]):
+    """Sorted tuples of items per key, copied into a list the first time the round changes one.
+
+    Items must be unique within a key and totally ordered (tuples ending with a unique name)."""
+
+    __slots__ = ("_copies", "_original")
+
+    def __init__(self, original: Mapping[K, tuple]) -> None:
+        self._original = original
+        self._copies: dict[K, list] = {}
+
+    def view(self, key: K) -> tuple | list:
+        found = self._copies.get(key)
+        return found if found is not None else self._original.get(key, ())
+
+    def keys(self) -> list[K]:
+        """Keys that hold items now."""
+        copies = self._copies
+        if not copies:
+            return [k for k, v in self._original.items() if v]
+        keys = [k for k, v in self._original.items() if v and k not in copies]
+        keys.extend(k for k, v in copies.items() if v)
+        return keys
+
+    def _writable(self, key: K) -> list:
+        found = self._copies.get(key)
+        if found is None:
+            found = list(self._original.get(key, ()))
+            self._copies[key] = found
+        return found
+
+    def add(self, key: K, item: Any) -> bool:
+        """Insert ``item``; True when ``key`` held nothing before."""
+        items = self._copies.get(key)  # (_writable, inlined: this runs at every transition)
+        if items is None:
+            items = self._copies[key] = list(self._original.get(key, ()))
+        bisect.insort(items, item)
+        return len(items) == 1
+
+    def discard(self, key: K, item: Any) -> bool:
+        """Remove ``item`` if present; True when that left ``key`` empty."""
+        items = self._copies.get(key)
+        if items is None:
+            items = self._copies[key] = list(self._original.get(key, ()))
+        index = bisect.bisect_left(items, item)
+        if index < len(items) and items[index] == item:
+            del items[index]
+            return not items
+        return False
+
+    def take_last(self, key: K, count: int) -> list:
+        """Remove and return the last ``count`` items, last first (fewer when there are fewer).
+        Taking from the end costs the items taken, not the items left."""
+        items = self._writable(key)
+        taken = items[len(items) - count :] if count < len(items) else items[:]
+        del items[len(items) - len(taken) :]
+        taken.reverse()
+        return taken
+
+    def freeze(self) -> Mapping[K, tuple]:
+        if not self._copies:
+            return self._original
+        merged = dict(self._original)
+        for key, items in self._copies.items():
+            if items:
+                merged[key] = tuple(items)
+            else:
+                merged.pop(key, None)
+        return merged
+
+
+class SetsPerKey(Generic[K, V]):
+    """Frozen sets per key, copied the first time the round changes one."""
+
+    __slots__ = ("_copies", "_original")
+
+    def __init__(self, original: Mapping[K, frozenset[V]]) -> None:
+        self._original = original
+        self._copies: dict[K, set[V]] = {}
+
+    def view(self, key: K) -> frozenset[V] | set[V]:
+        found = self._copies.get(key)
+        return found if found is not None else self._original.get(key, frozenset())
+
+    def items(self) -> list[tuple[K, frozenset[V] | set[V]]]:
+        """Keys that hold members now, with them."""
+        found = [(k, v) for k, v in self._original.items() if k not in self._copies]
+        found.extend(self._copies.items())
+        return [(k, v) for k, v in found if v]
+
+    def _writable(self, key: K) -> set[V]:
+        found = self._copies.get(key)
+        if found is None:
+            found = self._copies[key] = set(self._original.get(key, ()))
+        return found
+
+    def add(self, key: K, member: V) -> None:
+        self._writable(key).add(member)
+
+    def discard(self, key: K, member: V) -> None:
+        self._writable(key).discard(member)
+
+    def freeze(self) -> Mapping[K, frozenset[V]]:
+        if not self._copies:
+            return self._original
+        merged = dict(self._original)
+        for key, members in self._copies.items():
+            if members:
+                merged[key] = frozenset(members)
+            else:
+                merged.pop(key, None)
+        return merged

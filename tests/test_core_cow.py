@@ -1,0 +1,91 @@
+"""The copy-on-write containers of a round, against plain dicts and sorted lists (hypothesis)."""
+
+from __future__ import annotations
+
+import bisect
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hotswap.core.cow import Layered, Overlay, SortedPerKey
+
+KEYS = st.integers(0, 40)
+# One round: a list of writes (key, value) and deletions (key, None).
+ROUND = st.lists(st.tuples(KEYS, st.one_of(st.none(), st.integers(0, 5))), max_size=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(KEYS, st.integers(0, 5)), st.lists(ROUND, max_size=25))
+def test_versions_read_like_dicts_and_never_change(start: dict[int, int], rounds: list) -> None:
+    model = dict(start)
+    version = Layered(start)
+    history: list[tuple[Layered, dict[int, int]]] = [(version, dict(model))]
+    for writes in rounds:
+        overlay = Overlay(version)
+        for key, value in writes:
+            if value is None:
+                if key in model:
+                    del overlay[key]
+                    del model[key]
+                else:
+                    assert overlay.pop(key, "absent") == "absent"
+            else:
+                overlay[key] = value
+                model[key] = value
+            # The round reads its own writes.
+            assert (key in overlay) == (key in model)
+            assert overlay.get(key, "absent") == model.get(key, "absent")
+        version = overlay.freeze()  # type: ignore[assignment]
+        history.append((version, dict(model)))
+        assert dict(version.items()) == model and len(version) == len(model)
+        assert all(version[k] == v for k, v in model.items())
+    # Every earlier version still reads as it was.
+    for old, expected in history:
+        assert dict(old.items()) == expected and len(old) == len(expected)
+
+
+def test_a_key_deleted_in_the_round_is_absent_even_if_an_earlier_round_changed_it() -> None:
+    version = Overlay(Layered({"a": 1}))
+    version["a"] = 2  # in the next version's delta
+    frozen = version.freeze()
+    round_ = Overlay(frozen)
+    del round_["a"]
+    assert "a" not in round_ and round_.get("a") is None
+    round_["a"] = 3
+    assert round_["a"] == 3
+
+
+def test_an_unchanged_round_returns_the_same_mapping() -> None:
+    original = Layered({"a": 1})
+    round_ = Overlay(original)
+    round_["a"] = original["a"]  # written back unchanged
+    assert round_.freeze() is original
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("xy"), st.integers(0, 30), st.booleans()), max_size=60))
+def test_sorted_per_key_matches_sorted_lists(operations: list[tuple[str, int, bool]]) -> None:
+    original = {"x": (1, 5, 9)}
+    model = {"x": [1, 5, 9], "y": []}
+    sorted_ = SortedPerKey(original)
+    for key, item, add in operations:
+        if add and item not in model[key]:
+            sorted_.add(key, item)
+            bisect.insort(model[key], item)
+        elif not add:
+            sorted_.discard(key, item)
+            if item in model[key]:
+                model[key].remove(item)
+        assert list(sorted_.view(key)) == model[key]
+    assert sorted(sorted_.keys()) == sorted(k for k, v in model.items() if v)
+    frozen = sorted_.freeze()
+    assert {k: list(v) for k, v in frozen.items()} == {k: v for k, v in model.items() if v}
+    assert original == {"x": (1, 5, 9)}  # the snapshot's tuples are never changed
+
+
+def test_taking_from_the_end_hands_out_the_last_items_first() -> None:
+    sorted_ = SortedPerKey({"x": (1, 2, 3, 4)})
+    assert sorted_.take_last("x", 2) == [4, 3]
+    assert sorted_.take_last("x", 5) == [2, 1]  # fewer than asked: all there is
+    assert sorted_.take_last("x", 1) == [] and list(sorted_.view("x")) == []
+    assert sorted_.freeze() == {}
