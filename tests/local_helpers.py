@@ -26,10 +26,12 @@ SLEEPER = textwrap.dedent(
     import os, signal, sys, time
     marks = os.environ.get("MARKS")
     name = f"{os.environ['HOTSWAP_WORKLOAD']}-{os.environ['HOTSWAP_ATTEMPT']}-{os.environ['JOB_INDEX']}-{os.environ['JOB_COMPLETION_INDEX']}"
-    def mark(what):
+    def mark(what):  # written aside and renamed: a reader never sees it half-written
         if marks:
-            with open(os.path.join(marks, name + "." + what), "w") as f:
+            path = os.path.join(marks, name + "." + what)
+            with open(path + ".partial", "w") as f:
                 f.write(repr(time.time()))
+            os.rename(path + ".partial", path)
     mark("start")
     print("started", os.environ["RANK"], os.environ["WORLD_SIZE"], os.environ["HOTSWAP_SLICE"], flush=True)
     linger = float(os.environ.get("LINGER", "0"))

@@ -98,8 +98,13 @@ def test_worker_environment_follows_the_contract(home: Path, tmp_path: Path) -> 
     env_file = tmp_path / "vars.env"
     env_file.write_text("# comment\nFROM_FILE=a=b\n\nOVERRIDDEN=file\n")
     create(home, "job", f"python3 {dump}", "--num-slices", "2", "--env", "OVERRIDDEN=flag", "--env-file", str(env_file))
-    wait_until(lambda: len(list(out.iterdir())) == 4, what="4 workers")
-    envs = [json.loads((out / str(rank)).read_text()) for rank in range(4)]
+    def dumped() -> list[dict] | None:  # each file complete (a worker may be writing it)
+        try:
+            return [json.loads((out / str(rank)).read_text()) for rank in range(4)]
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+    envs = wait_until(dumped, what="4 workers' environments")
     record = workloads(home, "c")["job"]
     for rank, env in enumerate(envs):
         assert env["RANK"] == str(rank) and env["WORLD_SIZE"] == "4"
@@ -377,7 +382,10 @@ def test_warm_spares_take_over_starts_and_refill(home: Path, tmp_path: Path, mon
     # Spares preload only the standard library here; the demo's preload PyTorch.
     operations.create_cluster("c", "v6e-4", 3, True, lambda _: True, warm_workers=2, warm_preload=["json"])
     spares = lambda: query(home, "c", "SELECT * FROM workers WHERE state = 'warm'")  # noqa: E731
-    wait_until(lambda: len(spares()) == 2 and all((Path(r["dir"]) / "ready").exists() for r in spares()), what="2 ready spares")
+    wait_until(
+        lambda: len(spares()) == 2 and all(r["pid"] and (Path(r["dir"]) / "ready").exists() for r in spares()),
+        what="2 ready spares, their pids recorded",
+    )
     spare_pids = {r["pid"] for r in spares()}
     launch = launch_record(environ=dict(os.environ), cwd=str(tmp_path), user_env={}, checkpoint_dir=str(tmp_path / "ckpt"))
     spec = workload_spec(name="job", command=f"{sys.executable} job.py --flag 1", device_type="v6e-4", num_slices=2)
