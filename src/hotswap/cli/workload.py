@@ -10,6 +10,7 @@ import typer
 
 from hotswap.api.worker import DEFAULT_GRACE_PERIOD_S
 from hotswap.cli.output import Format, document, note, table
+from hotswap.cli.waiting import Until, check_timeout, wait_for_state, wait_until_gone, watch
 
 app = typer.Typer(help="Submit, inspect and delete training workloads.", no_args_is_help=True)
 
@@ -40,6 +41,9 @@ def create(
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate and show what would run; change nothing."),
     backend: str | None = typer.Option(None, "--backend", help="With --dry-run and no cluster record: local or kubernetes."),
     output: Format = typer.Option(Format.TABLE, "--output", "-o", help="table, json or yaml."),
+    wait: bool = typer.Option(False, "--wait", help="Return only when the workload is running (see --until), with a progress line on stderr; exit 125 if it fails."),
+    until: Until = typer.Option(Until.RUNNING, "--until", help="With --wait: running (or already finished) or finished (successfully)."),
+    timeout: float | None = typer.Option(None, "--timeout", help="With --wait: give up after this many seconds (exit 124); default: wait on."),
 ) -> None:
     """Submit a workload: it is queued by priority, then FIFO, and admitted onto whole slices."""
     from hotswap.api.envfile import parse_env_pairs, read_env_file
@@ -51,6 +55,7 @@ def create(
     from hotswap.store import registry
     from hotswap.store.paths import ClusterPaths
 
+    check_timeout(timeout)
     user_env = {}
     if env_file is not None:
         user_env.update(read_env_file(env_file, os.environ))
@@ -103,6 +108,11 @@ def create(
         document(chosen.dry_run(target, spec, launch), Format.YAML if output is Format.TABLE else output)
         return
     view = chosen.create_workload(cluster, spec, launch)
+    if wait:
+        note(f"workload {workload} created: {view['status']} ({view['status_message']})")
+        view = wait_for_state(lambda: chosen.describe_workload(cluster, workload), workload, until, timeout)
+        if output is Format.TABLE:
+            return
     if output is not Format.TABLE:
         document(view, output)
         return
@@ -113,34 +123,49 @@ def create(
 def delete(
     workload: str = typer.Option(..., "--workload", help="Workload name."),
     cluster: str = typer.Option(..., "--cluster", help="Cluster name."),
+    wait: bool = typer.Option(False, "--wait", help="Return only when its workers have stopped (checkpoint written), with a progress line on stderr."),
+    timeout: float | None = typer.Option(None, "--timeout", help="With --wait: give up after this many seconds (exit 124); default: wait on."),
 ) -> None:
     """Delete a workload: its workers get SIGTERM (they checkpoint), then SIGKILL after the grace period."""
     from hotswap.cli.backends import for_cluster
 
-    for_cluster(cluster).delete_workload(cluster, workload)
+    check_timeout(timeout)
+    chosen = for_cluster(cluster)
+    chosen.delete_workload(cluster, workload)
     note(f"workload {workload} deleted")
+    if wait:
+        wait_until_gone(lambda: chosen.workload_gone(cluster, workload), workload, timeout)
 
 
 @app.command("list")
 def list_(
     cluster: str = typer.Option(..., "--cluster", help="Cluster name."),
     filter_by_status: str = typer.Option("EVERYTHING", "--filter-by-status", help=STATUS_HELP),
-    filter_by_job: str | None = typer.Option(None, "--filter-by-job", help="Only workloads whose name starts with this."),
+    filter_by_job: str | None = typer.Option(None, "--filter-by-job", help="Only workloads whose name contains this (as xpk)."),
     output: Format = typer.Option(Format.TABLE, "--output", "-o", help="table, json or yaml."),
+    watch_: bool = typer.Option(False, "--watch", "-w", help="Keep showing the list, redrawn when it changes (a new block or document per change when piped); Ctrl-C stops."),
+    interval: float = typer.Option(1.0, "--interval", help="With --watch: seconds between looks."),
 ) -> None:
     """Workloads of a cluster, xpk's table (or a JSON/YAML array)."""
     from hotswap.api.errors import InvalidInputError
-    from hotswap.backends.views import STATUS_FILTERS, TABLE_COLUMNS, table_row
+    from hotswap.backends.views import STATUS_FILTERS, TABLE_COLUMNS, TABLE_HIDE_ORDER, table_row
     from hotswap.cli.backends import for_cluster
 
     status = filter_by_status.upper()
     if status not in STATUS_FILTERS:
         raise InvalidInputError(f"--filter-by-status {filter_by_status!r}: use one of {', '.join(STATUS_FILTERS)}")
-    views = for_cluster(cluster).list_workloads(cluster, status, filter_by_job)
+    if not interval > 0:
+        raise InvalidInputError(f"--interval {interval:g}: must be a positive number of seconds")
+    chosen = for_cluster(cluster)
+    if watch_:
+        fetch = lambda: chosen.list_workloads(cluster, status, filter_by_job)  # noqa: E731
+        watch(fetch, TABLE_COLUMNS, table_row, TABLE_HIDE_ORDER, output, interval)
+        return
+    views = chosen.list_workloads(cluster, status, filter_by_job)
     if output is not Format.TABLE:
         document(views, output)
         return
-    table(TABLE_COLUMNS, [table_row(v) for v in views])
+    table(TABLE_COLUMNS, [table_row(v) for v in views], hide_first=TABLE_HIDE_ORDER)
 
 
 @app.command("describe")

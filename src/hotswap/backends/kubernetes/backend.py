@@ -212,15 +212,20 @@ class KubernetesBackend:
             raise NotFoundError(f"no workload named {name} in cluster {cluster}")
         client.delete_jobset(name)
 
+    def workload_gone(self, cluster: str, name: str) -> bool:
+        client = self._client(settings_of(cluster))
+        # The JobSet is deleted in the background; its pods end after their grace period.
+        return client.get_jobset(name) is None and not client.list_pods(f"{labels.JOBSET_NAME_LABEL}={name}")
+
     def _kueue(self, client: Any, settings: KubeSettings) -> dict[str, tuple[str, str]]:
         return kueue_status(client.list_kueue_workloads()) if settings.kueue else {}
 
-    def list_workloads(self, cluster: str, status: str, job_prefix: str | None) -> list[dict[str, Any]]:
+    def list_workloads(self, cluster: str, status: str, job_filter: str | None) -> list[dict[str, Any]]:
         settings = settings_of(cluster)
         client = self._client(settings)
         kueue = self._kueue(client, settings)
         views = [view_of(read_jobset(obj), kueue) for obj in client.list_jobsets(cluster)]
-        return [v for v in views if matches(v, status, job_prefix)]
+        return [v for v in views if matches(v, status, job_filter)]
 
     def describe_workload(self, cluster: str, name: str) -> dict[str, Any]:
         settings = settings_of(cluster)
