@@ -343,3 +343,20 @@ def event_record(kind: str, t: float, **fields: object) -> str:
     if kind not in EVENT_KINDS:
         raise ValueError(f"unknown goodput event kind {kind!r}")
     return json.dumps({"t": t, "kind": kind, **fields}, sort_keys=True)
+
+
+# --debug-dump-gcs (xpk's): XLA writes its HLO dumps where --xla_dump_to says; they are copied
+# to the workload's location when the worker ends. In a container the dump directory is xpk's
+# /tmp/xla_dump/; locally each worker gets its own under its worker directory, and the shim
+# (which imports nothing of hotswap and spells this name itself) copies it to
+# $HOTSWAP_DEBUG_DUMP_TO/<workload>/attempt-<N>/replica-<R>-host-<H>.
+XLA_FLAGS = "XLA_FLAGS"
+XLA_DUMP_FLAG = "--xla_dump_to"
+CONTAINER_XLA_DUMP_DIR = "/tmp/xla_dump/"
+HOTSWAP_DEBUG_DUMP_TO = "HOTSWAP_DEBUG_DUMP_TO"
+
+
+def with_xla_dump(flags: str | None, directory: str) -> str:
+    """``XLA_FLAGS`` with ``--xla_dump_to=directory`` added to the user's own flags (a dump
+    location the user gave already wins: XLA reads the last one, so ours goes first)."""
+    return " ".join(part for part in (f"{XLA_DUMP_FLAG}={directory}", flags or "") if part)

@@ -40,6 +40,11 @@ class Backend(Protocol):
 
     def describe_cluster(self, cluster: str) -> dict[str, Any]: ...
 
+    def cache_image(self, cluster: str, image: str) -> dict[str, Any]:
+        """``cluster cacheimage``: have ``image`` pulled on the cluster's nodes ahead of time;
+        returns what was done (``message``, and the objects applied, if any)."""
+        ...
+
     def create_workload(self, cluster: str, spec: WorkloadSpec, launch: dict[str, Any]) -> dict[str, Any]: ...
 
     def dry_run(self, cluster: str | None, spec: WorkloadSpec, launch: dict[str, Any]) -> Any:

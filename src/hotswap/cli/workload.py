@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 
+from hotswap.api.errors import InvalidInputError
 from hotswap.api.worker import DEFAULT_GRACE_PERIOD_S
 from hotswap.cli.output import Format, document, note, table
 from hotswap.cli.waiting import Until, check_timeout, wait_for_state, wait_until_gone, watch
@@ -37,6 +38,8 @@ def create(
     docker_image: str | None = typer.Option(None, "--docker-image", help="Image (used on Kubernetes; recorded locally)."),
     base_docker_image: str | None = typer.Option(None, "--base-docker-image", help="Base image (used on Kubernetes; recorded locally)."),
     script_dir: str | None = typer.Option(None, "--script-dir", help="Directory the workers run in (default: here)."),
+    docker_name: str | None = typer.Option(None, "--docker-name", help="Kubernetes: the workers' container name (default: worker)."),
+    debug_dump_gcs: str | None = typer.Option(None, "--debug-dump-gcs", help="Set XLA_FLAGS --xla_dump_to and copy the dumps here when each worker ends: gs://... on Kubernetes, a directory locally."),
     checkpoint_volume: str | None = typer.Option(None, "--checkpoint-volume", help="Kubernetes: pvc:<claim> or gcsfuse:<bucket>, mounted at /checkpoints."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate and show what would run; change nothing."),
     backend: str | None = typer.Option(None, "--backend", help="With --dry-run and no cluster record: local or kubernetes."),
@@ -47,7 +50,7 @@ def create(
 ) -> None:
     """Submit a workload: it is queued by priority, then FIFO, and admitted onto whole slices."""
     from hotswap.api.envfile import parse_env_pairs, read_env_file
-    from hotswap.api.errors import InvalidInputError, NotFoundError
+    from hotswap.api.errors import NotFoundError
     from hotswap.api.limits import check_text
     from hotswap.api.spec import workload_spec
     from hotswap.backends.base import launch_record
@@ -71,6 +74,9 @@ def create(
     chosen = named(backend or record.backend)  # type: ignore[union-attr]
     if checkpoint_volume is not None and chosen.name == "local":
         raise InvalidInputError("--checkpoint-volume is only for --backend kubernetes (use --checkpoint-dir)")
+    debug_dump_gcs = _dump_location(debug_dump_gcs, chosen.name)
+    if docker_name is not None and chosen.name == "local":
+        raise InvalidInputError("--docker-name names the workers' container on Kubernetes; the local backend runs processes, not containers")
     if device_type is None and record is None:
         raise InvalidInputError("--device-type is needed when there is no cluster record to take it from")
     if device_type is not None and not device_type.strip():
@@ -92,6 +98,8 @@ def create(
         docker_image=docker_image,
         base_docker_image=base_docker_image,
         script_dir=script_dir,
+        docker_name=docker_name,
+        debug_dump_gcs=debug_dump_gcs,
     )
     workdir = os.path.abspath(script_dir) if script_dir else os.getcwd()
     if script_dir and chosen.name == "local" and not os.path.isdir(workdir):
@@ -99,7 +107,10 @@ def create(
     checkpoints = os.path.abspath(checkpoint_dir) if checkpoint_dir and chosen.name == "local" else (
         checkpoint_dir or str(ClusterPaths.of(cluster).checkpoint_dir(workload))
     )
-    launch = launch_record(environ=dict(os.environ), cwd=workdir, user_env=user_env, checkpoint_dir=checkpoints)
+    from hotswap.api.worker import HOTSWAP_DEBUG_DUMP_TO
+
+    worker_env = {**user_env, HOTSWAP_DEBUG_DUMP_TO: debug_dump_gcs} if debug_dump_gcs and chosen.name == "local" else user_env
+    launch = launch_record(environ=dict(os.environ), cwd=workdir, user_env=worker_env, checkpoint_dir=checkpoints)
     if checkpoint_volume is not None:
         launch["checkpoint_volume"] = check_text("--checkpoint-volume", checkpoint_volume)
     if dry_run:
@@ -117,6 +128,25 @@ def create(
         document(view, output)
         return
     note(f"workload {workload} created: {view['status']} ({view['status_message']})")
+
+
+def _dump_location(location: str | None, backend: str) -> str | None:
+    """--debug-dump-gcs for ``backend``: a gs:// path on Kubernetes (the pods copy with gsutil,
+    as xpk's do), an absolute directory of this machine locally."""
+    if location is None:
+        return None
+    if not location.strip():
+        raise InvalidInputError("--debug-dump-gcs must not be empty")
+    remote = location.startswith("gs://")
+    if backend == "local":
+        if remote or "://" in location:
+            raise InvalidInputError(
+                f"--debug-dump-gcs {location}: the local backend copies XLA dumps to a directory of this machine; give a path"
+            )
+        return os.path.abspath(os.path.expanduser(location))
+    if not remote or len(location) <= len("gs://"):
+        raise InvalidInputError(f"--debug-dump-gcs {location}: on Kubernetes give a gs://bucket[/path] for the pods to copy to")
+    return location
 
 
 @app.command("delete")
