@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -252,6 +253,11 @@ class Membership:
     master_addr: str
     master_port: int
     local_world_size: int = 1  # processes per host (one per GPU of a GPU-backed slice)
+    # Where a joining worker leaves a mark once it is ready to form the group (started, imported,
+    # waiting): survivors keep training on the previous generation until every joiner's mark is
+    # there, so they pause only for the re-formation itself, not for the joiners' start-up.
+    # None (Kubernetes: the membership volume is read-only): survivors move at once.
+    joined_dir: str | None = None
 
     @property
     def world_size(self) -> int:
@@ -280,7 +286,28 @@ class Membership:
             master_addr=str(data["master_addr"]),
             master_port=int(data["master_port"]),
             local_world_size=int(data.get("local_world_size", 1)),
+            joined_dir=str(data["joined_dir"]) if data.get("joined_dir") else None,
         )
+
+    def joiners(self, previous: Membership) -> tuple[str, ...]:
+        """The slices of this generation that were not members of ``previous``."""
+        return tuple(s for s in self.slices if s not in previous.slices)
+
+    def joined_mark(self, slice_name: str, host: int, local_rank: int) -> str | None:
+        """The file a joiner creates when ready to form this generation (None: no marks)."""
+        if not self.joined_dir:
+            return None
+        return os.path.join(self.joined_dir, f"{self.generation}-{slice_name}-{host}-{local_rank}")
+
+    def joiners_ready(self, previous: Membership) -> bool:
+        """Whether every worker of every slice joining since ``previous`` has left its mark."""
+        for slice_name in self.joiners(previous):
+            for host in range(self.hosts_per_slice):
+                for local_rank in range(self.local_world_size):
+                    mark = self.joined_mark(slice_name, host, local_rank)
+                    if mark is not None and not os.path.exists(mark):
+                        return False
+        return True
 
 
 def step_line(step: int, good_slice_count: int, elastic_down_event_count: int, **extra: object) -> str:
