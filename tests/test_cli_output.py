@@ -191,3 +191,21 @@ def test_fit_cuts_free_text_before_hiding_columns() -> None:
     tiny = fit(columns, rows, 20)
     assert tiny.names == ("Name", "Status") and tiny.hidden == ("Status Message",)
     assert plain_table(columns, [["job", "", None]]).splitlines()[1].split() == ["job", "<none>", "<none>"]
+
+
+def test_watch_on_a_terminal_redraws_in_place(listed: Path) -> None:
+    leader, follower = pty.openpty()
+    env = dict(os.environ, HOTSWAP_HOME=str(listed), COLUMNS="200", LINES="40", TERM="xterm")
+    process = subprocess.Popen([PYTHON, "-m", "hotswap", "workload", "list", "--cluster", "c", "--watch", "--interval", "0.2"],
+                               stdout=follower, stderr=subprocess.PIPE, env=env)
+    os.close(follower)
+    seen = b""
+    try:
+        deadline = time.monotonic() + 60
+        while b"Hotswap State" not in seen and time.monotonic() < deadline:
+            seen += os.read(leader, 65536)
+    finally:
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=60) == 0
+        os.close(leader)
+    assert b"Hotswap State" in seen and LONG_NAME.encode() in seen

@@ -185,3 +185,35 @@ def test_workload_list_filters_as_xpk_on_a_real_cluster(tmp_path: Path) -> None:
         assert [(r["status"], r["xpk_status"]) for r in queued] == [("QUEUED", "QuotaReserved")]
     finally:
         cleanup(home)
+
+
+def test_kubernetes_delete_wait_returns_when_the_jobset_and_its_pods_are_gone(tmp_path: Path) -> None:
+    pytest.importorskip("kubernetes")
+    from test_kubernetes_cli import ClusterApi
+    from test_kubernetes_cli import hotswap as hotswap_in_process
+    from test_kubernetes_client import FakeApiServer, write_kubeconfig
+
+    state = ClusterApi()
+    looks = {"pods": 0}
+    prefix = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets/"
+
+    def route(method: str, path: str, query: dict[str, list[str]], body: Any) -> tuple[int, Any]:
+        if method == "DELETE" and path.startswith(prefix):
+            state.jobsets.pop(path.rsplit("/", 1)[1], None)
+            return 200, {"kind": "Status", "status": "Success"}
+        if path == "/api/v1/namespaces/default/pods" and "jobset.sigs.k8s.io/jobset-name=w" in query.get("labelSelector", [""])[0]:
+            looks["pods"] += 1  # the pods take three looks to end their grace period
+            pods = [] if looks["pods"] > 2 else [{"metadata": {"name": "w-0", "labels": {"jobset.sigs.k8s.io/jobset-name": "w"}}}]
+            return 200, {"kind": "PodList", "items": pods}
+        return state.route(method, path, query, body)
+
+    server = FakeApiServer(route)
+    try:
+        env = {"KUBECONFIG": str(write_kubeconfig(tmp_path / "kubeconfig", server.url))}
+        assert hotswap_in_process(tmp_path, "cluster", "create", "--backend", "kubernetes", "--cluster", "trillium", "--context", "fake", env=env).returncode == 0
+        assert hotswap_in_process(tmp_path, "workload", "create", "--cluster", "trillium", "--workload", "w", "--command", "x", env=env).returncode == 0
+        deleted = hotswap_in_process(tmp_path, "workload", "delete", "--cluster", "trillium", "--workload", "w", "--wait", "--timeout", "60", env=env)
+        assert deleted.returncode == 0 and "workload w is gone" in deleted.stderr, deleted.stderr
+        assert looks["pods"] == 3 and "w" not in state.jobsets
+    finally:
+        server.close()
