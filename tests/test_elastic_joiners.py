@@ -38,7 +38,7 @@ def test_survivors_move_only_when_every_joiner_is_ready(tmp_path: Path) -> None:
     assert (joined / "2-c-0-0").exists() and joiner.generation == 2
     assert survivor.newest_generation() == 2 and survivor.interrupted()
     shrunk = publish(membership, 3, ("a",), joined)  # a loss needs no marks
-    assert shrunk.joiners_ready(grown) and survivor.newest_generation() == 3
+    assert shrunk.joined_marks(grown) == [] and survivor.newest_generation() == 3
 
 
 def test_survivors_move_anyway_after_the_timeout_or_without_marks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -51,4 +51,4 @@ def test_survivors_move_anyway_after_the_timeout_or_without_marks(tmp_path: Path
     monkeypatch.setattr(formation_module, "JOINERS_READY_TIMEOUT_S", 0.0)
     assert survivor.newest_generation() == 2  # a joiner that never comes does not hold them forever
     without = Membership(3, ("a", "b", "c"), 1, "127.0.0.1", 1003)  # Kubernetes: no marks, move at once
-    assert Membership.from_json(without.to_json()).joiners_ready(Membership(2, ("a", "b"), 1, "127.0.0.1", 1002))
+    assert Membership.from_json(without.to_json()).joined_marks(Membership(2, ("a", "b"), 1, "127.0.0.1", 1002)) == []

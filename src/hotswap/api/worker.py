@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -297,17 +296,17 @@ class Membership:
         """The file a joiner creates when ready to form this generation (None: no marks)."""
         if not self.joined_dir:
             return None
-        return os.path.join(self.joined_dir, f"{self.generation}-{slice_name}-{host}-{local_rank}")
+        return f"{self.joined_dir.rstrip('/')}/{self.generation}-{slice_name}-{host}-{local_rank}"
 
-    def joiners_ready(self, previous: Membership) -> bool:
-        """Whether every worker of every slice joining since ``previous`` has left its mark."""
-        for slice_name in self.joiners(previous):
-            for host in range(self.hosts_per_slice):
-                for local_rank in range(self.local_world_size):
-                    mark = self.joined_mark(slice_name, host, local_rank)
-                    if mark is not None and not os.path.exists(mark):
-                        return False
-        return True
+    def joined_marks(self, previous: Membership) -> list[str]:
+        """The marks every worker joining since ``previous`` leaves when ready (none without marks)."""
+        marks = [
+            self.joined_mark(slice_name, host, local_rank)
+            for slice_name in self.joiners(previous)
+            for host in range(self.hosts_per_slice)
+            for local_rank in range(self.local_world_size)
+        ]
+        return [mark for mark in marks if mark is not None]
 
 
 def step_line(step: int, good_slice_count: int, elastic_down_event_count: int, **extra: object) -> str:

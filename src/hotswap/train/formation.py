@@ -13,6 +13,7 @@ Framework-neutral: the group, the state and the termination it drives are passed
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import TYPE_CHECKING
 
@@ -85,7 +86,7 @@ class GroupFormation:
         if latest is None:
             return self.generation
         current = self.membership
-        if current is None or latest.generation <= current.generation or latest.joiners_ready(current):
+        if current is None or latest.generation <= current.generation or all(map(os.path.exists, latest.joined_marks(current))):
             return latest.generation
         seen = self._pending_since.setdefault(latest.generation, time.monotonic())
         return latest.generation if time.monotonic() - seen >= JOINERS_READY_TIMEOUT_S else current.generation
