@@ -152,10 +152,11 @@ def _print_summary(summary: dict[str, Any]) -> None:
         table.add_row(f"goodput of {job}", f"{good['goodput']:.1%} over {good['wall_s']:.0f} s ({badput})")
     if summary.get("awk_output"):
         table.add_row("seed 001's awk script", summary["awk_output"].strip())
-    table.add_row("training log (rank 0)", str(summary.get("logs")))
-    if summary.get("plot"):
-        table.add_row("timeline", summary["plot"])
     console.print(table)
+    # Paths whole, on lines of their own (a table cell would cut them to the terminal's width).
+    console.print(f"training log (rank 0): {summary.get('logs')}", soft_wrap=True, highlight=False)
+    if summary.get("plot"):
+        console.print(f"timeline: {summary['plot']}", soft_wrap=True, highlight=False)
     for check in summary["checks"]:
         mark = "[green]PASS[/green]" if check["passed"] else "[red]FAIL[/red]"
         console.print(f"{mark} {check['name']}: {check['detail']}")
