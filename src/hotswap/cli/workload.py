@@ -119,6 +119,9 @@ def create(
         document(chosen.dry_run(target, spec, launch), Format.YAML if output is Format.TABLE else output)
         return
     view = chosen.create_workload(cluster, spec, launch)
+    image = docker_image or base_docker_image
+    if image and chosen.name == "local":
+        note(f"image {image} recorded, not used: the local backend runs the command on this machine (it is used on Kubernetes)")
     if wait:
         note(f"workload {workload} created: {view['status']} ({view['status_message']})")
         view = wait_for_state(lambda: chosen.describe_workload(cluster, workload), workload, until, timeout)
