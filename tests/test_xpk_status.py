@@ -90,3 +90,11 @@ def test_views_grow_xpk_fields_and_keep_hotswaps_status() -> None:
     row = table_row(grown)
     assert row[6:8] == ["Evicted", xpk.PREEMPTED_MESSAGE] and row[-1] == "QUEUED (preempted)"
     assert "" not in row  # empty cells read <none>, so awk's fields stay in place
+
+
+def test_a_row_of_a_jobset_hotswap_cannot_read_has_no_empty_or_none_cells() -> None:
+    view = {"name": "x", "priority": "unknown", "status": "FAILED", "status_message": "not a hotswap workload",
+            "status_time": None, "created_time": None, "slices": [], "num_slices": None}
+    row = table_row(view)
+    assert "None" not in row and "" not in row
+    assert row[6:8] == ["Finished", "JobSet failed: not a hotswap workload"]

@@ -64,7 +64,7 @@ def table_row(view: dict[str, Any]) -> list[str]:
         view["name"],
         view["created_time"] or "<none>",
         view["priority"],
-        str(view["num_slices"]),
+        str(view["num_slices"]) if view.get("num_slices") is not None else "<none>",
         str(held) if held else "<none>",
         str(done) if done is not None else "<none>",
         view["xpk_status"],
