@@ -57,6 +57,20 @@ class UsageError(HotswapError):
     exit_code = 2
 
 
+class WaitTimeoutError(HotswapError):
+    """``--wait`` gave up: the awaited state did not come within ``--timeout`` (xpk's and
+    timeout(1)'s code). The command itself was done; only the waiting stopped."""
+
+    exit_code = 124
+
+
+class WorkloadFailedError(HotswapError):
+    """``--wait`` saw the workload fail instead of reaching the awaited state (xpk's code for a
+    workload that did not complete successfully)."""
+
+    exit_code = 125
+
+
 # Every exit code of the ``hotswap`` command (scripts may rely on them).
 EXIT_CODES = {
     0: "success",
@@ -66,5 +80,7 @@ EXIT_CODES = {
     ConflictError.exit_code: "conflict: a duplicate name, a cluster being deleted, a refused request",
     CapacityError.exit_code: "capacity: more slices than the cluster has",
     StateError.exit_code: "state: hotswap's state directory or database cannot be used (disk, permissions)",
+    WaitTimeoutError.exit_code: "timed out: --wait did not see the awaited state within --timeout",
+    WorkloadFailedError.exit_code: "the awaited workload failed (--wait)",
     130: "interrupted (Ctrl-C)",
 }

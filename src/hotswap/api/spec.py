@@ -127,6 +127,7 @@ ExitCodesField = Annotated[
     pydantic.PlainSerializer(str, return_type=str),
 ]
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_CONTAINER_NAME = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")
 
 
 class WorkloadSpec(pydantic.BaseModel):
@@ -156,6 +157,11 @@ class WorkloadSpec(pydantic.BaseModel):
     docker_image: str | None = None
     base_docker_image: str | None = None
     script_dir: str | None = None
+    # xpk's --docker-name: the workers' container name on Kubernetes (a DNS-1123 label).
+    docker_name: str | None = None
+    # xpk's --debug-dump-gcs: where the workers' XLA dumps are copied when they end (a gs://
+    # path on Kubernetes, a directory of this machine locally); XLA_FLAGS gets --xla_dump_to.
+    debug_dump_gcs: str | None = None
 
     @pydantic.field_validator("name")
     @classmethod
@@ -169,7 +175,17 @@ class WorkloadSpec(pydantic.BaseModel):
             raise InvalidInputError("--command must not be empty")
         return check_text("--command", value, MAX_COMMAND_LENGTH)
 
-    @pydantic.field_validator("checkpoint_dir", "script_dir", "docker_image", "base_docker_image")
+    @pydantic.field_validator("docker_name")
+    @classmethod
+    def _container_name(cls, value: str | None) -> str | None:
+        if value is not None and not _CONTAINER_NAME.fullmatch(value):
+            raise InvalidInputError(
+                f"--docker-name {value!r}: a container name is lower-case letters, digits and '-',"
+                " starting and ending with a letter or digit, at most 63 characters"
+            )
+        return value
+
+    @pydantic.field_validator("checkpoint_dir", "script_dir", "docker_image", "base_docker_image", "debug_dump_gcs")
     @classmethod
     def _printable(cls, value: str | None, info: pydantic.ValidationInfo) -> str | None:
         if value is None:
@@ -177,7 +193,7 @@ class WorkloadSpec(pydantic.BaseModel):
         flag = _flag(info.field_name or "")
         if not value.strip():
             raise InvalidInputError(f"{flag} must not be empty")
-        limit = MAX_PATH_LENGTH if info.field_name in ("checkpoint_dir", "script_dir") else MAX_IMAGE_LENGTH
+        limit = MAX_PATH_LENGTH if info.field_name in ("checkpoint_dir", "script_dir", "debug_dump_gcs") else MAX_IMAGE_LENGTH
         return check_text(flag, value, limit)
 
     @pydantic.field_validator("device_type")

@@ -252,6 +252,11 @@ class Membership:
     master_addr: str
     master_port: int
     local_world_size: int = 1  # processes per host (one per GPU of a GPU-backed slice)
+    # Where a joining worker leaves a mark once it is ready to form the group (started, imported,
+    # waiting): survivors keep training on the previous generation until every joiner's mark is
+    # there, so they pause only for the re-formation itself, not for the joiners' start-up.
+    # None (Kubernetes: the membership volume is read-only): survivors move at once.
+    joined_dir: str | None = None
 
     @property
     def world_size(self) -> int:
@@ -280,7 +285,28 @@ class Membership:
             master_addr=str(data["master_addr"]),
             master_port=int(data["master_port"]),
             local_world_size=int(data.get("local_world_size", 1)),
+            joined_dir=str(data["joined_dir"]) if data.get("joined_dir") else None,
         )
+
+    def joiners(self, previous: Membership) -> tuple[str, ...]:
+        """The slices of this generation that were not members of ``previous``."""
+        return tuple(s for s in self.slices if s not in previous.slices)
+
+    def joined_mark(self, slice_name: str, host: int, local_rank: int) -> str | None:
+        """The file a joiner creates when ready to form this generation (None: no marks)."""
+        if not self.joined_dir:
+            return None
+        return f"{self.joined_dir.rstrip('/')}/{self.generation}-{slice_name}-{host}-{local_rank}"
+
+    def joined_marks(self, previous: Membership) -> list[str]:
+        """The marks every worker joining since ``previous`` leaves when ready (none without marks)."""
+        marks = [
+            self.joined_mark(slice_name, host, local_rank)
+            for slice_name in self.joiners(previous)
+            for host in range(self.hosts_per_slice)
+            for local_rank in range(self.local_world_size)
+        ]
+        return [mark for mark in marks if mark is not None]
 
 
 def step_line(step: int, good_slice_count: int, elastic_down_event_count: int, **extra: object) -> str:
@@ -343,3 +369,20 @@ def event_record(kind: str, t: float, **fields: object) -> str:
     if kind not in EVENT_KINDS:
         raise ValueError(f"unknown goodput event kind {kind!r}")
     return json.dumps({"t": t, "kind": kind, **fields}, sort_keys=True)
+
+
+# --debug-dump-gcs (xpk's): XLA writes its HLO dumps where --xla_dump_to says; they are copied
+# to the workload's location when the worker ends. In a container the dump directory is xpk's
+# /tmp/xla_dump/; locally each worker gets its own under its worker directory, and the shim
+# (which imports nothing of hotswap and spells this name itself) copies it to
+# $HOTSWAP_DEBUG_DUMP_TO/<workload>/attempt-<N>/replica-<R>-host-<H>.
+XLA_FLAGS = "XLA_FLAGS"
+XLA_DUMP_FLAG = "--xla_dump_to"
+CONTAINER_XLA_DUMP_DIR = "/tmp/xla_dump/"
+HOTSWAP_DEBUG_DUMP_TO = "HOTSWAP_DEBUG_DUMP_TO"
+
+
+def with_xla_dump(flags: str | None, directory: str) -> str:
+    """``XLA_FLAGS`` with ``--xla_dump_to=directory`` added to the user's own flags (a dump
+    location the user gave already wins: XLA reads the last one, so ours goes first)."""
+    return " ".join(part for part in (f"{XLA_DUMP_FLAG}={directory}", flags or "") if part)

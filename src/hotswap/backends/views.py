@@ -2,27 +2,37 @@
 
 The rows themselves are the JSON contract of DESIGN.md (``name``, ``priority``, ``status``,
 ``status_message``, ``status_time``, ``created_time``, ``slices``, ``num_slices``, ``restarts``,
-``preemptions``); each backend builds them from its own state.
+``preemptions``); each backend builds them from its own state, and :func:`with_xpk_words` adds
+xpk's ``xpk_status`` / ``xpk_status_message`` and hotswap's ``hotswap_state`` (the contract only
+grows).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from hotswap.api import xpk_status as xpk
 from hotswap.api.times import iso_utc
 
 FINISHED = ("SUCCESSFUL", "FAILED")
-STATUS_FILTERS = ("EVERYTHING", "FINISHED", "RUNNING", "QUEUED", "FAILED", "SUCCESSFUL")
+STATUS_FILTERS = xpk.STATUS_FILTERS
+# xpk's columns in xpk's order (its VM counts are slices here), then hotswap's own state.
 TABLE_COLUMNS = [
     "Name",
     "Created Time",
     "Priority",
     "Slices Needed",
-    "Slices Running",
+    "Slices Running/Ran",
     "Slices Done",
     "Status",
     "Status Message",
     "Status Time",
+    "Hotswap State",
+]
+# On a narrow terminal, the columns left out first (Name and Status always stay).
+TABLE_HIDE_ORDER = [
+    "Created Time", "Slices Done", "Slices Needed", "Status Time", "Priority", "Slices Running/Ran",
+    "Hotswap State", "Status Message",
 ]
 
 
@@ -33,32 +43,32 @@ def iso(t: float | None) -> str | None:
     return iso_utc(t)
 
 
-def matches(view: dict[str, Any], status: str, job_prefix: str | None) -> bool:
-    """xpk's filters: ``--filter-by-status`` and ``--filter-by-job`` (a name prefix)."""
-    if job_prefix and not view["name"].startswith(job_prefix):
-        return False
-    current = view["status"]
-    if status == "EVERYTHING":
-        return True
-    if status == "FINISHED":
-        return current in FINISHED
-    if status == "RUNNING":
-        return current in ("RUNNING", "RESTARTING")
-    return current == status
+def matches(view: dict[str, Any], status: str, job_filter: str | None) -> bool:
+    """xpk's filters, ``--filter-by-status`` and ``--filter-by-job`` (names containing it)."""
+    return xpk.matches(view["status"], view["status_message"] or "", len(view["slices"]), view["name"], status, job_filter)
+
+
+def with_xpk_words(view: dict[str, Any]) -> dict[str, Any]:
+    """``view`` with xpk's status and message and hotswap's richer state added."""
+    words = xpk.xpk_status(view["status"], view["status_message"] or "")
+    state = xpk.hotswap_state(view["status"], view["status_message"] or "", len(view["slices"]), view.get("num_slices"))
+    return {**view, "xpk_status": words.status, "xpk_status_message": words.message, "hotswap_state": state}
 
 
 def table_row(view: dict[str, Any]) -> list[str]:
-    """One row of the ``workload list`` table, in xpk's column order."""
+    """One row of the ``workload list`` table: xpk's columns in xpk's order, then hotswap's state."""
+    view = view if "xpk_status" in view else with_xpk_words(view)
     held = len(view["slices"])
     done = view["num_slices"] if view["status"] == "SUCCESSFUL" else None
     return [
         view["name"],
-        view["created_time"] or "",
+        view["created_time"] or "<none>",
         view["priority"],
-        str(view["num_slices"]),
+        str(view["num_slices"]) if view.get("num_slices") is not None else "<none>",
         str(held) if held else "<none>",
         str(done) if done is not None else "<none>",
-        view["status"],
-        view["status_message"],
-        view["status_time"] or "",
+        view["xpk_status"],
+        view["xpk_status_message"] or "<none>",
+        view["status_time"] or "<none>",
+        view["hotswap_state"],
     ]

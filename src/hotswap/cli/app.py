@@ -24,6 +24,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # click's plain help: it never truncates a flag name to fit a narrow terminal (rich's
+    # option panel does) and needs no rich import to answer --help.
+    rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 app.add_typer(cluster.app, name="cluster")

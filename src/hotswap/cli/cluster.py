@@ -1,4 +1,4 @@
-"""``hotswap cluster create|delete|describe|list``."""
+"""``hotswap cluster create|delete|describe|list|cacheimage``."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import sys
 
 import typer
 
+from hotswap.api.errors import InvalidInputError
 from hotswap.cli.output import Format, document, note, table
 
 app = typer.Typer(help="Create, resize, inspect and delete clusters of slices.", no_args_is_help=True)
@@ -30,6 +31,8 @@ def create(
     gpu_accelerator_label: str | None = typer.Option(None, "--gpu-accelerator-label", help="Kubernetes: GPU accelerator node label (default: cloud.google.com/gke-accelerator)."),
     checkpoint_volume: str | None = typer.Option(None, "--checkpoint-volume", help="Kubernetes: default checkpoint volume of workloads, pvc:<claim> or gcsfuse:<bucket>."),
     warm_workers: int | None = typer.Option(None, "--warm-workers", help="Local: spare workers kept with PyTorch imported, for sub-second restarts (default 0)."),
+    custom_tpu_nodepool_arguments: str | None = typer.Option(None, "--custom-tpu-nodepool-arguments", help="xpk's: refused, hotswap creates no node pools (see README)."),
+    cluster_cpu_machine_type: str | None = typer.Option(None, "--cluster-cpu-machine-type", help="xpk's: refused, hotswap creates no node pools (see README)."),
     gpus: str | None = typer.Option(None, "--gpus", help="Local: back the slices by this machine's GPUs: all, a count (2), or device=0,1 (NVML indices or UUIDs); each slice takes the device type's GPUs per host (local-gpu-K: K)."),
 ) -> None:
     """Create a cluster and start its controller; re-run with another --num-slices to resize it.
@@ -38,9 +41,10 @@ def create(
     the nodes, create the PriorityClasses (and Kueue queues), and record how to reach it.
     """
     from hotswap.api.catalog import get_device_type
-    from hotswap.api.errors import InvalidInputError
     from hotswap.cli.backends import named
 
+    refuse_provisioning(backend, custom_tpu_nodepool_arguments=custom_tpu_nodepool_arguments,
+                        cluster_cpu_machine_type=cluster_cpu_machine_type)
     if backend != "local" and device_type is not None and get_device_type(device_type).local_only:
         raise InvalidInputError(f"{device_type} is a local-only device type (GPUs of this machine); use it with --backend local")
     given = {
@@ -75,6 +79,42 @@ def create(
         + ")"
         + (f", controller pid {summary['controller_pid']}" if summary.get("controller_pid") else "")
     )
+
+
+def refuse_provisioning(backend: str, **flags: str | None) -> None:
+    """xpk's node-pool flags: xpk provisions GKE node pools, hotswap never does (it uses the
+    nodes a Kubernetes cluster has, or processes of this machine), so it refuses them rather
+    than ignore them."""
+    given = [name for name, value in flags.items() if value is not None]
+    if not given:
+        return
+    flag = "--" + given[0].replace("_", "-")
+    if backend == "local":
+        raise InvalidInputError(f"{flag}: the local backend has no node pools (its slices are processes of this machine)")
+    raise InvalidInputError(
+        f"{flag}: hotswap creates no node pools; create them with gcloud or xpk, then run"
+        " `hotswap cluster create --backend kubernetes` to find their slices"
+    )
+
+
+@app.command("cacheimage")
+def cacheimage(
+    cluster: str = typer.Option(..., "--cluster", help="Cluster name."),
+    docker_image: str = typer.Option(..., "--docker-image", help="Image to pull onto every node of the cluster's slices."),
+    output: Format = typer.Option(Format.TABLE, "--output", "-o", help="table, json or yaml."),
+) -> None:
+    """Pull an image onto the cluster's nodes ahead of time (Kubernetes: a DaemonSet, as xpk), so workloads start faster."""
+    from hotswap.api.limits import check_text
+    from hotswap.cli.backends import for_cluster
+
+    image = check_text("--docker-image", docker_image)
+    if not image.strip():
+        raise InvalidInputError("--docker-image must not be empty")
+    done = for_cluster(cluster).cache_image(cluster, image)
+    if output is not Format.TABLE:
+        document(done, output)
+        return
+    note(done["message"])
 
 
 def _gpu_list(slice_: dict) -> str:

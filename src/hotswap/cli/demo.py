@@ -120,10 +120,21 @@ def _print_summary(summary: dict[str, Any]) -> None:
     table.add_column("what", style="bold")
     table.add_column("value")
     if summary.get("mttr_s") is not None:
-        label = "MTTR (failure -> first training step), cold restart" if "mttr_warm_s" in summary else "MTTR (failure -> first training step)"
+        label = (
+            "MTTR (failure -> first training step), cold restart" if "mttr_warm_s" in summary
+            else "MTTR (created again -> first training step)" if summary["scenario"] == "migration"
+            else "MTTR (failure -> first training step)"
+        )
         table.add_row(label, f"{summary['mttr_s']:.2f} s")
     if summary.get("mttr_warm_s") is not None:
         table.add_row("MTTR onto warm spare workers", f"{summary['mttr_warm_s']:.2f} s")
+    if summary.get("stall_down_s") is not None:
+        table.add_row("survivors' stall on the way down (last step on 3 slices -> first on 2)", f"{summary['stall_down_s']:.2f} s")
+    if summary.get("stall_up_s") is not None:
+        table.add_row(
+            "survivors' stall on grow-back (last step on 2 slices -> first on 3)",
+            f"{summary['stall_up_s']:.2f} s (a step usually takes {summary['usual_step_s']:.2f} s)",
+        )
     if summary.get("wait_for_repair_s") is not None:
         table.add_row("waiting for a 10-minute repair instead", f"about {summary['wait_for_repair_s']:.0f} s down")
     if summary.get("steps_lost") is not None:
@@ -141,10 +152,11 @@ def _print_summary(summary: dict[str, Any]) -> None:
         table.add_row(f"goodput of {job}", f"{good['goodput']:.1%} over {good['wall_s']:.0f} s ({badput})")
     if summary.get("awk_output"):
         table.add_row("seed 001's awk script", summary["awk_output"].strip())
-    table.add_row("training log (rank 0)", str(summary.get("logs")))
-    if summary.get("plot"):
-        table.add_row("timeline", summary["plot"])
     console.print(table)
+    # Paths whole, on lines of their own (a table cell would cut them to the terminal's width).
+    console.print(f"training log (rank 0): {summary.get('logs')}", soft_wrap=True, highlight=False)
+    if summary.get("plot"):
+        console.print(f"timeline: {summary['plot']}", soft_wrap=True, highlight=False)
     for check in summary["checks"]:
         mark = "[green]PASS[/green]" if check["passed"] else "[red]FAIL[/red]"
         console.print(f"{mark} {check['name']}: {check['detail']}")

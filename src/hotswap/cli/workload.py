@@ -8,8 +8,10 @@ from pathlib import Path
 
 import typer
 
+from hotswap.api.errors import InvalidInputError
 from hotswap.api.worker import DEFAULT_GRACE_PERIOD_S
 from hotswap.cli.output import Format, document, note, table
+from hotswap.cli.waiting import Until, check_timeout, wait_for_state, wait_until_gone, watch
 
 app = typer.Typer(help="Submit, inspect and delete training workloads.", no_args_is_help=True)
 
@@ -36,14 +38,19 @@ def create(
     docker_image: str | None = typer.Option(None, "--docker-image", help="Image (used on Kubernetes; recorded locally)."),
     base_docker_image: str | None = typer.Option(None, "--base-docker-image", help="Base image (used on Kubernetes; recorded locally)."),
     script_dir: str | None = typer.Option(None, "--script-dir", help="Directory the workers run in (default: here)."),
+    docker_name: str | None = typer.Option(None, "--docker-name", help="Kubernetes: the workers' container name (default: worker)."),
+    debug_dump_gcs: str | None = typer.Option(None, "--debug-dump-gcs", help="Set XLA_FLAGS --xla_dump_to and copy the dumps here when each worker ends: gs://... on Kubernetes, a directory locally."),
     checkpoint_volume: str | None = typer.Option(None, "--checkpoint-volume", help="Kubernetes: pvc:<claim> or gcsfuse:<bucket>, mounted at /checkpoints."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate and show what would run; change nothing."),
     backend: str | None = typer.Option(None, "--backend", help="With --dry-run and no cluster record: local or kubernetes."),
     output: Format = typer.Option(Format.TABLE, "--output", "-o", help="table, json or yaml."),
+    wait: bool = typer.Option(False, "--wait", help="Return only when the workload is running (see --until), with a progress line on stderr; exit 125 if it fails."),
+    until: Until = typer.Option(Until.RUNNING, "--until", help="With --wait: running (or already finished) or finished (successfully)."),
+    timeout: float | None = typer.Option(None, "--timeout", help="With --wait: give up after this many seconds (exit 124); default: wait on."),
 ) -> None:
     """Submit a workload: it is queued by priority, then FIFO, and admitted onto whole slices."""
     from hotswap.api.envfile import parse_env_pairs, read_env_file
-    from hotswap.api.errors import InvalidInputError, NotFoundError
+    from hotswap.api.errors import NotFoundError
     from hotswap.api.limits import check_text
     from hotswap.api.spec import workload_spec
     from hotswap.backends.base import launch_record
@@ -51,6 +58,7 @@ def create(
     from hotswap.store import registry
     from hotswap.store.paths import ClusterPaths
 
+    check_timeout(timeout)
     user_env = {}
     if env_file is not None:
         user_env.update(read_env_file(env_file, os.environ))
@@ -66,6 +74,9 @@ def create(
     chosen = named(backend or record.backend)  # type: ignore[union-attr]
     if checkpoint_volume is not None and chosen.name == "local":
         raise InvalidInputError("--checkpoint-volume is only for --backend kubernetes (use --checkpoint-dir)")
+    debug_dump_gcs = _dump_location(debug_dump_gcs, chosen.name)
+    if docker_name is not None and chosen.name == "local":
+        raise InvalidInputError("--docker-name names the workers' container on Kubernetes; the local backend runs processes, not containers")
     if device_type is None and record is None:
         raise InvalidInputError("--device-type is needed when there is no cluster record to take it from")
     if device_type is not None and not device_type.strip():
@@ -87,6 +98,8 @@ def create(
         docker_image=docker_image,
         base_docker_image=base_docker_image,
         script_dir=script_dir,
+        docker_name=docker_name,
+        debug_dump_gcs=debug_dump_gcs,
     )
     workdir = os.path.abspath(script_dir) if script_dir else os.getcwd()
     if script_dir and chosen.name == "local" and not os.path.isdir(workdir):
@@ -94,7 +107,10 @@ def create(
     checkpoints = os.path.abspath(checkpoint_dir) if checkpoint_dir and chosen.name == "local" else (
         checkpoint_dir or str(ClusterPaths.of(cluster).checkpoint_dir(workload))
     )
-    launch = launch_record(environ=dict(os.environ), cwd=workdir, user_env=user_env, checkpoint_dir=checkpoints)
+    from hotswap.api.worker import HOTSWAP_DEBUG_DUMP_TO
+
+    worker_env = {**user_env, HOTSWAP_DEBUG_DUMP_TO: debug_dump_gcs} if debug_dump_gcs and chosen.name == "local" else user_env
+    launch = launch_record(environ=dict(os.environ), cwd=workdir, user_env=worker_env, checkpoint_dir=checkpoints)
     if checkpoint_volume is not None:
         launch["checkpoint_volume"] = check_text("--checkpoint-volume", checkpoint_volume)
     if dry_run:
@@ -103,44 +119,86 @@ def create(
         document(chosen.dry_run(target, spec, launch), Format.YAML if output is Format.TABLE else output)
         return
     view = chosen.create_workload(cluster, spec, launch)
+    image = docker_image or base_docker_image
+    if image and chosen.name == "local":
+        note(f"image {image} recorded, not used: the local backend runs the command on this machine (it is used on Kubernetes)")
+    if wait:
+        note(f"workload {workload} created: {view['status']} ({view['status_message']})")
+        view = wait_for_state(lambda: chosen.describe_workload(cluster, workload), workload, until, timeout)
+        if output is Format.TABLE:
+            return
     if output is not Format.TABLE:
         document(view, output)
         return
     note(f"workload {workload} created: {view['status']} ({view['status_message']})")
 
 
+def _dump_location(location: str | None, backend: str) -> str | None:
+    """--debug-dump-gcs for ``backend``: a gs:// path on Kubernetes (the pods copy with gsutil,
+    as xpk's do), an absolute directory of this machine locally."""
+    if location is None:
+        return None
+    if not location.strip():
+        raise InvalidInputError("--debug-dump-gcs must not be empty")
+    remote = location.startswith("gs://")
+    if backend == "local":
+        if remote or "://" in location:
+            raise InvalidInputError(
+                f"--debug-dump-gcs {location}: the local backend copies XLA dumps to a directory of this machine; give a path"
+            )
+        return os.path.abspath(os.path.expanduser(location))
+    if not remote or len(location) <= len("gs://"):
+        raise InvalidInputError(f"--debug-dump-gcs {location}: on Kubernetes give a gs://bucket[/path] for the pods to copy to")
+    return location
+
+
 @app.command("delete")
 def delete(
     workload: str = typer.Option(..., "--workload", help="Workload name."),
     cluster: str = typer.Option(..., "--cluster", help="Cluster name."),
+    wait: bool = typer.Option(False, "--wait", help="Return only when its workers have stopped (checkpoint written), with a progress line on stderr."),
+    timeout: float | None = typer.Option(None, "--timeout", help="With --wait: give up after this many seconds (exit 124); default: wait on."),
 ) -> None:
     """Delete a workload: its workers get SIGTERM (they checkpoint), then SIGKILL after the grace period."""
     from hotswap.cli.backends import for_cluster
 
-    for_cluster(cluster).delete_workload(cluster, workload)
+    check_timeout(timeout)
+    chosen = for_cluster(cluster)
+    chosen.delete_workload(cluster, workload)
     note(f"workload {workload} deleted")
+    if wait:
+        wait_until_gone(lambda: chosen.workload_gone(cluster, workload), workload, timeout)
 
 
 @app.command("list")
 def list_(
     cluster: str = typer.Option(..., "--cluster", help="Cluster name."),
     filter_by_status: str = typer.Option("EVERYTHING", "--filter-by-status", help=STATUS_HELP),
-    filter_by_job: str | None = typer.Option(None, "--filter-by-job", help="Only workloads whose name starts with this."),
+    filter_by_job: str | None = typer.Option(None, "--filter-by-job", help="Only workloads whose name contains this (as xpk)."),
     output: Format = typer.Option(Format.TABLE, "--output", "-o", help="table, json or yaml."),
+    watch_: bool = typer.Option(False, "--watch", "-w", help="Keep showing the list, redrawn when it changes (a new block or document per change when piped); Ctrl-C stops."),
+    interval: float = typer.Option(1.0, "--interval", help="With --watch: seconds between looks."),
 ) -> None:
     """Workloads of a cluster, xpk's table (or a JSON/YAML array)."""
     from hotswap.api.errors import InvalidInputError
-    from hotswap.backends.views import STATUS_FILTERS, TABLE_COLUMNS, table_row
+    from hotswap.backends.views import STATUS_FILTERS, TABLE_COLUMNS, TABLE_HIDE_ORDER, table_row
     from hotswap.cli.backends import for_cluster
 
     status = filter_by_status.upper()
     if status not in STATUS_FILTERS:
         raise InvalidInputError(f"--filter-by-status {filter_by_status!r}: use one of {', '.join(STATUS_FILTERS)}")
-    views = for_cluster(cluster).list_workloads(cluster, status, filter_by_job)
+    if not interval > 0:
+        raise InvalidInputError(f"--interval {interval:g}: must be a positive number of seconds")
+    chosen = for_cluster(cluster)
+    if watch_:
+        fetch = lambda: chosen.list_workloads(cluster, status, filter_by_job)  # noqa: E731
+        watch(fetch, TABLE_COLUMNS, table_row, TABLE_HIDE_ORDER, output, interval)
+        return
+    views = chosen.list_workloads(cluster, status, filter_by_job)
     if output is not Format.TABLE:
         document(views, output)
         return
-    table(TABLE_COLUMNS, [table_row(v) for v in views])
+    table(TABLE_COLUMNS, [table_row(v) for v in views], hide_first=TABLE_HIDE_ORDER)
 
 
 @app.command("describe")

@@ -76,7 +76,8 @@ class Drill(abc.ABC):
         self.options = options
         self.cluster = f"demo-{self.scenario}-{secrets.token_hex(2)}"
         self.checks: list[Check] = []
-        self.marks: list[dict[str, Any]] = []  # failures and repairs, for the plot
+        self.marks: list[dict[str, Any]] = []  # failures, repairs, deletions, creations: for the plot
+        self.runs: dict[str, list[Path]] = {}  # each job's runs (directories), oldest first: for the plot
         self.started = time.time()
         self.view = DemoView(f"hotswap demo {self.scenario}: {self.title}", self._state, live)
         self._seen_event = 0  # the controller's timeline, shown as it grows
@@ -165,7 +166,13 @@ class Drill(abc.ABC):
             environ=dict(os.environ), cwd=str(self.workdir), user_env={"OMP_NUM_THREADS": "1"},
             checkpoint_dir=str(registry.existing(self.cluster).checkpoint_dir(name)),
         )
+        t = time.time()
         view = operations.create_workload(self.cluster, spec, launch)
+        directory = self.workload_dir(name)
+        if directory is not None and directory not in self.runs.setdefault(name, []):
+            if self.runs[name]:  # created again: a point on the plot
+                self.marks.append({"t": t, "what": "create", "workload": name})
+            self.runs[name].append(directory)
         self.event(f"{name} ({priority}, {slices} slice(s)) submitted: {view['status']} on {', '.join(view['slices']) or '-'}")
 
     def record(self, name: str) -> dict[str, Any] | None:
@@ -264,21 +271,34 @@ class Drill(abc.ABC):
                 summary[key] = str(summary[key]).replace(str(source), str(target))
         summary["archive"] = str(target)
 
-    def _safe_progress(self) -> dict[str, list[tuple[float, int]]]:
-        """Each job's (time, step) as its rank 0 reported them, thinned to a few hundred points."""
-        progress: dict[str, list[tuple[float, int]]] = {}
+    def _safe_progress(self) -> dict[str, list[tuple[float, int, int | None]]]:
+        """Each job's (time, step, slices) as its rank 0 reported them, over every run of it
+        (a job deleted and created again has two): every step, none thinned out."""
+        progress: dict[str, list[tuple[float, int, int | None]]] = {}
         try:
-            names = {w["name"] for w in operations.list_workloads(self.cluster)}
+            names = {w["name"] for w in operations.list_workloads(self.cluster)} | set(self.runs)
         except Exception:
-            return progress
+            names = set(self.runs)
         for name in sorted(names):
-            trace = self.trace(name)
-            if trace is None:
-                continue
-            points = [(s.t, s.step) for s in trace.steps if s.replica == 0 and s.host == 0] or [(s.t, s.step) for s in trace.steps]
-            stride = max(1, len(points) // 400)
-            progress[name] = points[::stride]
+            directories = list(self.runs.get(name, []))
+            current = self._safe_dir(name)
+            if current is not None and current not in directories:
+                directories.append(current)
+            points: list[tuple[float, int, int | None]] = []
+            for directory in directories:
+                steps = read_trace(directory).steps
+                points += [(s.t, s.step, s.slices) for s in steps if s.replica == 0 and s.host == 0] or [
+                    (s.t, s.step, s.slices) for s in steps
+                ]
+            if points:
+                progress[name] = sorted(points)
         return progress
+
+    def _safe_dir(self, name: str) -> Path | None:
+        try:
+            return self.workload_dir(name)
+        except Exception:
+            return None
 
     def _safe_timeline(self) -> list[dict[str, Any]]:
         try:

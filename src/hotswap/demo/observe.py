@@ -59,6 +59,24 @@ class Trace:
         return next((s.loss for s in reversed(self.steps) if s.loss is not None), None)
 
 
+def survivor_stall(trace: Trace, replica: int, before_slices: int, after_slices: int, since: float) -> dict[str, float] | None:
+    """How long a surviving worker (``replica``'s host 0) stopped training across a membership
+    change after ``since``: from its last step on ``before_slices`` slices to its first step on
+    ``after_slices``, as its own step timestamps say; and its usual step time before, to compare.
+    None if the change is not (yet) in the trace."""
+    own = [s for s in trace.steps if s.replica == replica and s.host == 0]
+    first = next((s for s in own if s.t > since and s.slices == after_slices), None)
+    if first is None:
+        return None
+    last = max((s for s in own if s.t < first.t and s.slices == before_slices), key=lambda s: s.t, default=None)
+    if last is None:
+        return None
+    earlier = [s.t for s in own if s.t <= last.t and s.slices == before_slices][-21:]
+    gaps = sorted(b - a for a, b in zip(earlier, earlier[1:]))
+    usual = gaps[len(gaps) // 2] if gaps else 0.0
+    return {"stall_s": round(first.t - last.t, 3), "usual_step_s": round(usual, 3), "last_step": last.step, "first_step": first.step}
+
+
 def read_trace(workload_dir: Path) -> Trace:
     steps: list[StepRecord] = []
     restores: list[RestoreRecord] = []

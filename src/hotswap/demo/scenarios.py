@@ -12,7 +12,7 @@ from typing import Any
 from hotswap.backends.local import operations
 from hotswap.demo.drills import Drill
 from hotswap.demo.gpu_drill import GpuDrill
-from hotswap.demo.observe import log_lines, read_trace, slice_count_changes
+from hotswap.demo.observe import log_lines, read_trace, slice_count_changes, survivor_stall
 from hotswap.store.state import LIVE_WORKER_STATES
 
 REPAIR_BASELINE_S = 600.0  # GKE's node repair, what a job waits without hotswap
@@ -166,6 +166,15 @@ class ElasticDrill(Drill):
         self.check("the returning replica got its state from a peer", joined is not None and joined.source == "peer",
                    f"restore source {joined.source if joined else '-'} at step {joined.step if joined else '-'}")
         self.wait_steps("elastic", back.step + 20)
+        # What the survivors lived through, from their own step times (replica 0 survives).
+        trace = self.trace("elastic")
+        stall_down = survivor_stall(trace, 0, 3, 2, t_fail) if trace else None
+        stall_up = survivor_stall(trace, 0, 2, 3, t_repair) if trace else None
+        if stall_up:
+            self.event(
+                f"grow-back: the survivors stalled {stall_up['stall_s']:.2f}s between step {stall_up['last_step']}"
+                f" (2 slices) and step {stall_up['first_step']} (3 slices); a step usually takes {stall_up['usual_step_s']:.2f}s"
+            )
         log = self.main_log("elastic")
         awk = run_seed_001_awk(log)
         self.event("seed 001's awk script over the rank-0 log prints:\n" + (awk.strip() or "(nothing)"))
@@ -178,6 +187,9 @@ class ElasticDrill(Drill):
             "preempted": [],
             "logs": str(log),
             "slice_count_changes": slice_count_changes(log_lines(log)),
+            "stall_down_s": stall_down["stall_s"] if stall_down else None,
+            "stall_up_s": stall_up["stall_s"] if stall_up else None,
+            "usual_step_s": stall_up["usual_step_s"] if stall_up else None,
             "awk_output": awk,
             "goodput": {"elastic": self.goodput("elastic")},
         }
@@ -195,6 +207,7 @@ class MigrationDrill(Drill):
         self.wait_steps("mnist", 40)
         first_dir = self.workload_dir("mnist")
         self.event("deleting mnist (SIGTERM: it saves a checkpoint and exits)")
+        self.marks.append({"t": time.time(), "what": "delete", "workload": "mnist"})
         operations.delete_workload(self.cluster, "mnist")
         assert first_dir is not None
         self.wait("the old workers to stop", lambda: not self._live("mnist"))
@@ -210,6 +223,7 @@ class MigrationDrill(Drill):
                    f"stopped after {stopped_at}, restored {restored.step if restored else '-'}, next step {first.step}")
         self.check("restored from the migration checkpoint", restored is not None and restored.source == "migration",
                    f"source {restored.source if restored else '-'}")
+        self.wait_steps("mnist", first.step + 20)  # and it trains on
         return {
             "mttr_s": round(first.t - t_create, 3),
             "steps_lost": lost,

@@ -40,6 +40,17 @@ _CONNECT_ATTEMPT_S = 2.0
 _GLOO_RELEASE_S = 0.1
 
 
+def _wait_until_listening(host: str, port: int, check: Callable[[str], None]) -> None:
+    """Return once something accepts connections at ``host:port`` (rank 0's store)."""
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=_POLL_S * 10):
+                return
+        except OSError:
+            check(f"connecting to {host}:{port}")
+            time.sleep(_POLL_S)
+
+
 def choose_backend(env: WorkerEnv, cuda_devices: Callable[[], int]) -> str:
     """NCCL for a rank with a GPU of its own, else gloo, decided by the worker contract.
 
@@ -164,6 +175,9 @@ class ProcessGroup:
                     f"cannot host the rendezvous of generation {spec.generation} at "
                     f"{spec.master_addr}:{spec.master_port}: {first_line(error)}"
                 ) from error
+        # Wait for rank 0's store with a cheap probe first: TCPStore's own connect backs off by
+        # up to seconds, which a joiner that is ready before the survivors move would pay.
+        _wait_until_listening(spec.master_addr, spec.master_port, check)
         while True:
             try:
                 store = dist.TCPStore(

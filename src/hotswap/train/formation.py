@@ -13,6 +13,7 @@ Framework-neutral: the group, the state and the termination it drives are passed
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import TYPE_CHECKING
 
@@ -27,6 +28,10 @@ if TYPE_CHECKING:
     from hotswap.train.protocols import Group, ReplicaState
 
 log = logging.getLogger("hotswap.train")
+
+# The longest survivors keep training on the previous generation while the joiners of a new one
+# start; after that they move anyway (and the rendezvous waits, as without marks).
+JOINERS_READY_TIMEOUT_S = 120.0
 
 
 class GroupFormation:
@@ -56,6 +61,7 @@ class GroupFormation:
         self.membership_timeout_s = membership_timeout_s
         self.membership: Membership | None = None  # the generation the group was formed for
         self._watcher = MembershipWatcher(env.membership_file) if env.membership_file else None
+        self._pending_since: dict[int, float] = {}  # generation -> when first seen waiting for joiners
 
     @property
     def elastic(self) -> bool:
@@ -71,9 +77,19 @@ class GroupFormation:
         return self.membership.generation if self.membership else 0
 
     def newest_generation(self) -> int:
-        """The newest generation published so far (the current one when not elastic)."""
+        """The newest generation published so far that this worker's group should move to (the
+        current one when not elastic). A generation that adds slices counts only once their
+        workers are ready to form it (their marks, see ``Membership.joined_dir``), or after
+        :data:`JOINERS_READY_TIMEOUT_S`: survivors train on meanwhile instead of waiting in the
+        rendezvous while the joiners start."""
         latest = self._watcher.poll() if self._watcher else None
-        return latest.generation if latest else self.generation
+        if latest is None:
+            return self.generation
+        current = self.membership
+        if current is None or latest.generation <= current.generation or all(map(os.path.exists, latest.joined_marks(current))):
+            return latest.generation
+        seen = self._pending_since.setdefault(latest.generation, time.monotonic())
+        return latest.generation if time.monotonic() - seen >= JOINERS_READY_TIMEOUT_S else current.generation
 
     def interrupted(self) -> bool:
         """Whether a wait for the other members should give up: SIGTERM, or a newer generation."""
@@ -104,6 +120,8 @@ class GroupFormation:
             if rank is None:
                 say(f"leaving: slice {self.env.slice_name} is not in membership generation {membership.generation}")
                 self.termination.exit(CHECKPOINTED_EXIT_CODE, "removed")
+            if fresh:
+                _mark_joined(membership, self.env.slice_name, self.env.host_index, self.env.local_rank)
             if self._form(membership, rank):
                 return
             after_generation = membership.generation
@@ -208,3 +226,17 @@ class GroupFormation:
             f"elastic generation={self.generation} slices={self.slices} world_size={self.group.world_size} "
             f"rank={self.group.rank} cause={'peer_failure' if failed else 'membership'} seconds={elapsed:.3f}"
         )
+
+
+def _mark_joined(membership: Membership, slice_name: str, host: int, local_rank: int) -> None:
+    """Tell the survivors this worker is ready to form ``membership`` (when it has marks)."""
+    mark = membership.joined_mark(slice_name, host, local_rank)
+    if mark is None:
+        return
+    try:
+        with open(mark, "x"):
+            pass
+    except FileExistsError:
+        pass
+    except OSError as error:  # the survivors move after their timeout instead
+        log.warning("hotswap: cannot mark this worker ready at %s: %s", mark, error)

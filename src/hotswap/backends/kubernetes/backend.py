@@ -20,8 +20,8 @@ from hotswap.api.spec import WorkloadSpec
 from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes.checkpoint_volume import checkpoint_dir, parse_checkpoint_volume
 from hotswap.backends.kubernetes.discovery import Discovery, discover
-from hotswap.backends.kubernetes.live_objects import LiveJobSet, read_jobset, read_pod
-from hotswap.backends.kubernetes.render import render_jobset, render_kueue, render_priority_classes
+from hotswap.backends.kubernetes.live_objects import LiveJobSet, container_of, read_jobset, read_pod
+from hotswap.backends.kubernetes.render import render_image_cache, render_jobset, render_kueue, render_priority_classes
 from hotswap.backends.kubernetes.settings import KubeSettings
 from hotswap.backends.kubernetes.views import (
     goodput_view,
@@ -158,6 +158,22 @@ class KubernetesBackend:
         settings_of(cluster)
         shutil.rmtree(ClusterPaths.of(cluster).root, ignore_errors=True)
 
+    def cache_image(self, cluster: str, image: str) -> dict[str, Any]:
+        settings = settings_of(cluster)
+        client = self._client(settings)
+        discovery = discover(client.list_nodes(), settings)
+        types = sorted({s.device_type for s in discovery.slices}) or [registry.record_of(cluster).device_type]
+        manifest = render_image_cache(cluster, image, [get_device_type(t) for t in types], settings)
+        client.apply(manifest)
+        name = manifest["metadata"]["name"]
+        return {
+            "cluster": cluster,
+            "image": image,
+            "applied": [manifest],
+            "message": f"DaemonSet {settings.namespace}/{name} pulls {image} onto the nodes of every {', '.join(types)} slice"
+            f" (watch it with `kubectl rollout status daemonset/{name} -n {settings.namespace}`)",
+        }
+
     def describe_cluster(self, cluster: str) -> dict[str, Any]:
         found = registry.find(cluster)
         settings = settings_of(cluster)
@@ -212,15 +228,20 @@ class KubernetesBackend:
             raise NotFoundError(f"no workload named {name} in cluster {cluster}")
         client.delete_jobset(name)
 
+    def workload_gone(self, cluster: str, name: str) -> bool:
+        client = self._client(settings_of(cluster))
+        # The JobSet is deleted in the background; its pods end after their grace period.
+        return client.get_jobset(name) is None and not client.list_pods(f"{labels.JOBSET_NAME_LABEL}={name}")
+
     def _kueue(self, client: Any, settings: KubeSettings) -> dict[str, tuple[str, str]]:
         return kueue_status(client.list_kueue_workloads()) if settings.kueue else {}
 
-    def list_workloads(self, cluster: str, status: str, job_prefix: str | None) -> list[dict[str, Any]]:
+    def list_workloads(self, cluster: str, status: str, job_filter: str | None) -> list[dict[str, Any]]:
         settings = settings_of(cluster)
         client = self._client(settings)
         kueue = self._kueue(client, settings)
         views = [view_of(read_jobset(obj), kueue) for obj in client.list_jobsets(cluster)]
-        return [v for v in views if matches(v, status, job_prefix)]
+        return [v for v in views if matches(v, status, job_filter)]
 
     def describe_workload(self, cluster: str, name: str) -> dict[str, Any]:
         settings = settings_of(cluster)
@@ -263,7 +284,7 @@ class KubernetesBackend:
         pod = next((p for p in pods if p.host == host and not p.terminating), None) or next((p for p in pods if p.host == host), None)
         if pod is None:
             raise NotFoundError(f"no pod for replica {replica} host {host} of workload {name} yet (it may be queued)")
-        for chunk in client.pod_log(pod.name, follow):
+        for chunk in client.pod_log(pod.name, follow, container_of(pod.annotations)):
             write(chunk)
 
     # ------------------------------------------------------------------ nodes

@@ -218,12 +218,12 @@ class KubeClient:
             write=True,
         )
 
-    def pod_log(self, name: str, follow: bool) -> Iterator[bytes]:
+    def pod_log(self, name: str, follow: bool, container: str = labels.CONTAINER_NAME) -> Iterator[bytes]:
         from kubernetes.client.exceptions import ApiException
 
         try:
             response = self.core.read_namespaced_pod_log(
-                name, self.namespace, container=labels.CONTAINER_NAME, follow=follow, _preload_content=False
+                name, self.namespace, container=container, follow=follow, _preload_content=False
             )
         except ApiException as error:
             raise api_error(error, f"read the log of pod {name}") from None
@@ -244,6 +244,9 @@ class KubeClient:
         doing = f"apply {kind} {name}"
         if kind == "PriorityClass":
             return self._call(doing, self.scheduling.patch_priority_class, name, body, **common)
+        if kind == "DaemonSet":
+            apps = client_module().AppsV1Api(self.api_client)
+            return self._call(doing, apps.patch_namespaced_daemon_set, name, manifest["metadata"]["namespace"], body, **common)
         plural = {"JobSet": labels.JOBSET_PLURAL, "LocalQueue": "localqueues", "ResourceFlavor": "resourceflavors", "ClusterQueue": "clusterqueues"}.get(kind)
         if plural is None:
             raise ValueError(f"hotswap does not apply {kind} objects")

@@ -67,7 +67,8 @@ RESTART_COUNT_ANNOTATION = "hotswap.dev/restart-count"  # on a pod: HOTSWAP_REST
 # >= 1.30), with the annotations its worker's environment reads (set before it can start).
 PLACEMENT_GATE = "hotswap.dev/placement"
 
-CONTAINER_NAME = "worker"
+CONTAINER_NAME = "worker"  # the workers' container, unless --docker-name names it
+CONTAINER_ANNOTATION = "hotswap.dev/container"  # on a pod: its worker container's name
 DEFAULT_IMAGE = "python:3.10"  # xpk's default --docker-image
 MEMBERSHIP_DIR = "/etc/hotswap"
 MEMBERSHIP_FILE = "membership.json"

@@ -139,13 +139,19 @@ def read_jobset(obj: dict[str, Any]) -> LiveJobSet:
     )
 
 
-def _worker_exit(status: dict[str, Any]) -> tuple[int | None, float | None]:
+def _worker_exit(status: dict[str, Any], name: str) -> tuple[int | None, float | None]:
     for container in status.get("containerStatuses") or []:
-        if isinstance(container, dict) and container.get("name") == labels.CONTAINER_NAME:
+        if isinstance(container, dict) and container.get("name") == name:
             terminated = _dict(_dict(container.get("state")).get("terminated"))
             if terminated:
                 return _int(terminated.get("exitCode")), _time(terminated.get("finishedAt"))
     return None, None
+
+
+def container_of(annotations: dict[str, Any]) -> str:
+    """The worker container's name in a pod (``--docker-name``, or hotswap's default)."""
+    name = annotations.get(labels.CONTAINER_ANNOTATION)
+    return name if isinstance(name, str) and name else labels.CONTAINER_NAME
 
 
 def read_pod(obj: dict[str, Any]) -> LivePod | None:
@@ -160,7 +166,7 @@ def read_pod(obj: dict[str, Any]) -> LivePod | None:
     status = _dict(obj.get("status"))
     owner = next((o.get("uid") for o in meta.get("ownerReferences") or [] if isinstance(o, dict) and o.get("kind") == "Job"), None)
     phase = status.get("phase") or "Pending"
-    exit_code, finished_at = _worker_exit(status)
+    exit_code, finished_at = _worker_exit(status, container_of(annotations))
     disruption, unschedulable = None, None
     for condition in status.get("conditions") or []:
         if not isinstance(condition, dict):

@@ -9,7 +9,7 @@ from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes.discovery import Discovery
 from hotswap.backends.kubernetes.kueue_mode import kueue_views
 from hotswap.backends.kubernetes.live_objects import LiveJobSet, LivePod, read_jobset
-from hotswap.backends.views import FINISHED, iso
+from hotswap.backends.views import FINISHED, iso, with_xpk_words
 
 
 def kueue_status(workloads: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
@@ -27,7 +27,7 @@ def view_of(job: LiveJobSet, kueue: dict[str, tuple[str, str]]) -> dict[str, Any
     spec = job.spec
     state = job.state or {}
     status, message, when = _status(job, kueue)
-    return {
+    return with_xpk_words({
         "name": job.name,
         "priority": spec.priority.label if spec else (job.annotations.get(labels.PRIORITY_NAME_LABEL) or "unknown"),
         "status": status,
@@ -44,7 +44,7 @@ def view_of(job: LiveJobSet, kueue: dict[str, tuple[str, str]]) -> dict[str, Any
         "disruptions": _count(state.get("disruptions")),
         "attempt": _count(state.get("attempt")),
         "command": spec.command if spec else None,
-    }
+    })
 
 
 def _count(value: Any) -> int:

@@ -56,8 +56,21 @@ class LocalBackend:
     def delete_workload(self, cluster: str, name: str) -> None:
         operations.delete_workload(cluster, name)
 
-    def list_workloads(self, cluster: str, status: str, job_prefix: str | None) -> list[dict[str, Any]]:
-        return operations.list_workloads(cluster, status, job_prefix)
+    def cache_image(self, cluster: str, image: str) -> dict[str, Any]:
+        operations.existing(cluster)  # an unknown cluster is still an error
+        return {
+            "cluster": cluster,
+            "image": image,
+            "applied": [],
+            "message": f"cluster {cluster} is local: its workers are processes of this machine, not containers,"
+            " so there is no image to pull (nothing done)",
+        }
+
+    def workload_gone(self, cluster: str, name: str) -> bool:
+        return operations.workload_gone(cluster, name)
+
+    def list_workloads(self, cluster: str, status: str, job_filter: str | None) -> list[dict[str, Any]]:
+        return operations.list_workloads(cluster, status, job_filter)
 
     def describe_workload(self, cluster: str, name: str) -> dict[str, Any]:
         return operations.describe_workload(cluster, name)

@@ -180,7 +180,10 @@ class Launcher:
             hosts = len(snapshot.slices[slices[0]].nodes) if slices else 1
             backing = self.backing()
             per_host = backing.per_host if backing else 1
+            directory = self.paths.workload_dir(workload.name, workload.seq)
+            joined = directory / "joined"  # joiners' readiness marks (see Membership.joined_dir)
+            new_dirs_private(joined)
             files.publish_membership(
-                self.paths.workload_dir(workload.name, workload.seq),
-                contract.Membership(generation, tuple(slices), hosts, files.MASTER_ADDR, port, per_host),
+                directory,
+                contract.Membership(generation, tuple(slices), hosts, files.MASTER_ADDR, port, per_host, str(joined)),
             )

@@ -29,7 +29,7 @@ from hotswap.backends.local.views import gpu_health, gpu_views, node_reasons, wo
 from hotswap.backends.views import iso, matches
 from hotswap.store.paths import ClusterPaths, check_private, file_lock, private_dir
 from hotswap.store.registry import existing, record_of
-from hotswap.store.state import ClusterRecord, Store
+from hotswap.store.state import LIVE_WORKER_STATES, ClusterRecord, Store
 
 BACKEND = "local"
 
@@ -291,13 +291,20 @@ def delete_workload(cluster: str, name: str) -> None:
         raise NotFoundError(outcome.message)
 
 
-def list_workloads(cluster: str, status: str = "EVERYTHING", job_prefix: str | None = None) -> list[dict[str, Any]]:
+def workload_gone(cluster: str, name: str) -> bool:
+    paths = existing(cluster)
+    with open_store(paths) as store:
+        recorded = any(record["spec"]["name"] == name for record, _ in store.workload_records())
+        return not recorded and not store.workers(states=LIVE_WORKER_STATES, workload=name)
+
+
+def list_workloads(cluster: str, status: str = "EVERYTHING", job_filter: str | None = None) -> list[dict[str, Any]]:
     paths = existing(cluster)
     with contextlib.suppress(client.ControllerUnavailable):
         client.ensure_controller(paths, wait=False)
     with open_store(paths) as store:
         views = [workload_view(r) for r, _ in store.workload_records()]
-    return [v for v in views if matches(v, status, job_prefix)]
+    return [v for v in views if matches(v, status, job_filter)]
 
 
 def _record(paths: ClusterPaths, name: str) -> tuple[dict[str, Any], dict[str, Any]]:

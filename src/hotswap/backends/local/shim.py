@@ -28,6 +28,12 @@ does. The worker's exit code is the first non-zero one; when one process fails, 
 SIGTERM (they save) and SIGKILL after the grace period (``HOTSWAP_TERMINATION_GRACE_S``), so a
 host never lingers half-dead.
 
+With ``HOTSWAP_DEBUG_DUMP_TO`` set (``workload create --debug-dump-gcs DIR``), each process gets
+``--xla_dump_to=<worker-dir>/xla_dump/process-<i>`` in ``XLA_FLAGS`` and, once the worker has
+ended, whatever XLA dumped there is copied to
+``$HOTSWAP_DEBUG_DUMP_TO/<workload>/attempt-<N>/replica-<R>-host-<H>`` (names of
+``hotswap.api.worker``); a failed copy is reported in the log and never changes the exit code.
+
 Standard library only, and run by path: it must start fast and import nothing of hotswap.
 """
 
@@ -169,6 +175,34 @@ def spawn(command: list[str], env: dict[str, str], log: int, null: int, forwarde
     )
 
 
+def dump_environment(env: dict[str, str], worker_dir: str, process: int) -> dict[str, str]:
+    """``env`` with this process's XLA dump directory in XLA_FLAGS (with --debug-dump-gcs)."""
+    if not env.get("HOTSWAP_DEBUG_DUMP_TO"):
+        return env
+    directory = os.path.join(worker_dir, "xla_dump", f"process-{process}")
+    flags = " ".join(part for part in (f"--xla_dump_to={directory}", env.get("XLA_FLAGS", "")) if part)
+    return {**env, "XLA_FLAGS": flags}
+
+
+def copy_dumps(worker_dir: str, log: int) -> None:
+    """Copy the worker's XLA dumps to the --debug-dump-gcs directory, if it asked for that."""
+    target = os.environ.get("HOTSWAP_DEBUG_DUMP_TO")
+    source = os.path.join(worker_dir, "xla_dump")
+    if not target or not os.path.isdir(source):
+        return
+    import shutil
+
+    env = os.environ
+    place = os.path.join(
+        target, env.get("HOTSWAP_WORKLOAD", "workload"), f"attempt-{env.get('HOTSWAP_ATTEMPT', '0')}",
+        f"replica-{env.get('JOB_INDEX', '0')}-host-{env.get('JOB_COMPLETION_INDEX', '0')}",
+    )
+    try:
+        shutil.copytree(source, place, dirs_exist_ok=True)
+    except OSError as error:
+        os.write(log, f"hotswap: could not copy XLA dumps to {place}: {error}\n".encode())
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 5 or argv[3] != "--" or not argv[2].isdigit():
         print("usage: shim.py <worker-dir> <log-file> <lock-fd> -- '<command>'", file=sys.stderr)
@@ -188,11 +222,12 @@ def main(argv: list[str]) -> int:
     null = os.open(os.devnull, os.O_RDONLY)
     pids: list[int] = []
     try:
-        pids.append(spawn(command, dict(os.environ), log, null, forwarded))
-        for process in local_processes(worker_dir):
+        pids.append(spawn(command, dump_environment(dict(os.environ), worker_dir, 0), log, null, forwarded))
+        for number, process in enumerate(local_processes(worker_dir), start=1):
             own_log = os.open(process["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             try:
-                pids.append(spawn(command, {**os.environ, **process["env"]}, own_log, null, forwarded))
+                env = dump_environment({**os.environ, **process["env"]}, worker_dir, number)
+                pids.append(spawn(command, env, own_log, null, forwarded))
             finally:
                 os.close(own_log)
     except OSError as error:  # not found, not executable: say so where the user looks, as a shell would
@@ -206,6 +241,7 @@ def main(argv: list[str]) -> int:
     grace_s = float(os.environ.get("HOTSWAP_TERMINATION_GRACE_S") or 30.0)
     code = reap(pids, log, grace_s)
     code = 128 - code if code < 0 else code
+    copy_dumps(worker_dir, log)
     write_atomically(os.path.join(worker_dir, "exit"), f"{code}\n")
     return code
 

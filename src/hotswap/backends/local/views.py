@@ -12,13 +12,13 @@ from typing import Any
 from hotswap.api.priority import Priority
 from hotswap.backends.local.gpus import Backing
 from hotswap.backends.local.timeline import NODE_ENTRY_KINDS
-from hotswap.backends.views import iso
+from hotswap.backends.views import iso, with_xpk_words
 from hotswap.store.state import Store
 
 
 def workload_view(record: dict[str, Any]) -> dict[str, Any]:
     spec = record["spec"]
-    return {
+    return with_xpk_words({
         "name": spec["name"],
         "priority": Priority.parse(spec["priority"]).label,
         "status": record["phase"],
@@ -34,7 +34,7 @@ def workload_view(record: dict[str, Any]) -> dict[str, Any]:
         "disruptions": record["disruptions"],
         "attempt": record["attempt"],
         "command": spec["command"],
-    }
+    })
 
 
 def node_reasons(store: Store) -> dict[str, str]:

@@ -9,12 +9,14 @@ server and tests validate every object against the real schemas. One module per 
   prelude, SIGTERM wiring, checkpoint and membership volumes);
 - :mod:`.cluster`: :func:`render_priority_classes` (xpk's five) and :func:`render_kueue`
   (a ResourceFlavor per device type, a ClusterQueue and a LocalQueue);
+- :mod:`.cacheimage`: :func:`render_image_cache`, the DaemonSet of ``cluster cacheimage``;
 - :mod:`.controller`: :func:`render_controller_manifests`, what runs ``hotswap controller run``
   inside the cluster.
 """
 
+from hotswap.backends.kubernetes.render.cacheimage import render_image_cache
 from hotswap.backends.kubernetes.render.cluster import render_kueue, render_priority_classes
 from hotswap.backends.kubernetes.render.controller import render_controller_manifests
 from hotswap.backends.kubernetes.render.jobset import render_jobset
 
-__all__ = ["render_controller_manifests", "render_jobset", "render_kueue", "render_priority_classes"]
+__all__ = ["render_controller_manifests", "render_image_cache", "render_jobset", "render_kueue", "render_priority_classes"]

@@ -63,6 +63,10 @@ def worker_env(spec: WorkloadSpec, cluster: str, device: DeviceType, volume: Che
         (contract.HOTSWAP_RESTART_COUNT, _field(f"metadata.annotations['{labels.RESTART_COUNT_ANNOTATION}']")),
         (contract.HOTSWAP_SLICE, _field(f"metadata.annotations['{labels.SLICE_ANNOTATION}']")),
     ]
+    if spec.debug_dump_gcs:
+        user_flags = spec.env.get(contract.XLA_FLAGS)
+        env = [e for e in env if e["name"] != contract.XLA_FLAGS]
+        contract_env.append((contract.XLA_FLAGS, contract.with_xla_dump(user_flags, contract.CONTAINER_XLA_DUMP_DIR)))
     directory = checkpoint_dir(spec, cluster, volume)
     if directory is not None:
         contract_env.append((contract.HOTSWAP_CHECKPOINT_DIR, directory))
@@ -91,17 +95,34 @@ def container_command(command: str) -> list[str]:
     return ["/bin/sh", "-c", _PRELUDE + 'exec "$@"', "hotswap-worker", *shlex.split(command)]
 
 
+def container_name(spec: WorkloadSpec) -> str:
+    return spec.docker_name or labels.CONTAINER_NAME
+
+
+def run_command(spec: WorkloadSpec) -> str:
+    """The user's command; with --debug-dump-gcs, followed by xpk's copy of the XLA dumps to the
+    bucket (gsutil, which the image must have, as with xpk), keeping the command's exit code."""
+    if not spec.debug_dump_gcs:
+        return spec.command
+    target = shlex.quote(spec.debug_dump_gcs.rstrip("/") + "/")
+    return (
+        f"{spec.command}\nstatus=$?\n"
+        f'gsutil -m cp -r {contract.CONTAINER_XLA_DUMP_DIR} {target}"$HOSTNAME"/ || echo "hotswap: could not copy XLA dumps" >&2\n'
+        'exit "$status"'
+    )
+
+
 def worker_container(spec: WorkloadSpec, cluster: str, device: DeviceType, volume: CheckpointVolume | None) -> dict[str, Any]:
     """The pod's one container: the user's image and command, the contract's environment, the
     host's accelerators."""
     container: dict[str, Any] = {
-        "name": labels.CONTAINER_NAME,
+        "name": container_name(spec),
         "image": spec.docker_image or spec.base_docker_image or labels.DEFAULT_IMAGE,
-        "command": container_command(spec.command),
+        "command": container_command(run_command(spec)),
         "env": worker_env(spec, cluster, device, volume),
         "resources": {"limits": {device.resource_name: device.chips_per_host}},
     }
-    if needs_shell(spec.command):
+    if needs_shell(run_command(spec)):
         container["lifecycle"] = {"preStop": {"exec": {"command": list(_FORWARD_SIGTERM)}}}
     mounts = []
     if volume is not None:

@@ -42,7 +42,7 @@ from hotswap.api.errors import InvalidInputError
 from hotswap.api.spec import WorkloadSpec
 from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes.checkpoint_volume import CheckpointVolume
-from hotswap.backends.kubernetes.render.container import worker_container, worker_volumes
+from hotswap.backends.kubernetes.render.container import container_name, worker_container, worker_volumes
 from hotswap.backends.kubernetes.settings import KubeSettings
 
 Manifest = dict[str, Any]
@@ -53,8 +53,14 @@ def node_selector(device: DeviceType, settings: KubeSettings) -> dict[str, str]:
     return {settings.gpu_accelerator_label: device.gke_accelerator}
 
 
+# Fields added after the annotation's first release: left out while unset, so the annotation of a
+# workload that does not use them stays what earlier releases wrote (and read).
+_LATER_OPTIONAL_FIELDS = ("docker_name", "debug_dump_gcs")
+
+
 def spec_annotation(spec: WorkloadSpec) -> str:
-    return json.dumps(spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    unset = {name for name in _LATER_OPTIONAL_FIELDS if getattr(spec, name) is None}
+    return json.dumps(spec.model_dump(mode="json", exclude=unset), sort_keys=True, separators=(",", ":"))
 
 
 def render_jobset(
@@ -86,6 +92,8 @@ def render_jobset(
         job_labels[labels.QUEUE_NAME_LABEL] = settings.local_queue
     pod_labels = {labels.WORKLOAD_LABEL: spec.name, labels.CLUSTER_LABEL: cluster}
     pod_annotations: dict[str, str] = {}
+    if spec.docker_name:
+        pod_annotations[labels.CONTAINER_ANNOTATION] = spec.docker_name
     if volume is not None and volume.kind == "gcsfuse":
         pod_annotations["gke-gcsfuse/volumes"] = "true"  # GKE injects the gcsfuse sidecar
     pod_spec: dict[str, Any] = {
@@ -156,4 +164,8 @@ POD_FAILURE_POLICY: dict[str, Any] = {
 
 
 def _pod_failure_policy(spec: WorkloadSpec) -> dict[str, Any]:
-    return json.loads(json.dumps(POD_FAILURE_POLICY))
+    policy = json.loads(json.dumps(POD_FAILURE_POLICY))
+    for rule in policy["rules"]:
+        if "onExitCodes" in rule:
+            rule["onExitCodes"]["containerName"] = container_name(spec)
+    return policy

@@ -1,0 +1,164 @@
+"""Waiting and watching, so users need no shell loops: ``workload create|delete --wait`` and
+``workload list --watch``.
+
+A wait polls the backend for a state (RUNNING, finished, gone) with a progress line on stderr
+(rewritten in place on a terminal, one line per change otherwise) and gives up after
+``--timeout`` seconds with exit code 124 (a failed workload: 125). A watch redraws the list
+on change: a rich Live view on a terminal; elsewhere a new block, or one compact JSON/YAML
+document, only when something changed. Ctrl-C ends a watch with exit 0 (its normal end).
+"""
+
+from __future__ import annotations
+
+import enum
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from hotswap.api.errors import InvalidInputError, NotFoundError, WaitTimeoutError, WorkloadFailedError
+from hotswap.cli.output import Format, fit, plain_table, render_document, rich_table, terminal_width
+
+POLL_S = 0.25
+
+
+class Until(str, enum.Enum):
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+def check_timeout(timeout: float | None) -> None:
+    if timeout is not None and not timeout > 0:
+        raise InvalidInputError(f"--timeout {timeout:g}: must be a positive number of seconds")
+
+
+class Progress:
+    """One progress line on stderr: rewritten in place on a terminal, printed per change otherwise."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self.last = ""
+
+    def show(self, text: str, elapsed: float) -> None:
+        if self.tty:
+            sys.stderr.write(f"\r\x1b[2K{text} ({elapsed:.0f}s)")
+            sys.stderr.flush()
+        elif text != self.last:
+            print(text, file=sys.stderr, flush=True)
+        self.last = text
+
+    def done(self, text: str) -> None:
+        if self.tty:
+            sys.stderr.write("\r\x1b[2K")
+        print(text, file=sys.stderr, flush=True)
+
+
+def reached(view: dict[str, Any], until: Until) -> bool:
+    """Whether ``view`` is the awaited state; raises if it can never be (the workload failed)."""
+    status = view["status"]
+    if status == "FAILED":
+        raise WorkloadFailedError(f"workload {view['name']} failed: {view['status_message']}")
+    if until is Until.RUNNING:
+        return status in ("RUNNING", "SUCCESSFUL")
+    return status == "SUCCESSFUL"
+
+
+def wait_for_state(
+    describe: Callable[[], dict[str, Any]], name: str, until: Until, timeout: float | None,
+    clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Any]:
+    """Poll ``describe`` until the workload is RUNNING (or finished) or finished; return its view."""
+    progress = Progress()
+    started = clock()
+    while True:
+        view = describe()
+        if reached(view, until):
+            progress.done(f"workload {name} is {view['status']} ({view['status_message']})")
+            return view
+        elapsed = clock() - started
+        if timeout is not None and elapsed >= timeout:
+            raise WaitTimeoutError(
+                f"timed out after {timeout:g}s waiting for workload {name} to be {until.value}:"
+                f" it is {view['status']} ({view['status_message']})"
+            )
+        progress.show(f"waiting for workload {name} to be {until.value}: {view['status']} ({view['status_message']})", elapsed)
+        sleep(POLL_S)
+
+
+def wait_until_gone(
+    gone: Callable[[], bool], name: str, timeout: float | None,
+    clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Poll ``gone`` until the deleted workload and its workers are gone."""
+    progress = Progress()
+    started = clock()
+    while not gone():
+        elapsed = clock() - started
+        if timeout is not None and elapsed >= timeout:
+            raise WaitTimeoutError(f"timed out after {timeout:g}s waiting for workload {name}'s workers to stop")
+        progress.show(f"waiting for workload {name}'s workers to stop (checkpoint, then exit)", elapsed)
+        sleep(POLL_S)
+    progress.done(f"workload {name} is gone")
+
+
+def watch(
+    fetch: Callable[[], list[dict[str, Any]]],
+    columns: list[str],
+    row: Callable[[dict[str, Any]], list[str]],
+    hide_first: list[str],
+    fmt: Format,
+    interval: float,
+) -> None:
+    """Show ``fetch()`` and show it again whenever it changes, until Ctrl-C."""
+    try:
+        if fmt is Format.TABLE and sys.stdout.isatty():
+            _watch_live(fetch, columns, row, hide_first, interval)
+        else:
+            _watch_blocks(fetch, columns, row, fmt, interval)
+    except KeyboardInterrupt:
+        return  # the usual way to stop watching
+    except NotFoundError as error:
+        raise NotFoundError(f"{error} (stopped watching)") from None
+
+
+def _watch_blocks(
+    fetch: Callable[[], list[dict[str, Any]]], columns: list[str], row: Callable[[dict[str, Any]], list[str]],
+    fmt: Format, interval: float,
+) -> None:
+    last: str | None = None
+    while True:
+        views = fetch()
+        if fmt is Format.TABLE:
+            text = plain_table(columns, [row(v) for v in views])
+        else:
+            text = render_document(views, fmt, compact=True)
+            if fmt is Format.YAML:
+                text = "---\n" + text
+        if text != last:
+            # A blank line between tables, so each block reads on its own (awk: RS="").
+            sys.stdout.write(("\n" if last is not None and fmt is Format.TABLE else "") + text)
+            sys.stdout.flush()
+            last = text
+        time.sleep(interval)
+
+
+def _watch_live(
+    fetch: Callable[[], list[dict[str, Any]]], columns: list[str], row: Callable[[dict[str, Any]], list[str]],
+    hide_first: list[str], interval: float,
+) -> None:
+    from rich.console import Console
+    from rich.live import Live
+
+    def render() -> tuple[Any, list[list[str]], int]:
+        rows = [row(v) for v in fetch()]
+        width = terminal_width()
+        return rich_table(fit(columns, rows, width, hide_first), rows), rows, width
+
+    table, rows, width = render()
+    with Live(table, console=Console(), auto_refresh=False, transient=False) as live:
+        while True:
+            time.sleep(interval)
+            table, new_rows, new_width = render()
+            if (new_rows, new_width) != (rows, width):  # a resized terminal redraws too
+                live.update(table, refresh=True)
+                rows, width = new_rows, new_width
