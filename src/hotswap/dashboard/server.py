@@ -108,7 +108,7 @@ def create_app(source: ClusterSource, token: str | None = None) -> Any:
         async def events() -> Any:
             sent = -1
             quiet = 0.0
-            while not await request.is_disconnected():
+            while not source.stopped and not await request.is_disconnected():
                 version, text = source.snapshot()
                 if version != sent:
                     sent, quiet = version, 0.0
@@ -146,7 +146,9 @@ class Dashboard:
         bound = self.socket.getsockname()
         shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
         self.url = f"http://{shown}:{bound[1]}/" + (f"?token={token}" if token else "")
-        config = uvicorn.Config(create_app(source, token), log_level="warning", access_log=False, lifespan="off")
+        config = uvicorn.Config(
+            create_app(source, token), log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=2
+        )
         self.server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
 
@@ -164,8 +166,8 @@ class Dashboard:
         self._thread.start()
 
     def stop(self) -> None:
+        self.source.stop()  # first: it ends the event streams, which a graceful shutdown waits for
         self.server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout=10)
-        self.source.stop()
         self.socket.close()

@@ -57,6 +57,10 @@ class ClusterSource:
         self._thread = threading.Thread(target=self._run, name="hotswap-dashboard-source", daemon=True)
         self._thread.start()
 
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
