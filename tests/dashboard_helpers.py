@@ -28,12 +28,13 @@ STEPPER = textwrap.dedent(
 )
 
 
-def drill_cluster(home: Path, directory: Path, cluster: str = "c") -> None:
+def drill_cluster(home: Path, directory: Path, cluster: str = "c", create: bool = True) -> None:
     """2 slices: ``high`` (stepping) on one, ``low`` on the other, ``waiter`` queued."""
     stepper = directory / "stepper.py"
     stepper.write_text(STEPPER)
     sleeper = write_sleeper(directory)
-    hotswap(home, "cluster", "create", "--cluster", cluster, "--device-type", "v6e-4", "--num-slices", "2", check=True)
+    if create:
+        hotswap(home, "cluster", "create", "--cluster", cluster, "--device-type", "v6e-4", "--num-slices", "2", check=True)
     for name, priority, command in (("high", "high", f"{sys.executable} {stepper}"), ("low", "low", sleeper), ("waiter", "very-low", sleeper)):
         hotswap(home, "workload", "create", "--cluster", cluster, "--workload", name, "--priority", priority, "--command", command, check=True)
 
