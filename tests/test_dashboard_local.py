@@ -3,9 +3,14 @@ one-line errors, and the token of an exposed dashboard."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import socket
+import subprocess
+import sys
+import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -102,3 +107,34 @@ def test_the_cli_says_one_line_for_an_unknown_cluster_a_port_in_use_and_a_public
 
     public = hotswap(home, "dashboard", "--cluster", "c", "--host", "0.0.0.0")
     assert public.returncode != 0 and "add --expose" in public.stderr and len(public.stderr.strip().splitlines()) == 1
+
+
+def test_demo_dashboard_shows_the_drill_while_it_runs(home: Path) -> None:
+    pytest.importorskip("torch")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hotswap", "demo", "hotswap", "--no-warm", "--json", "--dashboard", "--dashboard-port", "0"],
+        env={**os.environ, "HOTSWAP_HOME": str(home)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    lines: list[str] = []
+    assert process.stderr is not None
+    reader = threading.Thread(target=lambda: lines.extend(process.stderr), daemon=True)  # type: ignore[arg-type]
+    reader.start()
+    try:
+        url = wait_until(lambda: next((m.group(0) for line in list(lines) if (m := re.search(r"http://127\.0\.0\.1:\d+/", line))), None),
+                         timeout=60, what="the dashboard's address")
+
+        def document() -> dict:
+            with urllib.request.urlopen(url + "api/state", timeout=10) as response:
+                return json.loads(response.read())
+
+        seen = wait_until(lambda: (d := document())["cluster"]["name"] and any(w["step"] for w in d["workloads"]) and d,
+                          timeout=120, what="the drill's training on the page")
+        assert seen["cluster"]["name"].startswith("demo-hotswap-") and not seen["stale"]
+        stdout, _ = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, "".join(lines[-20:])
+    assert json.loads(stdout)["passed"]
+    assert not any("no cluster named" in line for line in lines)  # the wait for the drill's cluster is not an error

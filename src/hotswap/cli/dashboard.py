@@ -6,6 +6,7 @@ The web libraries are imported only once the command runs, so ``hotswap --help``
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import typer
@@ -25,7 +26,9 @@ def require_libraries() -> None:
         raise InvalidInputError(f"the dashboard needs {', '.join(missing)}: pip install 'hotswap[dashboard]'")
 
 
-def start_dashboard(cluster: str, host: str, port: int, token: str | None, interval_s: float | None = None) -> Any:
+def start_dashboard(
+    cluster: str, host: str, port: int, token: str | None, interval_s: float | None = None, log: Callable[[str], None] | None = None,
+) -> Any:
     """A dashboard of ``cluster`` (not yet serving: call ``start`` or ``serve_forever``)."""
     from hotswap.cli import backends
     from hotswap.dashboard.server import Dashboard
@@ -40,7 +43,7 @@ def start_dashboard(cluster: str, host: str, port: int, token: str | None, inter
     except Exception:  # not created yet (a demo's cluster): the page says so until it is
         pass
     interval = interval_s if interval_s is not None else (0.5 if kind == "local" else 2.0)
-    source = ClusterSource(cluster, lambda: backends.for_cluster(cluster), interval_s=interval)
+    source = ClusterSource(cluster, lambda: backends.for_cluster(cluster), interval_s=interval, log=log)
     return Dashboard(source, host, port, token)
 
 

@@ -99,7 +99,13 @@ def _open_dashboard(cluster: str, port: int) -> Any:
 
     from hotswap.cli.dashboard import start_dashboard
 
-    board = start_dashboard(cluster, "127.0.0.1", port, None, 0.25)
+    from hotswap.store import registry
+
+    def log(line: str) -> None:
+        if registry.find(cluster) is not None:  # before the drill creates its cluster, the page says so
+            print(line, file=sys.stderr, flush=True)
+
+    board = start_dashboard(cluster, "127.0.0.1", port, None, 0.25, log)
     board.start()
     print(f"hotswap dashboard of the drill: {board.url} (loopback only, read-only)", file=sys.stderr)
     if sys.stderr.isatty() and (sys.platform == "darwin" or os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):

@@ -24,14 +24,22 @@ from hotswap.dashboard.history import History
 FINISHED = ("SUCCESSFUL", "FAILED")
 
 
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 def one_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return text[0] if text else type(error).__name__
 
 
 class ClusterSource:
-    def __init__(self, cluster: str, connect: Callable[[], Backend], interval_s: float = 0.5, stale_after_s: float = 3.0) -> None:
+    def __init__(
+        self, cluster: str, connect: Callable[[], Backend], interval_s: float = 0.5, stale_after_s: float = 3.0,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
         self.cluster = cluster
+        self.log = log or _stderr
         self.connect = connect
         self.interval_s = interval_s
         self.stale_after_s = max(stale_after_s, 3 * interval_s)
@@ -88,7 +96,7 @@ class ClusterSource:
             self._failed(error)
         else:
             if self.error is not None:
-                print(f"hotswap dashboard: cluster {self.cluster} readable again", file=sys.stderr)
+                self.log(f"hotswap dashboard: cluster {self.cluster} readable again")
             self.error, self.updated = None, now
         self.looks += 1
         with self._lock:
@@ -97,7 +105,7 @@ class ClusterSource:
     def _failed(self, error: BaseException) -> None:
         line = one_line(error)
         if line != self.error:
-            print(f"hotswap dashboard: cluster {self.cluster}: {line} (showing the last data, marked stale)", file=sys.stderr)
+            self.log(f"hotswap dashboard: cluster {self.cluster}: {line} (showing the last data, marked stale)")
         self.error = line
         self._backend = None  # connect again next time (a new kubeconfig token, a new controller)
 
