@@ -30,7 +30,7 @@ WORKER = "import time; time.sleep(3600)"
 
 
 def cli(*args: str) -> str:
-    result = subprocess.run([sys.executable, "-m", "hotswap", *args], capture_output=True, text=True, timeout=120)
+    result = subprocess.run([sys.executable, "-m", "hotswap", *args], capture_output=True, text=True, timeout=120, check=False)
     if result.returncode != 0:
         raise SystemExit(f"hotswap {' '.join(args)}: {result.stderr.strip()}")
     return result.stdout
@@ -84,7 +84,7 @@ def main() -> int:
         page_s, poll_s = [], []
         for _ in range(args.runs):
             before = holder_slices(json.loads(cli("workload", "list", "--cluster", "b", "--output", "json")))
-            moved = lambda held, before=tuple(before): bool(held) and tuple(held) != before  # noqa: E731
+            moved = lambda held, before=tuple(before): bool(held) and tuple(held) != before
             started = time.monotonic()
             cli("node", "fail", "--cluster", "b", "--slice", before[0])
             polled = None
@@ -118,7 +118,7 @@ def main() -> int:
     finally:
         if board is not None:
             board.stop()
-        subprocess.run([sys.executable, "-m", "hotswap", "cluster", "delete", "--cluster", "b"], capture_output=True, timeout=120)
+        subprocess.run([sys.executable, "-m", "hotswap", "cluster", "delete", "--cluster", "b"], capture_output=True, timeout=120, check=False)
     print(json.dumps(result, indent=2 if not args.json else None))
     return 0
 

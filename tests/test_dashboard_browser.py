@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from dashboard_helpers import drill_cluster, holder_of, poll, served
-from local_helpers import cleanup, hotswap
+from local_helpers import home, hotswap  # noqa: F401 (home: a fixture)
 
 CHROMIUM = os.environ.get("HOTSWAP_CHROMIUM", "/usr/bin/chromium")
 LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
@@ -25,12 +24,11 @@ pytestmark = pytest.mark.browser
 
 
 def _missing() -> str | None:
-    try:
-        import playwright.sync_api  # noqa: F401
-        import starlette  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ImportError as error:
-        return f"{error.name} is not installed (pip install 'hotswap[dashboard,dev]')"
+    import importlib.util
+
+    for module, package in (("playwright", "playwright"), ("starlette", "hotswap[dashboard]"), ("uvicorn", "hotswap[dashboard]")):
+        if importlib.util.find_spec(module) is None:
+            return f"{module} is not installed (pip install '{package}')"
     if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)) and not shutil.which(CHROMIUM):
         return f"no chromium at {CHROMIUM} (apt-get install chromium)"
     return None
@@ -50,12 +48,6 @@ def browser() -> Iterator[Any]:
         yield launched
         launched.close()
 
-
-@pytest.fixture
-def home(tmp_path: Path):
-    state_dir = tmp_path / "state"
-    yield state_dir
-    cleanup(state_dir)
 
 
 def open_page(browser: Any, url: str, width: int) -> tuple[Any, list[str]]:

@@ -8,7 +8,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from test_kubernetes_cli import ClusterApi, hotswap
 
 from hotswap.dashboard.source import ClusterSource

@@ -20,18 +20,11 @@ import pytest
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
-from dashboard_helpers import drill_cluster, holder_of, poll, served, state  # noqa: E402
-from local_helpers import alive, cleanup, hotswap, wait_until  # noqa: E402
+from dashboard_helpers import drill_cluster, holder_of, poll, served, state
+from local_helpers import alive, home, hotswap, wait_until
 
-from hotswap.api.errors import InvalidInputError  # noqa: E402
-from hotswap.dashboard.server import check_binding  # noqa: E402
-
-
-@pytest.fixture
-def home(tmp_path: Path):
-    state_dir = tmp_path / "state"
-    yield state_dir
-    cleanup(state_dir)
+from hotswap.api.errors import InvalidInputError
+from hotswap.dashboard.server import check_binding
 
 
 def test_the_page_follows_a_hotswap_and_survives_a_controller_restart(home: Path, tmp_path: Path) -> None:

@@ -16,19 +16,18 @@ import pytest
 
 pytest.importorskip("prometheus_client")
 
-from dashboard_helpers import drill_cluster  # noqa: E402
-from k8s_fixtures.scenario import make_controller, make_world, run_until, running, submit  # noqa: E402
-from local_helpers import alive, cleanup, hotswap, wait_until  # noqa: E402
-from test_kubernetes_metrics import sample  # noqa: E402
+from dashboard_helpers import drill_cluster
+from k8s_fixtures.scenario import (
+    make_controller,
+    make_world,
+    run_until,
+    running,
+    submit,
+)
+from local_helpers import alive, home, hotswap, wait_until
+from test_kubernetes_metrics import sample
 
-from hotswap.runtime.metrics import METRICS, ControllerMetrics  # noqa: E402
-
-
-@pytest.fixture
-def home(tmp_path: Path):
-    state_dir = tmp_path / "state"
-    yield state_dir
-    cleanup(state_dir)
+from hotswap.runtime.metrics import METRICS, ControllerMetrics
 
 
 def names(text: str) -> set[str]:
@@ -57,13 +56,14 @@ def test_the_local_controller_serves_the_figures_of_a_hotswap(home: Path, tmp_pa
                 return response.read().decode()
 
         assert names(scrape()) == names(ControllerMetrics().exposition()) == {m.name for m in METRICS}
-        assert sample(scrape(), 'hotswap_slices{state="spare"}') == 2
+        # Set once the controller has read the cluster (it serves metrics from its first moment).
+        wait_until(lambda: sample(scrape(), 'hotswap_slices{state="spare"}') == 2, timeout=60, what="two spare slices")
 
         drill_cluster(home, tmp_path, create=False)
         wait_until(lambda: sample(scrape(), 'hotswap_workloads{status="RUNNING"}') == 2, timeout=60, what="two running")
         assert sample(scrape(), 'hotswap_workloads{status="QUEUED"}') == 1
-        held = hotswap(home, "workload", "list", "--cluster", "c", "--output", "json", check=True).stdout
-        high_slice = re.search(r'"name": "high".*?"slices": \[\s*"([^"]+)"', held, re.S).group(1)
+        rows = json.loads(hotswap(home, "workload", "list", "--cluster", "c", "--output", "json", check=True).stdout)
+        (high_slice,) = next(r["slices"] for r in rows if r["name"] == "high")
         hotswap(home, "node", "fail", "--cluster", "c", "--slice", high_slice, check=True)
         wait_until(lambda: sample(scrape(), "hotswap_recovery_seconds_count") == 1, timeout=60, what="the recovery")
         text = scrape()

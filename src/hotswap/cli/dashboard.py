@@ -5,6 +5,7 @@ The web libraries are imported only once the command runs, so ``hotswap --help``
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -35,13 +36,12 @@ def start_dashboard(
     from hotswap.dashboard.source import ClusterSource
 
     require_libraries()
-    kind = "local"
-    try:
-        from hotswap.store import registry
+    from hotswap.api.errors import HotswapError
+    from hotswap.store import registry
 
+    kind = "local"  # a cluster not created yet (a demo's) will be local; the page says so until it is
+    with contextlib.suppress(HotswapError):
         kind = registry.record_of(cluster).backend
-    except Exception:  # not created yet (a demo's cluster): the page says so until it is
-        pass
     interval = interval_s if interval_s is not None else (0.5 if kind == "local" else 2.0)
     source = ClusterSource(cluster, lambda: backends.for_cluster(cluster), interval_s=interval, log=log)
     return Dashboard(source, host, port, token)

@@ -94,11 +94,11 @@ def demo(
 def _open_dashboard(cluster: str, port: int) -> Any:
     """The drill's dashboard, served from this process while the drill runs (its page says the
     cluster does not exist yet for the moment before the drill creates it)."""
+    import contextlib
     import os
     import webbrowser
 
     from hotswap.cli.dashboard import start_dashboard
-
     from hotswap.store import registry
 
     def log(line: str) -> None:
@@ -109,10 +109,8 @@ def _open_dashboard(cluster: str, port: int) -> Any:
     board.start()
     print(f"hotswap dashboard of the drill: {board.url} (loopback only, read-only)", file=sys.stderr)
     if sys.stderr.isatty() and (sys.platform == "darwin" or os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
-        try:
+        with contextlib.suppress(webbrowser.Error, OSError):  # a broken browser setting must not stop the drill
             webbrowser.open(board.url)  # only with a display: never a text browser in this terminal
-        except Exception:  # a broken browser setting must not stop the drill
-            pass
     return board
 
 

@@ -73,7 +73,13 @@ def create_app(source: ClusterSource, token: str | None = None) -> Any:
     from starlette.middleware import Middleware
     from starlette.middleware.base import BaseHTTPMiddleware
     from starlette.requests import Request
-    from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
+    from starlette.responses import (
+        FileResponse,
+        JSONResponse,
+        PlainTextResponse,
+        Response,
+        StreamingResponse,
+    )
     from starlette.routing import Mount, Route
     from starlette.staticfiles import StaticFiles
 

@@ -90,9 +90,8 @@ class ClusterSource:
         now = time.time()
         try:
             self._read(now)
-        except HotswapError as error:
-            self._failed(error)
-        except Exception as error:  # an unexpected fault of a look must not end the page
+        # A user's fault (HotswapError) or an unexpected one: neither may end the page.
+        except Exception as error:  # noqa: BLE001
             self._failed(error)
         else:
             if self.error is not None:
