@@ -30,6 +30,14 @@ from test_kubernetes_metrics import sample
 from hotswap.runtime.metrics import METRICS, ControllerMetrics
 
 
+def figure(text: str, name: str) -> float | None:
+    """A sample's value, or None before the controller first set it."""
+    try:
+        return sample(text, name)
+    except AssertionError:
+        return None
+
+
 def names(text: str) -> set[str]:
     return {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ") and not line.split()[2].endswith("_created")}
 
@@ -57,15 +65,15 @@ def test_the_local_controller_serves_the_figures_of_a_hotswap(home: Path, tmp_pa
 
         assert names(scrape()) == names(ControllerMetrics().exposition()) == {m.name for m in METRICS}
         # Set once the controller has read the cluster (it serves metrics from its first moment).
-        wait_until(lambda: sample(scrape(), 'hotswap_slices{state="spare"}') == 2, timeout=60, what="two spare slices")
+        wait_until(lambda: figure(scrape(), 'hotswap_slices{state="spare"}') == 2, timeout=60, what="two spare slices")
 
         drill_cluster(home, tmp_path, create=False)
-        wait_until(lambda: sample(scrape(), 'hotswap_workloads{status="RUNNING"}') == 2, timeout=60, what="two running")
+        wait_until(lambda: figure(scrape(), 'hotswap_workloads{status="RUNNING"}') == 2, timeout=60, what="two running")
         assert sample(scrape(), 'hotswap_workloads{status="QUEUED"}') == 1
         rows = json.loads(hotswap(home, "workload", "list", "--cluster", "c", "--output", "json", check=True).stdout)
         (high_slice,) = next(r["slices"] for r in rows if r["name"] == "high")
         hotswap(home, "node", "fail", "--cluster", "c", "--slice", high_slice, check=True)
-        wait_until(lambda: sample(scrape(), "hotswap_recovery_seconds_count") == 1, timeout=60, what="the recovery")
+        wait_until(lambda: figure(scrape(), "hotswap_recovery_seconds_count") == 1, timeout=60, what="the recovery")
         text = scrape()
         assert sample(text, "hotswap_hotswaps_total") == 1
         assert sample(text, "hotswap_preemptions_total") == 1  # low made room for high
