@@ -156,3 +156,14 @@ def test_an_unreachable_cluster_keeps_the_last_data_marked_stale_with_one_line()
     backend.reachable = True
     source.look()
     assert json.loads(source.snapshot()[1])["stale"] is False
+
+
+def test_checkpoint_saves_appear_when_the_ledger_s_save_time_grows() -> None:
+    history = History()
+    history.take_saves("w", {"slice_seconds": {"checkpoint_save": 0.0}}, 1.0)
+    history.take_saves("w", {"slice_seconds": {"checkpoint_save": 0.0}}, 2.0)
+    assert history.events == []
+    history.take_saves("w", {"slice_seconds": {"checkpoint_save": 0.25}}, 3.0)
+    assert [(e["t"], e["category"], e["message"]) for e in history.events] == [
+        (3.0, "checkpoint", "checkpoint saved (0.25 slice-s of saving)")
+    ]

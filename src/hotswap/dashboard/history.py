@@ -19,7 +19,7 @@ FAILURE_KINDS = frozenset({"node", "worker-exited", "hung"})
 CATEGORIES = {
     "node": "failure", "worker-exited": "failure", "hung": "failure", "fail": "failure",
     "restart": "hotswap", "preempt": "preemption", "requeue": "preemption",
-    "scaledown": "elastic", "scaleup": "elastic", "restored": "checkpoint",
+    "scaledown": "elastic", "scaleup": "elastic", "restored": "checkpoint", "checkpoint": "checkpoint",
     "admit": "admission", "complete": "complete", "created": "created",
 }
 MAX_SAMPLES = 2000  # per series: a day at one sample a minute, or a drill at many per second
@@ -40,6 +40,7 @@ class WorkloadHistory:
     restarted_at: float | None = None  # when a restart followed the open failure
     recoveries: list[float] = dataclasses.field(default_factory=list)
     marks: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    saving_s: float | None = None  # slice-seconds of checkpoint saves accounted so far
 
     @property
     def step(self) -> int | None:
@@ -116,6 +117,15 @@ class History:
             history.recoveries.append(now - history.failed_at)
             history.marks.append({"t": now, "kind": "recovery"})
             history.failed_at = None
+
+    def take_saves(self, name: str, goodput: dict[str, Any], now: float) -> None:
+        """Checkpoint saves, seen as the goodput ledger's save time growing (the backends'
+        only record of saves: the workers' events, which no log line repeats)."""
+        history = self.of(name)
+        saving = float((goodput.get("slice_seconds") or {}).get("checkpoint_save") or 0.0)
+        if history.saving_s is not None and saving > history.saving_s:
+            self._event(name, now, "checkpoint", f"checkpoint saved ({saving - history.saving_s:.2f} slice-s of saving)")
+        history.saving_s = saving
 
     def take_goodput(self, now: float, figures: list[dict[str, Any]]) -> None:
         """The cluster's goodput now: workloads' productive time over their wall time."""

@@ -124,6 +124,8 @@ class ClusterSource:
                 continue  # deleted between the list and now
             self.described[name] = described
             self.history.take_timeline(name, described.get("timeline") or [], now, live)
+            if described.get("goodput"):
+                self.history.take_saves(name, described["goodput"], now)
             if row["status"] != "QUEUED":
                 chunks: list[bytes] = []
                 try:
