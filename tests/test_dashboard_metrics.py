@@ -97,3 +97,16 @@ def test_the_kubernetes_controller_sets_the_same_cluster_state_gauges() -> None:
         assert sample(text, 'hotswap_slices{state="held"}') == 2
     finally:
         world.close()
+
+
+def test_a_metrics_port_in_use_is_one_line(home: Path) -> None:
+    import socket
+
+    hotswap(home, "cluster", "create", "--cluster", "c", "--device-type", "v6e-4", "--num-slices", "1", check=True)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = hotswap(home, "controller", "run", "--cluster", "c", "--metrics-address", f"127.0.0.1:{port}")
+    assert result.returncode != 0
+    assert result.stderr.strip() == f"error: --metrics-address 127.0.0.1:{port}: Address already in use"

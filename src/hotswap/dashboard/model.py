@@ -73,6 +73,7 @@ def workload_row(row: dict[str, Any], described: dict[str, Any] | None, history:
         mttr_s=kept.mttr_s if kept else None,
         failures=sum(1 for m in kept.marks if m["kind"] == "failure") if kept else 0,
         goodput=goodput.get("goodput"),
+        goodput_source=goodput.get("source"),  # "controller": no SDK events, running time counts as productive
         badput={k: v for k, v in (goodput.get("badput") or {}).items() if v},
         env_names=sorted((described.get("spec") or {}).get("env") or {}),
     )

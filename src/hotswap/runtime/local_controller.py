@@ -54,7 +54,7 @@ from hotswap.backends.local.spares import DEFAULT_PRELOAD
 from hotswap.backends.local.supervisor import WorkerLaunch
 from hotswap.backends.local.workers import Workers
 from hotswap.runtime.gpu_health import GpuHealthMonitor
-from hotswap.runtime.local_metrics import LocalFigures
+from hotswap.runtime.local_metrics import LocalFigures, serve_metrics
 from hotswap.runtime.local_requests import Refusal, RoundInputs, round_inputs
 from hotswap.runtime.metrics import ControllerMetrics
 from hotswap.core import actions as act
@@ -450,13 +450,7 @@ def run_local_controller(cluster: str, metrics_address: str | None = None) -> No
     signal ends it (a one-line error when a controller serves it already), with Prometheus
     metrics on ``metrics_address`` when given."""
     paths = registry.existing(cluster)
-    metrics = ControllerMetrics() if metrics_address else None
-    if metrics is not None and metrics_address:
-        try:
-            host, port = metrics.serve(metrics_address)
-        except OSError as error:
-            raise ConflictError(f"--metrics-address {metrics_address}: {error.strerror or error}") from None
-        print(f"hotswap controller for cluster {cluster}: metrics on http://{host}:{port}/metrics", file=sys.stderr, flush=True)
+    metrics = serve_metrics(cluster, metrics_address) if metrics_address else None
     try:
         LocalController(paths, metrics).run()
     except AlreadyRunning:

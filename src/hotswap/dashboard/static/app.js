@@ -91,7 +91,7 @@ function renderWorkloads(d) {
       el("td", {}, fmt(w.steps_per_s, 2)),
       el("td", {}, w.restarts),
       el("td", {}, w.preemptions),
-      el("td", {}, pct(w.goodput)),
+      el("td", { title: w.goodput_source === "controller" ? "from the controller's view (no SDK events): running time counts as productive" : "" }, pct(w.goodput)),
       el("td", {}, badput || "–"),
       el("td", { title: w.failures + " failure(s)" }, w.mttr_s === null ? "–" : fmt(w.mttr_s, 1) + " s"),
       el("td", {}, w.run_id || "–"),
