@@ -16,7 +16,7 @@ import typer
 
 from hotswap import __version__
 from hotswap.api.errors import HotswapError, UsageError
-from hotswap.cli import cluster, controller, demo, node, simulate, workload
+from hotswap.cli import cluster, controller, dashboard, demo, node, simulate, workload
 
 app = typer.Typer(
     name="hotswap",
@@ -35,6 +35,7 @@ app.add_typer(node.app, name="node")
 app.add_typer(controller.app, name="controller")
 app.command("simulate")(simulate.simulate)
 app.command("demo")(demo.demo)
+app.command("dashboard")(dashboard.dashboard)
 
 
 def _version(value: bool) -> None:

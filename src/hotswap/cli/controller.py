@@ -21,11 +21,10 @@ def run(
     cluster: str = typer.Option(..., "--cluster", help="Cluster name."),
     metrics_address: str | None = typer.Option(
         None, "--metrics-address",
-        help=f"Kubernetes: serve Prometheus metrics on HOST:PORT (default {DEFAULT_METRICS_ADDRESS}; \"\" turns them off).",
+        help=f"Serve Prometheus metrics on HOST:PORT (Kubernetes: default {DEFAULT_METRICS_ADDRESS}, \"\" turns them off; local: off unless given).",
     ),
 ) -> None:
     """Run the controller in the foreground (the CLI otherwise starts it in the background)."""
-    from hotswap.api.errors import InvalidInputError
     from hotswap.store import registry
 
     in_cluster = os.environ.get(IN_CLUSTER_SETTINGS)
@@ -33,21 +32,27 @@ def run(
         import json
 
         from hotswap.runtime.kube_controller import run_kubernetes_controller
-        from hotswap.runtime.metrics import parse_address
 
         address = DEFAULT_METRICS_ADDRESS if metrics_address is None else metrics_address
         if address:
-            try:
-                parse_address(address)
-            except ValueError as error:
-                raise InvalidInputError(f"--metrics-address: {error}") from None
+            _check_address(address)
         run_kubernetes_controller(cluster, json.loads(in_cluster) if in_cluster else None, address or None)
         return
-    if metrics_address is not None:
-        raise InvalidInputError("--metrics-address: only for clusters of --backend kubernetes")
+    if metrics_address:
+        _check_address(metrics_address)
     from hotswap.runtime.local_controller import run_local_controller
 
-    run_local_controller(cluster)
+    run_local_controller(cluster, metrics_address or None)
+
+
+def _check_address(address: str) -> None:
+    from hotswap.api.errors import InvalidInputError
+    from hotswap.runtime.metrics import parse_address
+
+    try:
+        parse_address(address)
+    except ValueError as error:
+        raise InvalidInputError(f"--metrics-address: {error}") from None
 
 
 @app.command("manifests")

@@ -39,6 +39,8 @@ def demo(
     backing: Backing = typer.Option(Backing.AUTO, "--backing", help="auto (this machine's GPUs, one per slice, when enough are free), gpu, or emulated."),
     state_gb: float = typer.Option(1.2, "--state-gb", help="gpu: model + optimizer state on the GPU, in GB.", min=0.001),
     framework: Framework = typer.Option(Framework.TORCH, "--framework", help="torch, or jax (elastic and migration drills; needs hotswap[jax])."),
+    dashboard: bool = typer.Option(False, "--dashboard", help="Watch the drill live in a browser (hotswap[dashboard]; on 127.0.0.1)."),
+    dashboard_port: int = typer.Option(8787, "--dashboard-port", help="Port of --dashboard (0: any free port).", min=0, max=65535),
 ) -> None:
     """Run a real drill: training jobs (PyTorch, or JAX with --framework jax) on a fresh local cluster, real failures, real recovery.
 
@@ -69,7 +71,12 @@ def demo(
     drill = drills[scenario.value](
         DemoOptions(keep=keep, warm=warm, step_sleep=step_sleep, backing=backing.value, state_gb=state_gb)
     )
-    summary = drill.run()
+    board = _open_dashboard(drill.cluster, dashboard_port) if dashboard else None
+    try:
+        summary = drill.run()
+    finally:
+        if board is not None:
+            board.stop()
     if plot is not None:
         from hotswap.demo.plot import plot_drill
 
@@ -82,6 +89,29 @@ def demo(
         _print_summary(public)
     if not summary["passed"]:
         raise typer.Exit(1)
+
+
+def _open_dashboard(cluster: str, port: int) -> Any:
+    """The drill's dashboard, served from this process while the drill runs (its page says the
+    cluster does not exist yet for the moment before the drill creates it)."""
+    import contextlib
+    import os
+    import webbrowser
+
+    from hotswap.cli.dashboard import start_dashboard
+    from hotswap.store import registry
+
+    def log(line: str) -> None:
+        if registry.find(cluster) is not None:  # before the drill creates its cluster, the page says so
+            print(line, file=sys.stderr, flush=True)
+
+    board = start_dashboard(cluster, "127.0.0.1", port, None, 0.25, log)
+    board.start()
+    print(f"hotswap dashboard of the drill: {board.url} (loopback only, read-only)", file=sys.stderr)
+    if sys.stderr.isatty() and (sys.platform == "darwin" or os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        with contextlib.suppress(webbrowser.Error, OSError):  # a broken browser setting must not stop the drill
+            webbrowser.open(board.url)  # only with a display: never a text browser in this terminal
+    return board
 
 
 def _jax_drills(scenario: Scenario) -> dict[str, Any]:

@@ -187,6 +187,7 @@ class KubeController:
         self._account(observation, decision)
         if self.metrics is not None:
             self.metrics.reconciled(time.perf_counter() - started, self.client.writes - writes)
+            self.metrics.observed(decision.snapshot)
         return operations
 
     def enact(self, operations: list[ops.Operation], observation: Observation) -> None:

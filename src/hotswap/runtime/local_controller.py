@@ -54,7 +54,9 @@ from hotswap.backends.local.spares import DEFAULT_PRELOAD
 from hotswap.backends.local.supervisor import WorkerLaunch
 from hotswap.backends.local.workers import Workers
 from hotswap.runtime.gpu_health import GpuHealthMonitor
+from hotswap.runtime.local_metrics import LocalFigures, serve_metrics
 from hotswap.runtime.local_requests import Refusal, RoundInputs, round_inputs
+from hotswap.runtime.metrics import ControllerMetrics
 from hotswap.core import actions as act
 from hotswap.core import events as ev
 from hotswap.core.model import Snapshot
@@ -84,8 +86,9 @@ MAX_SLEEP_S = 3600.0  # select() must never get a timeout it cannot hold
 
 
 class LocalController:
-    def __init__(self, paths: ClusterPaths) -> None:
+    def __init__(self, paths: ClusterPaths, metrics: ControllerMetrics | None = None) -> None:
         self.paths = paths
+        self.figures = LocalFigures(metrics) if metrics is not None else None  # Prometheus, when served
         self.claim: Claim | None = None
         self.selector = selectors.DefaultSelector()  # each registration's data is its callback
         self.pending_events: list[ev.Event] = []
@@ -101,6 +104,8 @@ class LocalController:
         _raise_descriptor_limit()  # a pidfd per worker: big clusters need many descriptors
         try:
             self.start()
+            if self.figures is not None:
+                self.figures.metrics.observed(self.snapshot)
             self.wake = _wake_on_signals(self.selector, self._stop_loop)
             self.step()  # what was queued while no controller ran
             while not self.stopped:
@@ -160,6 +165,8 @@ class LocalController:
                 self.workers.refill_spares_if_due()
                 self.pending_events += self.hangs.check(self.snapshot, now)
             self._work()
+            if self.figures is not None:
+                self.figures.check_recoveries(self.snapshot, self._running, time.time())
             self.retry_at = None
         except Exception as error:
             if not faults.is_fault(error):
@@ -334,7 +341,7 @@ class LocalController:
         """Decide, commit the decision with everything it implies, then act (see
         :class:`~hotswap.runtime.local_requests.RoundInputs` for what a request adds)."""
         assert self.claim is not None
-        now = time.time()
+        now, began = time.time(), time.perf_counter()
         events = self.pending_events + inputs.events
         old, cluster, hit = self.snapshot, inputs.cluster, inputs.hit
         config = _scheduler_config(cluster) if cluster is not None else self.config
@@ -387,6 +394,12 @@ class LocalController:
         self.workers.kill(row for row in hit if row.id in killed)
         self.workers.terminate(row for row in {r.id: r for r in to_stop + hit}.values() if row.id not in killed)
         self.workers.spawn(started)
+        if self.figures is not None:
+            writes = len(started) + len({r.id for r in to_stop + hit})
+            self.figures.round_done(decision.actions, new, now, time.perf_counter() - began, writes)
+
+    def _running(self, workload: str, seq: int, attempt: int) -> int:
+        return sum(1 for row in self.workers.live(workload, seq, attempt) if row.pid is not None)
 
     def _register_created(self, inputs: list[ev.Event], old: Snapshot, new: Snapshot, request: Request) -> None:
         """Store the launch record of a workload this round created (before its record)."""
@@ -432,18 +445,23 @@ def _raise_descriptor_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 1 << 20, hard))
 
 
-def run_local_controller(cluster: str) -> None:
+def run_local_controller(cluster: str, metrics_address: str | None = None) -> None:
     """``hotswap controller run`` for a local cluster: serve it from this process until a
-    signal ends it (a one-line error when a controller serves it already)."""
+    signal ends it (a one-line error when a controller serves it already), with Prometheus
+    metrics on ``metrics_address`` when given."""
     paths = registry.existing(cluster)
+    metrics = serve_metrics(cluster, metrics_address) if metrics_address else None
     try:
-        LocalController(paths).run()
+        LocalController(paths, metrics).run()
     except AlreadyRunning:
         raise ConflictError(
             f"the controller of cluster {cluster} is already running (pid {paths.controller_pid()})"
         ) from None
     except LostClaim as lost:
         raise ConflictError(f"{lost}; this controller stopped and left the workers alone") from None
+    finally:
+        if metrics is not None:
+            metrics.close()
 
 
 def main(argv: list[str] | None = None) -> int:

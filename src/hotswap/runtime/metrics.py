@@ -1,7 +1,9 @@
 """The controllers' Prometheus metrics: one definition of each figure (name, kind, help, buckets)
-for every controller that serves them (the Kubernetes controller now; the local one can use the
+for every controller that serves them (the Kubernetes controller and the local one, through the
 same :class:`ControllerMetrics`), and the HTTP endpoint (``prometheus-client``, imported only
-here and only when metrics are created).
+here and only when metrics are created). The cluster's state (workloads by status, slices by
+state) is set from the core's snapshot after every round, the same way on both backends: what
+``hotswap dashboard`` shows, for teams that would rather use Grafana.
 
 ========================================  =========  ============================================
 name                                      kind       what
@@ -15,13 +17,22 @@ name                                      kind       what
 ``hotswap_recovery_seconds``              histogram  from a node failure under a running workload
                                                      to all its restarted workers running
 ``hotswap_leader``                        gauge      1 while this controller holds the Lease
+``hotswap_workloads{status}``             gauge      workloads by status (QUEUED, RUNNING, ...)
+``hotswap_slices{state}``                 gauge      slices by state: held, spare, unhealthy
 ========================================  =========  ============================================
+
+A local controller counts as its "writes" the worker processes a round started or stopped (its
+effects); a Kubernetes controller, its write calls to the API server.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from typing import Any
+
+from hotswap.api.phases import WorkloadPhase
+from hotswap.core.model import Snapshot
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +41,7 @@ class MetricSpec:
     kind: str  # counter, gauge or histogram
     help: str
     buckets: tuple[float, ...] = ()
+    labels: tuple[str, ...] = ()
 
 
 RECONCILE_DURATION = MetricSpec(
@@ -49,7 +61,11 @@ RECOVERY = MetricSpec(
 )
 LEADER = MetricSpec("hotswap_leader", "gauge", "1 while this controller holds the leader Lease, else 0.")
 
-METRICS = (RECONCILE_DURATION, RECONCILE_WRITES, HOTSWAPS, PREEMPTIONS, RECOVERY, LEADER)
+WORKLOADS = MetricSpec("hotswap_workloads", "gauge", "Workloads by status (QUEUED, RUNNING, RESTARTING, SUCCESSFUL, FAILED).", labels=("status",))
+SLICES = MetricSpec("hotswap_slices", "gauge", "Slices by state: held by a workload, spare (free and healthy), unhealthy.", labels=("state",))
+
+METRICS = (RECONCILE_DURATION, RECONCILE_WRITES, HOTSWAPS, PREEMPTIONS, RECOVERY, LEADER, WORKLOADS, SLICES)
+SLICE_STATES = ("held", "spare", "unhealthy")
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -72,7 +88,7 @@ class ControllerMetrics:
             if spec.kind == "counter":
                 metric = prometheus_client.Counter(spec.name.removesuffix("_total"), spec.help, registry=self.registry)
             elif spec.kind == "gauge":
-                metric = prometheus_client.Gauge(spec.name, spec.help, registry=self.registry)
+                metric = prometheus_client.Gauge(spec.name, spec.help, spec.labels, registry=self.registry)
             else:
                 metric = prometheus_client.Histogram(spec.name, spec.help, buckets=spec.buckets, registry=self.registry)
             self._metrics[spec.name] = metric
@@ -93,6 +109,18 @@ class ControllerMetrics:
 
     def leading(self, leader: bool) -> None:
         self._metrics[LEADER.name].set(1 if leader else 0)
+
+    def observed(self, snapshot: Snapshot) -> None:
+        """The cluster's state after a round: workloads by status, slices by state."""
+        statuses = Counter(w.phase.value for w in snapshot.workloads.values())
+        for phase in WorkloadPhase:
+            self._metrics[WORKLOADS.name].labels(status=phase.value).set(statuses.get(phase.value, 0))
+        held = set(snapshot.holders)
+        states = Counter(
+            "held" if name in held else ("unhealthy" if name in snapshot.unhealthy else "spare") for name in snapshot.slices
+        )
+        for state in SLICE_STATES:
+            self._metrics[SLICES.name].labels(state=state).set(states.get(state, 0))
 
     def serve(self, address: str) -> tuple[str, int]:
         """Serve ``/metrics`` on ``HOST:PORT`` (port 0: any free one); returns where."""

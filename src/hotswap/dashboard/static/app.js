@@ -1,0 +1,206 @@
+// The hotswap dashboard page: renders the server's document (/api/stream, server-sent events).
+// Text only through textContent: nothing the cluster says is ever parsed as HTML.
+"use strict";
+
+const COLORS = ["#58a6ff", "#3fb950", "#d29922", "#f778ba", "#a371f7", "#79c0ff", "#ffa657", "#56d364"];
+const SILENT_S = 3; // no message for this long: the server is gone, the data stale
+let lastMessage = 0;
+let doc = null;
+let stepsPlot = null, stepsKey = "";
+let goodputPlot = null;
+
+function el(tag, attrs, text) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  return node;
+}
+
+function fmt(value, digits) {
+  if (value === null || value === undefined) return "–";
+  return typeof value === "number" ? value.toFixed(digits === undefined ? 0 : digits) : String(value);
+}
+
+function pct(value) { return value === null || value === undefined ? "–" : (100 * value).toFixed(1) + "%"; }
+
+function clock(t) { return new Date(t * 1000).toISOString().substring(11, 19); }
+
+function setStatus() {
+  const status = document.getElementById("status");
+  const silent = lastMessage && (Date.now() / 1000 - lastMessage) > SILENT_S;
+  let cls = "live", text = "live";
+  if (!doc) { cls = "connecting"; text = "connecting…"; }
+  else if (silent) { cls = "error"; text = "stale: the dashboard server does not answer (showing the last data)"; }
+  else if (doc.error) { cls = "error"; text = "stale: " + doc.error; }
+  else if (doc.stale) { cls = "stale"; text = "stale: last read " + fmt(doc.age_s, 1) + " s ago"; }
+  status.className = "status " + cls;
+  status.textContent = text;
+  document.body.classList.toggle("stale", cls !== "live");
+}
+
+function renderHeader(d) {
+  const c = d.cluster;
+  document.getElementById("cluster-name").textContent = c.name || "";
+  const parts = [c.backend, c.num_slices + " × " + c.device_type];
+  if (c.backing === "gpu") parts.push("GPU-backed");
+  if (c.controller_pid) parts.push("controller pid " + c.controller_pid);
+  if (c.gpu_health && c.gpu_health.message) parts.push(c.gpu_health.message);
+  document.getElementById("cluster-info").textContent = parts.filter(Boolean).join(" · ");
+  const cap = d.capacity;
+  document.getElementById("capacity").textContent =
+    cap.held + " held · " + cap.spare + " spare · " + cap.unhealthy + " unhealthy · " + cap.warm_workers + " warm worker(s) per slice";
+}
+
+function renderSlices(d) {
+  const box = document.getElementById("slices");
+  box.replaceChildren(...d.slices.map((s) => {
+    const card = el("div", { class: "slice " + s.kind, "data-slice": s.name, "data-holder": s.holder || "" });
+    card.append(el("div", { class: "name" }, s.name + (s.gpus ? " · " + s.gpus + " GPU" : "")));
+    card.append(el("div", { class: "holder" }, s.holder || (s.kind === "spare" ? "spare" : "unhealthy")));
+    const nodes = el("div", { class: "nodes" });
+    for (const n of s.nodes) {
+      nodes.append(el("span", { class: "node " + n.health.replace(" ", "-"), title: n.name + ": " + n.health + (n.reason ? " (" + n.reason + ")" : "") }));
+    }
+    card.append(nodes);
+    return card;
+  }));
+}
+
+function renderQueue(d) {
+  const body = document.querySelector("#queue tbody");
+  body.replaceChildren(...d.queue.map((q) => {
+    const row = el("tr", { "data-queued": q.name });
+    row.append(el("td", {}, q.position), el("td", {}, q.name), el("td", {}, q.priority), el("td", { class: "reason" }, q.reason));
+    return row;
+  }));
+  document.getElementById("queue-empty").hidden = d.queue.length > 0;
+  document.getElementById("queue-table").hidden = d.queue.length === 0;
+}
+
+function renderWorkloads(d) {
+  const body = document.querySelector("#workloads tbody");
+  body.replaceChildren(...d.workloads.map((w) => {
+    const row = el("tr", { "data-workload": w.name });
+    const badput = Object.entries(w.badput).map(([k, v]) => k + " " + fmt(v * 100, 1) + "%").join(", ");
+    row.append(
+      el("td", {}, w.name),
+      el("td", { class: "st-" + w.status, title: w.status_message || "" }, w.xpk_status),
+      el("td", {}, w.priority),
+      el("td", {}, w.slices.length ? w.slices.join(", ") : "–"),
+      el("td", {}, fmt(w.step)),
+      el("td", {}, fmt(w.steps_per_s, 2)),
+      el("td", {}, w.restarts),
+      el("td", {}, w.preemptions),
+      el("td", { title: w.goodput_source === "controller" ? "from the controller's view (no SDK events): running time counts as productive" : "" }, pct(w.goodput)),
+      el("td", {}, badput || "–"),
+      el("td", { title: w.failures + " failure(s)" }, w.mttr_s === null ? "–" : fmt(w.mttr_s, 1) + " s"),
+      el("td", {}, w.run_id || "–"),
+    );
+    return row;
+  }));
+}
+
+function renderEvents(d) {
+  const list = document.getElementById("events");
+  const items = d.events.slice(-100).reverse().map((e) => {
+    const li = el("li", { class: "cat-" + e.category });
+    li.append(el("time", {}, clock(e.t)), document.createTextNode(e.workload + ": " + e.message));
+    return li;
+  });
+  if (!items.length) items.push(el("li", { class: "muted" }, "No events yet."));
+  list.replaceChildren(...items);
+}
+
+function chartWidth(id) { return Math.max(240, document.getElementById(id).clientWidth); }
+
+function marksPlugin() {
+  return {
+    hooks: {
+      draw: [(u) => {
+        if (!doc) return;
+        const ctx = u.ctx;
+        ctx.save();
+        for (const marks of Object.values(doc.marks)) {
+          for (const m of marks) {
+            const x = u.valToPos(m.t, "x", true);
+            if (x < u.bbox.left || x > u.bbox.left + u.bbox.width) continue;
+            ctx.strokeStyle = m.kind === "failure" ? "#f85149" : "#3fb950";
+            ctx.lineWidth = 2 * devicePixelRatio;
+            ctx.beginPath(); ctx.moveTo(x, u.bbox.top); ctx.lineTo(x, u.bbox.top + u.bbox.height); ctx.stroke();
+          }
+        }
+        ctx.restore();
+      }],
+    },
+  };
+}
+
+// Series on one time axis: every workload's step samples merged (gaps where it has none).
+function alignSteps(steps) {
+  const names = Object.keys(steps).sort();
+  const times = [...new Set(names.flatMap((n) => steps[n].map((p) => p[0])))].sort((a, b) => a - b);
+  const index = new Map(times.map((t, i) => [t, i]));
+  const data = [times];
+  for (const n of names) {
+    const ys = new Array(times.length).fill(null);
+    for (const [t, s] of steps[n]) ys[index.get(t)] = s;
+    data.push(ys);
+  }
+  return { names, data };
+}
+
+function axes() {
+  const grid = { stroke: "#30363d" };
+  return [{ stroke: "#8b98a5", grid }, { stroke: "#8b98a5", grid }];
+}
+
+function renderCharts(d) {
+  const { names, data } = alignSteps(d.steps);
+  const key = names.join("\u0000");
+  if (!stepsPlot || key !== stepsKey) {
+    if (stepsPlot) stepsPlot.destroy();
+    stepsKey = key;
+    const series = [{}].concat(names.map((n, i) => ({ label: n, stroke: COLORS[i % COLORS.length], width: 2, spanGaps: true, points: { show: false } })));
+    stepsPlot = new uPlot({ width: chartWidth("steps-chart"), height: 220, series, axes: axes(), plugins: [marksPlugin()] },
+      names.length ? data : [[]], document.getElementById("steps-chart"));
+  } else {
+    stepsPlot.setData(data);
+  }
+  const gp = [d.goodput.map((p) => p[0]), d.goodput.map((p) => 100 * p[1])];
+  if (!goodputPlot) {
+    goodputPlot = new uPlot({
+      width: chartWidth("goodput-chart"), height: 220, axes: axes(),
+      scales: { y: { range: [0, 100] } },
+      series: [{}, { label: "goodput %", stroke: "#3fb950", width: 2, fill: "rgba(63,185,80,0.15)", points: { show: false } }],
+    }, gp, document.getElementById("goodput-chart"));
+  } else {
+    goodputPlot.setData(gp);
+  }
+}
+
+function render(d) {
+  doc = d;
+  renderHeader(d); renderSlices(d); renderQueue(d); renderWorkloads(d); renderEvents(d); renderCharts(d);
+  setStatus();
+}
+
+function onMessage(event) {
+  lastMessage = Date.now() / 1000;
+  const d = JSON.parse(event.data);
+  if (event.type === "state" || !doc || d.version !== doc.version) render(d);
+  else { doc.age_s = d.age_s; doc.stale = d.stale; doc.error = d.error; setStatus(); }
+}
+
+function connect() {
+  // EventSource reconnects by itself when the server comes back.
+  const source = new EventSource("/api/stream");
+  source.addEventListener("state", onMessage);
+  source.addEventListener("ping", onMessage);
+}
+
+window.addEventListener("resize", () => {
+  if (stepsPlot) stepsPlot.setSize({ width: chartWidth("steps-chart"), height: 220 });
+  if (goodputPlot) goodputPlot.setSize({ width: chartWidth("goodput-chart"), height: 220 });
+});
+setInterval(setStatus, 1000);
+connect();
