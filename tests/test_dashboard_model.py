@@ -60,7 +60,9 @@ def test_environment_values_never_reach_the_page_only_their_names() -> None:
     (workload,) = page["workloads"]
     assert workload["env_names"] == ["WANDB_API_KEY"]
     assert workload["badput"] == {"queued": 0.5}  # only what was lost
-    assert workload["xpk_status"] == model.status_words(row("w")) == "RUNNING"
+    assert workload["xpk_status"] == model.status_words(row("w")) == "Admitted · RUNNING"  # xpk's words, then ours
+    assert model.status_words(row("q", "QUEUED", message="queued: waiting for 1 slice(s) of v6e-4")).startswith("QuotaReserved")
+    assert model.status_words(row("s", "SUCCESSFUL", message="")) == "Finished · SUCCESSFUL"
 
 
 def test_a_failure_then_a_restart_then_progress_is_one_recovery_with_its_mttr() -> None:

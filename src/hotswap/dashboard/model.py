@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hotswap.api import xpk_status as xpk
 from hotswap.api.priority import Priority
 from hotswap.dashboard.history import History
 
@@ -18,8 +19,12 @@ WORKLOAD_FIELDS = ("name", "priority", "status", "status_message", "slices", "nu
 
 
 def status_words(row: dict[str, Any]) -> str:
-    """A workload's status as the page shows it: xpk's words (the ``workload list`` status)."""
-    return str(row["status"])
+    """A workload's status as the page shows it: xpk's words, then hotswap's own state where it
+    says more (``Admitted · RESTARTING``), as ``workload list`` shows them."""
+    message = row.get("status_message") or ""
+    words = row.get("xpk_status") or xpk.xpk_status(row["status"], message).status
+    state = row.get("hotswap_state") or xpk.hotswap_state(row["status"], message, len(row.get("slices") or []), row.get("num_slices"))
+    return words if state.lower() == words.lower() else f"{words} · {state}"
 
 
 def node_health(node: dict[str, Any], gpu_backed: bool) -> str:
