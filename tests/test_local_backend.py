@@ -448,7 +448,7 @@ def test_a_command_that_cannot_run_says_so_and_follows_the_policy(home: Path) ->
     record = workloads(home, "c")["typo"]
     assert record["restarts"] == 1 and "127" in record["status_message"]
     log = hotswap(home, "workload", "logs", "--cluster", "c", "--workload", "typo", check=True).stdout
-    assert "cannot run 'pyhton3'" in log
+    assert "pyhton3: command not found" in log
 
 
 def test_a_finished_command_is_not_kept_alive_by_what_it_left_running(home: Path, tmp_path: Path) -> None:

@@ -13,8 +13,16 @@ from hotswap.api.spec import WorkloadSpec
 from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes.checkpoint_volume import CheckpointVolume, checkpoint_dir
 
-# Characters that need a shell; a command without them runs exec'd, as the local backend does.
+# Characters that need a shell; a command without them runs exec'd (the shell then execs a
+# simple command, as on the local backend), unless its first word is one only a shell knows.
 _SHELL_SYNTAX = set("|&;<>()$`*?[]#~{}\n")
+# Shell builtins without a program of that name, and reserved words: `exit 1` means the shell's.
+_SHELL_WORDS = frozenset(
+    "! . : [[ alias bg break case cd command continue declare do done elif else esac eval exec exit"
+    " export fg fi for function getopts hash if in jobs let local readonly read return select set"
+    " shift source then time times trap type typeset ulimit umask unalias unset until wait while {"
+    .split()
+)
 
 # Run by /bin/sh before the user's command: the contract's derived values (RANK, HOTSWAP_ATTEMPT)
 # cannot come from the downward API (they are sums), so the shell computes them from the indices
@@ -80,7 +88,7 @@ def needs_shell(command: str) -> bool:
         words = shlex.split(command)
     except ValueError:
         return True
-    return not words or "=" in words[0]
+    return not words or "=" in words[0] or words[0] in _SHELL_WORDS
 
 
 def container_command(command: str) -> list[str]:
