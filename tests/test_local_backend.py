@@ -112,6 +112,8 @@ def test_worker_environment_follows_the_contract(home: Path, tmp_path: Path) -> 
         assert env["MASTER_ADDR"] == "127.0.0.1" and env["MASTER_PORT"] == envs[0]["MASTER_PORT"]
         assert env["HOTSWAP_CHECKPOINT_DIR"].endswith("checkpoints/c/job")
         assert env["FROM_FILE"] == "a=b" and env["OVERRIDDEN"] == "flag"
+        assert env["LOCAL_RANK"] == "0" and env["LOCAL_WORLD_SIZE"] == "1"
+        assert env["TPU_WORKER_ID"] == str(rank % 2) and env["TPU_WORKER_HOSTNAMES"] == "127.0.0.1,127.0.0.1"
     log = hotswap(home, "workload", "logs", "--cluster", "c", "--workload", "job", check=True).stdout
     assert "attempt 1 of job" in log
 

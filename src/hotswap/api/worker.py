@@ -44,6 +44,12 @@ LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE"  # processes on this host: one per GPU of 
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 CUDA_DEVICE_ORDER = "CUDA_DEVICE_ORDER"  # PCI_BUS_ID with CUDA_VISIBLE_DEVICES: indices mean NVML's
 PCI_BUS_ORDER = "PCI_BUS_ID"
+# GKE's names for a TPU host's place in its slice (its TPU webhook sets them on multi-host TPU
+# Jobs; libtpu and JAX's GKE cluster detection read them), set on TPU device types only. JAX
+# takes a process for a GKE TPU worker only where libtpu finds TPU chips, so on an emulated
+# slice they mislead nothing; hotswap's JAX SDK also never lets JAX detect a cluster.
+TPU_WORKER_ID = "TPU_WORKER_ID"  # the host's index in its slice: JOB_COMPLETION_INDEX
+TPU_WORKER_HOSTNAMES = "TPU_WORKER_HOSTNAMES"  # the slice's hosts, comma-separated, by TPU_WORKER_ID
 # hotswap.
 HOTSWAP_CLUSTER = "HOTSWAP_CLUSTER"
 HOTSWAP_WORKLOAD = "HOTSWAP_WORKLOAD"
@@ -149,10 +155,16 @@ def replica_index(slices: tuple[str, ...] | list[str], slice_name: str) -> int:
     return list(slices).index(slice_name)
 
 
-def coordinator_host(jobset: str, replica: int = 0, host: int = 0) -> str:
+def coordinator_host(jobset: str, replica: int | str = 0, host: int = 0) -> str:
     """The stable DNS name of one JobSet pod through the JobSet's headless service (named after
     the JobSet): ``<jobset>-<replicated job>-<job index>-<pod index>.<jobset>``."""
     return f"{jobset}-{REPLICATED_JOB}-{replica}-{host}.{jobset}"
+
+
+def slice_hostnames(jobset: str, replica: int | str, hosts_per_slice: int) -> str:
+    """TPU_WORKER_HOSTNAMES of a JobSet pod on replica ``replica`` (GKE's value: every host of
+    the slice by its pod's DNS name, in host order)."""
+    return ",".join(coordinator_host(jobset, replica, host) for host in range(hosts_per_slice))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from hotswap.api import worker as contract
+from hotswap.api.catalog import AcceleratorKind, get_device_type
 from hotswap.backends.local import launch as files
 from hotswap.backends.local.gpus import Backing
 from hotswap.backends.local.supervisor import LocalProcess, WorkerLaunch
@@ -116,6 +117,7 @@ class Launcher:
         self._checkpoint_dir(workload, Path(launch["checkpoint_dir"]))
         directory = self.paths.workload_dir(workload.name, workload.seq)
         elastic = workload.spec.min_slices is not None
+        tpu = get_device_type(workload.spec.device_type).kind is AcceleratorKind.TPU
         backing = self.backing()
         launches = []
         for slice_ in plan.start:
@@ -141,6 +143,7 @@ class Launcher:
                     grace_s=workload.spec.termination_grace_period_s,
                     membership_file=files.membership_path(directory) if elastic else None,
                     gpus=gpus,
+                    tpu=tpu,
                 )
                 identity = WorkerIdentity(workload.name, workload.seq, plan.attempt, slice_, replica, host, node)
                 others = tuple(

@@ -8,7 +8,7 @@ import shlex
 from typing import Any
 
 from hotswap.api import worker as contract
-from hotswap.api.catalog import DeviceType
+from hotswap.api.catalog import AcceleratorKind, DeviceType
 from hotswap.api.spec import WorkloadSpec
 from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes.checkpoint_volume import CheckpointVolume, checkpoint_dir
@@ -71,6 +71,11 @@ def worker_env(spec: WorkloadSpec, cluster: str, device: DeviceType, volume: Che
         (contract.HOTSWAP_RESTART_COUNT, _field(f"metadata.annotations['{labels.RESTART_COUNT_ANNOTATION}']")),
         (contract.HOTSWAP_SLICE, _field(f"metadata.annotations['{labels.SLICE_ANNOTATION}']")),
     ]
+    if device.kind is AcceleratorKind.TPU:
+        # GKE's values (its webhook sets the same on multi-host slices); $(JOB_INDEX) is expanded
+        # by the kubelet from the variable above.
+        contract_env.append((contract.TPU_WORKER_ID, _field(f"metadata.annotations['{labels.JOB_COMPLETION_INDEX_ANNOTATION}']")))
+        contract_env.append((contract.TPU_WORKER_HOSTNAMES, contract.slice_hostnames(spec.name, f"$({contract.JOB_INDEX})", hosts)))
     directory = checkpoint_dir(spec, cluster, volume)
     if directory is not None:
         contract_env.append((contract.HOTSWAP_CHECKPOINT_DIR, directory))
