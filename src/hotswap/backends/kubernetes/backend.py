@@ -187,11 +187,11 @@ class KubernetesBackend:
         name = cluster or "cluster"
         found = registry.find(name) if cluster else None
         settings = KubeSettings.from_options(found.settings) if found and found.backend == BACKEND else KubeSettings()
-        return render_jobset(spec, name, settings, _volume(launch, settings))
+        return render_jobset(spec, name, settings, _volume(launch, settings), launch.get("run"))
 
     def create_workload(self, cluster: str, spec: WorkloadSpec, launch: dict[str, Any]) -> dict[str, Any]:
         settings = settings_of(cluster)
-        manifest = render_jobset(spec, cluster, settings, _volume(launch, settings))
+        manifest = render_jobset(spec, cluster, settings, _volume(launch, settings), launch.get("run"))
         client = self._client(settings)
         counts = discover(client.list_nodes(), settings).slices_by_type()
         have = counts.get(spec.device_type, 0)

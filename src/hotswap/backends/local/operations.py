@@ -20,18 +20,20 @@ from hotswap.api.errors import ConflictError, InvalidInputError, NotFoundError
 from hotswap.api.limits import check_text
 from hotswap.api.names import validate_cluster_name
 from hotswap.api.spec import WorkloadSpec
-from hotswap.backends.local import client, removal
+from hotswap.backends.local import client, removal, runs
 from hotswap.backends.local import launch as files
 from hotswap.backends.local.gpus import Backing, GpuSelection, claim, claims_lock, gpus_per_host
 from hotswap.backends.local.nvml import GpuInfo
 from hotswap.backends.local.protocol import MAX_LOCAL_SLICES, MAX_WARM_WORKERS, NodeOperation, RequestKind
+from hotswap.backends.local.runs import run_view
 from hotswap.backends.local.views import gpu_health, gpu_views, node_reasons, workload_view
 from hotswap.backends.views import iso, matches
 from hotswap.store.paths import ClusterPaths, check_private, file_lock, private_dir
 from hotswap.store.registry import existing, record_of
-from hotswap.store.state import ClusterRecord, Store
+from hotswap.store.state import LIVE_WORKER_STATES, ClusterRecord, Store
 
 BACKEND = "local"
+PREDECESSOR_EXIT_SLACK_S = 5.0  # beyond its grace period, for a deleted predecessor's workers to exit
 
 
 def open_store(paths: ClusterPaths) -> Store:
@@ -259,6 +261,8 @@ def create_workload(cluster: str, spec: WorkloadSpec, launch: dict[str, Any]) ->
     with open_store(paths) as store:
         store.check_writable()  # said first: the checkpoint directory is often inside the state
     _check_checkpoint_dir(launch["checkpoint_dir"], "--checkpoint-dir" if spec.checkpoint_dir else "the checkpoint directory")
+    if "run" in launch:
+        launch = {**launch, "run": _resolve_run(paths, spec, launch)}
     outcome = client.request(paths, RequestKind.CREATE, {"spec": spec.model_dump(mode="json"), "launch": launch})
     if outcome.status != "done":
         raise ConflictError(outcome.message)
@@ -266,6 +270,18 @@ def create_workload(cluster: str, spec: WorkloadSpec, launch: dict[str, Any]) ->
         return describe_workload(cluster, spec.name, timeline=False)
     except NotFoundError:  # created, then deleted by another command before we looked
         return {"name": spec.name, "status": "DELETED", "status_message": "created, then deleted by another command"}
+
+
+def _resolve_run(paths: ClusterPaths, spec: WorkloadSpec, launch: dict[str, Any]) -> dict[str, Any]:
+    """What the new run resumes from (see ``runs.py``); a predecessor of the same name still
+    saving on SIGTERM is waited for, at most its grace period and a little."""
+
+    def predecessor_stopped() -> bool:
+        with open_store(paths) as store:
+            return not store.workers(LIVE_WORKER_STATES, workload=spec.name)
+
+    wait_s = spec.termination_grace_period_s + PREDECESSOR_EXIT_SLACK_S
+    return runs.resolve(launch["run"], Path(launch["checkpoint_dir"]).parent, predecessor_stopped, wait_s)
 
 
 def _check_checkpoint_dir(path: str, what: str) -> None:
@@ -296,7 +312,7 @@ def list_workloads(cluster: str, status: str = "EVERYTHING", job_prefix: str | N
     with contextlib.suppress(client.ControllerUnavailable):
         client.ensure_controller(paths, wait=False)
     with open_store(paths) as store:
-        views = [workload_view(r) for r, _ in store.workload_records()]
+        views = [{**workload_view(r), **run_view(launch)} for r, launch in store.workload_records()]
     return [v for v in views if matches(v, status, job_prefix)]
 
 
@@ -325,6 +341,7 @@ def describe_workload(cluster: str, name: str, timeline: bool = True) -> dict[st
     spec = record["spec"]
     view["spec"] = spec
     view["checkpoint_dir"] = launch["checkpoint_dir"]
+    view.update(run_view(launch))
     view["workdir"] = launch["cwd"]
     view["placement"] = [
         {

@@ -11,7 +11,7 @@ from hotswap.api import worker as contract
 from hotswap.api.catalog import AcceleratorKind, DeviceType
 from hotswap.api.spec import WorkloadSpec
 from hotswap.backends.kubernetes import labels
-from hotswap.backends.kubernetes.checkpoint_volume import CheckpointVolume, checkpoint_dir
+from hotswap.backends.kubernetes.checkpoint_volume import CheckpointVolume, checkpoint_dir, resume_value
 
 # Characters that need a shell; a command without them runs exec'd (the shell then execs a
 # simple command, as on the local backend), unless its first word is one only a shell knows.
@@ -43,7 +43,9 @@ def _field(path: str) -> dict[str, Any]:
     return {"valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
-def worker_env(spec: WorkloadSpec, cluster: str, device: DeviceType, volume: CheckpointVolume | None) -> list[dict[str, Any]]:
+def worker_env(
+    spec: WorkloadSpec, cluster: str, device: DeviceType, volume: CheckpointVolume | None, run: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """The worker environment of :mod:`hotswap.api.worker`: JobSet's indices from the pod's labels
     through the downward API, the rest as values. The user's variables come first so that the
     contract's win, as on the local backend."""
@@ -77,7 +79,12 @@ def worker_env(spec: WorkloadSpec, cluster: str, device: DeviceType, volume: Che
         contract_env.append((contract.TPU_WORKER_ID, _field(f"metadata.annotations['{labels.JOB_COMPLETION_INDEX_ANNOTATION}']")))
         contract_env.append((contract.TPU_WORKER_HOSTNAMES, contract.slice_hostnames(spec.name, f"$({contract.JOB_INDEX})", hosts)))
     directory = checkpoint_dir(spec, cluster, volume)
-    if directory is not None:
+    if run is not None:
+        contract_env.append((contract.HOTSWAP_RUN_ID, run["id"]))
+    if directory is not None and run is not None:
+        contract_env.append((contract.HOTSWAP_CHECKPOINT_DIR, f"{directory}/{run['id']}"))
+        contract_env.append((contract.HOTSWAP_RESUME_FROM, resume_value(run, directory)))
+    elif directory is not None:
         contract_env.append((contract.HOTSWAP_CHECKPOINT_DIR, directory))
     if spec.elastic:
         contract_env.append((contract.HOTSWAP_MEMBERSHIP_FILE, f"{labels.MEMBERSHIP_DIR}/{labels.MEMBERSHIP_FILE}"))
@@ -104,14 +111,16 @@ def container_command(command: str) -> list[str]:
     return ["/bin/sh", "-c", _PRELUDE + 'exec "$@"', "hotswap-worker", *shlex.split(command)]
 
 
-def worker_container(spec: WorkloadSpec, cluster: str, device: DeviceType, volume: CheckpointVolume | None) -> dict[str, Any]:
+def worker_container(
+    spec: WorkloadSpec, cluster: str, device: DeviceType, volume: CheckpointVolume | None, run: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The pod's one container: the user's image and command, the contract's environment, the
     host's accelerators."""
     container: dict[str, Any] = {
         "name": labels.CONTAINER_NAME,
         "image": spec.docker_image or spec.base_docker_image or labels.DEFAULT_IMAGE,
         "command": container_command(spec.command),
-        "env": worker_env(spec, cluster, device, volume),
+        "env": worker_env(spec, cluster, device, volume, run),
         "resources": {"limits": {device.resource_name: device.chips_per_host}},
     }
     if needs_shell(spec.command):
