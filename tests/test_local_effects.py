@@ -18,7 +18,7 @@ from hotswap.backends.local.supervisor import WorkerLaunch
 from hotswap.core import actions as act
 from hotswap.core import events as ev
 from hotswap.core.model import Node, Slice, Snapshot, Workload
-from hotswap.runtime.local_requests import resize_events
+from hotswap.backends.local.resize import resize_events
 from hotswap.store.codec import workload_to_json
 from hotswap.store.paths import ClusterPaths
 from hotswap.store.state import SPARE, ClusterRecord, Store, WorkerIdentity, WorkerRow

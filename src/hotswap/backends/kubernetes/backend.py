@@ -153,8 +153,9 @@ class KubernetesBackend:
             "controller_pid": None,
         }
 
-    def delete_cluster(self, cluster: str) -> None:
-        """Forget the cluster: its record goes; nothing in the Kubernetes cluster is touched."""
+    def delete_cluster(self, cluster: str, confirm: Callable[[str], bool]) -> None:
+        """Forget the cluster: its record goes; nothing in the Kubernetes cluster is touched (so
+        there is nothing to confirm)."""
         settings_of(cluster)
         shutil.rmtree(ClusterPaths.of(cluster).root, ignore_errors=True)
 

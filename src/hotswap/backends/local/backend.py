@@ -35,8 +35,8 @@ class LocalBackend:
             cluster, device_type, num_slices, force, confirm, warm_workers=warm_workers, gpus=gpus
         )
 
-    def delete_cluster(self, cluster: str) -> None:
-        operations.delete_cluster(cluster)
+    def delete_cluster(self, cluster: str, confirm: Callable[[str], bool]) -> None:
+        operations.delete_cluster(cluster, confirm)
 
     def describe_cluster(self, cluster: str) -> dict[str, Any]:
         return operations.describe_cluster(cluster)

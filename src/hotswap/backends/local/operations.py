@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hotswap.api.catalog import DeviceType, get_device_type
-from hotswap.api.errors import ConflictError, InvalidInputError, NotFoundError
+from hotswap.api.errors import ConflictError, Declined, InvalidInputError, NotFoundError
 from hotswap.api.limits import check_text
 from hotswap.api.names import validate_cluster_name
 from hotswap.api.spec import WorkloadSpec
@@ -25,15 +25,15 @@ from hotswap.backends.local import launch as files
 from hotswap.backends.local.gpus import Backing, GpuSelection, claim, claims_lock, gpus_per_host
 from hotswap.backends.local.nvml import GpuInfo
 from hotswap.backends.local.protocol import MAX_LOCAL_SLICES, MAX_WARM_WORKERS, NodeOperation, RequestKind
+from hotswap.backends.local.resize import resize_events
 from hotswap.backends.local.runs import run_view
 from hotswap.backends.local.views import gpu_health, gpu_views, node_reasons, workload_view
-from hotswap.backends.views import iso, matches
+from hotswap.backends.views import FINISHED, iso, matches
 from hotswap.store.paths import ClusterPaths, check_private, file_lock, private_dir
 from hotswap.store.registry import existing, record_of
-from hotswap.store.state import LIVE_WORKER_STATES, ClusterRecord, Store
+from hotswap.store.state import ClusterRecord, Store
 
 BACKEND = "local"
-PREDECESSOR_EXIT_SLACK_S = 5.0  # beyond its grace period, for a deleted predecessor's workers to exit
 
 
 def open_store(paths: ClusterPaths) -> Store:
@@ -141,14 +141,8 @@ def _create_or_resize(
                 f" change (delete it first, or use --device-type {record.device_type})"
             )
         current = _slice_count(paths)
-        if num_slices < current and not force:
-            held = _held_slices(paths)
-            question = (
-                f"shrink cluster {name} from {current} to {num_slices} slices?"
-                + (f" {held} slice(s) are in use: their workloads will be moved or requeued." if held else "")
-            )
-            if not confirm(question):
-                raise ConflictError(f"cluster {name} left at {current} slices (use --force to shrink without asking)")
+        if num_slices < current and not force and not confirm(_shrink_question(paths, num_slices)):
+            raise Declined(f"cluster {name} left at {current} slices; nothing changed")
     payload: dict[str, Any] = {"num_slices": num_slices}
     if warm_workers is not None:
         payload["warm_workers"] = warm_workers
@@ -188,17 +182,35 @@ def _slice_count(paths: ClusterPaths) -> int:
         return len(store.slice_rows())
 
 
-def _held_slices(paths: ClusterPaths) -> int:
+def _shrink_question(paths: ClusterPaths, num_slices: int) -> str:
+    """The question before a shrink: which slices go (the controller's rule) and what runs there."""
     with open_store(paths) as store:
-        return sum(len(record["slices"]) for record, _ in store.workload_records())
+        snapshot, record = store.load_snapshot(time.time()), store.cluster()
+    removed = [event.name for event in resize_events(snapshot, record, num_slices)]
+    lines = [f"shrink cluster {paths.name} from {len(snapshot.slices)} to {num_slices} slices?"]
+    for slice_name in removed:
+        holder = snapshot.holders.get(slice_name)
+        lines.append(f"  remove slice {slice_name}" + (f": workload {holder} runs there and is moved or requeued" if holder else " (free)"))
+    return "\n".join(lines)
 
 
-def delete_cluster(name: str) -> None:
+def delete_cluster(name: str, confirm: Callable[[str], bool] = lambda _: True) -> None:
     """Stop every worker gracefully, then the controller, then remove the cluster's state
-    (see ``removal.py``: an interrupted deletion is finished by running it again).
+    (see ``removal.py``: an interrupted deletion is finished by running it again). ``confirm``
+    is asked first when workloads have not finished (the question lists them).
 
     Checkpoints are kept (they live outside the cluster directory)."""
-    removal.delete_cluster(existing(name))
+    paths = existing(name)
+    unfinished: list[dict[str, Any]] = []
+    with contextlib.suppress(Exception):  # an unreadable or half-deleted cluster: nothing to list, remove it
+        with open_store(paths) as store:
+            if not store.deleted():
+                unfinished = [v for v in (workload_view(r) for r, _ in store.workload_records()) if v["status"] not in FINISHED]
+    question = [f"delete cluster {name}? {len(unfinished)} workload(s) have not finished and are stopped:"]
+    question += [f"  {v['name']} {v['status']}" + (f" on {', '.join(v['slices'])}" if v["slices"] else "") for v in unfinished]
+    if unfinished and not confirm("\n".join(question)):
+        raise Declined(f"cluster {name} kept; nothing changed")
+    removal.delete_cluster(paths)
 
 
 def describe_cluster(name: str) -> dict[str, Any]:
@@ -262,7 +274,7 @@ def create_workload(cluster: str, spec: WorkloadSpec, launch: dict[str, Any]) ->
         store.check_writable()  # said first: the checkpoint directory is often inside the state
     _check_checkpoint_dir(launch["checkpoint_dir"], "--checkpoint-dir" if spec.checkpoint_dir else "the checkpoint directory")
     if "run" in launch:
-        launch = {**launch, "run": _resolve_run(paths, spec, launch)}
+        launch = {**launch, "run": runs.resolve_new(paths, spec, launch)}
     outcome = client.request(paths, RequestKind.CREATE, {"spec": spec.model_dump(mode="json"), "launch": launch})
     if outcome.status != "done":
         raise ConflictError(outcome.message)
@@ -270,18 +282,6 @@ def create_workload(cluster: str, spec: WorkloadSpec, launch: dict[str, Any]) ->
         return describe_workload(cluster, spec.name, timeline=False)
     except NotFoundError:  # created, then deleted by another command before we looked
         return {"name": spec.name, "status": "DELETED", "status_message": "created, then deleted by another command"}
-
-
-def _resolve_run(paths: ClusterPaths, spec: WorkloadSpec, launch: dict[str, Any]) -> dict[str, Any]:
-    """What the new run resumes from (see ``runs.py``); a predecessor of the same name still
-    saving on SIGTERM is waited for, at most its grace period and a little."""
-
-    def predecessor_stopped() -> bool:
-        with open_store(paths) as store:
-            return not store.workers(LIVE_WORKER_STATES, workload=spec.name)
-
-    wait_s = spec.termination_grace_period_s + PREDECESSOR_EXIT_SLACK_S
-    return runs.resolve(launch["run"], Path(launch["checkpoint_dir"]).parent, predecessor_stopped, wait_s)
 
 
 def _check_checkpoint_dir(path: str, what: str) -> None:

@@ -16,10 +16,29 @@ from pathlib import Path
 from typing import Any
 
 from hotswap.api.errors import InvalidInputError
+from hotswap.api.spec import WorkloadSpec
 from hotswap.api.worker import RUN_SIGNAL_FILE, is_run_id, pending_migration
 from hotswap.backends.base import RUN_AUTO, RUN_FRESH, RUN_FROM
+from hotswap.store.paths import ClusterPaths
+from hotswap.store.state import LIVE_WORKER_STATES, Store
 
 _MAX_SIGNAL_BYTES = 64
+
+
+PREDECESSOR_EXIT_SLACK_S = 5.0  # beyond its grace period, for a deleted predecessor's workers to exit
+
+
+def resolve_new(paths: ClusterPaths, spec: WorkloadSpec, launch: dict[str, Any]) -> dict[str, Any]:
+    """:func:`resolve` for ``workload create``: the checkpoint root is the parent of the run's
+    directory; a predecessor of the same name still saving on SIGTERM is waited for, at most its
+    grace period and a little."""
+
+    def predecessor_stopped() -> bool:
+        with Store.open(paths.database) as store:
+            return not store.workers(LIVE_WORKER_STATES, workload=spec.name)
+
+    wait_s = spec.termination_grace_period_s + PREDECESSOR_EXIT_SLACK_S
+    return resolve(launch["run"], Path(launch["checkpoint_dir"]).parent, predecessor_stopped, wait_s)
 
 
 def resolve(run: dict[str, Any], root: Path, predecessor_stopped: Callable[[], bool], wait_s: float) -> dict[str, Any]:
