@@ -366,7 +366,7 @@ def test_bad_input_explains_itself_and_changes_nothing(bad_input_home: Path, arg
 
 def test_warm_spares_take_over_starts_and_refill(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from hotswap.api.spec import workload_spec
-    from hotswap.backends.local import operations
+    from hotswap.backends.local import logs, operations
     from hotswap.backends.base import launch_record
 
     monkeypatch.setenv("HOTSWAP_HOME", str(home))
@@ -386,13 +386,13 @@ def test_warm_spares_take_over_starts_and_refill(home: Path, tmp_path: Path, mon
     operations.create_workload("c", spec, launch)
     workers = live_workers(home, "c", "job")
     assert {w["pid"] for w in workers} == spare_pids  # both started on spares
-    log = operations.log_file("c", "job", None, 0)
+    log = logs.log_file("c", "job", None, 0)
     wait_until(lambda: "warm 0 1 ['--flag', '1']" in log.read_text(), what="ran as worker 0")
     assert "on a warm spare" in log.read_text()
     # A failure restarts the job; the pool refills after a short delay and serves later starts.
     wait_until(lambda: len(spares()) == 2, timeout=30, what="pool refilled")
     hotswap(home, "node", "fail", "--cluster", "c", "--node", f"{workers[0]['slice']}-0", check=True)
-    wait_until(lambda: "warm 0 2" in log.read_text() or "warm 0 2" in operations.log_file("c", "job", "1", 0).read_text(), what="restarted warm")
+    wait_until(lambda: "warm 0 2" in log.read_text() or "warm 0 2" in logs.log_file("c", "job", "1", 0).read_text(), what="restarted warm")
     describe = operations.describe_cluster("c")
     assert describe["warm_workers"] == 2
 
@@ -478,7 +478,7 @@ def test_concurrent_creates_of_one_cluster_name_explain_themselves(home: Path) -
 
 def test_warm_spares_apply_pythonpath(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from hotswap.api.spec import workload_spec
-    from hotswap.backends.local import operations
+    from hotswap.backends.local import logs, operations
     from hotswap.backends.base import launch_record
 
     monkeypatch.setenv("HOTSWAP_HOME", str(home))
@@ -492,6 +492,6 @@ def test_warm_spares_apply_pythonpath(home: Path, tmp_path: Path, monkeypatch: p
     wait_until(lambda: (Path(spare["dir"]) / "ready").exists(), what="spare ready")
     launch = launch_record(environ=dict(os.environ), cwd=str(tmp_path), user_env={"PYTHONPATH": str(library)}, checkpoint_dir=str(tmp_path / "c"))
     operations.create_workload("c", workload_spec(name="job", command=f"{sys.executable} job.py", device_type="v6e-4"), launch)
-    log = operations.log_file("c", "job", None, 0)
+    log = logs.log_file("c", "job", None, 0)
     wait_until(lambda: "from PYTHONPATH" in log.read_text(), what="the module found on a spare")
     assert "on a warm spare" in log.read_text()

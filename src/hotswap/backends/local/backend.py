@@ -9,7 +9,7 @@ from typing import Any
 from hotswap.api.catalog import get_device_type
 from hotswap.api.errors import InvalidInputError
 from hotswap.api.spec import WorkloadSpec
-from hotswap.backends.local import operations
+from hotswap.backends.local import logs, operations
 
 
 class LocalBackend:
@@ -65,7 +65,7 @@ class LocalBackend:
     def logs(
         self, cluster: str, name: str, slice_: str | None, host: int, follow: bool, write: Callable[[bytes], None]
     ) -> None:
-        path = operations.log_file(cluster, name, slice_, host)
+        path = logs.log_file(cluster, name, slice_, host, follow)
         position = 0
         idle_since = time.monotonic()
         while True:

@@ -372,30 +372,6 @@ def describe_workload(cluster: str, name: str, timeline: bool = True) -> dict[st
     return view
 
 
-def log_file(cluster: str, name: str, slice_: str | None, host: int) -> Path:
-    """The log of one host of one replica: ``--slice`` is a replica index or a slice name."""
-    paths = existing(cluster)
-    record, _ = _record(paths, name)
-    replica = 0
-    if slice_ is not None:
-        check_text("--slice", slice_)
-        if slice_.isascii() and slice_.isdigit() and len(slice_) < 10:
-            replica = int(slice_)
-        elif slice_ in record["slices"]:
-            replica = record["slices"].index(slice_)
-        else:
-            raise NotFoundError(
-                f"workload {name} does not run on slice {slice_}; give a replica index"
-                f" (0-{record['spec']['num_slices'] - 1}) or one of: {', '.join(record['slices']) or 'none'}"
-            )
-    if replica >= record["spec"]["num_slices"]:
-        raise NotFoundError(f"workload {name} has replicas 0-{record['spec']['num_slices'] - 1}, not {replica}")
-    hosts = get_device_type(record["spec"]["device_type"]).hosts_per_slice
-    if not 0 <= host < hosts:
-        raise NotFoundError(f"{record['spec']['device_type']} has hosts 0-{hosts - 1}, not {host}")
-    return files.log_path(paths.workload_dir(name, record["seq"]), replica, host)
-
-
 # ---------------------------------------------------------------------- nodes
 
 
