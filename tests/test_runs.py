@@ -158,3 +158,35 @@ def test_only_the_newest_started_run_is_resumed_and_only_after_sigterm(tmp_path:
     resolved = resolve({"id": "20260103-000000-cccccc", "mode": "auto"}, tmp_path, lambda: True, 0)
     assert (resolved["resumed_from"] or {}).get("run") == expected
     assert resolved["resume_from"] == (str(tmp_path / expected) if expected else "")
+
+
+def test_a_hotswap_restore_says_so(home: Path) -> None:
+    hotswap(home, "cluster", "create", "--cluster", "c", "--device-type", "v4-8", "--num-slices", "2", check=True)
+    _create(home, SLOW)
+    wait_until(lambda: _steps(home) >= 7, timeout=120, what="a periodic checkpoint")
+    [held] = workloads(home, "c")["w"]["slices"]
+    hotswap(home, "node", "fail", "--cluster", "c", "--slice", held, check=True)
+    wait_until(lambda: "restored " in _logs(home), timeout=120, what="the restart onto the spare slice")
+    restored = _restored(home)
+    assert restored is not None and restored["cause"] == "hotswap" and restored["source"] == "checkpoint", restored
+    assert workloads(home, "c")["w"]["slices"] != [held]
+
+
+@pytest.mark.parametrize(
+    ("reason", "cause", "source"),
+    [
+        ("termination", "preemption", "migration"),
+        ("termination", "hotswap", "migration"),  # drained: saved on SIGTERM, moved
+        ("termination", "resume", "migration"),  # a new run takes its predecessor's
+        ("termination", "failure", "checkpoint"),  # a crash after an earlier move: not a migration
+        ("periodic", "failure", "checkpoint"),
+        ("periodic", "hotswap", "checkpoint"),  # a node failed: the last periodic save
+        ("final", None, "checkpoint"),
+    ],
+)
+def test_restore_lines_say_what_happened_and_old_parsers_still_read_them(reason: str, cause: str | None, source: str) -> None:
+    line = contract.restored_line(12, contract.restore_source(reason, cause), cause)
+    fields = contract.parse_fields(line)
+    assert (fields["step"], fields["source"], fields.get("cause")) == ("12", source, cause)
+    assert line.startswith(f"restored step=12 source={source}")  # seed 004-style readers match the prefix
+    assert fields["source"] in contract.RESTORE_SOURCES
