@@ -190,3 +190,35 @@ def test_restore_lines_say_what_happened_and_old_parsers_still_read_them(reason:
     assert (fields["step"], fields["source"], fields.get("cause")) == ("12", source, cause)
     assert line.startswith(f"restored step=12 source={source}")  # seed 004-style readers match the prefix
     assert fields["source"] in contract.RESTORE_SOURCES
+
+
+@pytest.mark.parametrize(
+    ("mode", "extra", "resume", "kind"),
+    [
+        ("auto", {}, "auto", "auto"),
+        ("fresh", {}, "", None),
+        ("from", {"source": "20260101-000000-aaaaaa"}, "/checkpoints/c/w/20260101-000000-aaaaaa", "explicit"),
+        ("from", {"source": "/checkpoints/elsewhere"}, "/checkpoints/elsewhere", "explicit"),
+    ],
+)
+def test_kubernetes_jobsets_carry_the_run(mode: str, extra: dict, resume: str, kind: str | None) -> None:
+    from hotswap.api.spec import workload_spec
+    from hotswap.backends.kubernetes import labels
+    from hotswap.backends.kubernetes.checkpoint_volume import CheckpointVolume
+    from hotswap.backends.kubernetes.render import render_jobset
+    from hotswap.backends.kubernetes.settings import KubeSettings
+    from hotswap.backends.kubernetes.views import view_of
+    from hotswap.backends.kubernetes.live_objects import read_jobset
+
+    run = {"id": "20260102-000000-bbbbbb", "mode": mode, **extra}
+    spec = workload_spec(name="w", command="python3 train.py", device_type="v6e-16", num_slices=1)
+    jobset = render_jobset(spec, "c", KubeSettings(), CheckpointVolume("pvc", "ckpt"), run)
+    assert jobset["metadata"]["labels"][labels.RUN_ID_LABEL] == run["id"]
+    container = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
+    env = {item["name"]: item.get("value") for item in container["env"]}
+    assert env[contract.HOTSWAP_RUN_ID] == run["id"]
+    assert env[contract.HOTSWAP_CHECKPOINT_DIR] == f"/checkpoints/c/w/{run['id']}"
+    assert env[contract.HOTSWAP_RESUME_FROM] == resume
+    view = view_of(read_jobset(jobset), {})
+    assert view["run_id"] == run["id"]
+    assert (view["resumed_from"] or {}).get("kind") == kind
