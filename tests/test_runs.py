@@ -102,11 +102,12 @@ def test_fresh_ignores_a_pending_migration_and_resume_from_takes_a_path(home: Pa
     _migrate_away(home)
     assert _create(home, SLOW, "--fresh").endswith("starts fresh")
     assert _restored(home) is None
+    fresh = _describe(home)["run_id"]
     hotswap(home, "workload", "delete", "--cluster", "c", "--workload", "w", check=True)
-    wait_until(lambda: not live_workers(home, "c", "w"), timeout=60, what="the workers to exit")
-    # The fresh run started (and saved on SIGTERM): it is the predecessor now.
+    # Created again at once: the create waits for the deleted run's SIGTERM save, and the fresh
+    # run (which started, then saved on SIGTERM) is the predecessor now.
     auto = _describe_after_create(home, SLOW)
-    assert auto["resumed_from"]["run"] != first["run_id"]
+    assert auto["resumed_from"]["run"] == fresh
     hotswap(home, "workload", "delete", "--cluster", "c", "--workload", "w", check=True)
     wait_until(lambda: not live_workers(home, "c", "w"), timeout=60, what="the workers to exit")
     directory = Path(first["checkpoint_dir"])

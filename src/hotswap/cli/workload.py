@@ -125,7 +125,8 @@ def create(
         document(view, output)
         return
     note(f"workload {workload} created: {view['status']} ({view['status_message']})")
-    note(f"run {view['run_id']}: {run_origin(view)}")
+    if view.get("run_id"):
+        note(f"run {view['run_id']}: {run_origin(view)}")
 
 
 @app.command("delete")

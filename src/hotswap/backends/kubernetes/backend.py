@@ -230,7 +230,8 @@ class KubernetesBackend:
         view = view_of(job, self._kueue(client, settings))
         spec = job.spec
         view["spec"] = spec.model_dump(mode="json") if spec else {}
-        view["checkpoint_dir"] = (checkpoint_dir(spec, cluster, _volume({}, settings)) if spec else None) or "none (no --checkpoint-volume)"
+        root = checkpoint_dir(spec, cluster, _volume({}, settings)) if spec else None
+        view["checkpoint_dir"] = (f"{root}/{view['run_id']}" if root and view["run_id"] else root) or "none (no --checkpoint-volume)"
         view["workdir"] = None
         discovery = discover(client.list_nodes(), settings)
         pods = [p for p in (read_pod(o) for o in client.list_pods(f"{labels.JOBSET_NAME_LABEL}={name}")) if p is not None]
