@@ -223,3 +223,59 @@ def test_kubernetes_jobsets_carry_the_run(mode: str, extra: dict, resume: str, k
     view = view_of(read_jobset(jobset), {})
     assert view["run_id"] == run["id"]
     assert (view["resumed_from"] or {}).get("kind") == kind
+
+
+def test_the_sdk_reads_its_own_run_first_and_keeps_the_signal(tmp_path: Path) -> None:
+    from test_train_state import Job
+
+    from hotswap.train.checkpointer import Checkpointer
+    from hotswap.train.events import EventLog
+    from hotswap.train.runs import read_signal, resume_source
+    from hotswap.train.store import CheckpointStore
+
+    job = Job()
+    earlier, own = tmp_path / "20260101-000000-aaaaaa", tmp_path / "20260102-000000-bbbbbb"
+    Checkpointer(CheckpointStore(earlier), EventLog(None)).save(5, job.tree(5), "termination")
+    assert read_signal(earlier) == contract.RUN_RESUME  # seed 004's signal=resume
+    env = contract.WorkerEnv.from_environ(
+        {contract.HOTSWAP_CHECKPOINT_DIR: str(own), contract.HOTSWAP_RESUME_FROM: contract.RESUME_AUTO}
+    )
+    assert resume_source(env) == earlier
+    reader = Checkpointer(CheckpointStore(own), EventLog(None), fallback=CheckpointStore(earlier))
+    tree, info = reader.restore_latest()
+    assert info.step == 5 and reader.from_fallback(info)
+    reader.save(7, job.tree(7), "periodic")
+    assert read_signal(own) == contract.RUN_RUNNING
+    _, info = reader.restore_latest()  # a restart within the run: its own checkpoint, not the predecessor's
+    assert info.step == 7 and not reader.from_fallback(info)
+    reader.save(9, job.tree(9), "final")
+    assert read_signal(own) == contract.RUN_DONE
+    assert resume_source(contract.WorkerEnv.from_environ({contract.HOTSWAP_CHECKPOINT_DIR: str(tmp_path / "next"),
+                                                        contract.HOTSWAP_RESUME_FROM: "auto"})) is None
+
+
+@pytest.mark.parametrize(
+    ("actions", "state", "cause"),
+    [
+        ("admit1", None, "start"),
+        ("admit2", None, "preemption"),
+        ("restart_charged", {"start_cause": "start"}, "failure"),
+        ("restart_infra", None, "hotswap"),
+        ("scale_up", None, "elastic"),
+        ("none", {"start_cause": "hotswap"}, "hotswap"),  # remembered on the JobSet until its pods are released
+        ("none", {"start_cause": "bogus"}, None),
+    ],
+)
+def test_kubernetes_pods_learn_why_their_attempt_started(actions: str, state: dict | None, cause: str | None) -> None:
+    from hotswap.backends.kubernetes.planning import start_cause
+    from hotswap.core import actions as act
+
+    made = {
+        "admit1": [act.Admit("w", 1, ("s0",))],
+        "admit2": [act.Admit("w", 2, ("s0",))],
+        "restart_charged": [act.Restart("w", 2, ("s0",), "exit 42", charged=True)],
+        "restart_infra": [act.Restart("w", 2, ("s1",), "node failed", charged=False)],
+        "scale_up": [act.ScaleUp("w", ("s1",), ("s0", "s1"), 2)],
+        "none": [],
+    }[actions]
+    assert start_cause(made, state) == cause

@@ -182,6 +182,10 @@ class Checkpointer:
                 return found
         return None
 
+    def from_fallback(self, info: CheckpointInfo) -> bool:
+        """Whether ``info`` is one of the resume source's checkpoints (another run's)."""
+        return self.fallback is not None and info.path.parent == self.fallback.root
+
     def _newest_usable(self, store: CheckpointStore) -> tuple[Any, CheckpointInfo] | None:
         for info in store.candidates():
             try:

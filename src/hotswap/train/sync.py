@@ -81,21 +81,24 @@ class StateSync:
             self._announce_restore("peer", started)
 
     def _restore_from_disk(self, started: float, interrupted: Callable[[], bool]) -> None:
-        tree, reason = None, None
+        tree, reason, resumed = None, None, False
         if self.group.rank == 0 and self.checkpointer is not None:
             found = self.checkpointer.restore_latest()
             if found is not None:
                 tree, reason = found[0], found[1].reason
+                resumed = self.checkpointer.from_fallback(found[1])
             runs.mark_running(self.checkpointer.store.root)  # no earlier run's migration is pending now
         if self.group.world_size > 1:
             self.group.store_barrier("restored", interrupted)
-            reason = self.group.broadcast_object(reason, 0)
+            reason, resumed = self.group.broadcast_object((reason, resumed), 0)
             if reason is not None:
                 tree = self.group.broadcast_tree(tree, 0)
         self.progress.has_state = True
         if tree is None:
             return
         self._load(tree)
+        if resumed and self.cause in (None, "start"):  # another run's state: this run resumes it
+            self.cause = "resume"
         self._announce_restore(restore_source(reason, self.cause), started)
 
     def _load(self, tree: dict[str, Any]) -> None:

@@ -36,6 +36,7 @@ class Restored:
     objects: dict[str, Any]
     counters: dict[str, int]
     reason: str
+    resumed: bool = False  # from the run's resume source (another run's checkpoint)
 
 
 class OrbaxCheckpoints:
@@ -150,6 +151,8 @@ class OrbaxCheckpoints:
                 found = self._newest(source, self.fallback, template)
             finally:
                 source.close()
+            if found is not None:
+                found = dataclasses.replace(found, resumed=True)
         return found
 
     @staticmethod

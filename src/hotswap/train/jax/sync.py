@@ -241,6 +241,8 @@ class JaxStateSync:
         self.objects.load(restored.objects)
         self._objects_now = self.objects.state()
         self._adopt(restored.counters, on_disk=True)
+        if restored.resumed and self.cause in (None, "start"):  # another run's state: this run resumes it
+            self.cause = "resume"
         self._announce_restore(restore_source(restored.reason, self.cause), started)
 
     def _adopt(self, counters: dict[str, int], on_disk: bool) -> None:

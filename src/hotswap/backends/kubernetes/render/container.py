@@ -72,6 +72,7 @@ def worker_env(
         # counts only JobSet's own restarts.
         (contract.HOTSWAP_RESTART_COUNT, _field(f"metadata.annotations['{labels.RESTART_COUNT_ANNOTATION}']")),
         (contract.HOTSWAP_SLICE, _field(f"metadata.annotations['{labels.SLICE_ANNOTATION}']")),
+        (contract.HOTSWAP_START_CAUSE, _field(f"metadata.annotations['{labels.START_CAUSE_ANNOTATION}']")),
     ]
     if device.kind is AcceleratorKind.TPU:
         # GKE's values (its webhook sets the same on multi-host slices); $(JOB_INDEX) is expanded
