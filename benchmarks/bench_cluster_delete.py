@@ -33,6 +33,7 @@ def cli(env: dict[str, str], *args: str) -> float:
 
 def measure(src: str, runs: int, device: str, root: Path) -> dict[str, object]:
     env = dict(os.environ, HOTSWAP_HOME=str(root / "state"), PYTHONPATH=src)
+    root.mkdir(parents=True)
     script = root / "sleeper.py"
     script.write_text(SLEEPER)
     noop, idle, busy = [], [], []
