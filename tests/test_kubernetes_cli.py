@@ -172,6 +172,11 @@ def test_cluster_and_workload_commands_against_a_fake_api_server(tmp_path: Path)
                             "--num-slices", "2", "--command", "python3 train.py", env=env)
         assert submitted.returncode == 0, submitted.stderr
         assert "workload high created: QUEUED" in submitted.stderr
+        # A new run; without a checkpoint volume nothing is saved, so nothing is resumed.
+        run_id = state.jobsets["high"]["metadata"]["labels"][labels.RUN_ID_LABEL]
+        assert f"run {run_id}: starts fresh" in submitted.stderr
+        queued = hotswap(tmp_path, "workload", "logs", "--cluster", "trillium", "--workload", "high", env=env)
+        assert queued.returncode == 3 and "it is QUEUED and has not started yet" in queued.stderr
         assert state.jobsets["high"]["metadata"]["namespace"] == "default"
 
         again = hotswap(tmp_path, "workload", "create", "--cluster", "trillium", "--workload", "high", "--command", "x", env=env)
@@ -190,6 +195,7 @@ def test_cluster_and_workload_commands_against_a_fake_api_server(tmp_path: Path)
         described = hotswap(tmp_path, "workload", "describe", "--cluster", "trillium", "--workload", "high", env=env)
         assert described.returncode == 0, described.stderr
         assert "Workload high on cluster trillium: QUEUED" in described.stdout
+        assert f"run {run_id}: starts fresh" in described.stdout
         nodes = hotswap(tmp_path, "node", "list", "--cluster", "trillium", "--output", "json", env=env)
         assert nodes.returncode == 0, nodes.stderr
         assert {n["slice"] for n in json.loads(nodes.stdout)} == {"tpu-v6e-np-0", "tpu-v6e-np-1", "tpu-v6e-np-2"}

@@ -31,7 +31,7 @@ from hotswap.backends.kubernetes.views import (
     view_of,
     workers_view,
 )
-from hotswap.backends.views import matches
+from hotswap.backends.views import FINISHED, matches
 from hotswap.core.model import Node, Slice, Snapshot
 from hotswap.store import registry
 from hotswap.store.paths import ClusterPaths, private_dir
@@ -264,7 +264,13 @@ class KubernetesBackend:
         pods = [p for p in (read_pod(o) for o in client.list_pods(f"{labels.JOBSET_NAME_LABEL}={name},{labels.JOB_INDEX_LABEL}={replica}")) if p is not None]
         pod = next((p for p in pods if p.host == host and not p.terminating), None) or next((p for p in pods if p.host == host), None)
         if pod is None:
-            raise NotFoundError(f"no pod for replica {replica} host {host} of workload {name} yet (it may be queued)")
+            view = view_of(job, {})
+            why = (
+                "it is QUEUED and has not started yet" if view["status"] == "QUEUED" and not view["attempt"]
+                else f"it never started ({view['status']}: {view['status_message']})" if view["status"] in FINISHED and not view["attempt"]
+                else f"its pods are gone or not created yet ({view['status']})"
+            )
+            raise NotFoundError(f"workload {name} has no log of replica {replica} host {host}: {why}")
         for chunk in client.pod_log(pod.name, follow):
             write(chunk)
 
