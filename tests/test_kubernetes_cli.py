@@ -174,7 +174,7 @@ def test_cluster_and_workload_commands_against_a_fake_api_server(tmp_path: Path)
         assert "workload high created: QUEUED" in submitted.stderr
         # A new run; without a checkpoint volume nothing is saved, so nothing is resumed.
         run_id = state.jobsets["high"]["metadata"]["labels"][labels.RUN_ID_LABEL]
-        assert f"run {run_id}: starts fresh" in submitted.stderr
+        assert f"; run {run_id} starts fresh" in submitted.stderr
         queued = hotswap(tmp_path, "workload", "logs", "--cluster", "trillium", "--workload", "high", env=env)
         assert queued.returncode == 3 and "it is QUEUED and has not started yet" in queued.stderr
         assert state.jobsets["high"]["metadata"]["namespace"] == "default"

@@ -27,9 +27,10 @@ def _cluster(home: Path) -> None:
 
 
 def _create(home: Path, command: str, *flags: str) -> str:
-    """Create workload w; the line that says where its run starts from."""
+    """Create workload w; its one line, which says where its run starts from."""
     result = hotswap(home, "workload", "create", "--cluster", "c", "--workload", "w", "--command", command, *flags, check=True)
-    [line] = [line for line in result.stderr.splitlines() if line.startswith("run ")]
+    [line] = result.stderr.splitlines()
+    assert line.startswith("workload w created: ") and "; run " in line
     return line
 
 

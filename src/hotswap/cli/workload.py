@@ -124,9 +124,8 @@ def create(
     if output is not Format.TABLE:
         document(view, output)
         return
-    note(f"workload {workload} created: {view['status']} ({view['status_message']})")
-    if view.get("run_id"):
-        note(f"run {view['run_id']}: {run_origin(view)}")
+    run = f"; run {view['run_id']} {run_origin(view)}" if view.get("run_id") else ""
+    note(f"workload {workload} created: {view['status']} ({view['status_message']}){run}")
 
 
 @app.command("delete")
