@@ -110,7 +110,9 @@ def test_worker_environment_follows_the_contract(home: Path, tmp_path: Path) -> 
         assert env["HOTSWAP_CLUSTER"] == "c" and env["HOTSWAP_ATTEMPT"] == "1" and env["HOTSWAP_RESTART_COUNT"] == "0"
         assert env["HOTSWAP_SLICE"] == record["slices"][rank // 2]
         assert env["MASTER_ADDR"] == "127.0.0.1" and env["MASTER_PORT"] == envs[0]["MASTER_PORT"]
-        assert env["HOTSWAP_CHECKPOINT_DIR"].endswith("checkpoints/c/job")
+        assert env["HOTSWAP_CHECKPOINT_DIR"] == envs[0]["HOTSWAP_CHECKPOINT_DIR"]  # one run, one directory
+        root, run = os.path.split(env["HOTSWAP_CHECKPOINT_DIR"])
+        assert root.endswith("checkpoints/c/job") and run == env["HOTSWAP_RUN_ID"] and len(run) == 22
         assert env["FROM_FILE"] == "a=b" and env["OVERRIDDEN"] == "flag"
         assert env["LOCAL_RANK"] == "0" and env["LOCAL_WORLD_SIZE"] == "1"
         assert env["TPU_WORKER_ID"] == str(rank % 2) and env["TPU_WORKER_HOSTNAMES"] == "127.0.0.1,127.0.0.1"

@@ -272,8 +272,13 @@ def create_workload(cluster: str, spec: WorkloadSpec, launch: dict[str, Any]) ->
         )
     with open_store(paths) as store:
         store.check_writable()  # said first: the checkpoint directory is often inside the state
-    _check_checkpoint_dir(launch["checkpoint_dir"], "--checkpoint-dir" if spec.checkpoint_dir else "the checkpoint directory")
+    # The root the user named (or the default) is checked: the run's directory inside it is ours.
+    root = str(Path(launch["checkpoint_dir"]).parent) if "run" in launch else launch["checkpoint_dir"]
+    _check_checkpoint_dir(root, "--checkpoint-dir" if spec.checkpoint_dir else "the checkpoint directory")
     if "run" in launch:
+        with contextlib.suppress(NotFoundError):  # said at once, not after waiting on its workers
+            _record(paths, spec.name)
+            raise ConflictError(f"a workload named {spec.name} already exists")  # the core's words
         launch = {**launch, "run": runs.resolve_new(paths, spec, launch)}
     outcome = client.request(paths, RequestKind.CREATE, {"spec": spec.model_dump(mode="json"), "launch": launch})
     if outcome.status != "done":

@@ -19,7 +19,7 @@ from hotswap.api.errors import InvalidInputError
 from hotswap.api.spec import WorkloadSpec
 from hotswap.api.worker import RUN_SIGNAL_FILE, is_run_id, pending_migration
 from hotswap.backends.base import RUN_AUTO, RUN_FRESH, RUN_FROM
-from hotswap.store.paths import ClusterPaths
+from hotswap.store.paths import ClusterPaths, check_private
 from hotswap.store.state import LIVE_WORKER_STATES, Store
 
 _MAX_SIGNAL_BYTES = 64
@@ -58,6 +58,8 @@ def resolve(run: dict[str, Any], root: Path, predecessor_stopped: Callable[[], b
                 f"--resume-from {source}: no such run under {root} and no such directory"
                 if is_run_id(source) else f"--resume-from {source}: {path} is not a directory"
             )
+        # Its checkpoints are restored into the job: nobody else may be able to write them.
+        check_private(path, "--resume-from", remedy="use a directory of yours", error=InvalidInputError)
         origin = {"run": path.name if is_run_id(path.name) else None, "path": str(path), "kind": "explicit"}
         return {**run, "resume_from": str(path), "resumed_from": origin}
     deadline = time.monotonic() + wait_s
