@@ -128,7 +128,7 @@ def cleanup(home: Path) -> None:
         with contextlib.suppress(Exception):
             pids.append(int((cluster_dir / "controller.lock").read_text().strip()))
         with contextlib.suppress(Exception):
-            hotswap(home, "cluster", "delete", "--cluster", cluster_dir.name, timeout=60)
+            hotswap(home, "cluster", "delete", "--cluster", cluster_dir.name, "--force", timeout=60)
         for pid in pids:
             if not _ours(pid, home):
                 continue  # ended, and the pid may belong to someone else by now

@@ -54,7 +54,7 @@ TRAINER = textwrap.dedent(
             os.fsync(handle.fileno())
         os.rename(temporary, os.path.join(directory, f"step-{step}"))
         with open(os.environ["JOURNAL"], "a") as journal:
-            journal.write(f"{workload} {step}\\n")
+            journal.write(f"{workload} {step} {directory}\\n")
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     while not stopping:
@@ -220,9 +220,9 @@ class Drill:
         # No committed checkpoint lost.
         journal = self.journal.read_text().split("\n") if self.journal.exists() else []
         for line in filter(None, journal):
-            name, step = line.split()
-            directory = self.home / "checkpoints" / "c" / name
-            assert (directory / f"step-{step}").exists(), f"committed checkpoint {name} step {step} is lost"
+            name, step, directory = line.split()  # the run's own directory (each create is a run)
+            assert Path(directory).parent == self.home / "checkpoints" / "c" / name
+            assert (Path(directory) / f"step-{step}").exists(), f"committed checkpoint {name} step {step} is lost"
         assert len(controllers(self.root)) == 1
 
 

@@ -264,7 +264,7 @@ def test_an_interrupted_cluster_delete_finishes_when_run_again(home: Path, tmp_p
     wait_until(lambda: running(home, "slow"), what="running")
     worker = live_workers(home, "c", "slow")[0]["pid"]
     env = dict(os.environ, HOTSWAP_HOME=str(home))
-    deleting = subprocess.Popen(hotswap_command("cluster", "delete", "--cluster", "c"), env=env, stderr=subprocess.PIPE, text=True)
+    deleting = subprocess.Popen(hotswap_command("cluster", "delete", "--cluster", "c", "--force"), env=env, stderr=subprocess.PIPE, text=True)
     wait_until(lambda: (marks / "slow-1-0-0.term").exists(), what="the worker asked to stop")
     deleting.send_signal(signal.SIGINT)
     assert deleting.wait(30) == 130

@@ -125,7 +125,7 @@ def test_a_corrupt_database_is_one_line_and_the_cluster_can_still_be_deleted(hom
     listing = {c["name"]: c for c in json.loads(hotswap(home, "cluster", "list", "-o", "json", check=True).stdout)}
     assert listing["ok"]["backend"] == "local" and "unreadable" in listing["c"]["device_type"]
     assert alive(worker)  # a bad database stops nobody's work by itself
-    deleted = hotswap(home, "cluster", "delete", "--cluster", "c")
+    deleted = hotswap(home, "cluster", "delete", "--cluster", "c", "--force")
     assert deleted.returncode == 0, deleted.stderr
     assert not root.exists() and not alive(worker)
     assert [c["name"] for c in json.loads(hotswap(home, "cluster", "list", "-o", "json", check=True).stdout)] == ["ok"]

@@ -92,6 +92,8 @@ def test_a_checkpoint_dir_others_can_write_or_own_is_refused(cluster: Path, tmp_
         theirs.mkdir(mode=0o700)
         os.chown(theirs, 65534, 65534)
         refused(cluster, *create("--checkpoint-dir", str(theirs)), message="not to you")
+    # What a run resumes from is restored into it just the same.
+    refused(cluster, *create("--resume-from", str(shared)), message="can be written by other users")
 
 
 @pytest.mark.parametrize(

@@ -73,7 +73,13 @@ def test_dry_run_prints_only_the_jobset_and_needs_no_server_or_record(tmp_path: 
     assert jobset["metadata"]["labels"][labels.CLUSTER_LABEL] == "any"
     assert not (tmp_path / "clusters").exists()  # nothing recorded
     as_json = hotswap(tmp_path, *DRY_RUN, "--output", "json")
-    assert json.loads(as_json.stdout) == jobset
+    assert _without_run(json.loads(as_json.stdout)) == _without_run(jobset)  # each create is a new run
+
+
+def _without_run(jobset: dict) -> dict:
+    """A rendered JobSet less its run id (a new one each time)."""
+    text = json.dumps(jobset).replace(jobset["metadata"]["labels"][labels.RUN_ID_LABEL], "RUN")
+    return json.loads(text)
 
 
 @pytest.mark.parametrize("extra", [(), ("--min-slices", "1", "--checkpoint-volume", "pvc:ckpt"), ("--device-type", "h100-80gb-8")])
@@ -166,6 +172,11 @@ def test_cluster_and_workload_commands_against_a_fake_api_server(tmp_path: Path)
                             "--num-slices", "2", "--command", "python3 train.py", env=env)
         assert submitted.returncode == 0, submitted.stderr
         assert "workload high created: QUEUED" in submitted.stderr
+        # A new run; without a checkpoint volume nothing is saved, so nothing is resumed.
+        run_id = state.jobsets["high"]["metadata"]["labels"][labels.RUN_ID_LABEL]
+        assert f"; run {run_id} starts fresh" in submitted.stderr
+        queued = hotswap(tmp_path, "workload", "logs", "--cluster", "trillium", "--workload", "high", env=env)
+        assert queued.returncode == 3 and "it is QUEUED and has not started yet" in queued.stderr
         assert state.jobsets["high"]["metadata"]["namespace"] == "default"
 
         again = hotswap(tmp_path, "workload", "create", "--cluster", "trillium", "--workload", "high", "--command", "x", env=env)
@@ -184,6 +195,7 @@ def test_cluster_and_workload_commands_against_a_fake_api_server(tmp_path: Path)
         described = hotswap(tmp_path, "workload", "describe", "--cluster", "trillium", "--workload", "high", env=env)
         assert described.returncode == 0, described.stderr
         assert "Workload high on cluster trillium: QUEUED" in described.stdout
+        assert f"run {run_id}: starts fresh" in described.stdout
         nodes = hotswap(tmp_path, "node", "list", "--cluster", "trillium", "--output", "json", env=env)
         assert nodes.returncode == 0, nodes.stderr
         assert {n["slice"] for n in json.loads(nodes.stdout)} == {"tpu-v6e-np-0", "tpu-v6e-np-1", "tpu-v6e-np-2"}

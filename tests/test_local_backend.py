@@ -115,8 +115,12 @@ def test_worker_environment_follows_the_contract(home: Path, tmp_path: Path) -> 
         assert env["HOTSWAP_CLUSTER"] == "c" and env["HOTSWAP_ATTEMPT"] == "1" and env["HOTSWAP_RESTART_COUNT"] == "0"
         assert env["HOTSWAP_SLICE"] == record["slices"][rank // 2]
         assert env["MASTER_ADDR"] == "127.0.0.1" and env["MASTER_PORT"] == envs[0]["MASTER_PORT"]
-        assert env["HOTSWAP_CHECKPOINT_DIR"].endswith("checkpoints/c/job")
+        assert env["HOTSWAP_CHECKPOINT_DIR"] == envs[0]["HOTSWAP_CHECKPOINT_DIR"]  # one run, one directory
+        root, run = os.path.split(env["HOTSWAP_CHECKPOINT_DIR"])
+        assert root.endswith("checkpoints/c/job") and run == env["HOTSWAP_RUN_ID"] and len(run) == 22
         assert env["FROM_FILE"] == "a=b" and env["OVERRIDDEN"] == "flag"
+        assert env["LOCAL_RANK"] == "0" and env["LOCAL_WORLD_SIZE"] == "1"
+        assert env["TPU_WORKER_ID"] == str(rank % 2) and env["TPU_WORKER_HOSTNAMES"] == "127.0.0.1,127.0.0.1"
     log = hotswap(home, "workload", "logs", "--cluster", "c", "--workload", "job", check=True).stdout
     assert "attempt 1 of job" in log
 
@@ -369,7 +373,7 @@ def test_bad_input_explains_itself_and_changes_nothing(bad_input_home: Path, arg
 
 def test_warm_spares_take_over_starts_and_refill(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from hotswap.api.spec import workload_spec
-    from hotswap.backends.local import operations
+    from hotswap.backends.local import logs, operations
     from hotswap.backends.base import launch_record
 
     monkeypatch.setenv("HOTSWAP_HOME", str(home))
@@ -392,13 +396,13 @@ def test_warm_spares_take_over_starts_and_refill(home: Path, tmp_path: Path, mon
     operations.create_workload("c", spec, launch)
     workers = live_workers(home, "c", "job")
     assert {w["pid"] for w in workers} == spare_pids  # both started on spares
-    log = operations.log_file("c", "job", None, 0)
+    log = logs.log_file("c", "job", None, 0)
     wait_until(lambda: "warm 0 1 ['--flag', '1']" in log.read_text(), what="ran as worker 0")
     assert "on a warm spare" in log.read_text()
     # A failure restarts the job; the pool refills after a short delay and serves later starts.
     wait_until(lambda: len(spares()) == 2, timeout=30, what="pool refilled")
     hotswap(home, "node", "fail", "--cluster", "c", "--node", f"{workers[0]['slice']}-0", check=True)
-    wait_until(lambda: "warm 0 2" in log.read_text() or "warm 0 2" in operations.log_file("c", "job", "1", 0).read_text(), what="restarted warm")
+    wait_until(lambda: "warm 0 2" in log.read_text() or "warm 0 2" in logs.log_file("c", "job", "1", 0).read_text(), what="restarted warm")
     describe = operations.describe_cluster("c")
     assert describe["warm_workers"] == 2
 
@@ -456,7 +460,7 @@ def test_a_command_that_cannot_run_says_so_and_follows_the_policy(home: Path) ->
     record = workloads(home, "c")["typo"]
     assert record["restarts"] == 1 and "127" in record["status_message"]
     log = hotswap(home, "workload", "logs", "--cluster", "c", "--workload", "typo", check=True).stdout
-    assert "cannot run 'pyhton3'" in log
+    assert "pyhton3: command not found" in log
 
 
 def test_a_finished_command_is_not_kept_alive_by_what_it_left_running(home: Path, tmp_path: Path) -> None:
@@ -484,7 +488,7 @@ def test_concurrent_creates_of_one_cluster_name_explain_themselves(home: Path) -
 
 def test_warm_spares_apply_pythonpath(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from hotswap.api.spec import workload_spec
-    from hotswap.backends.local import operations
+    from hotswap.backends.local import logs, operations
     from hotswap.backends.base import launch_record
 
     monkeypatch.setenv("HOTSWAP_HOME", str(home))
@@ -498,6 +502,6 @@ def test_warm_spares_apply_pythonpath(home: Path, tmp_path: Path, monkeypatch: p
     wait_until(lambda: (Path(spare["dir"]) / "ready").exists(), what="spare ready")
     launch = launch_record(environ=dict(os.environ), cwd=str(tmp_path), user_env={"PYTHONPATH": str(library)}, checkpoint_dir=str(tmp_path / "c"))
     operations.create_workload("c", workload_spec(name="job", command=f"{sys.executable} job.py", device_type="v6e-4"), launch)
-    log = operations.log_file("c", "job", None, 0)
+    log = logs.log_file("c", "job", None, 0)
     wait_until(lambda: "from PYTHONPATH" in log.read_text(), what="the module found on a spare")
     assert "on a warm spare" in log.read_text()

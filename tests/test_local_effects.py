@@ -18,7 +18,7 @@ from hotswap.backends.local.supervisor import WorkerLaunch
 from hotswap.core import actions as act
 from hotswap.core import events as ev
 from hotswap.core.model import Node, Slice, Snapshot, Workload
-from hotswap.runtime.local_requests import resize_events
+from hotswap.backends.local.resize import resize_events
 from hotswap.store.codec import workload_to_json
 from hotswap.store.paths import ClusterPaths
 from hotswap.store.state import SPARE, ClusterRecord, Store, WorkerIdentity, WorkerRow
@@ -56,14 +56,25 @@ def snapshot() -> Snapshot:
         (act.Remove("w"), WorkerPlan(stop=LIVE[1:])),
         (
             act.Restart("w", 3, ("s1", "s2"), "node failed", charged=False),
-            WorkerPlan(stop=LIVE[1:], generation=("s1", "s2"), start=("s1", "s2"), slices=("s1", "s2"), attempt=3),
+            WorkerPlan(stop=LIVE[1:], generation=("s1", "s2"), start=("s1", "s2"), slices=("s1", "s2"), attempt=3, cause="hotswap"),
         ),
-        (act.Restart("w", 3, ("s1", "s2"), "waiting", charged=False, start=False), WorkerPlan(stop=LIVE[1:])),
+        (
+            act.Restart("w", 3, ("s1", "s2"), "exit 42", charged=True),
+            WorkerPlan(stop=LIVE[1:], generation=("s1", "s2"), start=("s1", "s2"), slices=("s1", "s2"), attempt=3, cause="failure"),
+        ),
+        (
+            act.Restart("w", 3, ("s1", "s2"), "waiting", charged=False, start=False),
+            WorkerPlan(stop=LIVE[1:], attempt=3, cause="hotswap"),  # the cause is kept for the StartWorkers
+        ),
         (
             act.Admit("w", 3, ("s0", "s1")),
-            WorkerPlan(stop=LIVE[1:], generation=("s0", "s1"), start=("s0", "s1"), slices=("s0", "s1"), attempt=3),
+            WorkerPlan(stop=LIVE[1:], generation=("s0", "s1"), start=("s0", "s1"), slices=("s0", "s1"), attempt=3, cause="preemption"),
         ),
-        (act.Admit("w", 2, ("s0", "s1"), start=False), WorkerPlan()),  # this attempt's workers are kept
+        (
+            act.Admit("w", 1, ("s0", "s1")),
+            WorkerPlan(stop=(), generation=("s0", "s1"), start=("s0", "s1"), slices=("s0", "s1"), attempt=1, cause="start"),
+        ),
+        (act.Admit("w", 2, ("s0", "s1"), start=False), WorkerPlan(attempt=2, cause="preemption")),  # this attempt's workers are kept
         (
             act.StartWorkers("w", 3, ("s0", "s1")),
             WorkerPlan(generation=("s0", "s1"), start=("s0", "s1"), slices=("s0", "s1"), attempt=3),
@@ -71,7 +82,7 @@ def snapshot() -> Snapshot:
         (act.ScaleDown("w", ("s1",), ("s0",), 2, "node failed"), WorkerPlan(stop=(LIVE[2],), generation=("s0",))),
         (
             act.ScaleUp("w", ("s2",), ("s0", "s1", "s2"), 3),
-            WorkerPlan(generation=("s0", "s1", "s2"), start=("s2",), slices=("s0", "s1", "s2"), attempt=2),
+            WorkerPlan(generation=("s0", "s1", "s2"), start=("s2",), slices=("s0", "s1", "s2"), attempt=2, cause="elastic"),
         ),
     ],
     ids=lambda value: type(value).__name__ if not isinstance(value, WorkerPlan) else "",

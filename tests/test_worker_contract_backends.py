@@ -46,8 +46,10 @@ SAME = (
     contract.HOTSWAP_CLUSTER,
     contract.HOTSWAP_WORKLOAD,
     contract.HOTSWAP_HOSTS_PER_SLICE,
+    contract.TPU_WORKER_ID,
 )
 _FIELD = re.compile(r"metadata\.(labels|annotations)\['([^']+)'\]")
+_REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 
 
 def pod_metadata(jobset: dict[str, Any], replica: int, host: int, slice_name: str) -> dict[str, dict[str, str]]:
@@ -78,8 +80,8 @@ def downward_environment(container: dict[str, Any], metadata: dict[str, dict[str
     """The container's environment as the kubelet resolves it (a missing label reads as "")."""
     env = {}
     for item in container["env"]:
-        if "value" in item:
-            env[item["name"]] = item["value"]
+        if "value" in item:  # $(NAME) of a variable defined before it is expanded by the kubelet
+            env[item["name"]] = _REFERENCE.sub(lambda m: env.get(m.group(1), m.group(0)), item["value"])
             continue
         match = _FIELD.fullmatch(item["valueFrom"]["fieldRef"]["fieldPath"])
         assert match is not None, item
@@ -98,7 +100,7 @@ def kubernetes_worker(jobset: dict[str, Any], replica: int, host: int) -> dict[s
     return dict(line.partition("=")[::2] for line in printed.splitlines())
 
 
-def local_worker(spec_name: str, num_slices: int, hosts: int, replica: int, host: int) -> dict[str, str]:
+def local_worker(spec_name: str, num_slices: int, hosts: int, replica: int, host: int, tpu: bool = True) -> dict[str, str]:
     return worker_environment(
         base={},
         user={},
@@ -115,6 +117,7 @@ def local_worker(spec_name: str, num_slices: int, hosts: int, replica: int, host
         events_file=None,
         grace_s=contract.DEFAULT_GRACE_PERIOD_S,
         membership_file=None,
+        tpu=tpu,
     )
 
 
@@ -131,5 +134,22 @@ def test_local_and_kubernetes_workers_get_the_same_contract_values(command: str)
             kube = kubernetes_worker(jobset, replica, host)
             assert {k: kube.get(k) for k in SAME} == {k: local.get(k) for k in SAME}, (replica, host)
             assert kube[contract.MASTER_ADDR] == contract.coordinator_host(spec.name)
+            # GKE's TPU worker variables: the host's index, and the slice's hosts (their pods'
+            # DNS names on Kubernetes, this machine locally).
+            assert kube[contract.TPU_WORKER_ID] == str(host)
+            assert kube[contract.TPU_WORKER_HOSTNAMES].split(",") == [
+                f"train-slice-{replica}-{h}.train" for h in range(hosts)
+            ]
+            assert local[contract.TPU_WORKER_HOSTNAMES].split(",") == ["127.0.0.1"] * hosts
             ranks.append(int(kube[contract.RANK]))
     assert ranks == list(range(contract.world_size(spec.num_slices, hosts)))
+
+
+def test_gpu_workers_get_no_tpu_variables() -> None:
+    spec = workload_spec(name="train", command="env", device_type="h100-80gb-8", num_slices=len(SLICES))
+    jobset = render_jobset(spec, CLUSTER, KubeSettings())
+    kube = kubernetes_worker(jobset, 1, 0)
+    local = local_worker(spec.name, spec.num_slices, 1, 1, 0, tpu=False)
+    for env in (kube, local):
+        assert contract.TPU_WORKER_ID not in env and contract.TPU_WORKER_HOSTNAMES not in env
+        assert env[contract.LOCAL_WORLD_SIZE] == "1" and env[contract.LOCAL_RANK] == "0"

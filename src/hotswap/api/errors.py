@@ -51,6 +51,13 @@ class StateError(HotswapError):
     exit_code = 6
 
 
+class Declined(HotswapError):
+    """The user answered no to a prompt: nothing was changed, and that is not a failure (exit 0;
+    the message is printed as it is, without ``error:``)."""
+
+    exit_code = 0
+
+
 class UsageError(HotswapError):
     """The command line itself is wrong: an unknown command or flag, a missing or malformed value."""
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -44,10 +45,24 @@ LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE"  # processes on this host: one per GPU of 
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 CUDA_DEVICE_ORDER = "CUDA_DEVICE_ORDER"  # PCI_BUS_ID with CUDA_VISIBLE_DEVICES: indices mean NVML's
 PCI_BUS_ORDER = "PCI_BUS_ID"
+# GKE's names for a TPU host's place in its slice (its TPU webhook sets them on multi-host TPU
+# Jobs; libtpu and JAX's GKE cluster detection read them), set on TPU device types only. JAX
+# takes a process for a GKE TPU worker only where libtpu finds TPU chips, so on an emulated
+# slice they mislead nothing; hotswap's JAX SDK also never lets JAX detect a cluster.
+TPU_WORKER_ID = "TPU_WORKER_ID"  # the host's index in its slice: JOB_COMPLETION_INDEX
+TPU_WORKER_HOSTNAMES = "TPU_WORKER_HOSTNAMES"  # the slice's hosts, comma-separated, by TPU_WORKER_ID
 # hotswap.
 HOTSWAP_CLUSTER = "HOTSWAP_CLUSTER"
 HOTSWAP_WORKLOAD = "HOTSWAP_WORKLOAD"
-HOTSWAP_CHECKPOINT_DIR = "HOTSWAP_CHECKPOINT_DIR"
+HOTSWAP_CHECKPOINT_DIR = "HOTSWAP_CHECKPOINT_DIR"  # this run's own directory: <checkpoint root>/<run id>
+HOTSWAP_RUN_ID = "HOTSWAP_RUN_ID"  # this run (one `workload create`); restarts within it keep it
+# Where this run's state comes from while its own directory holds no checkpoint: a checkpoint
+# directory (another run's, or --resume-from's), RESUME_AUTO (the worker looks for a migration
+# checkpoint its predecessor left next to its own directory; Kubernetes, where only pods see the
+# volume), or empty/unset (a fresh start).
+HOTSWAP_RESUME_FROM = "HOTSWAP_RESUME_FROM"
+# Why this worker generation started (START_CAUSES); what its `restored` line says happened.
+HOTSWAP_START_CAUSE = "HOTSWAP_START_CAUSE"
 HOTSWAP_RESTART_COUNT = "HOTSWAP_RESTART_COUNT"  # restarts of any cause so far (attempt - 1)
 HOTSWAP_ATTEMPT = "HOTSWAP_ATTEMPT"  # worker generation, bumped at every (re)start
 HOTSWAP_SLICE = "HOTSWAP_SLICE"  # name of the slice this worker runs on
@@ -55,6 +70,44 @@ HOTSWAP_HOSTS_PER_SLICE = "HOTSWAP_HOSTS_PER_SLICE"
 HOTSWAP_MEMBERSHIP_FILE = "HOTSWAP_MEMBERSHIP_FILE"  # elastic workloads only
 HOTSWAP_EVENTS_FILE = "HOTSWAP_EVENTS_FILE"  # JSON lines of goodput events, one file per worker
 HOTSWAP_TERMINATION_GRACE_S = "HOTSWAP_TERMINATION_GRACE_S"
+
+RESUME_AUTO = "auto"
+
+# Runs. Each `workload create` starts a run with its own id (sortable: creation order) and its
+# own checkpoint directory under the workload's checkpoint root. A run's directory holds seed
+# 004's ``signal`` file: RUN_RESUME after a save on SIGTERM (deleted or preempted mid-run: a
+# migration checkpoint waits), RUN_RUNNING once it has started or restored, RUN_DONE after its
+# final save. A new run resumes automatically only from the newest run that has a signal, and
+# only if that signal is RUN_RESUME: never from a finished or failed run.
+RUN_SIGNAL_FILE = "signal"
+RUN_RESUME = "resume"
+RUN_RUNNING = "running"
+RUN_DONE = "done"
+_RUN_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{6}$")  # UTC creation time, 6 random hex digits
+
+
+def is_run_id(text: str) -> bool:
+    return bool(_RUN_ID.match(text))
+
+
+def run_signal_after(reason: str) -> str:
+    """The signal a run's directory holds after a checkpoint saved for ``reason``."""
+    return {"termination": RUN_RESUME, "final": RUN_DONE}.get(reason, RUN_RUNNING)
+
+
+def pending_migration(signals: Mapping[str, str | None]) -> str | None:
+    """The run whose migration checkpoint a new run resumes from, given each earlier run's
+    signal (None: it never got to start): the newest run that has a signal, if it says resume."""
+    started = sorted(run for run, signal in signals.items() if signal and is_run_id(run))
+    if started and (signals[started[-1]] or "").strip() == RUN_RESUME:
+        return started[-1]
+    return None
+
+
+# Why a worker generation started: its first start, a restart after a node failure (onto other
+# slices), after a worker failure or hang (same slices), re-admission after preemption, a
+# replica joining an elastic workload that grows back, a new run resuming its predecessor.
+START_CAUSES = ("start", "hotswap", "failure", "preemption", "elastic", "resume")
 
 CHECKPOINTED_EXIT_CODE = 143
 # The worker cannot go on for a reason outside the training code (a non-elastic group lost a
@@ -149,10 +202,16 @@ def replica_index(slices: tuple[str, ...] | list[str], slice_name: str) -> int:
     return list(slices).index(slice_name)
 
 
-def coordinator_host(jobset: str, replica: int = 0, host: int = 0) -> str:
+def coordinator_host(jobset: str, replica: int | str = 0, host: int = 0) -> str:
     """The stable DNS name of one JobSet pod through the JobSet's headless service (named after
     the JobSet): ``<jobset>-<replicated job>-<job index>-<pod index>.<jobset>``."""
     return f"{jobset}-{REPLICATED_JOB}-{replica}-{host}.{jobset}"
+
+
+def slice_hostnames(jobset: str, replica: int | str, hosts_per_slice: int) -> str:
+    """TPU_WORKER_HOSTNAMES of a JobSet pod on replica ``replica`` (GKE's value: every host of
+    the slice by its pod's DNS name, in host order)."""
+    return ",".join(coordinator_host(jobset, replica, host) for host in range(hosts_per_slice))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,6 +238,9 @@ class WorkerEnv:
     attempt: int = 1
     restart_count: int = 0
     checkpoint_dir: str | None = None
+    run_id: str | None = None
+    resume_from: str | None = None  # HOTSWAP_RESUME_FROM: a directory, RESUME_AUTO, or None
+    start_cause: str | None = None  # HOTSWAP_START_CAUSE (START_CAUSES), None when not told
     membership_file: str | None = None
     events_file: str | None = None
     grace_period_s: float = DEFAULT_GRACE_PERIOD_S
@@ -210,6 +272,9 @@ class WorkerEnv:
             attempt=number(HOTSWAP_ATTEMPT, 1),
             restart_count=number(HOTSWAP_RESTART_COUNT, 0),
             checkpoint_dir=env.get(HOTSWAP_CHECKPOINT_DIR) or None,
+            run_id=env.get(HOTSWAP_RUN_ID) or None,
+            resume_from=env.get(HOTSWAP_RESUME_FROM) or None,
+            start_cause=env.get(HOTSWAP_START_CAUSE) if env.get(HOTSWAP_START_CAUSE) in START_CAUSES else None,
             membership_file=env.get(HOTSWAP_MEMBERSHIP_FILE) or None,
             events_file=env.get(HOTSWAP_EVENTS_FILE) or None,
             grace_period_s=float(env.get(HOTSWAP_TERMINATION_GRACE_S) or DEFAULT_GRACE_PERIOD_S),
@@ -320,14 +385,26 @@ def step_line(step: int, good_slice_count: int, elastic_down_event_count: int, *
     return " ".join(fields)
 
 
+# Where restored state came from: a checkpoint on disk, a migration checkpoint (saved on SIGTERM
+# for the move that this start completes), a surviving replica. Extended compatibly: the
+# ``cause=`` field (START_CAUSES) says what happened; parsers that read step= and source= only
+# (seeds 001, 004) read the same line as before.
 RESTORE_SOURCES = ("checkpoint", "migration", "peer")
 
 
-def restored_line(step: int, source: str) -> str:
+def restore_source(checkpoint_reason: str | None, cause: str | None) -> str:
+    """The source a restore from disk reports: a checkpoint saved on SIGTERM is a migration,
+    except after a worker failure (the crash, not the earlier move, is why state is read)."""
+    return "migration" if checkpoint_reason == "termination" and cause != "failure" else "checkpoint"
+
+
+def restored_line(step: int, source: str, cause: str | None = None) -> str:
     """The line a worker prints once when it restores state."""
     if source not in RESTORE_SOURCES:
         raise ValueError(f"restore source must be one of {RESTORE_SOURCES}, not {source!r}")
-    return f"restored step={step} source={source}"
+    if cause is not None and cause not in START_CAUSES:
+        raise ValueError(f"restore cause must be one of {START_CAUSES}, not {cause!r}")
+    return f"restored step={step} source={source}" + (f" cause={cause}" if cause else "")
 
 
 def parse_fields(line: str) -> dict[str, str]:

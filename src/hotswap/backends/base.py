@@ -14,11 +14,41 @@ from typing import Any, Protocol
 from hotswap.api.spec import WorkloadSpec
 
 
-def launch_record(*, environ: dict[str, str], cwd: str, user_env: dict[str, str], checkpoint_dir: str) -> dict[str, Any]:
+def launch_record(
+    *, environ: dict[str, str], cwd: str, user_env: dict[str, str], checkpoint_dir: str, run: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """How to start a workload's workers, as ``workload create`` hands it to a backend: the
-    creator's environment and directory, the user's variables, where checkpoints go (a backend
-    may add keys of its own, such as ``checkpoint_volume``)."""
-    return {"environ": environ, "cwd": cwd, "user_env": user_env, "checkpoint_dir": checkpoint_dir}
+    creator's environment and directory, the user's variables, where this run's checkpoints go,
+    the run (:func:`new_run`; a backend resolves what it resumes from). A backend may add keys
+    of its own, such as ``checkpoint_volume``."""
+    record: dict[str, Any] = {"environ": environ, "cwd": cwd, "user_env": user_env, "checkpoint_dir": checkpoint_dir}
+    if run is not None:
+        record["run"] = run
+    return record
+
+
+def new_run(resume_from: str | None, fresh: bool) -> dict[str, Any]:
+    """A new run of ``workload create``: its id, and what the user asked it to resume from
+    (``--resume-from``: a run id or a directory; ``--fresh``: nothing; neither: a pending
+    migration checkpoint of its predecessor, if any)."""
+    import os
+    import time
+
+    from hotswap.api.limits import check_text
+
+    run_id = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + os.urandom(3).hex()  # api.worker.is_run_id
+    run: dict[str, Any] = {"id": run_id, "mode": RUN_AUTO}
+    if fresh:
+        run["mode"] = RUN_FRESH
+    elif resume_from is not None:
+        run.update(mode=RUN_FROM, source=check_text("--resume-from", resume_from))
+    return run
+
+
+# What a new run asked to resume from (``new_run``'s ``mode``).
+RUN_AUTO = "auto"  # a pending migration checkpoint of its predecessor, if any
+RUN_FRESH = "fresh"  # nothing
+RUN_FROM = "from"  # ``source``: a run id under the checkpoint root, or a checkpoint directory
 
 
 class Backend(Protocol):
@@ -36,7 +66,9 @@ class Backend(Protocol):
         """Create (or, re-run, resize/refresh) a cluster; ``options`` holds backend flags."""
         ...
 
-    def delete_cluster(self, cluster: str) -> None: ...
+    def delete_cluster(self, cluster: str, confirm: Callable[[str], bool]) -> None:
+        """Delete a cluster; ``confirm`` is asked first when that stops unfinished work."""
+        ...
 
     def describe_cluster(self, cluster: str) -> dict[str, Any]: ...
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import typer
 
 from hotswap import __version__
-from hotswap.api.errors import HotswapError, UsageError
+from hotswap.api.errors import Declined, HotswapError, UsageError
 from hotswap.cli import cluster, controller, dashboard, demo, node, simulate, workload
 
 app = typer.Typer(
@@ -61,6 +61,9 @@ def run(argv: list[str] | None = None) -> int:
     try:
         result = app(args=argv, prog_name="hotswap", standalone_mode=False)
         return result if isinstance(result, int) and not isinstance(result, bool) else 0
+    except Declined as declined:  # a prompt answered no: nothing changed, as asked
+        print(str(declined), file=sys.stderr)
+        return declined.exit_code
     except HotswapError as error:
         return _fail(str(error), error.exit_code)
     except _usage_errors() as error:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 import typer
 
 from hotswap.api.errors import InvalidInputError
@@ -18,7 +16,7 @@ def create(
     device_type: str | None = typer.Option(None, "--device-type", "--tpu-type", help="Slice type, xpk's names (v6e-16, h100-80gb-8, ...)."),
     num_slices: int | None = typer.Option(None, "--num-slices", help="Number of slices; re-run with another number to resize."),
     backend: str = typer.Option("local", "--backend", help="local (processes on this machine) or kubernetes."),
-    force: bool = typer.Option(False, "--force", help="Shrink without asking."),
+    force: bool = typer.Option(False, "--force", help="Shrink without asking (xpk's: skip confirmation prompts)."),
     output: Format = typer.Option(Format.TABLE, "--output", "-o", help="table, json or yaml."),
     context: str | None = typer.Option(None, "--context", help="Kubernetes: kubeconfig context (default: the current one)."),
     namespace: str | None = typer.Option(None, "--namespace", help="Kubernetes: namespace of the workloads (default: default)."),
@@ -63,12 +61,9 @@ def create(
     }
     options = {key: value for key, value in given.items() if value is not None}
 
-    def confirm(question: str) -> bool:
-        if not sys.stdin.isatty():
-            return False
-        return typer.confirm(question, default=False, err=True)
+    from hotswap.cli.prompts import confirmation
 
-    summary = named(backend).create_cluster(cluster, device_type, num_slices, force, confirm, options)
+    summary = named(backend).create_cluster(cluster, device_type, num_slices, force, confirmation(force), options)
     if output is not Format.TABLE:
         document(summary, output)
         return
@@ -122,11 +117,17 @@ def _gpu_list(slice_: dict) -> str:
 
 
 @app.command("delete")
-def delete(cluster: str = typer.Option(..., "--cluster", help="Cluster name.")) -> None:
-    """Stop every worker gracefully, then the controller, and remove the cluster (checkpoints stay)."""
-    from hotswap.cli.backends import for_deletion
+def delete(
+    cluster: str = typer.Option(..., "--cluster", help="Cluster name."),
+    force: bool = typer.Option(False, "--force", help="Delete without asking, even with workloads still running or queued."),
+) -> None:
+    """Stop every worker gracefully, then the controller, and remove the cluster (checkpoints stay).
 
-    for_deletion(cluster).delete_cluster(cluster)
+    Asks first when it would stop workloads that have not finished (listing them)."""
+    from hotswap.cli.backends import for_deletion
+    from hotswap.cli.prompts import confirmation
+
+    for_deletion(cluster).delete_cluster(cluster, confirmation(force))
     note(f"cluster {cluster} deleted")
 
 

@@ -15,6 +15,17 @@ from hotswap.cli.waiting import Until, check_timeout, wait_for_state, wait_until
 
 app = typer.Typer(help="Submit, inspect and delete training workloads.", no_args_is_help=True)
 
+
+def run_origin(view: dict) -> str:
+    """Where a run's state came from, in words (``resumed_from`` of its view)."""
+    origin = view.get("resumed_from")
+    if not origin:
+        return "starts fresh"
+    if origin.get("kind") == "auto":
+        return f"resumes a migration checkpoint its predecessor left, if any, under {origin['path']} (decided by the workers)"
+    what = "the migration checkpoint of run" if origin.get("kind") == "migration" else "run"
+    return f"resumes from {what} {origin['run']} ({origin['path']})" if origin.get("run") else f"resumes from {origin['path']}"
+
 STATUS_HELP = "EVERYTHING, FINISHED, RUNNING, QUEUED, FAILED or SUCCESSFUL."
 
 
@@ -32,7 +43,9 @@ def create(
     min_slices: int | None = typer.Option(None, "--min-slices", help="Elastic: keep running on at least this many slices."),
     termination_grace_period: float = typer.Option(DEFAULT_GRACE_PERIOD_S, "--termination-grace-period", help="Seconds between SIGTERM and SIGKILL."),
     hang_timeout: float | None = typer.Option(None, "--hang-timeout", help="Most seconds without a completed step before the workload counts as hung (caps the timeout derived from its step times; 0: no hang detection)."),
-    checkpoint_dir: str | None = typer.Option(None, "--checkpoint-dir", help="Checkpoint directory; default keyed by cluster and workload."),
+    checkpoint_dir: str | None = typer.Option(None, "--checkpoint-dir", help="Checkpoint root: each run writes in <root>/<run id>; default keyed by cluster and workload."),
+    resume_from: str | None = typer.Option(None, "--resume-from", help="Start from this run's checkpoints (a run id under the checkpoint root) or this checkpoint directory."),
+    fresh: bool = typer.Option(False, "--fresh", help="Start fresh, even if a deleted or preempted predecessor left a migration checkpoint."),
     env: list[str] = typer.Option([], "--env", help="NAME=value for the workers (repeatable)."),
     env_file: Path | None = typer.Option(None, "--env-file", help="Docker-style env file for the workers."),
     docker_image: str | None = typer.Option(None, "--docker-image", help="Image (used on Kubernetes; recorded locally)."),
@@ -53,7 +66,7 @@ def create(
     from hotswap.api.errors import NotFoundError
     from hotswap.api.limits import check_text
     from hotswap.api.spec import workload_spec
-    from hotswap.backends.base import launch_record
+    from hotswap.backends.base import launch_record, new_run
     from hotswap.cli.backends import named
     from hotswap.store import registry
     from hotswap.store.paths import ClusterPaths
@@ -109,8 +122,13 @@ def create(
     )
     from hotswap.api.worker import HOTSWAP_DEBUG_DUMP_TO
 
+    if fresh and resume_from is not None:
+        raise InvalidInputError("--fresh and --resume-from contradict each other: give one")
+    run = new_run(resume_from, fresh)
     worker_env = {**user_env, HOTSWAP_DEBUG_DUMP_TO: debug_dump_gcs} if debug_dump_gcs and chosen.name == "local" else user_env
-    launch = launch_record(environ=dict(os.environ), cwd=workdir, user_env=worker_env, checkpoint_dir=checkpoints)
+    launch = launch_record(
+        environ=dict(os.environ), cwd=workdir, user_env=worker_env, checkpoint_dir=os.path.join(checkpoints, run["id"]), run=run
+    )
     if checkpoint_volume is not None:
         launch["checkpoint_volume"] = check_text("--checkpoint-volume", checkpoint_volume)
     if dry_run:
@@ -130,7 +148,8 @@ def create(
     if output is not Format.TABLE:
         document(view, output)
         return
-    note(f"workload {workload} created: {view['status']} ({view['status_message']})")
+    run = f"; run {view['run_id']} {run_origin(view)}" if view.get("run_id") else ""
+    note(f"workload {workload} created: {view['status']} ({view['status_message']}){run}")
 
 
 def _dump_location(location: str | None, backend: str) -> str | None:
@@ -225,6 +244,7 @@ def describe(
     print(f"  command: {spec['command']}")
     print(f"  attempt {view['attempt']}, preemptions {view['preemptions']}, infrastructure disruptions {view['disruptions']}")
     print(f"  grace period {spec['termination_grace_period_s']:g}s, checkpoints in {view['checkpoint_dir']}")
+    print(f"  run {view.get('run_id') or 'unknown (created by an earlier release)'}: {run_origin(view)}")
     if spec.get("docker_image") or spec.get("base_docker_image"):
         print(f"  image: {spec.get('docker_image') or spec.get('base_docker_image')} (used on Kubernetes)")
     print(f"  logs: {view['logs']}")

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hotswap.api.spec import workload_spec
-from hotswap.backends.base import launch_record
+from hotswap.backends.base import launch_record, new_run
 from hotswap.backends.local import client, operations
 from hotswap.backends.local.launch import log_path
 from hotswap.backends.local.protocol import RequestKind
@@ -162,9 +162,10 @@ class Drill(abc.ABC):
             name=name, command=command, device_type=self.device, num_slices=slices, priority=priority,
             **{"termination_grace_period_s": 20.0, "max_restarts": 3, **flags},
         )
+        run = new_run(None, fresh=False)  # as `workload create` does: a new run, resuming a pending migration
         launch = launch_record(
             environ=dict(os.environ), cwd=str(self.workdir), user_env={"OMP_NUM_THREADS": "1"},
-            checkpoint_dir=str(registry.existing(self.cluster).checkpoint_dir(name)),
+            checkpoint_dir=str(registry.existing(self.cluster).checkpoint_dir(name) / run["id"]), run=run,
         )
         t = time.time()
         view = operations.create_workload(self.cluster, spec, launch)

@@ -79,8 +79,11 @@ class Checkpointer:
     how many files a checkpoint is split into and written or read at once (default: one per
     CPU, at most 8)."""
 
-    def __init__(self, store: CheckpointStore, events: EventLog, threads: int | None = None) -> None:
+    def __init__(
+        self, store: CheckpointStore, events: EventLog, threads: int | None = None, fallback: CheckpointStore | None = None
+    ) -> None:
         self.store = store
+        self.fallback = fallback  # read while ``store`` holds no usable checkpoint (the run's resume source)
         self.events = events
         self._files = TensorFiles(threads)
         self._staging = HostStaging()
@@ -170,16 +173,28 @@ class Checkpointer:
             return None
 
     def restore_latest(self) -> tuple[Any, CheckpointInfo] | None:
-        """The newest usable checkpoint's tree, skipping (and reporting) damaged ones."""
+        """The newest usable checkpoint's tree, skipping (and reporting) damaged ones: this
+        run's own, else its resume source's."""
         self.wait()
-        for info in self.store.candidates():
+        for store in (self.store, self.fallback):
+            found = self._newest_usable(store) if store is not None else None
+            if found is not None:
+                return found
+        return None
+
+    def from_fallback(self, info: CheckpointInfo) -> bool:
+        """Whether ``info`` is one of the resume source's checkpoints (another run's)."""
+        return self.fallback is not None and info.path.parent == self.fallback.root
+
+    def _newest_usable(self, store: CheckpointStore) -> tuple[Any, CheckpointInfo] | None:
+        for info in store.candidates():
             try:
                 if info.format == LEGACY_FORMAT:
-                    tree = read_legacy(self.store, info)
+                    tree = read_legacy(store, info)
                 else:
                     tree = self._files.read(info.path, info.files)
             except CheckpointDamaged as damage:  # torn or changed since it was committed
-                self.store.report(info.path, str(damage))
+                store.report(info.path, str(damage))
                 continue
             except (CheckpointFormatError, OSError) as error:  # whole, but not a state this release wrote
                 log.warning("hotswap: skipping checkpoint %s: it cannot be loaded (%s)", info.path, error)

@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from hotswap.api.worker import EVENT_START, WorkerEnv
+from hotswap.train import runs
 from hotswap.train.boundary import StepBoundary
 from hotswap.train.checkpointer import Checkpointer
 from hotswap.train.distributed import ProcessGroup
@@ -74,7 +75,9 @@ class Run(RunFront):
         request.install()
         self.registry = StateRegistry()
         directory = checkpoint_dir or env.checkpoint_dir
-        self.checkpointer = Checkpointer(CheckpointStore(directory, keep), self.events) if directory else None
+        self.checkpointer = (
+            Checkpointer(CheckpointStore(directory, keep), self.events, fallback=_resume_store(env, keep)) if directory else None
+        )
         if directory is None:
             log.warning("hotswap: no checkpoint directory (HOTSWAP_CHECKPOINT_DIR is not set): state is not saved")
         self.group = ProcessGroup(backend, collective_timeout_s, rendezvous_timeout_s, env)
@@ -86,6 +89,7 @@ class Run(RunFront):
             self.progress,
             self.events,
             async_checkpoints=async_checkpoints,
+            cause=env.start_cause,
         )
         self.termination = Termination(request, self.group, self.state, self.progress, self.events)
         self.formation = GroupFormation(
@@ -188,6 +192,17 @@ class Run(RunFront):
                 raise
             self.formation.recover()
         self._boundary_at = time.monotonic()
+
+
+def _resume_store(env: WorkerEnv, keep: int) -> CheckpointStore | None:
+    """The run's resume source (see :mod:`hotswap.train.runs`; read by the rank that restores)."""
+    source = runs.resume_source(env)
+    if source is None:
+        return None
+    if not source.is_dir():
+        log.warning("hotswap: the checkpoint to resume from, %s, does not exist: starting fresh", source)
+        return None
+    return CheckpointStore(source, keep)
 
 
 _current: Run | None = None

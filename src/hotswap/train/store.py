@@ -6,6 +6,7 @@ Layout under ``HOTSWAP_CHECKPOINT_DIR``::
         index.json, tensors-*.bin    the data (written by the caller; see tensorfiles.py)
         COMMIT                  JSON marker, written last: step, reason, each file's size and CRC-32
     step-0000000140.partial-<host>-<pid>-<nonce>/    a write in progress, or one that was killed
+    signal                      seed 004's: resume (last saved on SIGTERM), running, done (see runs.py)
 
 A checkpoint is written under a ``.partial`` name, its files and marker are fsynced, the
 directory is renamed to its final name (atomic, never over an existing one) and the parent is
@@ -38,6 +39,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from hotswap.train import runs
 from hotswap.train.files import FileDigest, crc32, file_problem, open_no_follow, prepare_directory, write_file_durably
 
 log = logging.getLogger("hotswap.train")
@@ -156,6 +158,7 @@ class CheckpointStore:
                 raise RuntimeError(f"checkpoint {final} exists but {existing}") from error
             return existing
         _fsync_directory(self.root)
+        runs.mark_saved(self.root, reason)
         self._pruner.submit(self.prune)
         return info
 
@@ -180,6 +183,7 @@ class CheckpointStore:
         write_file_durably(temporary, json.dumps(_marker_document(info), sort_keys=True).encode())
         os.replace(temporary, path / MARKER_FILE)
         _fsync_directory(path)
+        runs.mark_saved(self.root, reason)
         return info
 
     def prune(self) -> None:

@@ -16,7 +16,8 @@ from typing import Any
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from hotswap.api.worker import EVENT_CHECKPOINT_BEGIN, EVENT_CHECKPOINT_RESTORE, restored_line
+from hotswap.api.worker import EVENT_CHECKPOINT_BEGIN, EVENT_CHECKPOINT_RESTORE, restore_source, restored_line
+from hotswap.train import runs
 from hotswap.train.checkpointer import Checkpointer
 from hotswap.train.distributed import ProcessGroup
 from hotswap.train.events import EventLog, say
@@ -41,7 +42,9 @@ class StateSync:
         events: EventLog,
         *,
         async_checkpoints: bool,
+        cause: str | None = None,
     ) -> None:
+        self.cause = cause  # why this worker generation started (HOTSWAP_START_CAUSE)
         self.registry = registry
         self.checkpointer = checkpointer
         self.group = group
@@ -78,21 +81,25 @@ class StateSync:
             self._announce_restore("peer", started)
 
     def _restore_from_disk(self, started: float, interrupted: Callable[[], bool]) -> None:
-        tree, reason = None, None
+        tree, reason, resumed = None, None, False
         if self.group.rank == 0 and self.checkpointer is not None:
             found = self.checkpointer.restore_latest()
             if found is not None:
                 tree, reason = found[0], found[1].reason
+                resumed = self.checkpointer.from_fallback(found[1])
+            runs.mark_running(self.checkpointer.store.root)  # no earlier run's migration is pending now
         if self.group.world_size > 1:
             self.group.store_barrier("restored", interrupted)
-            reason = self.group.broadcast_object(reason, 0)
+            reason, resumed = self.group.broadcast_object((reason, resumed), 0)
             if reason is not None:
                 tree = self.group.broadcast_tree(tree, 0)
         self.progress.has_state = True
         if tree is None:
             return
         self._load(tree)
-        self._announce_restore("migration" if reason == "termination" else "checkpoint", started)
+        if resumed and self.cause in (None, "start"):  # another run's state: this run resumes it
+            self.cause = "resume"
+        self._announce_restore(restore_source(reason, self.cause), started)
 
     def _load(self, tree: dict[str, Any]) -> None:
         if self.checkpointer is not None:
@@ -108,7 +115,7 @@ class StateSync:
         self.events.record(
             EVENT_CHECKPOINT_RESTORE, step=self.progress.step, duration_s=round(elapsed, 6), source=source
         )
-        say(restored_line(self.progress.step, source))
+        say(restored_line(self.progress.step, source, self.cause))
 
     def savepoint(self) -> Savepoint:
         """Taken at a step's start: an abandoned step (a peer lost mid-step) is re-run on the

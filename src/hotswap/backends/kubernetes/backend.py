@@ -31,7 +31,7 @@ from hotswap.backends.kubernetes.views import (
     view_of,
     workers_view,
 )
-from hotswap.backends.views import matches
+from hotswap.backends.views import FINISHED, matches
 from hotswap.core.model import Node, Slice, Snapshot
 from hotswap.store import registry
 from hotswap.store.paths import ClusterPaths, private_dir
@@ -153,8 +153,9 @@ class KubernetesBackend:
             "controller_pid": None,
         }
 
-    def delete_cluster(self, cluster: str) -> None:
-        """Forget the cluster: its record goes; nothing in the Kubernetes cluster is touched."""
+    def delete_cluster(self, cluster: str, confirm: Callable[[str], bool]) -> None:
+        """Forget the cluster: its record goes; nothing in the Kubernetes cluster is touched (so
+        there is nothing to confirm)."""
         settings_of(cluster)
         shutil.rmtree(ClusterPaths.of(cluster).root, ignore_errors=True)
 
@@ -203,11 +204,11 @@ class KubernetesBackend:
         name = cluster or "cluster"
         found = registry.find(name) if cluster else None
         settings = KubeSettings.from_options(found.settings) if found and found.backend == BACKEND else KubeSettings()
-        return render_jobset(spec, name, settings, _volume(launch, settings))
+        return render_jobset(spec, name, settings, _volume(launch, settings), launch.get("run"))
 
     def create_workload(self, cluster: str, spec: WorkloadSpec, launch: dict[str, Any]) -> dict[str, Any]:
         settings = settings_of(cluster)
-        manifest = render_jobset(spec, cluster, settings, _volume(launch, settings))
+        manifest = render_jobset(spec, cluster, settings, _volume(launch, settings), launch.get("run"))
         client = self._client(settings)
         counts = discover(client.list_nodes(), settings).slices_by_type()
         have = counts.get(spec.device_type, 0)
@@ -250,7 +251,8 @@ class KubernetesBackend:
         view = view_of(job, self._kueue(client, settings))
         spec = job.spec
         view["spec"] = spec.model_dump(mode="json") if spec else {}
-        view["checkpoint_dir"] = (checkpoint_dir(spec, cluster, _volume({}, settings)) if spec else None) or "none (no --checkpoint-volume)"
+        root = checkpoint_dir(spec, cluster, _volume({}, settings)) if spec else None
+        view["checkpoint_dir"] = (f"{root}/{view['run_id']}" if root and view["run_id"] else root) or "none (no --checkpoint-volume)"
         view["workdir"] = None
         discovery = discover(client.list_nodes(), settings)
         pods = [p for p in (read_pod(o) for o in client.list_pods(f"{labels.JOBSET_NAME_LABEL}={name}")) if p is not None]
@@ -283,7 +285,13 @@ class KubernetesBackend:
         pods = [p for p in (read_pod(o) for o in client.list_pods(f"{labels.JOBSET_NAME_LABEL}={name},{labels.JOB_INDEX_LABEL}={replica}")) if p is not None]
         pod = next((p for p in pods if p.host == host and not p.terminating), None) or next((p for p in pods if p.host == host), None)
         if pod is None:
-            raise NotFoundError(f"no pod for replica {replica} host {host} of workload {name} yet (it may be queued)")
+            view = view_of(job, {})
+            why = (
+                "it is QUEUED and has not started yet" if view["status"] == "QUEUED" and not view["attempt"]
+                else f"it never started ({view['status']}: {view['status_message']})" if view["status"] in FINISHED and not view["attempt"]
+                else f"its pods are gone or not created yet ({view['status']})"
+            )
+            raise NotFoundError(f"workload {name} has no log of replica {replica} host {host}: {why}")
         for chunk in client.pod_log(pod.name, follow, container_of(pod.annotations)):
             write(chunk)
 

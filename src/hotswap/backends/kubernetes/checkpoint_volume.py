@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import Any
 
 from hotswap.api.errors import InvalidInputError
 from hotswap.api.spec import WorkloadSpec
+from hotswap.api.worker import RESUME_AUTO, is_run_id
+from hotswap.backends.base import RUN_AUTO, RUN_FRESH, RUN_FROM
 from hotswap.backends.kubernetes import labels
 
 _CLAIM = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -44,10 +47,35 @@ def parse_checkpoint_volume(text: str) -> CheckpointVolume:
 
 
 def checkpoint_dir(spec: WorkloadSpec, cluster: str, volume: CheckpointVolume | None) -> str | None:
-    """``--checkpoint-dir`` as given, else a directory keyed by cluster and workload on the
-    checkpoint volume (so re-creating a workload of the same name resumes it), else none."""
+    """The checkpoint root: ``--checkpoint-dir`` as given, else a directory keyed by cluster and
+    workload on the checkpoint volume, else none. Each run writes in ``<root>/<run id>``; a
+    workload created again under its name finds its predecessors' runs there."""
     if spec.checkpoint_dir:
         return spec.checkpoint_dir
     if volume is not None:
         return f"{labels.CHECKPOINT_MOUNT}/{cluster}/{spec.name}"
     return None
+
+
+def resume_value(run: dict[str, Any], root: str) -> str:
+    """HOTSWAP_RESUME_FROM of a run whose checkpoint root (in the pod) is ``root``: only the
+    pods see the volume, so an automatic choice is the workers' (``auto``); a run id names a
+    directory next to the run's own; any other value is a path in the pod."""
+    mode = run.get("mode", RUN_AUTO)
+    if mode == RUN_FRESH:
+        return ""
+    if mode == RUN_FROM:
+        source = str(run["source"])
+        return f"{root}/{source}" if is_run_id(source) else source
+    return RESUME_AUTO
+
+
+def resumed_from(run: dict[str, Any], root: str | None) -> dict[str, Any] | None:
+    """What the run resumes from, for people (``workload describe``), as the local backend says it."""
+    value = resume_value(run, root) if root else ""
+    if not value:
+        return None
+    if value == RESUME_AUTO:
+        return {"run": None, "path": root, "kind": "auto"}
+    name = value.rstrip("/").rsplit("/", 1)[-1]
+    return {"run": name if is_run_id(name) else None, "path": value, "kind": "explicit"}

@@ -55,6 +55,8 @@ FIELD_MANAGER = "hotswap"
 WORKLOAD_LABEL = "hotswap.dev/workload"
 CLUSTER_LABEL = "hotswap.dev/cluster"
 PRIORITY_NAME_LABEL = "hotswap.dev/priority"
+RUN_ID_LABEL = "hotswap.dev/run-id"  # the run (one `workload create`); also in the checkpoint path
+RUN_ANNOTATION = "hotswap.dev/run"  # the run as JSON: id and what it resumes from
 SPEC_ANNOTATION = "hotswap.dev/spec"  # the WorkloadSpec as JSON: the controller rebuilds it from here
 STATE_ANNOTATION = "hotswap.dev/state"  # the core's record of the workload, written by the controller
 REJECTED_ANNOTATION = "hotswap.dev/rejected"  # why the core refused the workload
@@ -62,6 +64,7 @@ SLICE_ANNOTATION = "hotswap.dev/slice"  # on a pod: the slice the controller pla
 MEMBERSHIP_ANNOTATION = "hotswap.dev/membership"  # on a pod: the elastic membership record (JSON)
 ATTEMPT_ANNOTATION = "hotswap.dev/attempt"  # on a pod: the worker generation it belongs to
 RESTART_COUNT_ANNOTATION = "hotswap.dev/restart-count"  # on a pod: HOTSWAP_RESTART_COUNT of its worker
+START_CAUSE_ANNOTATION = "hotswap.dev/start-cause"  # on a pod: HOTSWAP_START_CAUSE of its worker
 # Every pod waits behind this gate until the controller releases it: pinned to the slice the
 # core chose for its replica (a gated pod may gain nodeSelector entries: KEP-3838, Kubernetes
 # >= 1.30), with the annotations its worker's environment reads (set before it can start).

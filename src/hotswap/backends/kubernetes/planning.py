@@ -22,6 +22,7 @@ deactivating its Kueue Workload (:mod:`.kueue_mode`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from hotswap.api import worker as contract
 from hotswap.api.catalog import get_device_type
@@ -95,7 +96,10 @@ def _jobset_patch(
     suspend = None
     if workload is not None:
         replicas = replicas_after(actions, observation.replicas.get(job.name, []), job.spec.num_slices)
-        state = state_of(workload, replicas, job.state, observation.now, _released(observation, job, workload, actions))
+        state = state_of(
+            workload, replicas, job.state, observation.now, _released(observation, job, workload, actions),
+            start_cause(actions, job.state),
+        )
         if state != job.state:
             annotations[labels.STATE_ANNOTATION] = encode_state(state)
         want_suspended = not workload.phase.holds_slices
@@ -152,6 +156,7 @@ def _release(
         if p.finished and p.attempt == workload.attempt and p.exit_code != 0
     }
     restart_count = str(workload.attempt - 1 + job.restarts_total)
+    cause = start_cause(actions, job.state)
     operations: list[Operation] = []
     for pod in observation.pods_of(name):
         if pod.terminating or pod.finished or pod.replica is None or pod.replica >= len(replicas):
@@ -169,6 +174,8 @@ def _release(
                 labels.RESTART_COUNT_ANNOTATION: restart_count,
                 labels.SLICE_ANNOTATION: slice_name,
             }
+            if cause:
+                annotations[labels.START_CAUSE_ANNOTATION] = cause
             found = observation.discovery.slice(slice_name)
             selector = {k: v for k, v in (found.pin if found else {}).items() if k not in pod.node_selector}
             if membership is not None:
@@ -178,6 +185,20 @@ def _release(
         elif membership is not None and pod.annotations.get(labels.MEMBERSHIP_ANNOTATION) != membership:
             operations.append(AnnotatePod(pod.name, {labels.MEMBERSHIP_ANNOTATION: membership}))
     return operations
+
+
+def start_cause(actions: Sequence[act.Action], state: dict[str, Any] | None) -> str | None:
+    """Why the workload's current attempt started (contract.START_CAUSES): this round's action,
+    else what the state record remembers."""
+    cause = (state or {}).get("start_cause")
+    for action in actions:
+        if isinstance(action, act.Admit):
+            cause = "start" if action.attempt == 1 else "preemption"
+        elif isinstance(action, act.Restart):
+            cause = "failure" if action.charged else "hotswap"
+        elif isinstance(action, act.ScaleUp):
+            cause = "elastic"
+    return cause if cause in contract.START_CAUSES else None
 
 
 def elastic_membership(name: str, workload: Workload, replicas: Sequence[str | None], hosts: int) -> Membership:

@@ -8,7 +8,8 @@ spec (the spec has its own annotation), plus keys of the Kubernetes backend: the
 the seconds spent in each phase (for ``describe``'s goodput), and the workers whose pods the
 controller has released for the current attempt, by child Job and completion index (``{"<job
 uid>": "0-3"}``): a gated pod for one of those replaces a worker that is gone, even if its pod
-vanished while no controller was looking.
+vanished while no controller was looking; and why the current attempt started (``start_cause``,
+given to its pods when they are released).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from hotswap.api.spec import WorkloadSpec
 from hotswap.core.model import Workload
 from hotswap.store.codec import workload_from_json, workload_to_dict
 
-_EXTRA_STATE = ("replicas", "phase_seconds", "phase_since", "released_jobs")
+_EXTRA_STATE = ("replicas", "phase_seconds", "phase_since", "released_jobs", "start_cause")
 
 
 Released = dict[str, frozenset[int]]  # child Job uid -> completion indexes released
@@ -31,7 +32,7 @@ Released = dict[str, frozenset[int]]  # child Job uid -> completion indexes rele
 
 def state_of(
     workload: Workload, replicas: Sequence[str | None], previous: dict[str, Any] | None, now: float,
-    released: Released | None = None,
+    released: Released | None = None, start_cause: str | None = None,
 ) -> dict[str, Any]:
     """What the state annotation holds: the core's record without the spec, the replica map,
     and the seconds spent in each phase so far (closed at every phase change, so the annotation
@@ -39,6 +40,8 @@ def state_of(
     record = workload_to_dict(workload)
     del record["spec"]
     record["replicas"] = list(replicas)
+    if start_cause:
+        record["start_cause"] = start_cause  # why the current attempt started (HOTSWAP_START_CAUSE)
     if released:
         record["released_jobs"] = {uid: _ranges(sorted(hosts)) for uid, hosts in sorted(released.items()) if hosts}
     previous = previous or {}

@@ -3,6 +3,7 @@ backend (see :mod:`hotswap.backends.local.views`), built from live objects (pure
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from hotswap.backends.kubernetes import labels
@@ -44,7 +45,19 @@ def view_of(job: LiveJobSet, kueue: dict[str, tuple[str, str]]) -> dict[str, Any
         "disruptions": _count(state.get("disruptions")),
         "attempt": _count(state.get("attempt")),
         "command": spec.command if spec else None,
+        **_run(job),
     })
+
+
+def _run(job: LiveJobSet) -> dict[str, Any]:
+    """``run_id`` and ``resumed_from`` from the JobSet's run annotation (None without one)."""
+    try:
+        run = json.loads(job.annotations.get(labels.RUN_ANNOTATION) or "{}")
+    except ValueError:
+        run = {}
+    run = run if isinstance(run, dict) else {}
+    origin = run.get("resumed_from")
+    return {"run_id": run.get("id") if isinstance(run.get("id"), str) else None, "resumed_from": origin if isinstance(origin, dict) else None}
 
 
 def _count(value: Any) -> int:

@@ -9,7 +9,7 @@ from typing import Any
 from hotswap.api.catalog import get_device_type
 from hotswap.api.errors import InvalidInputError
 from hotswap.api.spec import WorkloadSpec
-from hotswap.backends.local import operations
+from hotswap.backends.local import logs, operations
 
 
 class LocalBackend:
@@ -35,8 +35,8 @@ class LocalBackend:
             cluster, device_type, num_slices, force, confirm, warm_workers=warm_workers, gpus=gpus
         )
 
-    def delete_cluster(self, cluster: str) -> None:
-        operations.delete_cluster(cluster)
+    def delete_cluster(self, cluster: str, confirm: Callable[[str], bool]) -> None:
+        operations.delete_cluster(cluster, confirm)
 
     def describe_cluster(self, cluster: str) -> dict[str, Any]:
         return operations.describe_cluster(cluster)
@@ -78,7 +78,7 @@ class LocalBackend:
     def logs(
         self, cluster: str, name: str, slice_: str | None, host: int, follow: bool, write: Callable[[bytes], None]
     ) -> None:
-        path = operations.log_file(cluster, name, slice_, host)
+        path = logs.log_file(cluster, name, slice_, host, follow)
         position = 0
         idle_since = time.monotonic()
         while True:

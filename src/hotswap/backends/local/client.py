@@ -23,6 +23,7 @@ from typing import Any
 
 from hotswap.api.errors import ConflictError, HotswapError, NotFoundError, StateError
 from hotswap.backends.local import protocol
+from hotswap.backends.local.claim import AlreadyClaimed, Claim
 from hotswap.backends.local.protocol import RequestKind
 from hotswap.store import faults
 from hotswap.store.paths import ClusterPaths, new_dirs_private, open_private
@@ -129,7 +130,13 @@ def _start_and_wait(paths: ClusterPaths) -> int | None:
                     f" {CONTROLLER_BUSY_TIMEOUT_S:.0f}s; see {paths.controller_log}"
                 )
         elif code == protocol.ControllerExit.HELD and paths.database.exists():
-            # Another controller holds the cluster and was asked to listen again; give it time.
+            # Another controller holds the cluster and was asked to listen again; give it time,
+            # unless it has gone meanwhile (then nobody will ever answer: start another) or the
+            # cluster is being deleted (then it only stops workers and exits, serving nothing).
+            if _deleted(paths):
+                raise _gone(paths)
+            if not _held(paths):
+                return None
             ended_at = ended_at or now
             if now - ended_at > CONTROLLER_START_TIMEOUT_S:
                 raise ControllerUnavailable(
@@ -143,6 +150,17 @@ def _start_and_wait(paths: ClusterPaths) -> int | None:
         else:
             raise ControllerUnavailable(f"the controller of cluster {paths.name} stopped: {_last_line(paths)}")
         time.sleep(0.02)  # start-up only: a short wait for the new daemon to bind its socket
+
+
+def _held(paths: ClusterPaths) -> bool:
+    """Whether a controller still holds the cluster's lock (a probe: taken and let go at once)."""
+    try:
+        Claim.take(paths).release()
+    except AlreadyClaimed:
+        return True
+    except FileNotFoundError:
+        return False
+    return False
 
 
 def _deleted(paths: ClusterPaths) -> bool:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from hotswap.api import worker as contract
+from hotswap.api.catalog import AcceleratorKind, get_device_type
 from hotswap.backends.local import launch as files
 from hotswap.backends.local.gpus import Backing
 from hotswap.backends.local.supervisor import LocalProcess, WorkerLaunch
@@ -34,6 +35,7 @@ class WorkerPlan:
     start: tuple[str, ...] = ()  # slices whose workers start...
     slices: tuple[str, ...] = ()  # ...as replicas of this list (replica i on slices[i])
     attempt: int = 0  # ...in this attempt
+    cause: str | None = None  # ...because of this (contract.START_CAUSES), None when not known
 
 
 def plan(action: act.Action, workload: Workload, live: Sequence[WorkerRow]) -> WorkerPlan:
@@ -53,11 +55,11 @@ class _Planner:
         """The live workers ``which`` selects, except those already told to stop."""
         return tuple(w for w in self.live if w.state != "stopping" and which(w))
 
-    def _new_attempt(self, attempt: int, slices: tuple[str, ...], start: bool) -> WorkerPlan:
+    def _new_attempt(self, attempt: int, slices: tuple[str, ...], start: bool, cause: str) -> WorkerPlan:
         older = self._stopping(lambda w: w.identity.attempt < attempt)
-        if not start:
-            return WorkerPlan(stop=older)
-        return WorkerPlan(stop=older, generation=slices, start=slices, slices=slices, attempt=attempt)
+        if not start:  # held back; the Launcher keeps the cause for the StartWorkers to come
+            return WorkerPlan(stop=older, attempt=attempt, cause=cause)
+        return WorkerPlan(stop=older, generation=slices, start=slices, slices=slices, attempt=attempt, cause=cause)
 
     def on_reject(self, action: act.Reject) -> WorkerPlan:
         return WorkerPlan()
@@ -66,12 +68,15 @@ class _Planner:
         return WorkerPlan()
 
     def on_admit(self, action: act.Admit) -> WorkerPlan:
-        return self._new_attempt(action.attempt, action.slices, action.start)
+        # A first admission starts the run; a later one follows a preemption (requeued).
+        return self._new_attempt(action.attempt, action.slices, action.start, "start" if action.attempt == 1 else "preemption")
 
     def on_restart(self, action: act.Restart) -> WorkerPlan:
-        return self._new_attempt(action.attempt, action.slices, action.start)
+        # Charged: the workers failed (an exit code, a hang); not: the infrastructure did.
+        return self._new_attempt(action.attempt, action.slices, action.start, "failure" if action.charged else "hotswap")
 
     def on_start_workers(self, action: act.StartWorkers) -> WorkerPlan:
+        # Workers held back by BlockingRecreate or a repair: the cause is the restart's (the Launcher's).
         slices = action.slices
         return WorkerPlan(generation=slices, start=slices, slices=slices, attempt=action.attempt)
 
@@ -93,7 +98,7 @@ class _Planner:
 
     def on_scale_up(self, action: act.ScaleUp) -> WorkerPlan:
         return WorkerPlan(
-            generation=action.slices, start=action.added, slices=action.slices, attempt=self.workload.attempt
+            generation=action.slices, start=action.added, slices=action.slices, attempt=self.workload.attempt, cause="elastic"
         )
 
 
@@ -105,17 +110,26 @@ class Launcher:
         self.store = store
         self.paths = paths
         self.backing = backing
+        # Why an attempt starts, kept from a restart whose workers are held back (BlockingRecreate,
+        # a repair) until its StartWorkers. Lost with the controller: the workers then get none.
+        self.causes: dict[tuple[str, int, int], str] = {}
 
     def launches(self, workload: Workload, plan: WorkerPlan, snapshot: Snapshot) -> list[WorkerLaunch]:
         if plan.generation is not None:
             self._publish(workload, plan.generation, snapshot)
+        key = (workload.name, workload.seq, plan.attempt)
         if not plan.start:
+            if plan.cause is not None:
+                self.causes[key] = plan.cause
             return []
         _, port = self.store.membership(workload.name)
         launch = self.store.launch(workload.name)
+        run = launch.get("run")
+        run_env = _run_environment(run, _start_cause(plan.cause or self.causes.pop(key, None), run))
         self._checkpoint_dir(workload, Path(launch["checkpoint_dir"]))
         directory = self.paths.workload_dir(workload.name, workload.seq)
         elastic = workload.spec.min_slices is not None
+        tpu = get_device_type(workload.spec.device_type).kind is AcceleratorKind.TPU
         backing = self.backing()
         launches = []
         for slice_ in plan.start:
@@ -141,7 +155,9 @@ class Launcher:
                     grace_s=workload.spec.termination_grace_period_s,
                     membership_file=files.membership_path(directory) if elastic else None,
                     gpus=gpus,
+                    tpu=tpu,
                 )
+                env.update(run_env)
                 identity = WorkerIdentity(workload.name, workload.seq, plan.attempt, slice_, replica, host, node)
                 others = tuple(
                     LocalProcess(files.local_process_environment(env, rank), files.local_log_path(log, rank))
@@ -187,3 +203,20 @@ class Launcher:
                 directory,
                 contract.Membership(generation, tuple(slices), hosts, files.MASTER_ADDR, port, per_host, str(joined)),
             )
+
+
+def _start_cause(cause: str | None, run: dict | None) -> str | None:
+    """Why this generation of workers starts (``HOTSWAP_START_CAUSE``): a run's first start
+    that takes its state from elsewhere resumes."""
+    if cause == "start" and run and run.get("resume_from"):
+        return "resume"
+    return cause
+
+
+def _run_environment(run: dict | None, cause: str | None) -> dict[str, str]:
+    """The run's part of the worker contract (none for a workload of an earlier release)."""
+    env = {contract.HOTSWAP_START_CAUSE: cause} if cause else {}
+    if run:
+        env[contract.HOTSWAP_RUN_ID] = run["id"]
+        env[contract.HOTSWAP_RESUME_FROM] = run.get("resume_from", "")
+    return env

@@ -88,11 +88,13 @@ def worker_environment(
     grace_s: float,
     membership_file: Path | None,
     gpus: tuple[int, ...] = (),
+    tpu: bool = False,
 ) -> dict[str, str]:
     """The full environment of one worker (its local rank 0): the creator's, the user's, then
     the contract's (the indices, and RANK and HOTSWAP_ATTEMPT computed from them by the
     contract's formulas). ``gpus``: the NVML indices of the host's GPUs on a GPU-backed slice,
-    one process each (see :func:`local_process_environment`); none on an emulated one."""
+    one process each (see :func:`local_process_environment`); none on an emulated one. ``tpu``:
+    a TPU device type (GKE's TPU worker variables)."""
     env = dict(base)
     env.update(user)
     local_world_size = max(1, len(gpus))
@@ -127,6 +129,9 @@ def worker_environment(
         contract_vars[contract.HOTSWAP_MEMBERSHIP_FILE] = membership_file
     if gpus:
         contract_vars[contract.CUDA_DEVICE_ORDER] = contract.PCI_BUS_ORDER
+    if tpu:  # every emulated host of the slice is on this machine
+        contract_vars[contract.TPU_WORKER_ID] = host
+        contract_vars[contract.TPU_WORKER_HOSTNAMES] = ",".join([MASTER_ADDR] * hosts_per_slice)
     env.update({key: str(value) for key, value in contract_vars.items()})
     env["PYTHONUNBUFFERED"] = env.get("PYTHONUNBUFFERED", "1")  # logs appear as they happen
     return env

@@ -16,17 +16,19 @@ from pathlib import Path
 from typing import Any
 
 from hotswap.api.catalog import DeviceType, get_device_type
-from hotswap.api.errors import ConflictError, InvalidInputError, NotFoundError
+from hotswap.api.errors import ConflictError, Declined, InvalidInputError, NotFoundError
 from hotswap.api.limits import check_text
 from hotswap.api.names import validate_cluster_name
 from hotswap.api.spec import WorkloadSpec
-from hotswap.backends.local import client, removal
+from hotswap.backends.local import client, removal, runs
 from hotswap.backends.local import launch as files
 from hotswap.backends.local.gpus import Backing, GpuSelection, claim, claims_lock, gpus_per_host
 from hotswap.backends.local.nvml import GpuInfo
 from hotswap.backends.local.protocol import MAX_LOCAL_SLICES, MAX_WARM_WORKERS, NodeOperation, RequestKind
+from hotswap.backends.local.resize import resize_events
+from hotswap.backends.local.runs import run_view
 from hotswap.backends.local.views import gpu_health, gpu_views, node_reasons, workload_view
-from hotswap.backends.views import iso, matches
+from hotswap.backends.views import FINISHED, iso, matches
 from hotswap.store.paths import ClusterPaths, check_private, file_lock, private_dir
 from hotswap.store.registry import existing, record_of
 from hotswap.store.state import LIVE_WORKER_STATES, ClusterRecord, Store
@@ -139,14 +141,8 @@ def _create_or_resize(
                 f" change (delete it first, or use --device-type {record.device_type})"
             )
         current = _slice_count(paths)
-        if num_slices < current and not force:
-            held = _held_slices(paths)
-            question = (
-                f"shrink cluster {name} from {current} to {num_slices} slices?"
-                + (f" {held} slice(s) are in use: their workloads will be moved or requeued." if held else "")
-            )
-            if not confirm(question):
-                raise ConflictError(f"cluster {name} left at {current} slices (use --force to shrink without asking)")
+        if num_slices < current and not force and not confirm(_shrink_question(paths, num_slices)):
+            raise Declined(f"cluster {name} left at {current} slices; nothing changed")
     payload: dict[str, Any] = {"num_slices": num_slices}
     if warm_workers is not None:
         payload["warm_workers"] = warm_workers
@@ -186,17 +182,35 @@ def _slice_count(paths: ClusterPaths) -> int:
         return len(store.slice_rows())
 
 
-def _held_slices(paths: ClusterPaths) -> int:
+def _shrink_question(paths: ClusterPaths, num_slices: int) -> str:
+    """The question before a shrink: which slices go (the controller's rule) and what runs there."""
     with open_store(paths) as store:
-        return sum(len(record["slices"]) for record, _ in store.workload_records())
+        snapshot, record = store.load_snapshot(time.time()), store.cluster()
+    removed = [event.name for event in resize_events(snapshot, record, num_slices)]
+    lines = [f"shrink cluster {paths.name} from {len(snapshot.slices)} to {num_slices} slices?"]
+    for slice_name in removed:
+        holder = snapshot.holders.get(slice_name)
+        lines.append(f"  remove slice {slice_name}" + (f": workload {holder} runs there and is moved or requeued" if holder else " (free)"))
+    return "\n".join(lines)
 
 
-def delete_cluster(name: str) -> None:
+def delete_cluster(name: str, confirm: Callable[[str], bool] = lambda _: True) -> None:
     """Stop every worker gracefully, then the controller, then remove the cluster's state
-    (see ``removal.py``: an interrupted deletion is finished by running it again).
+    (see ``removal.py``: an interrupted deletion is finished by running it again). ``confirm``
+    is asked first when workloads have not finished (the question lists them).
 
     Checkpoints are kept (they live outside the cluster directory)."""
-    removal.delete_cluster(existing(name))
+    paths = existing(name)
+    unfinished: list[dict[str, Any]] = []
+    with contextlib.suppress(Exception):  # an unreadable or half-deleted cluster: nothing to list, remove it
+        with open_store(paths) as store:
+            if not store.deleted():
+                unfinished = [v for v in (workload_view(r) for r, _ in store.workload_records()) if v["status"] not in FINISHED]
+    question = [f"delete cluster {name}? {len(unfinished)} workload(s) have not finished and are stopped:"]
+    question += [f"  {v['name']} {v['status']}" + (f" on {', '.join(v['slices'])}" if v["slices"] else "") for v in unfinished]
+    if unfinished and not confirm("\n".join(question)):
+        raise Declined(f"cluster {name} kept; nothing changed")
+    removal.delete_cluster(paths)
 
 
 def describe_cluster(name: str) -> dict[str, Any]:
@@ -258,7 +272,14 @@ def create_workload(cluster: str, spec: WorkloadSpec, launch: dict[str, Any]) ->
         )
     with open_store(paths) as store:
         store.check_writable()  # said first: the checkpoint directory is often inside the state
-    _check_checkpoint_dir(launch["checkpoint_dir"], "--checkpoint-dir" if spec.checkpoint_dir else "the checkpoint directory")
+    # The root the user named (or the default) is checked: the run's directory inside it is ours.
+    root = str(Path(launch["checkpoint_dir"]).parent) if "run" in launch else launch["checkpoint_dir"]
+    _check_checkpoint_dir(root, "--checkpoint-dir" if spec.checkpoint_dir else "the checkpoint directory")
+    if "run" in launch:
+        with contextlib.suppress(NotFoundError):  # said at once, not after waiting on its workers
+            _record(paths, spec.name)
+            raise ConflictError(f"a workload named {spec.name} already exists")  # the core's words
+        launch = {**launch, "run": runs.resolve_new(paths, spec, launch)}
     outcome = client.request(paths, RequestKind.CREATE, {"spec": spec.model_dump(mode="json"), "launch": launch})
     if outcome.status != "done":
         raise ConflictError(outcome.message)
@@ -303,7 +324,7 @@ def list_workloads(cluster: str, status: str = "EVERYTHING", job_filter: str | N
     with contextlib.suppress(client.ControllerUnavailable):
         client.ensure_controller(paths, wait=False)
     with open_store(paths) as store:
-        views = [workload_view(r) for r, _ in store.workload_records()]
+        views = [{**workload_view(r), **run_view(launch)} for r, launch in store.workload_records()]
     return [v for v in views if matches(v, status, job_filter)]
 
 
@@ -332,6 +353,7 @@ def describe_workload(cluster: str, name: str, timeline: bool = True) -> dict[st
     spec = record["spec"]
     view["spec"] = spec
     view["checkpoint_dir"] = launch["checkpoint_dir"]
+    view.update(run_view(launch))
     view["workdir"] = launch["cwd"]
     view["placement"] = [
         {
@@ -360,30 +382,6 @@ def describe_workload(cluster: str, name: str, timeline: bool = True) -> dict[st
         view["timeline"] = [{"time": iso(e["t"]), "event": e["kind"], "message": e["message"]} for e in events]
         view["goodput"] = workload_goodput(record, events, directory, time.time())
     return view
-
-
-def log_file(cluster: str, name: str, slice_: str | None, host: int) -> Path:
-    """The log of one host of one replica: ``--slice`` is a replica index or a slice name."""
-    paths = existing(cluster)
-    record, _ = _record(paths, name)
-    replica = 0
-    if slice_ is not None:
-        check_text("--slice", slice_)
-        if slice_.isascii() and slice_.isdigit() and len(slice_) < 10:
-            replica = int(slice_)
-        elif slice_ in record["slices"]:
-            replica = record["slices"].index(slice_)
-        else:
-            raise NotFoundError(
-                f"workload {name} does not run on slice {slice_}; give a replica index"
-                f" (0-{record['spec']['num_slices'] - 1}) or one of: {', '.join(record['slices']) or 'none'}"
-            )
-    if replica >= record["spec"]["num_slices"]:
-        raise NotFoundError(f"workload {name} has replicas 0-{record['spec']['num_slices'] - 1}, not {replica}")
-    hosts = get_device_type(record["spec"]["device_type"]).hosts_per_slice
-    if not 0 <= host < hosts:
-        raise NotFoundError(f"{record['spec']['device_type']} has hosts 0-{hosts - 1}, not {host}")
-    return files.log_path(paths.workload_dir(name, record["seq"]), replica, host)
 
 
 # ---------------------------------------------------------------------- nodes

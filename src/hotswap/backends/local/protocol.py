@@ -26,6 +26,7 @@ from typing import Any
 from hotswap.api.errors import HotswapError
 from hotswap.api.limits import MAX_ARGUMENT_LENGTH, check_text
 from hotswap.api.names import validate_workload_name
+from hotswap.api.worker import is_run_id
 
 PING = "ping"
 PONG = "pong"
@@ -184,6 +185,13 @@ def _check_create(payload: dict[str, Any]) -> None:
     for key in ("cwd", "checkpoint_dir"):
         if not isinstance(launch[key], str) or "\0" in launch[key]:
             raise ValueError(f"{key} is not a path")
+    run = launch.get("run")
+    if run is not None:
+        if not isinstance(run, dict) or not isinstance(run.get("id"), str) or not is_run_id(run["id"]):
+            raise ValueError("run is not a run")
+        resume_from = run.get("resume_from", "")
+        if not isinstance(resume_from, str) or "\0" in resume_from:
+            raise ValueError("the run's resume_from is not a path")
 
 
 def _check_delete(payload: dict[str, Any]) -> None:

@@ -14,13 +14,15 @@ the exit code (0-255; a signal N becomes 128+N, as container runtimes report it)
 outlives SIGTERM/SIGINT so that it can record the exit. Only SIGKILL stops it, and then the
 supervisor knows the cause because it sent the kill.
 
-A simple command (words only) is executed directly, so the process that gets SIGTERM is the
-program itself and its exit code is the worker's. Anything needing a shell runs under
-``/bin/sh -c``; a shell killed by SIGTERM may leave its children finishing their checkpoint,
-so the shim is a child subreaper and waits for every descendant before it records the exit:
-the worker is gone only when all of it is gone. Once the command has exited, what it leaves
-behind gets SIGTERM and, a few seconds later, SIGKILL. A command that cannot be run is
-reported in the log and ends with 127.
+The command runs as a container's ``bash -c`` runs it (``/bin/sh -c`` where there is no
+bash): builtins, pipes, ``&&`` and quoting mean what they mean there (``exit 1`` exits 1). For
+a simple command the shell execs the program, so the process that gets SIGTERM is the program
+itself and its exit code is the worker's; a compound command's processes get SIGTERM too (it
+is sent to the worker's process group). A shell killed by SIGTERM may leave its children
+finishing their checkpoint, so the shim is a child subreaper and waits for every descendant
+before it records the exit: the worker is gone only when all of it is gone. Once the command
+has exited, what it leaves behind gets SIGTERM and, a few seconds later, SIGKILL. A command
+that cannot be run is reported in the log by the shell and ends with 127.
 
 A host with several GPUs runs the command once per GPU (``<worker-dir>/local.json`` lists the
 other processes: what each changes in the environment, and its log), as torchrun's local agent
@@ -42,7 +44,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import shlex
+import shutil
 import signal
 import sys
 import time
@@ -50,7 +52,6 @@ import time
 PR_SET_CHILD_SUBREAPER = 36
 CANNOT_RUN = 127  # a shell's code for a command it cannot run
 STRAGGLER_GRACE_S = 5.0
-SHELL_SYNTAX = set("|&;<>()$`*?[]#~{}\n")
 
 
 def start_ticks(pid: int) -> int:
@@ -70,15 +71,9 @@ def write_atomically(path: str, text: str) -> None:
 
 
 def argv_of(command: str) -> list[str]:
-    """The command's words when it needs no shell, else a shell running it."""
-    if not SHELL_SYNTAX.intersection(command):
-        try:
-            words = shlex.split(command)
-        except ValueError:  # unbalanced quotes: let the shell report it
-            words = []
-        if words and "=" not in words[0]:
-            return words
-    return ["/bin/sh", "-c", command]
+    """The shell running the command, as ``bash -c`` in a container (bash execs a simple
+    command: no shell stays between the program and its signals)."""
+    return [shutil.which("bash") or "/bin/sh", "-c", command]
 
 
 def reap(pids: list[int], log: int, grace_s: float) -> int:

@@ -15,12 +15,14 @@ import dataclasses
 import logging
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
 
 from hotswap.api.worker import EVENT_CHECKPOINT_SAVE
+from hotswap.train import runs
 from hotswap.train.events import EventLog
 from hotswap.train.jax.trees import StateMismatchError, first_mismatch, leaves_with_paths
 
@@ -34,11 +36,15 @@ class Restored:
     objects: dict[str, Any]
     counters: dict[str, int]
     reason: str
+    resumed: bool = False  # from the run's resume source (another run's checkpoint)
 
 
 class OrbaxCheckpoints:
-    def __init__(self, directory: str, keep: int, events: EventLog, *, record_events: bool) -> None:
+    def __init__(
+        self, directory: str, keep: int, events: EventLog, *, record_events: bool, fallback: str | None = None
+    ) -> None:
         self.directory = directory
+        self.fallback = fallback  # the run's resume source, read while ``directory`` has no step
         self.events = events
         self.record_events = record_events
         # What is known of the save in flight: the caller adds how long it blocked, orbax's
@@ -98,7 +104,8 @@ class OrbaxCheckpoints:
             if "blocking_s" not in self._pending or "total_s" not in self._pending:
                 return
             done, self._pending = self._pending, {}
-        if self.record_events:
+        if self.record_events:  # rank 0: the run's signal follows its saves (termination: a migration waits)
+            runs.mark_saved(Path(self.directory), done["reason"])
             self.events.record(
                 EVENT_CHECKPOINT_SAVE,
                 step=step,
@@ -133,11 +140,28 @@ class OrbaxCheckpoints:
         leaf that differs: a partial or cast restore would be silent corruption."""
         self.manager.wait_until_finished()
         self.manager.reload()
-        expected = leaves_with_paths(template)
-        for step in sorted(self.manager.all_steps(), reverse=True):
-            where = f"checkpoint {self.directory}/{step}"
+        found = self._newest(self.manager, self.directory, template)
+        if found is None and self.fallback is not None and Path(self.fallback).is_dir():
+            source = ocp.CheckpointManager(
+                self.fallback,
+                item_handlers={"state": ocp.StandardCheckpointHandler(), "hotswap": ocp.JsonCheckpointHandler()},
+                options=ocp.CheckpointManagerOptions(create=False, cleanup_tmp_directories=False),
+            )
             try:
-                saved = getattr(self.manager.item_metadata(step)["state"], "tree", None)
+                found = self._newest(source, self.fallback, template)
+            finally:
+                source.close()
+            if found is not None:
+                found = dataclasses.replace(found, resumed=True)
+        return found
+
+    @staticmethod
+    def _newest(manager: Any, directory: str, template: Any) -> Restored | None:
+        expected = leaves_with_paths(template)
+        for step in sorted(manager.all_steps(), reverse=True):
+            where = f"checkpoint {directory}/{step}"
+            try:
+                saved = getattr(manager.item_metadata(step)["state"], "tree", None)
                 if saved is None:
                     raise ValueError("no array metadata")
                 found = dict(leaves_with_paths(saved))
@@ -149,7 +173,7 @@ class OrbaxCheckpoints:
                 raise StateMismatchError(f"cannot restore: {problem}")
             target = jax.tree.map(_abstract, template)
             try:
-                restored = self.manager.restore(
+                restored = manager.restore(
                     step,
                     args=ocp.args.Composite(state=ocp.args.StandardRestore(target), hotswap=ocp.args.JsonRestore()),
                 )

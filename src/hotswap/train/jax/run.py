@@ -28,6 +28,7 @@ import jax
 import numpy as np
 
 from hotswap.api.worker import CHECKPOINTED_EXIT_CODE, EVENT_START, EVENT_STOP, Membership, WorkerEnv
+from hotswap.train import runs
 from hotswap.train.boundary import StepBoundary
 from hotswap.train.events import EventLog
 from hotswap.train.front import RunFront
@@ -81,6 +82,7 @@ class JaxRun(RunFront):
             async_checkpoints=async_checkpoints,
             snapshot_every=snapshot_every,
             handoff=handoff,
+            cause=env.start_cause,
         )
         self.termination = Termination(request, self.group, self.sync, self.progress, self.events)
         self.formation = RestartingFormation(
@@ -111,7 +113,10 @@ class JaxRun(RunFront):
 
         directory = checkpoint_dir or env.checkpoint_dir
         if directory:
-            self.sync.checkpoints = OrbaxCheckpoints(directory, keep, self.events, record_events=self.rank == 0)
+            source = runs.resume_source(env)
+            self.sync.checkpoints = OrbaxCheckpoints(
+                directory, keep, self.events, record_events=self.rank == 0, fallback=str(source) if source else None
+            )
         else:
             log.warning("hotswap: no checkpoint directory (HOTSWAP_CHECKPOINT_DIR is not set): state is not saved")
         if handoff is None:

@@ -13,11 +13,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import jax
 
-from hotswap.api.worker import EVENT_CHECKPOINT_RESTORE, restored_line
+from hotswap.api.worker import EVENT_CHECKPOINT_RESTORE, restore_source, restored_line
+from hotswap.train import runs
 from hotswap.train.events import EventLog, say
 from hotswap.train.jax.handoff import Handoff, MembershipChange
 from hotswap.train.jax.objects import ObjectRegistry
@@ -54,7 +56,9 @@ class JaxStateSync:
         async_checkpoints: bool,
         snapshot_every: int | None,
         handoff: Handoff | None,
+        cause: str | None = None,
     ) -> None:
+        self.cause = cause  # why this worker generation started (HOTSWAP_START_CAUSE)
         self.group = group
         self.progress = progress
         self.events = events
@@ -229,13 +233,17 @@ class JaxStateSync:
     def _restore_from_disk(self, started: float) -> None:
         restored = self.checkpoints.restore_latest(self.template) if self.checkpoints is not None else None
         self.progress.has_state = True
+        if self.checkpoints is not None and self.group.rank == 0:
+            runs.mark_running(Path(self.checkpoints.directory))  # no earlier run's migration is pending now
         if restored is None:
             return
         self.current = restored.state
         self.objects.load(restored.objects)
         self._objects_now = self.objects.state()
         self._adopt(restored.counters, on_disk=True)
-        self._announce_restore("migration" if restored.reason == "termination" else "checkpoint", started)
+        if restored.resumed and self.cause in (None, "start"):  # another run's state: this run resumes it
+            self.cause = "resume"
+        self._announce_restore(restore_source(restored.reason, self.cause), started)
 
     def _adopt(self, counters: dict[str, int], on_disk: bool) -> None:
         if on_disk:
@@ -257,7 +265,7 @@ class JaxStateSync:
         self.events.record(
             EVENT_CHECKPOINT_RESTORE, step=self.progress.step, duration_s=round(elapsed, 6), source=source
         )
-        say(restored_line(self.progress.step, source))
+        say(restored_line(self.progress.step, source, self.cause))
 
 
 def _arrays(tree: Any) -> list[jax.Array]:

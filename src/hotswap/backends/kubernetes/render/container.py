@@ -8,13 +8,21 @@ import shlex
 from typing import Any
 
 from hotswap.api import worker as contract
-from hotswap.api.catalog import DeviceType
+from hotswap.api.catalog import AcceleratorKind, DeviceType
 from hotswap.api.spec import WorkloadSpec
 from hotswap.backends.kubernetes import labels
-from hotswap.backends.kubernetes.checkpoint_volume import CheckpointVolume, checkpoint_dir
+from hotswap.backends.kubernetes.checkpoint_volume import CheckpointVolume, checkpoint_dir, resume_value
 
-# Characters that need a shell; a command without them runs exec'd, as the local backend does.
+# Characters that need a shell; a command without them runs exec'd (the shell then execs a
+# simple command, as on the local backend), unless its first word is one only a shell knows.
 _SHELL_SYNTAX = set("|&;<>()$`*?[]#~{}\n")
+# Shell builtins without a program of that name, and reserved words: `exit 1` means the shell's.
+_SHELL_WORDS = frozenset(
+    "! . : [[ alias bg break case cd command continue declare do done elif else esac eval exec exit"
+    " export fg fi for function getopts hash if in jobs let local readonly read return select set"
+    " shift source then time times trap type typeset ulimit umask unalias unset until wait while {"
+    .split()
+)
 
 # Run by /bin/sh before the user's command: the contract's derived values (RANK, HOTSWAP_ATTEMPT)
 # cannot come from the downward API (they are sums), so the shell computes them from the indices
@@ -35,7 +43,9 @@ def _field(path: str) -> dict[str, Any]:
     return {"valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
-def worker_env(spec: WorkloadSpec, cluster: str, device: DeviceType, volume: CheckpointVolume | None) -> list[dict[str, Any]]:
+def worker_env(
+    spec: WorkloadSpec, cluster: str, device: DeviceType, volume: CheckpointVolume | None, run: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """The worker environment of :mod:`hotswap.api.worker`: JobSet's indices from the pod's labels
     through the downward API, the rest as values. The user's variables come first so that the
     contract's win, as on the local backend."""
@@ -62,13 +72,24 @@ def worker_env(spec: WorkloadSpec, cluster: str, device: DeviceType, volume: Che
         # counts only JobSet's own restarts.
         (contract.HOTSWAP_RESTART_COUNT, _field(f"metadata.annotations['{labels.RESTART_COUNT_ANNOTATION}']")),
         (contract.HOTSWAP_SLICE, _field(f"metadata.annotations['{labels.SLICE_ANNOTATION}']")),
+        (contract.HOTSWAP_START_CAUSE, _field(f"metadata.annotations['{labels.START_CAUSE_ANNOTATION}']")),
     ]
     if spec.debug_dump_gcs:
         user_flags = spec.env.get(contract.XLA_FLAGS)
         env = [e for e in env if e["name"] != contract.XLA_FLAGS]
         contract_env.append((contract.XLA_FLAGS, contract.with_xla_dump(user_flags, contract.CONTAINER_XLA_DUMP_DIR)))
+    if device.kind is AcceleratorKind.TPU:
+        # GKE's values (its webhook sets the same on multi-host slices); $(JOB_INDEX) is expanded
+        # by the kubelet from the variable above.
+        contract_env.append((contract.TPU_WORKER_ID, _field(f"metadata.annotations['{labels.JOB_COMPLETION_INDEX_ANNOTATION}']")))
+        contract_env.append((contract.TPU_WORKER_HOSTNAMES, contract.slice_hostnames(spec.name, f"$({contract.JOB_INDEX})", hosts)))
     directory = checkpoint_dir(spec, cluster, volume)
-    if directory is not None:
+    if run is not None:
+        contract_env.append((contract.HOTSWAP_RUN_ID, run["id"]))
+    if directory is not None and run is not None:
+        contract_env.append((contract.HOTSWAP_CHECKPOINT_DIR, f"{directory}/{run['id']}"))
+        contract_env.append((contract.HOTSWAP_RESUME_FROM, resume_value(run, directory)))
+    elif directory is not None:
         contract_env.append((contract.HOTSWAP_CHECKPOINT_DIR, directory))
     if spec.elastic:
         contract_env.append((contract.HOTSWAP_MEMBERSHIP_FILE, f"{labels.MEMBERSHIP_DIR}/{labels.MEMBERSHIP_FILE}"))
@@ -84,7 +105,7 @@ def needs_shell(command: str) -> bool:
         words = shlex.split(command)
     except ValueError:
         return True
-    return not words or "=" in words[0]
+    return not words or "=" in words[0] or words[0] in _SHELL_WORDS
 
 
 def container_command(command: str) -> list[str]:
@@ -112,14 +133,16 @@ def run_command(spec: WorkloadSpec) -> str:
     )
 
 
-def worker_container(spec: WorkloadSpec, cluster: str, device: DeviceType, volume: CheckpointVolume | None) -> dict[str, Any]:
+def worker_container(
+    spec: WorkloadSpec, cluster: str, device: DeviceType, volume: CheckpointVolume | None, run: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The pod's one container: the user's image and command, the contract's environment, the
     host's accelerators."""
     container: dict[str, Any] = {
         "name": container_name(spec),
         "image": spec.docker_image or spec.base_docker_image or labels.DEFAULT_IMAGE,
         "command": container_command(run_command(spec)),
-        "env": worker_env(spec, cluster, device, volume),
+        "env": worker_env(spec, cluster, device, volume, run),
         "resources": {"limits": {device.resource_name: device.chips_per_host}},
     }
     if needs_shell(run_command(spec)):

@@ -41,7 +41,7 @@ from hotswap.api.catalog import AcceleratorKind, DeviceType, get_device_type
 from hotswap.api.errors import InvalidInputError
 from hotswap.api.spec import WorkloadSpec
 from hotswap.backends.kubernetes import labels
-from hotswap.backends.kubernetes.checkpoint_volume import CheckpointVolume
+from hotswap.backends.kubernetes.checkpoint_volume import CheckpointVolume, checkpoint_dir, resumed_from
 from hotswap.backends.kubernetes.render.container import container_name, worker_container, worker_volumes
 from hotswap.backends.kubernetes.settings import KubeSettings
 
@@ -68,8 +68,10 @@ def render_jobset(
     cluster: str,
     settings: KubeSettings,
     volume: CheckpointVolume | None = None,
+    run: dict[str, Any] | None = None,
 ) -> Manifest:
-    """The JobSet of a workload: the exact object ``workload create`` applies."""
+    """The JobSet of a workload: the exact object ``workload create`` applies. ``run``: the
+    run it starts (``backends.base.new_run``), None for a render without one."""
     device = get_device_type(spec.device_type)
     if device.local_only:
         raise InvalidInputError(
@@ -90,6 +92,13 @@ def render_jobset(
     }
     if settings.kueue:
         job_labels[labels.QUEUE_NAME_LABEL] = settings.local_queue
+    annotations = {labels.SPEC_ANNOTATION: spec_annotation(spec)}
+    if run is not None:
+        job_labels[labels.RUN_ID_LABEL] = run["id"]
+        annotations[labels.RUN_ANNOTATION] = json.dumps(
+            {"id": run["id"], "resumed_from": resumed_from(run, checkpoint_dir(spec, cluster, volume))},
+            sort_keys=True, separators=(",", ":"),
+        )
     pod_labels = {labels.WORKLOAD_LABEL: spec.name, labels.CLUSTER_LABEL: cluster}
     pod_annotations: dict[str, str] = {}
     if spec.docker_name:
@@ -109,7 +118,7 @@ def render_jobset(
         pod_spec["dnsPolicy"] = "ClusterFirstWithHostNet"
     else:
         pod_spec["tolerations"] = [{"key": device.resource_name, "operator": "Exists", "effect": "NoSchedule"}]
-    pod_spec["containers"] = [worker_container(spec, cluster, device, volume)]
+    pod_spec["containers"] = [worker_container(spec, cluster, device, volume, run)]
     volumes = worker_volumes(spec, volume)
     if volumes:
         pod_spec["volumes"] = volumes
@@ -123,7 +132,7 @@ def render_jobset(
             "name": spec.name,
             "namespace": settings.namespace,
             "labels": job_labels,
-            "annotations": {labels.SPEC_ANNOTATION: spec_annotation(spec)},
+            "annotations": annotations,
         },
         "spec": {
             # Created suspended: it waits in hotswap's queue (or Kueue's) until admitted.

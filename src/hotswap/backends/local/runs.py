@@ -1,0 +1,94 @@
+"""What a new local run resumes from, decided once at ``workload create`` and pinned in its
+launch record (so ``workload describe`` and the workers agree, whatever happens later).
+
+The rule is the worker contract's (:func:`hotswap.api.worker.pending_migration`): the
+predecessor's migration checkpoint, only if it left one on SIGTERM; ``--resume-from`` names a
+run or a directory; ``--fresh`` takes nothing. The checkpoints are on this machine, so the CLI
+reads the runs' signal files itself (on Kubernetes only the pods see the volume, and the
+workers decide).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hotswap.api.errors import InvalidInputError
+from hotswap.api.spec import WorkloadSpec
+from hotswap.api.worker import RUN_SIGNAL_FILE, is_run_id, pending_migration
+from hotswap.backends.base import RUN_AUTO, RUN_FRESH, RUN_FROM
+from hotswap.store.paths import ClusterPaths, check_private
+from hotswap.store.state import LIVE_WORKER_STATES, Store
+
+_MAX_SIGNAL_BYTES = 64
+
+
+PREDECESSOR_EXIT_SLACK_S = 5.0  # beyond its grace period, for a deleted predecessor's workers to exit
+
+
+def resolve_new(paths: ClusterPaths, spec: WorkloadSpec, launch: dict[str, Any]) -> dict[str, Any]:
+    """:func:`resolve` for ``workload create``: the checkpoint root is the parent of the run's
+    directory; a predecessor of the same name still saving on SIGTERM is waited for, at most its
+    grace period and a little."""
+
+    def predecessor_stopped() -> bool:
+        with Store.open(paths.database) as store:
+            return not store.workers(LIVE_WORKER_STATES, workload=spec.name)
+
+    wait_s = spec.termination_grace_period_s + PREDECESSOR_EXIT_SLACK_S
+    return resolve(launch["run"], Path(launch["checkpoint_dir"]).parent, predecessor_stopped, wait_s)
+
+
+def resolve(run: dict[str, Any], root: Path, predecessor_stopped: Callable[[], bool], wait_s: float) -> dict[str, Any]:
+    """``run`` (from ``new_run``) with ``resume_from`` (the directory its workers restore from
+    while they have no checkpoint of their own, "" for none) and ``resumed_from`` (for people:
+    run, path, kind; None for a fresh start). ``predecessor_stopped`` says whether the workers
+    of the last workload of this name have all exited; a migration save ends with their exit,
+    so an automatic choice waits for it (at most ``wait_s``)."""
+    mode = run.get("mode", RUN_AUTO)
+    if mode == RUN_FRESH:
+        return {**run, "resume_from": "", "resumed_from": None}
+    if mode == RUN_FROM:
+        source = str(run["source"])
+        path = root / source if is_run_id(source) else Path(source).expanduser().absolute()
+        if not path.is_dir():
+            raise InvalidInputError(
+                f"--resume-from {source}: no such run under {root} and no such directory"
+                if is_run_id(source) else f"--resume-from {source}: {path} is not a directory"
+            )
+        # Its checkpoints are restored into the job: nobody else may be able to write them.
+        check_private(path, "--resume-from", remedy="use a directory of yours", error=InvalidInputError)
+        origin = {"run": path.name if is_run_id(path.name) else None, "path": str(path), "kind": "explicit"}
+        return {**run, "resume_from": str(path), "resumed_from": origin}
+    deadline = time.monotonic() + wait_s
+    while not predecessor_stopped() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    pending = pending_migration(_signals(root, exclude=str(run["id"])))
+    if pending is None:
+        return {**run, "resume_from": "", "resumed_from": None}
+    path = root / pending
+    return {**run, "resume_from": str(path), "resumed_from": {"run": pending, "path": str(path), "kind": "migration"}}
+
+
+def _signals(root: Path, exclude: str) -> dict[str, str | None]:
+    signals: dict[str, str | None] = {}
+    try:
+        entries = [entry for entry in root.iterdir() if entry.name != exclude and is_run_id(entry.name) and entry.is_dir()]
+    except OSError:
+        return signals
+    for entry in entries:
+        try:
+            with open(entry / RUN_SIGNAL_FILE, "rb") as handle:
+                signals[entry.name] = handle.read(_MAX_SIGNAL_BYTES).decode(errors="replace").strip() or None
+        except OSError:
+            signals[entry.name] = None
+    return signals
+
+
+def run_view(launch: dict[str, Any]) -> dict[str, Any]:
+    """The run fields of a workload's JSON (``run_id``, ``resumed_from``); None for a workload
+    created by a release without runs."""
+    run = launch.get("run") or {}
+    return {"run_id": run.get("id"), "resumed_from": run.get("resumed_from")}

@@ -1,0 +1,76 @@
+"""A run's checkpoint directory as a worker sees it: seed 004's ``signal`` file (what a new run
+may resume from) and where this run's state comes from while it has no checkpoint of its own.
+
+The values and the rule are the worker contract's (:mod:`hotswap.api.worker`: ``RUN_*``,
+:func:`~hotswap.api.worker.pending_migration`); this module reads and writes the files.
+Framework-neutral: the PyTorch and the JAX SDK both use it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import uuid
+from pathlib import Path
+
+from hotswap.api.worker import (
+    RESUME_AUTO,
+    RUN_RUNNING,
+    RUN_SIGNAL_FILE,
+    WorkerEnv,
+    pending_migration,
+    run_signal_after,
+)
+from hotswap.train.files import write_file_durably
+
+log = logging.getLogger("hotswap.train")
+_MAX_SIGNAL_BYTES = 64
+
+
+def mark(run_dir: Path, state: str) -> None:
+    """Replace the run's signal atomically (a reader sees the old or the new one, whole)."""
+    temporary = run_dir / f".{RUN_SIGNAL_FILE}.{uuid.uuid4().hex[:8]}"
+    try:
+        write_file_durably(temporary, f"{state}\n".encode())
+        os.replace(temporary, run_dir / RUN_SIGNAL_FILE)
+    except OSError as error:  # the checkpoint itself is saved; say why the signal is not
+        log.warning("hotswap: cannot write %s: %s", run_dir / RUN_SIGNAL_FILE, error.strerror or error)
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+
+
+def mark_saved(run_dir: Path, reason: str) -> None:
+    """After a committed checkpoint saved for ``reason`` (termination: a migration waits)."""
+    mark(run_dir, run_signal_after(reason))
+
+
+def mark_running(run_dir: Path) -> None:
+    """The run has started: an earlier run's migration checkpoint is no longer pending."""
+    mark(run_dir, RUN_RUNNING)
+
+
+def read_signal(run_dir: Path) -> str | None:
+    try:
+        with open(run_dir / RUN_SIGNAL_FILE, "rb") as handle:
+            return handle.read(_MAX_SIGNAL_BYTES).decode(errors="replace").strip() or None
+    except OSError:
+        return None
+
+
+def resume_source(env: WorkerEnv) -> Path | None:
+    """The directory this run restores from while its own holds no checkpoint: the one the
+    backend named, the predecessor's migration checkpoint (``auto``), or None (a fresh start)."""
+    if not env.resume_from:
+        return None
+    if env.resume_from != RESUME_AUTO:
+        return Path(env.resume_from)
+    if not env.checkpoint_dir:
+        return None
+    own = Path(env.checkpoint_dir)
+    try:
+        siblings = [entry for entry in own.parent.iterdir() if entry.is_dir() and entry.name != own.name]
+    except OSError:
+        return None
+    run = pending_migration({entry.name: read_signal(entry) for entry in siblings})
+    return own.parent / run if run else None
