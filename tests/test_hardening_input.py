@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from hardening_helpers import cli, digest, state_home
-from local_helpers import wait_until, workloads, write_sleeper
+from local_helpers import live_workers, wait_until, workloads, write_sleeper
 
 from hotswap.api.envfile import parse_env_file, read_env_file
 from hotswap.api.errors import InvalidInputError
@@ -25,7 +25,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
     with state_home(root / "state") as home:
         assert cli("cluster", "create", "--cluster", "c", "--device-type", "v6e-4", "--num-slices", "1").code == 0
         assert cli("workload", "create", "--cluster", "c", "--workload", "existing", "--command", write_sleeper(root)).code == 0
-        wait_until(lambda: workloads(home, "c")["existing"]["phase"] == "RUNNING", what="running")
+        # Settled: the phase, and the worker's start recorded (a later write would change the digest).
+        wait_until(
+            lambda: workloads(home, "c")["existing"]["phase"] == "RUNNING"
+            and [(w["state"], bool(w["pid"])) for w in live_workers(home, "c", "existing")] == [("running", True)],
+            what="running, its worker's start recorded",
+        )
         yield home
 
 
