@@ -19,7 +19,7 @@ from hotswap.backends.local.recovery import recover
 from hotswap.backends.local.supervisor import WorkerLaunch
 from hotswap.backends.local.workers import Workers
 from hotswap.store.paths import ClusterPaths
-from hotswap.store.state import Store, WorkerIdentity
+from hotswap.store.state import Store, WorkerIdentity, WorkerRow
 
 IDENTITY = WorkerIdentity(workload="w", seq=1, attempt=0, slice="c-np-0", replica=0, host=0, node="c-np-0-0")
 
@@ -48,7 +48,8 @@ def controller(paths: ClusterPaths) -> Workers:
     return Workers(store, paths, selectors.DefaultSelector(), (0, ()), lambda _: 3.0, lambda row, code: None)
 
 
-def test_a_worker_started_but_never_recorded_is_adopted_not_started_again(tmp_path: Path) -> None:
+def started_but_unrecorded(tmp_path: Path) -> tuple[ClusterPaths, Workers, WorkerRow, int]:
+    """A controller that committed a worker and started its shim, then died before recording it."""
     paths = ClusterPaths.of("c", tmp_path)
     paths.root.mkdir(parents=True)
     first = controller(paths)
@@ -56,7 +57,12 @@ def test_a_worker_started_but_never_recorded_is_adopted_not_started_again(tmp_pa
         command = shlex.join([sys.executable, "-c", "import time; time.sleep(60)"])
         launch = WorkerLaunch(IDENTITY, tmp_path, tmp_path / "w.log", command, str(tmp_path), dict(os.environ))
         row, launch = first.add(launch, time.time())
-    pid, _ = first.supervisor.spawn(row, launch)  # ... and the controller dies here, before recording it
+    pid, _ = first.supervisor.spawn(row, launch)
+    return paths, first, row, pid
+
+
+def test_a_worker_started_but_never_recorded_is_adopted_not_started_again(tmp_path: Path) -> None:
+    paths, _, row, pid = started_but_unrecorded(tmp_path)
     os.kill(pid, signal.SIGSTOP)  # the shim has not written its pid file yet (it is slow to start)
     try:
         assert not (Path(row.dir) / "pid").exists()
@@ -74,14 +80,7 @@ def test_a_worker_started_but_never_recorded_is_adopted_not_started_again(tmp_pa
 
 
 def test_a_worker_whose_shim_died_before_writing_its_pid_is_started_again(tmp_path: Path) -> None:
-    paths = ClusterPaths.of("c", tmp_path)
-    paths.root.mkdir(parents=True)
-    first = controller(paths)
-    with first.store.transaction():
-        command = shlex.join([sys.executable, "-c", "import time; time.sleep(60)"])
-        launch = WorkerLaunch(IDENTITY, tmp_path, tmp_path / "w.log", command, str(tmp_path), dict(os.environ))
-        row, launch = first.add(launch, time.time())
-    pid, _ = first.supervisor.spawn(row, launch)
+    paths, first, row, pid = started_but_unrecorded(tmp_path)
     os.kill(pid, signal.SIGKILL)
     first.supervisor.exit_code(row)  # reaped: its start lock is free again
     second = controller(paths)
