@@ -202,7 +202,8 @@ def test_watch_on_a_terminal_redraws_in_place(listed: Path) -> None:
     seen = b""
     try:
         deadline = time.monotonic() + 60
-        while b"Hotswap State" not in seen and time.monotonic() < deadline:
+        # The header and the rows may come in separate reads: read until both are there.
+        while not (b"Hotswap State" in seen and LONG_NAME.encode() in seen) and time.monotonic() < deadline:
             seen += os.read(leader, 65536)
     finally:
         process.send_signal(signal.SIGINT)
