@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from hotswap.api import xpk_status as xpk
-from hotswap.backends.views import table_row, with_xpk_words
+from hotswap.api.xpk_status import with_xpk_words
+from hotswap.backends.views import table_row
 
 
 @pytest.mark.parametrize(

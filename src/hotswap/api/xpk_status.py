@@ -11,6 +11,7 @@ for scripts; these words are extra fields and columns beside them, never a repla
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 ADMITTED = "Admitted"
 EVICTED = "Evicted"
@@ -61,6 +62,17 @@ def hotswap_state(status: str, message: str, held: int, wanted: int | None) -> s
     if status == "QUEUED" and "preempted" in message.lower():
         return "QUEUED (preempted)"
     return status
+
+
+def with_xpk_words(view: dict[str, Any]) -> dict[str, Any]:
+    """A workload view (DESIGN.md's JSON row) with xpk's ``xpk_status`` / ``xpk_status_message``
+    and hotswap's ``hotswap_state`` added, unless it has them already."""
+    if "xpk_status" in view:
+        return view
+    message = view["status_message"] or ""
+    words = xpk_status(view["status"], message)
+    state = hotswap_state(view["status"], message, len(view["slices"]), view.get("num_slices"))
+    return {**view, "xpk_status": words.status, "xpk_status_message": words.message, "hotswap_state": state}
 
 
 def matches(status: str, message: str, held: int, name: str, status_filter: str, job_filter: str | None) -> bool:

@@ -2,7 +2,7 @@
 
 The rows themselves are the JSON contract of DESIGN.md (``name``, ``priority``, ``status``,
 ``status_message``, ``status_time``, ``created_time``, ``slices``, ``num_slices``, ``restarts``,
-``preemptions``); each backend builds them from its own state, and :func:`with_xpk_words` adds
+``preemptions``); each backend builds them from its own state, and :func:`hotswap.api.xpk_status.with_xpk_words` adds
 xpk's ``xpk_status`` / ``xpk_status_message`` and hotswap's ``hotswap_state`` (the contract only
 grows).
 """
@@ -13,6 +13,7 @@ from typing import Any
 
 from hotswap.api import xpk_status as xpk
 from hotswap.api.times import iso_utc
+from hotswap.api.xpk_status import with_xpk_words
 
 FINISHED = ("SUCCESSFUL", "FAILED")
 STATUS_FILTERS = xpk.STATUS_FILTERS
@@ -48,16 +49,9 @@ def matches(view: dict[str, Any], status: str, job_filter: str | None) -> bool:
     return xpk.matches(view["status"], view["status_message"] or "", len(view["slices"]), view["name"], status, job_filter)
 
 
-def with_xpk_words(view: dict[str, Any]) -> dict[str, Any]:
-    """``view`` with xpk's status and message and hotswap's richer state added."""
-    words = xpk.xpk_status(view["status"], view["status_message"] or "")
-    state = xpk.hotswap_state(view["status"], view["status_message"] or "", len(view["slices"]), view.get("num_slices"))
-    return {**view, "xpk_status": words.status, "xpk_status_message": words.message, "hotswap_state": state}
-
-
 def table_row(view: dict[str, Any]) -> list[str]:
     """One row of the ``workload list`` table: xpk's columns in xpk's order, then hotswap's state."""
-    view = view if "xpk_status" in view else with_xpk_words(view)
+    view = with_xpk_words(view)
     held = len(view["slices"])
     done = view["num_slices"] if view["status"] == "SUCCESSFUL" else None
     return [

@@ -21,9 +21,8 @@ WORKLOAD_FIELDS = ("name", "priority", "status", "status_message", "slices", "nu
 def status_words(row: dict[str, Any]) -> str:
     """A workload's status as the page shows it: xpk's words, then hotswap's own state where it
     says more (``Admitted · RESTARTING``), as ``workload list`` shows them."""
-    message = row.get("status_message") or ""
-    words = row.get("xpk_status") or xpk.xpk_status(row["status"], message).status
-    state = row.get("hotswap_state") or xpk.hotswap_state(row["status"], message, len(row.get("slices") or []), row.get("num_slices"))
+    view = xpk.with_xpk_words(row)
+    words, state = view["xpk_status"], view["hotswap_state"]
     return words if state.lower() == words.lower() else f"{words} · {state}"
 
 

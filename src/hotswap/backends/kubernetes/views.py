@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from hotswap.api.xpk_status import with_xpk_words
 from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes.discovery import Discovery
 from hotswap.backends.kubernetes.kueue_mode import kueue_views
 from hotswap.backends.kubernetes.live_objects import LiveJobSet, LivePod, read_jobset
-from hotswap.backends.views import FINISHED, iso, with_xpk_words
+from hotswap.backends.views import FINISHED, iso
 
 
 def kueue_status(workloads: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:

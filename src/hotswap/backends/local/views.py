@@ -10,9 +10,10 @@ import json
 from typing import Any
 
 from hotswap.api.priority import Priority
+from hotswap.api.xpk_status import with_xpk_words
 from hotswap.backends.local.gpus import Backing
 from hotswap.backends.local.timeline import NODE_ENTRY_KINDS
-from hotswap.backends.views import iso, with_xpk_words
+from hotswap.backends.views import iso
 from hotswap.store.state import Store
 
 
