@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
-from hotswap.api.spec import WorkloadSpec
+if TYPE_CHECKING:  # pydantic is loaded only by those who build or validate specs (the CLI's reads stay fast)
+    from hotswap.api.spec import WorkloadSpec
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -15,13 +15,16 @@ from __future__ import annotations
 import dataclasses
 import operator
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from hotswap.api.cluster import NodeState
 from hotswap.api.phases import WorkloadPhase
 from hotswap.api.priority import Priority
-from hotswap.api.spec import WorkloadSpec
 from hotswap.core.cow import Layered
 from hotswap.core.index import Indexes, Level
+
+if TYPE_CHECKING:  # pydantic is loaded only by those who build or validate specs (the CLI's reads stay fast)
+    from hotswap.api.spec import WorkloadSpec
 
 # The phases in which a workload holds slices (``WorkloadPhase.holds_slices``) as a set: the core
 # tests this for thousands of workloads per round, and a set lookup is an order of magnitude
