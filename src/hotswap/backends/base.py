@@ -9,9 +9,10 @@ follows the JSON contracts of DESIGN.md (``workload list`` rows, ``node list`` r
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from hotswap.api.spec import WorkloadSpec
+if TYPE_CHECKING:  # pydantic loads only where specs are built or validated: reads stay fast
+    from hotswap.api.spec import WorkloadSpec
 
 
 def launch_record(

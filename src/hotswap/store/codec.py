@@ -6,7 +6,6 @@ import json
 from typing import Any
 
 from hotswap.api.phases import WorkloadPhase
-from hotswap.api.spec import WorkloadSpec
 from hotswap.core.model import Workload
 
 
@@ -37,6 +36,9 @@ def workload_to_json(workload: Workload) -> str:
 
 
 def workload_from_json(text: str) -> Workload:
+    # Imported here: pydantic costs ~60 ms at start-up, and the CLI's reads never decode a spec.
+    from hotswap.api.spec import WorkloadSpec
+
     data = json.loads(text)
     return Workload(
         spec=WorkloadSpec.model_validate(data["spec"]),

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hotswap.api.catalog import get_device_type
 from hotswap.api.errors import InvalidInputError
-from hotswap.api.spec import WorkloadSpec
 from hotswap.backends.local import logs, operations
+
+if TYPE_CHECKING:  # pydantic loads only where specs are built or validated: reads stay fast
+    from hotswap.api.spec import WorkloadSpec
 
 
 class LocalBackend:

@@ -13,13 +13,12 @@ import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hotswap.api.catalog import DeviceType, get_device_type
 from hotswap.api.errors import ConflictError, Declined, InvalidInputError, NotFoundError
 from hotswap.api.limits import check_text
 from hotswap.api.names import validate_cluster_name
-from hotswap.api.spec import WorkloadSpec
 from hotswap.backends.local import client, removal, runs
 from hotswap.backends.local import launch as files
 from hotswap.backends.local.gpus import Backing, GpuSelection, claim, claims_lock, gpus_per_host
@@ -32,6 +31,9 @@ from hotswap.backends.views import FINISHED, iso, matches
 from hotswap.store.paths import ClusterPaths, check_private, file_lock, private_dir
 from hotswap.store.registry import existing, record_of
 from hotswap.store.state import LIVE_WORKER_STATES, ClusterRecord, Store
+
+if TYPE_CHECKING:  # pydantic loads only where specs are built or validated: reads stay fast
+    from hotswap.api.spec import WorkloadSpec
 
 BACKEND = "local"
 

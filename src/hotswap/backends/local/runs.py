@@ -13,14 +13,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hotswap.api.errors import InvalidInputError
-from hotswap.api.spec import WorkloadSpec
 from hotswap.api.worker import RUN_SIGNAL_FILE, is_run_id, pending_migration
 from hotswap.backends.base import RUN_AUTO, RUN_FRESH, RUN_FROM
 from hotswap.store.paths import ClusterPaths, check_private
 from hotswap.store.state import LIVE_WORKER_STATES, Store
+
+if TYPE_CHECKING:  # pydantic loads only where specs are built or validated: reads stay fast
+    from hotswap.api.spec import WorkloadSpec
 
 _MAX_SIGNAL_BYTES = 64
 
