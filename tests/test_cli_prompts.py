@@ -92,3 +92,30 @@ def test_an_idle_cluster_is_deleted_without_a_question(home: Path) -> None:
     deleted = hotswap(home, "cluster", "delete", "--cluster", "c")
     assert deleted.returncode == 0, deleted.stderr
     assert not (home / "clusters" / "c").exists()
+
+
+def test_a_bulk_workload_delete_lists_the_matches_and_asks_as_xpk_does(busy: Path, tmp_path: Path) -> None:
+    """xpk's `workload delete` without --workload deletes what --filter-by-job/--filter-by-status
+    match, after a question naming them; a named delete asks nothing (as xpk)."""
+    for name, slices in (("job-b", "2"), ("other", "1")):  # job-b waits for 2 slices; other takes the third
+        hotswap(busy, "workload", "create", "--cluster", "c", "--workload", name, "--num-slices", slices,
+                "--command", write_sleeper(tmp_path), check=True)
+    bulk = ("workload", "delete", "--cluster", "c", "--filter-by-job", "job")
+    refused = hotswap(busy, *bulk)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "delete 2 workload(s) in cluster c: this needs confirmation" in refused.stderr
+    declined = _on_terminal(busy, "n", *bulk)
+    assert declined.returncode == 0, declined.stderr
+    listed = [line.strip().split(" ")[0] for line in declined.stderr.splitlines()[1:3]]
+    assert listed == ["job", "job-b"] and "other" not in declined.stderr, declined.stderr
+    assert "nothing deleted in cluster c" in declined.stderr
+    assert set(workloads(busy, "c")) == {"job", "job-b", "other"}
+    both = hotswap(busy, "workload", "delete", "--cluster", "c", "--workload", "other", "--filter-by-job", "o")
+    assert both.returncode == 2 and "not both" in both.stderr
+    queued = hotswap(busy, *bulk, "--filter-by-status", "queued", "--force")
+    assert queued.returncode == 0 and "workload job-b deleted" in queued.stderr and "workload job " not in queued.stderr
+    accepted = _on_terminal(busy, "y", *bulk)
+    assert accepted.returncode == 0 and "workload job deleted" in accepted.stderr, accepted.stderr
+    none = hotswap(busy, *bulk)
+    assert none.returncode == 0 and "no workload in cluster c matches; nothing deleted" in none.stderr
+    assert set(workloads(busy, "c")) == {"other"}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from hotswap.api.errors import InvalidInputError
+from hotswap.api.errors import Declined, InvalidInputError, NotFoundError
 from hotswap.api.worker import DEFAULT_GRACE_PERIOD_S
 from hotswap.cli.output import Format, document, note, table
 from hotswap.cli.waiting import Until, check_timeout, wait_for_state, wait_until_gone, watch
@@ -173,20 +173,57 @@ def _dump_location(location: str | None, backend: str) -> str | None:
 
 @app.command("delete")
 def delete(
-    workload: str = typer.Option(..., "--workload", help="Workload name."),
+    workload: str | None = typer.Option(
+        None, "--workload", help="Workload name. Without it: every workload the filters match (as xpk), after a question listing them."
+    ),
     cluster: str = typer.Option(..., "--cluster", help="Cluster name."),
+    filter_by_status: str | None = typer.Option(None, "--filter-by-status", help="Without --workload: " + STATUS_HELP),
+    filter_by_job: str | None = typer.Option(None, "--filter-by-job", help="Without --workload: names containing this."),
+    force: bool = typer.Option(False, "--force", help="Delete the matching workloads without asking (xpk's)."),
     wait: bool = typer.Option(False, "--wait", help="Return only when its workers have stopped (checkpoint written), with a progress line on stderr."),
     timeout: float | None = typer.Option(None, "--timeout", help="With --wait: give up after this many seconds (exit 124); default: wait on."),
 ) -> None:
-    """Delete a workload: its workers get SIGTERM (they checkpoint), then SIGKILL after the grace period."""
+    """Delete a workload, or every workload the filters match: its workers get SIGTERM (they
+    checkpoint), then SIGKILL after the grace period."""
     from hotswap.cli.backends import for_cluster
+    from hotswap.cli.prompts import confirmation
 
     check_timeout(timeout)
+    if workload is not None and (filter_by_status is not None or filter_by_job is not None):
+        raise InvalidInputError("give --workload or the filters (--filter-by-status, --filter-by-job), not both")
     chosen = for_cluster(cluster)
-    chosen.delete_workload(cluster, workload)
-    note(f"workload {workload} deleted")
+    if workload is not None:
+        names = [workload]
+    else:
+        status = _status_filter(filter_by_status or "EVERYTHING")  # checked before anything is asked or changed
+        names = [v["name"] for v in chosen.list_workloads(cluster, status, filter_by_job)]
+        if not names:
+            note(f"no workload in cluster {cluster} matches; nothing deleted")
+            return
+        question = f"delete {len(names)} workload(s) in cluster {cluster}?\n" + "\n".join(f"  {n}" for n in names)
+        if not confirmation(force)(question):
+            raise Declined(f"nothing deleted in cluster {cluster}")
+    for name in names:
+        try:
+            chosen.delete_workload(cluster, name)
+        except NotFoundError:
+            if workload is not None:
+                raise
+            note(f"workload {name} was already gone")  # deleted by someone else since the question
+            continue
+        note(f"workload {name} deleted")
     if wait:
-        wait_until_gone(lambda: chosen.workload_gone(cluster, workload), workload, timeout)
+        for name in names:
+            wait_until_gone(lambda name=name: chosen.workload_gone(cluster, name), name, timeout)
+
+
+def _status_filter(value: str) -> str:
+    from hotswap.backends.views import STATUS_FILTERS
+
+    status = value.upper()
+    if status not in STATUS_FILTERS:
+        raise InvalidInputError(f"--filter-by-status {value!r}: use one of {', '.join(STATUS_FILTERS)}")
+    return status
 
 
 @app.command("list")
@@ -199,13 +236,10 @@ def list_(
     interval: float = typer.Option(1.0, "--interval", help="With --watch: seconds between looks."),
 ) -> None:
     """Workloads of a cluster, xpk's table (or a JSON/YAML array)."""
-    from hotswap.api.errors import InvalidInputError
-    from hotswap.backends.views import STATUS_FILTERS, TABLE_COLUMNS, TABLE_HIDE_ORDER, table_row
+    from hotswap.backends.views import TABLE_COLUMNS, TABLE_HIDE_ORDER, table_row
     from hotswap.cli.backends import for_cluster
 
-    status = filter_by_status.upper()
-    if status not in STATUS_FILTERS:
-        raise InvalidInputError(f"--filter-by-status {filter_by_status!r}: use one of {', '.join(STATUS_FILTERS)}")
+    status = _status_filter(filter_by_status)
     if not interval > 0:
         raise InvalidInputError(f"--interval {interval:g}: must be a positive number of seconds")
     chosen = for_cluster(cluster)
