@@ -158,6 +158,24 @@ def test_the_launcher_starts_a_plan_with_the_contract_environment(tmp_path: Path
     assert generation == 1 and (membership.generation, membership.slices, membership.master_port) == (1, ("s2", "s0"), port)
 
 
+def test_why_held_back_workers_start_survives_a_controller_restart(tmp_path: Path) -> None:
+    """A hotswap under BlockingRecreate holds its workers back until the old ones exit; the
+    cause is committed with that round, so a new controller (a new Launcher) still tells the
+    workers why they start."""
+    paths = ClusterPaths("c", tmp_path / "c")
+    held = workload(attempt=3, slices=("s1", "s2"))
+    with Store.open(paths.database, create=True) as store:
+        store.init_cluster(ClusterRecord("c", "local", "v5p-16", 0.0))
+        store.add_workload("w", workload_to_json(held), launch_record(environ={}, cwd="/", user_env={}, checkpoint_dir=str(tmp_path)))
+        assert Launcher(store, paths).launches(held, WorkerPlan(attempt=3, cause="hotswap"), snapshot()) == []
+        start = effects.plan(act.StartWorkers("w", 3, ("s1", "s2")), held, ())
+        assert start.cause is None  # the StartWorkers itself does not know why
+        launches = Launcher(store, paths).launches(held, start, snapshot())  # as after a controller restart
+        left = store.launch("w")
+    assert {x.env[contract.HOTSWAP_START_CAUSE] for x in launches} == {"hotswap"}
+    assert effects.HELD_CAUSE not in left  # used once: a later attempt does not inherit it
+
+
 @pytest.mark.parametrize(("replica", "host", "hosts", "slices", "attempt"), [(0, 0, 1, 1, 1), (1, 1, 2, 3, 4), (2, 3, 4, 3, 1)])
 def test_the_local_environment_is_the_contracts(replica: int, host: int, hosts: int, slices: int, attempt: int) -> None:
     names = tuple(f"s{i}" for i in range(slices))

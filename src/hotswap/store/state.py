@@ -275,6 +275,17 @@ class Store:
         except ValueError as error:
             raise self._corrupt(f"the launch record of workload {name}", error) from None
 
+    def set_launch_entry(self, name: str, key: str, value: Any) -> None:
+        """Set (or, with ``None``, remove) one entry of a workload's launch record."""
+        launch = self.launch(name)
+        if value is None:
+            launch.pop(key, None)
+        else:
+            launch[key] = value
+        self.connection.execute(
+            "UPDATE workloads SET launch = ? WHERE name = ?", (json.dumps(launch, sort_keys=True), name)
+        )
+
     def membership(self, name: str) -> tuple[int, int]:
         row = self.connection.execute(
             "SELECT generation, master_port FROM workloads WHERE name = ?", (name,)

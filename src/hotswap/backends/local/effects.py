@@ -25,6 +25,9 @@ from hotswap.core.model import Snapshot, Workload
 from hotswap.store.paths import ClusterPaths, new_dirs_private
 from hotswap.store.state import Store, WorkerIdentity, WorkerRow
 
+# The launch record's entry that keeps why a held-back restart's workers will start.
+HELD_CAUSE = "held_start_cause"
+
 
 @dataclasses.dataclass(frozen=True)
 class WorkerPlan:
@@ -110,22 +113,21 @@ class Launcher:
         self.store = store
         self.paths = paths
         self.backing = backing
-        # Why an attempt starts, kept from a restart whose workers are held back (BlockingRecreate,
-        # a repair) until its StartWorkers. Lost with the controller: the workers then get none.
-        self.causes: dict[tuple[str, int, int], str] = {}
 
     def launches(self, workload: Workload, plan: WorkerPlan, snapshot: Snapshot) -> list[WorkerLaunch]:
         if plan.generation is not None:
             self._publish(workload, plan.generation, snapshot)
-        key = (workload.name, workload.seq, plan.attempt)
         if not plan.start:
-            if plan.cause is not None:
-                self.causes[key] = plan.cause
+            if plan.cause is not None:  # a restart whose workers are held back (BlockingRecreate, a repair)
+                self.store.set_launch_entry(workload.name, HELD_CAUSE, {"attempt": plan.attempt, "cause": plan.cause})
             return []
         _, port = self.store.membership(workload.name)
         launch = self.store.launch(workload.name)
         run = launch.get("run")
-        run_env = _run_environment(run, _start_cause(plan.cause or self.causes.pop(key, None), run))
+        cause = plan.cause or _held_cause(launch, plan.attempt)
+        if HELD_CAUSE in launch:
+            self.store.set_launch_entry(workload.name, HELD_CAUSE, None)
+        run_env = _run_environment(run, _start_cause(cause, run))
         self._checkpoint_dir(workload, Path(launch["checkpoint_dir"]))
         directory = self.paths.workload_dir(workload.name, workload.seq)
         elastic = workload.spec.min_slices is not None
@@ -203,6 +205,13 @@ class Launcher:
                 directory,
                 contract.Membership(generation, tuple(slices), hosts, files.MASTER_ADDR, port, per_host, str(joined)),
             )
+
+
+def _held_cause(launch: dict, attempt: int) -> str | None:
+    """The cause a held-back restart recorded for ``attempt`` (committed with its round, so a
+    controller restarted before the workers start still knows why they start)."""
+    held = launch.get(HELD_CAUSE) or {}
+    return held.get("cause") if held.get("attempt") == attempt else None
 
 
 def _start_cause(cause: str | None, run: dict | None) -> str | None:
