@@ -182,6 +182,31 @@ def test_invariants_hold_after_every_round(data: st.DataObject, config: Schedule
     assert replay.snapshot == world.snapshot
 
 
+@SETTINGS
+@given(data=st.data(), config=st.sampled_from(CONFIGS))
+def test_an_attempt_succeeding_is_one_exit_0_per_worker(data: st.DataObject, config: SchedulerConfig) -> None:
+    """``AttemptSucceeded`` (one event, as the simulator reports a finished job) decides exactly
+    what a ``WorkerExited`` with code 0 from every worker of the attempt's slices decides, among
+    whatever else happens in the round, for current and stale attempts."""
+    world = World(slices=SLICES_A, config=config, extra=(("v5p-16", SLICES_B),))
+    compared = 0
+    for _ in range(data.draw(st.integers(1, 20), label="rounds")):
+        events = draw_events(data, world)
+        snapshot = world.snapshot
+        holding = sorted(name for name, w in snapshot.workloads.items() if w.slices)
+        if holding:
+            w = snapshot.workloads[data.draw(st.sampled_from(holding), label="succeeds")]
+            attempt = w.attempt - data.draw(st.integers(0, 1), label="stale")
+            at = data.draw(st.integers(0, len(events)), label="position")
+            exits = [ev.WorkerExited(w.name, attempt, s, h, 0) for s in w.slices for h in range(len(snapshot.slices[s].nodes))]
+            batched = decide(snapshot, [*events[:at], ev.AttemptSucceeded(w.name, attempt), *events[at:]], world.now + 1, config)
+            one_by_one = decide(snapshot, [*events[:at], *exits, *events[at:]], world.now + 1, config)
+            assert batched.actions == one_by_one.actions
+            assert batched.snapshot == one_by_one.snapshot
+            compared += 1
+        world.step(*events)
+
+
 def test_same_events_same_actions_across_hash_seeds() -> None:
     """Set and dict iteration order must never leak into decisions."""
     script = textwrap.dedent(

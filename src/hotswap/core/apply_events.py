@@ -28,12 +28,14 @@ def apply_events(state: RoundState, events: list[ev.Event]) -> None:
         if type(event) in cluster:
             _apply_cluster_event(state, event)
     done = _Done(state)
-    exited = ev.WorkerExited
+    exited, succeeded = ev.WorkerExited, ev.AttemptSucceeded
     for event in events:
         kind = type(event)
         if kind is exited:
             if not (event.code == 0 and done.add(event)):
                 _worker_exited(state, event, done)
+        elif kind is succeeded:
+            _attempt_succeeded(state, event, done)
         elif kind not in cluster:
             done.write(event.spec.name if kind is ev.WorkloadCreated else event.workload)
             _apply_workload_event(state, event)
@@ -75,6 +77,19 @@ class _Done:
         if len(exits.workers) >= exits.expected:
             self._done(exits)
         return True
+
+    def accept_all(self, workload: Workload, workers: list[tuple[str, int]]) -> None:
+        """``accept`` for each of ``workers``, in one go."""
+        if not workers:
+            return
+        exits = self.exits.get(workload.name)
+        if exits is None:
+            exits = self.exits[workload.name] = _Exits(
+                workload, frozenset(workload.slices), set(workload.exited_ok), self.state.workers_of(workload)
+            )
+        exits.workers.update(workers)
+        if len(exits.workers) >= exits.expected:
+            self._done(exits)
 
     def _count(self, exits: _Exits, worker: tuple[str, int]) -> None:
         exits.workers.add(worker)
@@ -220,6 +235,18 @@ def _worker_exited(state: RoundState, event: ev.WorkerExited, done: _Done) -> No
         state.restart_in_place(workload, f"{where} {why}", charged=True)
     else:
         _fail(state, workload, f"{where} {why}")
+
+
+def _attempt_succeeded(state: RoundState, event: ev.AttemptSucceeded, done: _Done) -> None:
+    """Each worker of the attempt's slices exited 0: as that many ``WorkerExited`` (code 0),
+    with the same checks (a stale attempt, or a workload that lost capacity, counts nothing)."""
+    workload = state.workloads.get(event.workload)
+    if workload is None or workload.phase is not RUNNING or workload.attempt != event.attempt or event.workload in state.lost:
+        return
+    capacity = state.capacity
+    slices = capacity.slices
+    workers = [(s, h) for s in workload.slices if capacity.healthy(s) for h in range(len(slices[s].nodes))]
+    done.accept_all(workload, workers)
 
 
 def _hung(state: RoundState, event: ev.WorkloadHung) -> None:

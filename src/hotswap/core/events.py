@@ -70,6 +70,17 @@ class WorkerExited:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class AttemptSucceeded:
+    """Every worker of ``attempt`` exited 0 (JobSet's Completed): the same as a ``WorkerExited``
+    with code 0 from each worker on the slices the attempt holds, in one event. A job of 64
+    hosts finishing is then one report instead of 64 (the simulator finishes ~16,000 jobs a
+    month at 16k nodes)."""
+
+    workload: str
+    attempt: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class WorkersStopped:
     """Every worker of ``attempt`` is gone (what BlockingRecreate waits for)."""
 
@@ -104,5 +115,7 @@ class CheckpointRecorded:
 
 
 ClusterEvent = NodeFailed | NodeCordoned | NodeDrained | NodeRepaired | SliceAdded | SliceRemoved
-WorkloadEvent = WorkloadCreated | WorkloadDeleted | WorkerExited | WorkersStopped | WorkloadHung | CheckpointRecorded
+WorkloadEvent = (
+    WorkloadCreated | WorkloadDeleted | WorkerExited | AttemptSucceeded | WorkersStopped | WorkloadHung | CheckpointRecorded
+)
 Event = ClusterEvent | WorkloadEvent

@@ -265,8 +265,7 @@ class PolicySimulation:
         if workload.phase is not WorkloadPhase.RUNNING:
             return []
         job.account(self.now, self.config)
-        name, attempt, hosts = job.spec.name, workload.attempt, range(self.config.hosts_per_slice)
-        return [ev.WorkerExited(name, attempt, s, h, 0) for s in workload.slices for h in hosts]
+        return [ev.AttemptSucceeded(job.spec.name, workload.attempt)]
 
 
 class _JobResponse:
