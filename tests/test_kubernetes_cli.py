@@ -127,6 +127,8 @@ class ClusterApi:
         self.nodes = yaml.safe_load((FIXTURES / "gke_v6e16_nodes.yaml").read_text())
         self.jobsets: dict[str, dict[str, Any]] = {}
         self.applied: list[str] = []
+        self.pods: list[dict[str, Any]] = []
+        self.logs: dict[str, str] = {}  # pod name -> its log; a pod without one answers 400
 
     def route(self, method: str, path: str, query: dict[str, list[str]], body: Any) -> tuple[int, Any]:
         from test_kubernetes_client import APIS, status
@@ -137,7 +139,14 @@ class ClusterApi:
         if path == "/api/v1/nodes":
             return 200, self.nodes
         if path == "/api/v1/namespaces/default/pods":
-            return 200, {"kind": "PodList", "items": []}
+            wanted = dict(part.split("=", 1) for part in (query.get("labelSelector") or [""])[0].split(",") if "=" in part)
+            items = [p for p in self.pods if all(p["metadata"]["labels"].get(k) == v for k, v in wanted.items())]
+            return 200, {"kind": "PodList", "items": items}
+        if path.startswith("/api/v1/namespaces/default/pods/") and path.endswith("/log"):
+            pod = path.split("/")[-2]
+            if pod not in self.logs:
+                return status(400, "BadRequest", f'container "worker" in pod "{pod}" is waiting to start: ContainerCreating')
+            return 200, self.logs[pod]
         if path.startswith("/apis/scheduling.k8s.io/v1/priorityclasses/"):
             self.applied.append(path.rsplit("/", 1)[1])
             return 200, body
@@ -149,6 +158,9 @@ class ClusterApi:
                 obj = {**body, "metadata": {**body["metadata"], "uid": "u1", "creationTimestamp": "2026-01-06T09:00:00Z"}}
                 self.jobsets[name] = obj
                 return 200, obj
+            if method == "DELETE" and name in self.jobsets:
+                self.pods = [p for p in self.pods if p["metadata"]["labels"].get(labels.JOBSET_NAME_LABEL) != name]
+                return 200, self.jobsets.pop(name)
             if name in self.jobsets:
                 return 200, self.jobsets[name]
             return status(404, "NotFound", f'jobsets.jobset.x-k8s.io "{name}" not found', name, "jobsets")
@@ -224,5 +236,70 @@ def test_cluster_create_says_what_to_install_when_jobset_is_missing(tmp_path: Pa
         assert result.stderr.strip().startswith("error: the API jobset.x-k8s.io/v1alpha2 is not installed on this cluster; install JobSet")
         assert len(result.stderr.strip().splitlines()) == 1
         assert not (tmp_path / "clusters" / "c").exists()  # a rejected command records nothing
+    finally:
+        server.close()
+
+
+def _pod(workload: str, replica: int, host: int, attempt: int = 1) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": f"{workload}-slice-job-{replica}-{host}-a{attempt}",
+            "labels": {labels.JOBSET_NAME_LABEL: workload, labels.JOB_INDEX_LABEL: str(replica)},
+            "annotations": {labels.JOB_COMPLETION_INDEX_ANNOTATION: str(host), labels.ATTEMPT_ANNOTATION: str(attempt)},
+        },
+        "spec": {}, "status": {"phase": "Running"},
+    }
+
+
+def test_a_deleted_workloads_logs_stay_readable_and_describe_shows_its_own_checkpoint_volume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`workload delete` keeps each worker's log tail in the cluster's record; `workload logs`
+    of the deleted workload prints it and says so; a re-created name (a new run) shows its own
+    logs; `cluster delete` removes the archive with the record."""
+    from test_kubernetes_client import FakeApiServer, write_kubeconfig
+
+    from hotswap.backends.kubernetes import log_archive
+
+    monkeypatch.setattr(log_archive, "TAIL_BYTES", 64)
+    state = ClusterApi()
+    server = FakeApiServer(state.route)
+    try:
+        env = {"KUBECONFIG": str(write_kubeconfig(tmp_path / "kubeconfig", server.url))}
+        assert hotswap(tmp_path, "cluster", "create", "--backend", "kubernetes", "--cluster", "trillium", "--context", "fake", env=env).returncode == 0
+        created = hotswap(tmp_path, "workload", "create", "--cluster", "trillium", "--workload", "job", "--num-slices", "2",
+                          "--checkpoint-volume", "pvc:ckpt", "--command", "python3 train.py", env=env)
+        assert created.returncode == 0, created.stderr
+        run_id = state.jobsets["job"]["metadata"]["labels"][labels.RUN_ID_LABEL]
+        # The cluster has no default volume: the checkpoints are where the workload's own volume put them.
+        described = json.loads(hotswap(tmp_path, "workload", "describe", "--cluster", "trillium", "--workload", "job", "-o", "json", env=env).stdout)
+        assert described["checkpoint_dir"] == f"{labels.CHECKPOINT_MOUNT}/trillium/job/{run_id}"
+
+        state.pods = [_pod("job", r, h) for r in range(2) for h in range(4)] + [_pod("job", 0, 0, attempt=0)]
+        state.logs = {p["metadata"]["name"]: f"step 1 of {p['metadata']['name']}\n" for p in state.pods}
+        state.logs[_pod("job", 1, 0)["metadata"]["name"]] = "x" * 100 + "\nlast line\n"  # longer than the tail kept
+        del state.logs[_pod("job", 1, 3)["metadata"]["name"]]  # its container never started
+        deleted = hotswap(tmp_path, "workload", "delete", "--cluster", "trillium", "--workload", "job", env=env)
+        assert deleted.returncode == 0, deleted.stderr
+        assert "job" not in state.jobsets and not state.pods
+
+        first = hotswap_process(tmp_path, "workload", "logs", "--cluster", "trillium", "--workload", "job", env=env)
+        assert first.returncode == 0, first.stderr
+        assert first.stdout == "step 1 of job-slice-job-0-0-a1\n"  # the newest attempt's pod
+        assert f"workload job was deleted: this is the log of replica 0 host 0 of run {run_id}, kept at its deletion" in first.stderr
+        long = hotswap_process(tmp_path, "workload", "logs", "--cluster", "trillium", "--workload", "job", "--slice", "1", env=env)
+        assert long.stdout.endswith("\nlast line\n") and len(long.stdout) == 64
+        never = hotswap_process(tmp_path, "workload", "logs", "--cluster", "trillium", "--workload", "job", "--slice", "1", "--host", "3", env=env)
+        assert never.returncode == 3 and "no log of replica 1 host 3 was kept" in never.stderr and "ContainerCreating" in never.stderr
+
+        again = hotswap(tmp_path, "workload", "create", "--cluster", "trillium", "--workload", "job", "--command", "python3 train.py", env=env)
+        assert again.returncode == 0, again.stderr
+        state.pods = [_pod("job", 0, 0)]
+        state.logs = {state.pods[0]["metadata"]["name"]: "the new run\n"}
+        live = hotswap_process(tmp_path, "workload", "logs", "--cluster", "trillium", "--workload", "job", env=env)
+        assert live.stdout == "the new run\n" and "was deleted" not in live.stderr
+
+        archive = tmp_path / "clusters" / "trillium" / "logs" / "job" / run_id
+        assert (archive / "index.json").is_file() and oct((archive / "index.json").stat().st_mode & 0o777) == "0o600"
+        assert hotswap(tmp_path, "cluster", "delete", "--cluster", "trillium", env=env).returncode == 0
+        assert not archive.exists()
     finally:
         server.close()

@@ -97,7 +97,9 @@ class Backend(Protocol):
 
     def logs(
         self, cluster: str, name: str, slice_: str | None, host: int, follow: bool, write: Callable[[bytes], None]
-    ) -> None: ...
+    ) -> str | None:
+        """Write one worker's log; return a note for stderr about where it came from, if any."""
+        ...
 
     def list_nodes(self, cluster: str) -> list[dict[str, Any]]: ...
 

@@ -310,11 +310,14 @@ def logs(
     host: int = typer.Option(0, "--host", help="Host within the slice."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing as the log grows."),
 ) -> None:
-    """The log of one worker (default: replica 0 host 0, i.e. rank 0), across attempts."""
+    """The log of one worker (default: replica 0 host 0, i.e. rank 0), across attempts; of a
+    deleted workload, what was kept at its deletion (until its cluster is deleted)."""
     from hotswap.cli.backends import for_cluster
 
     def write(chunk: bytes) -> None:
         sys.stdout.buffer.write(chunk)
         sys.stdout.flush()
 
-    for_cluster(cluster).logs(cluster, workload, slice_, host, follow, write)
+    where = for_cluster(cluster).logs(cluster, workload, slice_, host, follow, write)
+    if where:
+        note(where)

@@ -13,14 +13,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from hotswap.api import worker as contract
 from hotswap.api.catalog import get_device_type
 from hotswap.api.errors import CapacityError, ConflictError, InvalidInputError, NotFoundError
 from hotswap.api.names import validate_cluster_name
 from hotswap.api.spec import WorkloadSpec
-from hotswap.backends.kubernetes import labels
-from hotswap.backends.kubernetes.checkpoint_volume import checkpoint_dir, parse_checkpoint_volume
+from hotswap.backends.kubernetes import labels, log_archive
+from hotswap.backends.kubernetes.checkpoint_volume import parse_checkpoint_volume
 from hotswap.backends.kubernetes.discovery import Discovery, discover
-from hotswap.backends.kubernetes.live_objects import LiveJobSet, container_of, read_jobset, read_pod
+from hotswap.backends.kubernetes.live_objects import LiveJobSet, container_of, read_jobset, read_pod, worker_env_value
 from hotswap.backends.kubernetes.render import render_image_cache, render_jobset, render_kueue, render_priority_classes
 from hotswap.backends.kubernetes.settings import KubeSettings
 from hotswap.backends.kubernetes.views import (
@@ -223,10 +224,16 @@ class KubernetesBackend:
         return view_of(read_jobset(applied), {})
 
     def delete_workload(self, cluster: str, name: str) -> None:
+        """Delete the JobSet, first keeping its workers' log tails (see :mod:`.log_archive`)."""
         settings = settings_of(cluster)
         client = self._client(settings)
-        if client.get_jobset(name) is None:
+        obj = client.get_jobset(name)
+        if obj is None:
             raise NotFoundError(f"no workload named {name} in cluster {cluster}")
+        run_id = view_of(read_jobset(obj), {})["run_id"]
+        if run_id:
+            pods = [p for p in (read_pod(o) for o in client.list_pods(f"{labels.JOBSET_NAME_LABEL}={name}")) if p is not None]
+            log_archive.archive(client, cluster, name, run_id, log_archive.current_pods(pods))
         client.delete_jobset(name)
 
     def workload_gone(self, cluster: str, name: str) -> bool:
@@ -247,12 +254,16 @@ class KubernetesBackend:
     def describe_workload(self, cluster: str, name: str) -> dict[str, Any]:
         settings = settings_of(cluster)
         client = self._client(settings)
-        job = _existing_jobset(client, cluster, name)
+        obj = client.get_jobset(name)
+        if obj is None:
+            raise NotFoundError(f"no workload named {name} in cluster {cluster}")
+        job = read_jobset(obj)
         view = view_of(job, self._kueue(client, settings))
         spec = job.spec
         view["spec"] = spec.model_dump(mode="json") if spec else {}
-        root = checkpoint_dir(spec, cluster, _volume({}, settings)) if spec else None
-        view["checkpoint_dir"] = (f"{root}/{view['run_id']}" if root and view["run_id"] else root) or "none (no --checkpoint-volume)"
+        # What the workers were given (their own --checkpoint-volume, or the cluster's default).
+        given = worker_env_value(obj, contract.HOTSWAP_CHECKPOINT_DIR)
+        view["checkpoint_dir"] = given or "none (no --checkpoint-volume)"
         view["workdir"] = None
         discovery = discover(client.list_nodes(), settings)
         pods = [p for p in (read_pod(o) for o in client.list_pods(f"{labels.JOBSET_NAME_LABEL}={name}")) if p is not None]
@@ -266,10 +277,13 @@ class KubernetesBackend:
 
     def logs(
         self, cluster: str, name: str, slice_: str | None, host: int, follow: bool, write: Callable[[bytes], None]
-    ) -> None:
+    ) -> str | None:
         settings = settings_of(cluster)
         client = self._client(settings)
-        job = _existing_jobset(client, cluster, name)
+        obj = client.get_jobset(name)
+        if obj is None:
+            return _archived_log(cluster, name, slice_, host, write)
+        job = read_jobset(obj)
         replicas = list((job.state or {}).get("replicas") or [])
         num = job.spec.num_slices if job.spec else len(replicas)
         replica = 0
@@ -294,6 +308,7 @@ class KubernetesBackend:
             raise NotFoundError(f"workload {name} has no log of replica {replica} host {host}: {why}")
         for chunk in client.pod_log(pod.name, follow, container_of(pod.annotations)):
             write(chunk)
+        return None
 
     # ------------------------------------------------------------------ nodes
 
@@ -344,6 +359,26 @@ class KubernetesBackend:
                     with contextlib.suppress(NotFoundError):
                         client.evict(meta["name"])
         return targets
+
+
+def _archived_log(cluster: str, name: str, slice_: str | None, host: int, write: Callable[[bytes], None]) -> str:
+    """The log a deleted workload's worker left in the archive; the note says so."""
+    kept = log_archive.newest(cluster, name)
+    if kept is None:
+        raise NotFoundError(f"no workload named {name} in cluster {cluster}")
+    if slice_ is not None and not slice_.isdigit():
+        raise NotFoundError(f"workload {name} was deleted: give its replica index with --slice, not a slice name")
+    replica = int(slice_ or 0)
+    path = kept.log_of(replica, host)
+    if path is None:
+        why = kept.unreadable(replica, host)
+        detail = f": {why}" if why else ": it had no such worker"
+        raise NotFoundError(f"workload {name} was deleted and no log of replica {replica} host {host} was kept{detail}")
+    write(path.read_bytes())
+    return (
+        f"workload {name} was deleted: this is the log of replica {replica} host {host} of run"
+        f" {kept.index['run_id']}, kept at its deletion ({kept.index['archived_at']})"
+    )
 
 
 def _existing_jobset(client: Any, cluster: str, name: str) -> LiveJobSet:

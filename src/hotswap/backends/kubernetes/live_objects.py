@@ -148,6 +148,23 @@ def _worker_exit(status: dict[str, Any], name: str) -> tuple[int | None, float |
     return None, None
 
 
+def worker_env_value(obj: dict[str, Any], variable: str) -> str | None:
+    """The value a JobSet gives its workers for ``variable`` (the first replicated job's worker
+    container: every replica gets the same environment)."""
+    annotations = _dict(metadata(obj).get("annotations"))
+    container = container_of(annotations)
+    for job in _dict(obj.get("spec")).get("replicatedJobs") or []:
+        pod = _dict(_dict(_dict(_dict(job).get("template")).get("spec")).get("template"))
+        for item in _dict(pod.get("spec")).get("containers") or []:
+            if _dict(item).get("name") != container:
+                continue
+            for entry in item.get("env") or []:
+                if _dict(entry).get("name") == variable and isinstance(entry.get("value"), str):
+                    return entry["value"]
+        return None
+    return None
+
+
 def container_of(annotations: dict[str, Any]) -> str:
     """The worker container's name in a pod (``--docker-name``, or hotswap's default)."""
     name = annotations.get(labels.CONTAINER_ANNOTATION)
