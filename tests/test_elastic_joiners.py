@@ -1,6 +1,8 @@
 """Grow-back without stalling the survivors: a generation that adds slices counts for the
 survivors only once its joiners are ready to form it (their marks), so survivors keep training
-while the joiners start (the demo's grow-back stall)."""
+while the joiners start (the demo's grow-back stall). A joiner is ready when its script wants
+the state, not when it calls ``init``: building the model (torch's first optimizer imports for
+~1 s) happens before the survivors pause."""
 
 from __future__ import annotations
 
@@ -39,6 +41,54 @@ def test_survivors_move_only_when_every_joiner_is_ready(tmp_path: Path) -> None:
     assert survivor.newest_generation() == 2 and survivor.interrupted()
     shrunk = publish(membership, 3, ("a",), joined)  # a loss needs no marks
     assert shrunk.joined_marks(grown) == [] and survivor.newest_generation() == 3
+
+
+def test_a_deferred_joiner_is_ready_only_when_its_script_wants_the_state(tmp_path: Path) -> None:
+    joined = tmp_path / "joined"
+    joined.mkdir()
+    membership = tmp_path / "membership.json"
+    publish(membership, 1, ("a", "b"), joined)
+    survivor = elastic_worker(tmp_path, Group(), "a")
+    survivor.join_first()
+    publish(membership, 2, ("a", "b", "c"), joined)
+    group = Group()
+    joiner = elastic_worker(tmp_path, group, "c")
+    joiner.join_first(defer=True)  # what hotswap.train's init does
+    assert (group.rank, group.world_size) == (2, 3) and group.attempts == []  # its place is known, nothing formed
+    assert not (joined / "2-c-0-0").exists() and survivor.newest_generation() == 1  # its script builds: train on
+    joiner.complete_join()  # the script's first step (or restore())
+    assert (joined / "2-c-0-0").exists() and joiner.generation == 2 and len(group.attempts) == 1
+    assert survivor.newest_generation() == 2
+    joiner.complete_join()  # once only
+    assert len(group.attempts) == 1
+
+
+def test_a_pytorch_worker_marks_itself_ready_at_its_first_step_not_at_init(tmp_path: Path) -> None:
+    """A real worker process (torch, gloo): after ``init`` it knows its rank and size but has
+    neither marked itself ready nor formed; ``restore()`` (or its first step) does both."""
+    pytest.importorskip("torch")
+    from train_harness import LOCALHOST, Workers, free_port, worker_env
+
+    joined = tmp_path / "joined"
+    joined.mkdir()
+    membership = tmp_path / "membership.json"
+    membership.write_text(Membership(1, ("a",), 1, LOCALHOST, free_port(), 1, str(joined)).to_json())
+    script = tmp_path / "joiner.py"
+    script.write_text(
+        "import os, sys\n"
+        "import hotswap.train as ht\n"
+        "mark = sys.argv[1]\n"
+        "run = ht.init()\n"
+        "print('init', run.rank, run.world_size, os.path.exists(mark), flush=True)\n"
+        "run.restore()\n"
+        "print('restored', run.rank, run.world_size, os.path.exists(mark), flush=True)\n"
+    )
+    env = worker_env(rank=0, world_size=1, port=0, checkpoint_dir=tmp_path / "checkpoints", slice_name="a",
+                     membership_file=membership)
+    with Workers(tmp_path) as workers:
+        worker = workers.start("joiner", script, [str(joined / "1-a-0-0")], env)
+        assert worker.wait(120) == 0, worker.stderr()
+    assert worker.lines()[-2:] == ["init 0 1 False", "restored 0 1 True"], worker.stderr()
 
 
 def test_survivors_move_anyway_after_the_timeout_or_without_marks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -118,6 +118,9 @@ class Group:
     def adopt_existing(self) -> bool:
         return False
 
+    def expect(self, spec: GroupSpec) -> None:
+        self.spec = spec
+
     def form(self, spec: GroupSpec, interrupted: Callable[[], bool]) -> None:
         self.attempts.append(spec)
         self._form(spec)

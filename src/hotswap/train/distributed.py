@@ -193,6 +193,11 @@ class ProcessGroup:
             store.set_timeout(timeout)
             return store
 
+    def expect(self, spec: GroupSpec) -> None:
+        """This rank's place in a group it will form later (``rank``/``world_size`` answer
+        from it meanwhile); nothing is formed."""
+        self._store, self.spec, self._owned = None, spec, False
+
     def adopt_existing(self) -> bool:
         """Use the default group if the training script initialised one itself (it stays the
         owner); False when it did not."""

@@ -62,6 +62,7 @@ class GroupFormation:
         self.membership: Membership | None = None  # the generation the group was formed for
         self._watcher = MembershipWatcher(env.membership_file) if env.membership_file else None
         self._pending_since: dict[int, float] = {}  # generation -> when first seen waiting for joiners
+        self._deferred: Membership | None = None  # a first generation joined only at complete_join()
 
     @property
     def elastic(self) -> bool:
@@ -97,8 +98,21 @@ class GroupFormation:
 
     # Forming -------------------------------------------------------------------------------
 
-    def join_first(self) -> None:
-        if self._watcher is not None:
+    def join_first(self, defer: bool = False) -> None:
+        """Join the first group. ``defer`` (elastic only): take this worker's rank and the size
+        from the membership now, but tell the survivors it is ready and form the group only at
+        :meth:`complete_join`, when the script has built its model and wants the state: the
+        survivors then train on while the script starts (torch's first optimizer alone imports
+        for ~1 s) instead of waiting for it in the state's synchronisation."""
+        if self._watcher is not None and defer:
+            membership = self._await_membership(after_generation=-1, fresh=True)
+            rank = membership.rank_of(self.env.slice_name, self.env.host_index, self.env.local_rank)
+            assert rank is not None  # _await_membership accepts only a generation with this worker
+            self.group.expect(
+                GroupSpec(membership.generation, rank, membership.world_size, membership.master_addr, membership.master_port)
+            )
+            self._deferred = membership
+        elif self._watcher is not None:
             self._form_elastic_group(after_generation=-1, fresh=True)
         elif not self.group.adopt_existing() and self.env.world_size > 1:
             spec = GroupSpec(0, self.env.rank, self.env.world_size, self.env.master_addr, self.env.master_port)
@@ -110,6 +124,17 @@ class GroupFormation:
                 self.termination.exit(
                     RESTART_EXIT_CODE, "rendezvous_failed", f"hotswap: cannot form the process group: {error}"
                 )
+
+    def complete_join(self) -> None:
+        """Finish a deferred first join (see :meth:`join_first`); nothing otherwise."""
+        membership, self._deferred = self._deferred, None
+        if membership is None:
+            return
+        rank = membership.rank_of(self.env.slice_name, self.env.host_index, self.env.local_rank)
+        assert rank is not None
+        _mark_joined(membership, self.env.slice_name, self.env.host_index, self.env.local_rank)
+        if not self._form(membership, rank):  # a newer generation came meanwhile: join that one
+            self._form_elastic_group(after_generation=membership.generation, fresh=True)
 
     def _form_elastic_group(self, after_generation: int, fresh: bool) -> None:
         """Join the first generation newer than ``after_generation`` that forms. A fresh process

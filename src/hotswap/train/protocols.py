@@ -31,6 +31,10 @@ class Group(Protocol):
         """Use a group the training script formed itself; False when it formed none."""
         ...
 
+    def expect(self, spec: GroupSpec) -> None:
+        """Take this rank's place in ``spec`` before forming it (a deferred first join)."""
+        ...
+
     def form(self, spec: GroupSpec, interrupted: Callable[[], bool]) -> None:
         """Meet the other members of ``spec``; raises RendezvousFailed when they do not all
         arrive or ``interrupted()`` says to give up."""

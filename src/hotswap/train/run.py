@@ -108,7 +108,7 @@ class Run(RunFront):
         self._in_step = False
         self._step_failed = False
         self._boundary_at: float | None = None  # when step_done() last returned
-        self.formation.join_first()
+        self.formation.join_first(defer=True)
         self.events.record(EVENT_START, t=started_at, attempt=env.attempt, rank=self.rank, world_size=self.world_size)
         atexit.register(self.close)
 
@@ -165,6 +165,7 @@ class Run(RunFront):
         is the job's state."""
         if not self._began:
             self._began = self.progress.has_state = True
+            self.formation.complete_join()
         now = time.monotonic()
         self._complete_step(now - (self._boundary_at or now))
         self.boundary.cross(sys.maxsize)
@@ -185,6 +186,7 @@ class Run(RunFront):
         if self._began:
             return
         self._began = True
+        self.formation.complete_join()
         try:
             self.state.synchronise(self.formation.interrupted)
         except Exception as error:

@@ -144,6 +144,10 @@ class JaxGroup:
             self.forming = None
         self.spec, self._owned = spec, True
 
+    def expect(self, spec: GroupSpec) -> None:
+        """This rank's place in a group formed later (see ``GroupFormation.join_first``)."""
+        self.spec, self._owned = spec, False
+
     def adopt_existing(self) -> bool:
         """Use the distributed runtime if the training script initialised it itself."""
         if not jax.distributed.is_initialized():
