@@ -14,6 +14,7 @@ from test_train_neutral import Group, elastic_worker
 
 from hotswap.api.worker import Membership
 from hotswap.train import formation as formation_module
+from hotswap.train.formation import GroupFormation
 
 
 def publish(path: Path, generation: int, slices: tuple[str, ...], joined: Path) -> Membership:
@@ -24,7 +25,8 @@ def publish(path: Path, generation: int, slices: tuple[str, ...], joined: Path) 
     return membership
 
 
-def test_survivors_move_only_when_every_joiner_is_ready(tmp_path: Path) -> None:
+def survivor_of_two(tmp_path: Path) -> tuple[GroupFormation, Path, Path]:
+    """Slice a's worker in generation 1 (slices a, b): (its formation, the membership, the marks)."""
     joined = tmp_path / "joined"
     joined.mkdir()
     membership = tmp_path / "membership.json"
@@ -32,6 +34,11 @@ def test_survivors_move_only_when_every_joiner_is_ready(tmp_path: Path) -> None:
     survivor = elastic_worker(tmp_path, Group(), "a")
     survivor.join_first()
     assert survivor.generation == 1
+    return survivor, membership, joined
+
+
+def test_survivors_move_only_when_every_joiner_is_ready(tmp_path: Path) -> None:
+    survivor, membership, joined = survivor_of_two(tmp_path)
     grown = publish(membership, 2, ("a", "b", "c"), joined)
     assert grown.joiners(Membership(1, ("a", "b"), 1, "127.0.0.1", 1001)) == ("c",)
     assert survivor.newest_generation() == 1 and not survivor.interrupted()  # c is still starting: train on
@@ -44,12 +51,7 @@ def test_survivors_move_only_when_every_joiner_is_ready(tmp_path: Path) -> None:
 
 
 def test_a_deferred_joiner_is_ready_only_when_its_script_wants_the_state(tmp_path: Path) -> None:
-    joined = tmp_path / "joined"
-    joined.mkdir()
-    membership = tmp_path / "membership.json"
-    publish(membership, 1, ("a", "b"), joined)
-    survivor = elastic_worker(tmp_path, Group(), "a")
-    survivor.join_first()
+    survivor, membership, joined = survivor_of_two(tmp_path)
     publish(membership, 2, ("a", "b", "c"), joined)
     group = Group()
     joiner = elastic_worker(tmp_path, group, "c")
