@@ -79,6 +79,23 @@ def test_a_job_finishing_while_new_workers_join_is_charged_nothing_after() -> No
     assert_every_slice_second_is_accounted(config, [simulate(config, p) for p in config.policies])
 
 
+def test_a_job_finishes_exactly_when_its_work_is_done() -> None:
+    """Elastic jobs change speed at every scale-down, scale-up and re-formation; each keeps one
+    finish timer, set again when it is slowed down. A completed job has done exactly its work:
+    finished neither early (a timer of an earlier speed) nor late (a missed earlier finish)."""
+    config = SimConfig(
+        nodes=512, days=1, seed=5, failures_per_1000_node_days=100.0, filler_mean_hours=0.5, filler_think_s=60.0
+    )
+    result = simulate(config, "hotswap+elastic")
+    completed = [job for job in result.jobs.values() if job.stream is not None and job.ended is not None]
+    reshaped = [job for job in completed if job.ledger.seconds[Category.ELASTIC] > 0]
+    assert result.counts.completed == len(completed) > 200 and len(reshaped) > 20
+    for job in completed:
+        assert job.progress == pytest.approx(job.work_s, rel=1e-9, abs=1e-6), job.spec.name
+    for job in result.jobs.values():  # and none ran on past the end of its work
+        assert job.progress <= job.work_s + max(1e-6, 1e-9 * job.work_s), job.spec.name
+
+
 def test_policies_rank_as_expected_for_the_very_high_job(busy) -> None:
     summary = busy.to_dict()["policies"]
     wait = summary["wait-for-repair"]

@@ -19,6 +19,11 @@ from hotswap.core.placement import fill_positions, give_up_last, reclaim_target
 from hotswap.core.preemption import RankedCandidates, plan_reclaim
 from hotswap.core.round_state import QUEUED, RESTARTING, RUNNING, RoundState
 
+# Enum members as module constants: on Python 3.11 each ``Enum.MEMBER`` read goes through the
+# enum metaclass's attribute hook (~50 ns), and a simulated month reads them millions of times.
+_ADMIT, _REPLACE, _GROW = DemandKind.ADMIT, DemandKind.REPLACE, DemandKind.GROW
+_BLOCKING = RestartStrategy.BLOCKING_RECREATE
+
 
 def serve_demands(state: RoundState) -> None:
     """Serve every demand for slices (replacements, queued workloads, elastic growth) until
@@ -50,7 +55,7 @@ def start_ready(state: RoundState) -> None:
         return
     broken = state.capacity.broken_by_holder()
     for workload in sorted(waiting, key=lambda w: w.seq):
-        blocking = workload.spec.restart_strategy is RestartStrategy.BLOCKING_RECREATE
+        blocking = workload.spec.restart_strategy is _BLOCKING
         if blocking and workload.stopping:
             continue
         if workload.name in broken:
@@ -74,7 +79,7 @@ def _queue(state: RoundState) -> DemandQueue:
 
 def _admit_demand(state: RoundState, workload: Workload) -> Demand:
     """A queued workload wants its size and needs its floor."""
-    return Demand(workload.name, DemandKind.ADMIT, workload.spec.num_slices, state.floor(workload))
+    return Demand(workload.name, _ADMIT, workload.spec.num_slices, state.floor(workload))
 
 
 def _still_wanted(state: RoundState, demand: Demand) -> Workload | None:
@@ -82,9 +87,9 @@ def _still_wanted(state: RoundState, demand: Demand) -> Workload | None:
     workload = state.workloads.get(demand.workload)
     if workload is None:
         return None
-    if demand.kind is DemandKind.ADMIT:
+    if demand.kind is _ADMIT:
         return workload if workload.phase is QUEUED else None
-    if demand.kind is DemandKind.REPLACE:
+    if demand.kind is _REPLACE:
         ok = state.replacing.get(demand.workload) is demand and workload.phase in HOLDING
         return workload if ok else None
     if workload.phase in HOLDING and len(workload.slices) < workload.spec.num_slices:
@@ -99,7 +104,7 @@ def _serve(state: RoundState, demand: Demand) -> None:
         return
     device_type = workload.device_type
     got = state.capacity.take_free(device_type, demand.want)
-    if len(got) < demand.want and demand.kind is not DemandKind.GROW:
+    if len(got) < demand.want and demand.kind is not _GROW:
         target = reclaim_target(state.capacity, workload, len(got), demand.want, demand.need)
         if target:
             got.extend(_reclaim(state, workload, target))
@@ -149,7 +154,7 @@ def _preempt(state: RoundState, victim: Workload, preemptor: Workload) -> None:
 def _grant(state: RoundState, workload: Workload, demand: Demand, got: tuple[str, ...]) -> None:
     state.capacity.hold(workload, got)
     name = workload.name
-    if demand.kind is DemandKind.ADMIT:
+    if demand.kind is _ADMIT:
         _admit(state, workload, got)
         return
     state.replacing.pop(name, None)
@@ -157,7 +162,7 @@ def _grant(state: RoundState, workload: Workload, demand: Demand, got: tuple[str
         # Workers not started yet: only the reservation changes; StartWorkers carries it.
         slices = fill_positions(demand.previous, demand.lost_at, got) if demand.previous else workload.slices + got
         state.update(workload, slices=slices)
-    elif demand.kind is DemandKind.GROW or not demand.restart:
+    elif demand.kind is _GROW or not demand.restart:
         # Elastic: the running replicas keep their indices; the new ones join after them.
         slices = workload.slices + got
         membership = workload.membership + 1
@@ -175,7 +180,7 @@ def _grant(state: RoundState, workload: Workload, demand: Demand, got: tuple[str
 
 
 def _admit(state: RoundState, workload: Workload, got: tuple[str, ...]) -> None:
-    blocked = workload.spec.restart_strategy is RestartStrategy.BLOCKING_RECREATE and workload.stopping
+    blocked = workload.spec.restart_strategy is _BLOCKING and workload.stopping
     attempt = workload.attempt + 1
     state.update(
         workload,
@@ -192,7 +197,7 @@ def _admit(state: RoundState, workload: Workload, got: tuple[str, ...]) -> None:
 
 
 def _refuse(state: RoundState, workload: Workload, demand: Demand) -> None:
-    if demand.kind is DemandKind.REPLACE and demand.need > 0:
+    if demand.kind is _REPLACE and demand.need > 0:
         state.replacing.pop(workload.name, None)
         state.requeue(workload, f"{demand.reason}; no healthy capacity to replace it, waiting in the queue")
         # It cannot fit now, but capacity released later in this round may change that.

@@ -15,6 +15,8 @@ from hotswap.core.round_state import RESTARTING, RUNNING, RoundState
 _CLUSTER_EVENTS = frozenset(
     {ev.NodeFailed, ev.NodeCordoned, ev.NodeDrained, ev.NodeRepaired, ev.SliceAdded, ev.SliceRemoved}
 )
+_FAILED, _SUCCESSFUL = WorkloadPhase.FAILED, WorkloadPhase.SUCCESSFUL  # (enum member reads are slow on 3.11)
+_RESTART = ExitVerdict.RESTART
 
 
 def apply_events(state: RoundState, events: list[ev.Event]) -> None:
@@ -231,7 +233,7 @@ def _worker_exited(state: RoundState, event: ev.WorkerExited, done: _Done) -> No
     done.write(workload.name)
     workload = state.workloads[workload.name]
     where = f"worker {event.slice}/{event.host}"
-    if verdict is ExitVerdict.RESTART:
+    if verdict is _RESTART:
         state.restart_in_place(workload, f"{where} {why}", charged=True)
     else:
         _fail(state, workload, f"{where} {why}")
@@ -255,7 +257,7 @@ def _hung(state: RoundState, event: ev.WorkloadHung) -> None:
     if workload is None or workload.phase is not RUNNING or workload.attempt != event.attempt or event.workload in state.lost:
         return  # a stale attempt, or one already being replaced
     verdict, why = FailurePolicy.of(workload.spec).judge_hang(workload.restarts)
-    if verdict is ExitVerdict.RESTART:
+    if verdict is _RESTART:
         state.restart_in_place(workload, f"hung: {event.reason}; {why}", charged=True)
     else:
         _fail(state, workload, f"hung: {event.reason}; {why}")
@@ -265,7 +267,7 @@ def _fail(state: RoundState, workload: Workload, reason: str) -> None:
     state.release(workload, workload.slices)
     state.update(
         workload,
-        phase=WorkloadPhase.FAILED,
+        phase=_FAILED,
         slices=(),
         stopping=state.stopping_after_stop(workload),
         status_message=f"failed: {reason}",
@@ -282,7 +284,7 @@ def _complete(state: RoundState, workload: Workload, exited: frozenset[tuple[str
     state.release(workload, workload.slices)
     state.update(
         workload,
-        phase=WorkloadPhase.SUCCESSFUL,
+        phase=_SUCCESSFUL,
         slices=(),
         exited_ok=exited,
         status_message=f"finished: all {workers} workers exited 0",

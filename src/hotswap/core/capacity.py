@@ -61,7 +61,11 @@ class Capacity:
 
     def reclaimable(self, device_type: str, priority: int) -> int:
         """Healthy slices of the type held by strictly lower priorities."""
-        return sum(held for (t, p), held in self.held.items() if t == device_type and p < priority)
+        total = 0
+        for (held_type, held_priority), held in self.held.items():
+            if held_priority < priority and held_type == device_type:
+                total += held
+        return total
 
     def admissible(self, device_type: str, priority: int) -> int:
         """The most slices a demand at ``priority`` could get now: free, or reclaimed."""

@@ -11,7 +11,7 @@ whole mappings. Three containers make that cheap:
 - :class:`Overlay`: the round's writable view of a mapping; :meth:`Overlay.freeze` returns the
   next version (the original itself when nothing changed).
 - :class:`SortedPerKey`: sorted tuples per key (queues, rankings, free pools); a tuple is
-  copied into a list the first time the round changes it. :class:`SetsPerKey` likewise.
+  copied into a list the first time the round changes it.
 
 Iteration over a :class:`Layered` follows its base's order, with entries added later at the end;
 nothing in the core depends on that order.
@@ -94,18 +94,25 @@ class Layered(Mapping[K, V]):
     def derive(self, changes: Mapping[K, V], deleted: set[K]) -> Layered[K, V]:
         """A new version with ``changes`` set and ``deleted`` removed (they must exist)."""
         base = self._base
-        delta = dict(self._delta)
-        gone = set(self._gone)
+        delta = self._delta.copy()
         length = self._len
-        for key in deleted:
-            delta.pop(key, None)
-            if key in base:
-                gone.add(key)
-            length -= 1
+        gone: frozenset[K] | set[K] = self._gone  # copied only if this version changes it
+        if deleted:
+            gone = set(gone)
+            for key in deleted:
+                delta.pop(key, None)
+                if key in base:
+                    gone.add(key)
+                length -= 1
         for key, value in changes.items():
-            if key not in delta and (key not in base or key in gone):
-                length += 1
-                gone.discard(key)
+            if key not in delta:
+                if key not in base:
+                    length += 1
+                elif key in gone:  # a deleted base key comes back
+                    length += 1
+                    if isinstance(gone, frozenset):
+                        gone = set(gone)
+                    gone.discard(key)
             delta[key] = value
         if len(delta) + len(gone) > _delta_limit(len(base)):
             folded = dict(base)
@@ -113,7 +120,7 @@ class Layered(Mapping[K, V]):
                 del folded[key]
             folded.update(delta)
             return Layered._of(folded, {}, frozenset(), len(folded))
-        return Layered._of(base, delta, frozenset(gone), length)
+        return Layered._of(base, delta, gone if isinstance(gone, frozenset) else frozenset(gone), length)
 
 
 class Overlay(Generic[K, V]):
@@ -134,10 +141,19 @@ class Overlay(Generic[K, V]):
             self._delta, self._gone, self._base = {}, frozenset(), original
 
     def __getitem__(self, key: K) -> V:
-        value = self.get(key, _MISSING)
-        if value is _MISSING:
-            raise KeyError(key)
-        return value
+        # (get's body, inlined: a round reads records by key thousands of times)
+        value = self._changes.get(key, _MISSING)
+        if value is not _MISSING:
+            return value
+        if key not in self._deleted:
+            value = self._delta.get(key, _MISSING)
+            if value is not _MISSING:
+                return value
+            if key not in self._gone:
+                value = self._base.get(key, _MISSING)
+                if value is not _MISSING:
+                    return value
+        raise KeyError(key)
 
     def get(self, key: K, default: Any = None) -> Any:
         value = self._changes.get(key, _MISSING)
@@ -222,6 +238,13 @@ class SortedPerKey(Generic[K]):
         found = self._copies.get(key)
         return found if found is not None else self._original.get(key, ())
 
+    def items(self) -> list[tuple[K, tuple | list]]:
+        """Keys that hold items now, with their items."""
+        copies = self._copies
+        found = [(k, v) for k, v in self._original.items() if v and k not in copies]
+        found.extend((k, v) for k, v in copies.items() if v)
+        return found
+
     def keys(self) -> list[K]:
         """Keys that hold items now."""
         copies = self._copies
@@ -273,49 +296,6 @@ class SortedPerKey(Generic[K]):
         for key, items in self._copies.items():
             if items:
                 merged[key] = tuple(items)
-            else:
-                merged.pop(key, None)
-        return merged
-
-
-class SetsPerKey(Generic[K, V]):
-    """Frozen sets per key, copied the first time the round changes one."""
-
-    __slots__ = ("_copies", "_original")
-
-    def __init__(self, original: Mapping[K, frozenset[V]]) -> None:
-        self._original = original
-        self._copies: dict[K, set[V]] = {}
-
-    def view(self, key: K) -> frozenset[V] | set[V]:
-        found = self._copies.get(key)
-        return found if found is not None else self._original.get(key, frozenset())
-
-    def items(self) -> list[tuple[K, frozenset[V] | set[V]]]:
-        """Keys that hold members now, with them."""
-        found = [(k, v) for k, v in self._original.items() if k not in self._copies]
-        found.extend(self._copies.items())
-        return [(k, v) for k, v in found if v]
-
-    def _writable(self, key: K) -> set[V]:
-        found = self._copies.get(key)
-        if found is None:
-            found = self._copies[key] = set(self._original.get(key, ()))
-        return found
-
-    def add(self, key: K, member: V) -> None:
-        self._writable(key).add(member)
-
-    def discard(self, key: K, member: V) -> None:
-        self._writable(key).discard(member)
-
-    def freeze(self) -> Mapping[K, frozenset[V]]:
-        if not self._copies:
-            return self._original
-        merged = dict(self._original)
-        for key, members in self._copies.items():
-            if members:
-                merged[key] = frozenset(members)
             else:
                 merged.pop(key, None)
         return merged

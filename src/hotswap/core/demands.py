@@ -36,6 +36,9 @@ from hotswap.core.ordering import DemandKind, demand_order
 
 _Order = tuple[int, int, int]
 _SIZE, _FLOOR = operator.itemgetter(2), operator.itemgetter(3)  # of a queue key
+# Enum members as module constants: on Python 3.11 each ``Enum.MEMBER`` read goes through the
+# enum metaclass's attribute hook (~50 ns), and a simulated month reads them millions of times.
+_ADMIT, _GROW = DemandKind.ADMIT, DemandKind.GROW
 
 
 @dataclasses.dataclass(slots=True)
@@ -80,7 +83,7 @@ class DemandQueue:
         self._counter = itertools.count()
         self._parked: dict[str, list[tuple[_Order, Demand]]] = {}
         self._buckets: dict[tuple[DemandKind, Level], _Bucket] = {}
-        self._groups: dict[Level, list[QueueKey]] = {}  # queue keys per level, as of its last (re)queueing
+        self._groups: dict[Level, tuple[QueueKey, ...]] = {}  # queue keys per level, as of its last (re)queueing
         self._opened = False
         self._grow = False
         self._no_grow: set[str] = set()
@@ -110,12 +113,12 @@ class DemandQueue:
             if device_type is not None and level[0] != device_type:
                 continue
             if min(map(need_of, keys)) <= room.admissible(*level):
-                self._groups[level] = sorted(keys)
-                self._reset(DemandKind.ADMIT, level)
+                self._groups[level] = tuple(keys)  # (a copy: the round may change the index's)
+                self._reset(_ADMIT, level)
         if self._grow:
             for level in sorted(room.index.growable.keys()):
                 if (device_type is None or level[0] == device_type) and room.free_count(level[0]):
-                    self._reset(DemandKind.GROW, level)
+                    self._reset(_GROW, level)
 
     def _reset(self, kind: DemandKind, level: Level) -> None:
         bucket = self._buckets.get((kind, level))
@@ -144,7 +147,7 @@ class DemandQueue:
                 continue
             # Served now; the bucket comes back after it (from where the next one may be).
             self._push((order[0], order[1], seq + 1), item)
-            if demand.kind is DemandKind.GROW:
+            if demand.kind is _GROW:
                 self._no_grow.add(demand.workload)
             return demand
         return None
@@ -153,14 +156,14 @@ class DemandQueue:
         """The bucket's first workload from ``start`` (a seq) on that could be served now."""
         room = self._room
         device_type, priority = bucket.level
-        if bucket.kind is DemandKind.GROW:
+        if bucket.kind is _GROW:
             if not room.free_count(device_type):
                 return None
             entries = room.index.growable.view(bucket.level)
             for seq, name in entries[bisect.bisect_left(entries, (start,)) :]:
                 if name not in self._no_grow:
                     # want is set when it is served (what it misses then)
-                    return seq, Demand(name, DemandKind.GROW, 0, 1)
+                    return seq, Demand(name, _GROW, 0, 1)
             return None
         room_now = room.admissible(device_type, priority)
         best: tuple[int, Demand] | None = None
@@ -174,7 +177,7 @@ class DemandQueue:
             entries = queued.view(key)
             at = bisect.bisect_left(entries, (start,))
             if at < len(entries) and (best is None or entries[at][0] < best[0]):
-                best = entries[at][0], Demand(entries[at][1], DemandKind.ADMIT, num, need)
+                best = entries[at][0], Demand(entries[at][1], _ADMIT, num, need)
         return best
 
     @contextlib.contextmanager

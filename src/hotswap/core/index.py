@@ -6,7 +6,7 @@ records and kept up to date by :class:`WorkloadIndex` at every transition
 (:meth:`hotswap.core.round_state.RoundState.update`):
 
 - ``queued``: queued workloads per (device type, priority, num_slices, floor_slices), FIFO,
-  and ``queue_levels``: which of those keys hold workloads, per (device type, priority).
+  and ``queue_levels``: which of those keys hold workloads, per (device type, priority), sorted.
   Grouping by what a workload needs lets admission find the first one that fits without
   trying the others (:mod:`hotswap.core.demands`).
 - ``growable``: elastic workloads holding fewer slices than they asked for, per (device
@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from hotswap.api.phases import WorkloadPhase
-from hotswap.core.cow import SetsPerKey, SortedPerKey
+from hotswap.core.cow import SortedPerKey
 
 if TYPE_CHECKING:
     from hotswap.core.model import Workload
@@ -112,7 +112,7 @@ class Indexes:
     """The frozen indexes of a snapshot (see the module docstring)."""
 
     queued: Mapping[QueueKey, tuple[Entry, ...]] = dataclasses.field(default_factory=dict)
-    queue_levels: Mapping[Level, frozenset[QueueKey]] = dataclasses.field(default_factory=dict)
+    queue_levels: Mapping[Level, tuple[QueueKey, ...]] = dataclasses.field(default_factory=dict)
     growable: Mapping[Level, tuple[Entry, ...]] = dataclasses.field(default_factory=dict)
     restarting: frozenset[str] = frozenset()
     ranked: Mapping[RankKey, tuple[Entry, ...]] = dataclasses.field(default_factory=dict)
@@ -129,7 +129,7 @@ class Indexes:
         """The indexes as plain values, empty entries left out (to compare two of them)."""
         return (
             {k: tuple(v) for k, v in self.queued.items() if v},
-            {k: frozenset(v) for k, v in self.queue_levels.items() if v},
+            {k: tuple(v) for k, v in self.queue_levels.items() if v},
             {k: tuple(v) for k, v in self.growable.items() if v},
             self.restarting,
             {k: tuple(v) for k, v in self.ranked.items() if v},
@@ -142,7 +142,7 @@ class WorkloadIndex:
 
     def __init__(self, frozen: Indexes) -> None:
         self.queued = SortedPerKey(frozen.queued)
-        self.queue_levels: SetsPerKey[Level, QueueKey] = SetsPerKey(frozen.queue_levels)
+        self.queue_levels = SortedPerKey(frozen.queue_levels)
         self.growable = SortedPerKey(frozen.growable)
         self.ranked = SortedPerKey(frozen.ranked)
         self._restarting_original = frozen.restarting

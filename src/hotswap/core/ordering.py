@@ -20,6 +20,9 @@ class DemandKind(enum.IntEnum):
     GROW = 2  # an elastic workload below its size: after queued work of the same priority
 
 
+_RUNNING = WorkloadPhase.RUNNING  # (as a constant: enum member reads are slow on 3.11)
+
+
 def queue_order(workload: Workload) -> tuple[int, int]:
     """The queue: higher priority first, then first created first (FIFO within a level)."""
     return (-int(workload.priority), workload.seq)
@@ -45,7 +48,7 @@ def candidates_ordering(workload: Workload, now: float) -> tuple[int, float, flo
 
     :mod:`hotswap.core.index` keeps holders in this order without sorting them each round.
     """
-    if workload.phase is not WorkloadPhase.RUNNING or workload.running_since is None:
+    if workload.phase is not _RUNNING or workload.running_since is None:
         return (int(workload.priority), -math.inf, -math.inf, -workload.seq)
     return (int(workload.priority), at_risk(workload, now), -workload.running_since, -workload.seq)
 

@@ -23,6 +23,7 @@ from hotswap.core.policy import SchedulerConfig
 QUEUED = WorkloadPhase.QUEUED
 RUNNING = WorkloadPhase.RUNNING
 RESTARTING = WorkloadPhase.RESTARTING
+_BLOCKING = RestartStrategy.BLOCKING_RECREATE  # (as a constant: enum member reads are slow on 3.11)
 # Fields of a workload that no index of hotswap.core.index reads: changing only these does not
 # move it in any index.
 _UNINDEXED = frozenset(
@@ -129,7 +130,7 @@ class RoundState:
         The new workers start at once, unless BlockingRecreate makes them wait for the old ones
         to stop or ``wait_for_repair`` for the workload's broken slices to be repaired.
         """
-        blocking = workload.spec.restart_strategy is RestartStrategy.BLOCKING_RECREATE
+        blocking = workload.spec.restart_strategy is _BLOCKING
         waiting = blocking or wait_for_repair
         attempt = workload.attempt + 1
         self.update(
@@ -168,11 +169,12 @@ class RoundState:
         self.release(workload, gone)
         membership = workload.membership + 1
         left = set(gone)
+        exited = workload.exited_ok
         workload = self.update(
             workload,
             slices=keep,
             membership=membership,
-            exited_ok=frozenset(k for k in workload.exited_ok if k[0] not in left),
+            exited_ok=frozenset(k for k in exited if k[0] not in left) if exited else exited,
             status_message=f"scaled down to {len(keep)} slice(s): {reason}",
         )
         self.actions.append(act.ScaleDown(workload.name, gone, keep, membership, reason, preemptor))

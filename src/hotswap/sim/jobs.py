@@ -35,6 +35,17 @@ class Saved:
     progress: float
 
 
+# Modes and categories as module constants: on Python 3.11 each ``Enum.MEMBER`` read goes
+# through the enum metaclass's attribute hook (~50 ns), and a simulated month reads them
+# millions of times.
+QUEUED, WAITING, STARTING = Mode.QUEUED, Mode.WAITING, Mode.STARTING
+RUNNING, RECONFIGURING, DONE = Mode.RUNNING, Mode.RECONFIGURING, Mode.DONE
+_PRODUCTIVE, _SAVE, _RESTORE = Category.PRODUCTIVE, Category.CHECKPOINT_SAVE, Category.CHECKPOINT_RESTORE
+_STARTUP, _QUEUED_TIME, _RECOVERY, _ELASTIC, _DEGRADED = (
+    Category.STARTUP, Category.QUEUED, Category.RECOVERY, Category.ELASTIC, Category.DEGRADED
+)
+
+
 @dataclasses.dataclass(slots=True)
 class Job:
     spec: WorkloadSpec
@@ -43,7 +54,7 @@ class Job:
     index: int = 0
     arrived: float = 0.0
     ended: float | None = None
-    mode: Mode = Mode.QUEUED
+    mode: Mode = QUEUED
     mode_since: float = 0.0
     last: float = 0.0  # accounted up to here
     active: int = 0  # slices it runs on
@@ -54,13 +65,16 @@ class Job:
     snapshot: Saved | None = None  # last in-memory snapshot (elastic jobs restore survivors from it)
     version: int = 0  # invalidates timers of an earlier mode
     join_token: int = 0  # invalidates the timer of an earlier scale-up
+    finish_at: float = math.inf  # when it finishes if it runs on as it runs since it last started running
+    finish_timer: float | None = None  # when its pending finish timer comes
     disrupted_at: float | None = None
     held_s: float = 0.0  # slice-seconds it held (its slices were not available to others)
     ledger: Ledger = dataclasses.field(default_factory=Ledger)
+    size: int = dataclasses.field(init=False)  # slices it asks for (read at every accounting)
 
-    @property
-    def size(self) -> int:
-        return self.spec.num_slices
+    def __post_init__(self) -> None:
+        self.size = self.spec.num_slices
+
 
     def start_progress(self, now: float) -> None:
         """Its workers start making progress: the restored state counts as saved."""
@@ -69,57 +83,64 @@ class Job:
         self.snapshot = Saved(now, self.progress)
 
     def account(self, now: float, config: SimConfig) -> None:
-        """Book the time since ``last`` to the categories of the current mode."""
+        """Book the time since ``last`` to the categories of the current mode.
+
+        (It runs several times per simulated decision: the ledger's dict is written directly.)"""
+        mode = self.mode
         dt = now - self.last
-        if dt <= 0 or self.mode is Mode.DONE:
+        if dt <= 0 or mode is DONE:
             self.last = max(self.last, now)
             return
-        ledger, size, active = self.ledger, self.size, self.active
-        missing = max(0, size - active - self.joining)
-        if self.joining:
-            ledger.add(Category.STARTUP, self.joining * dt)
+        seconds, size, active, joining = self.ledger.seconds, self.size, self.active, self.joining
+        missing = size - active - joining
+        if missing < 0:
+            missing = 0
+        if joining:
+            seconds[_STARTUP] += joining * dt
         rate = 0.0
-        if self.mode is Mode.QUEUED:
-            ledger.add(Category.QUEUED, size * dt)
-        elif self.mode is Mode.WAITING:
-            ledger.add(Category.RECOVERY, size * dt)
-        elif self.mode is Mode.STARTING:
+        if mode is RUNNING:
+            useful = 1.0 - config.checkpoint_block_s / config.checkpoint_interval_s
+            seconds[_PRODUCTIVE] += active * dt * useful
+            seconds[_SAVE] += active * dt * (1.0 - useful)
+            seconds[_DEGRADED] += missing * dt
+            rate = active / size * useful
+        elif mode is QUEUED:
+            seconds[_QUEUED_TIME] += size * dt
+        elif mode is WAITING:
+            seconds[_RECOVERY] += size * dt
+        elif mode is STARTING:
             startup_end = self.mode_since + config.startup_s
             in_startup = max(0.0, min(now, startup_end) - self.last)
-            ledger.add(Category.STARTUP, active * in_startup)
-            ledger.add(Category.CHECKPOINT_RESTORE, active * (dt - in_startup))
-            ledger.add(Category.DEGRADED, missing * dt)
-        elif self.mode is Mode.RUNNING:
-            useful = 1.0 - config.checkpoint_block_s / config.checkpoint_interval_s
-            ledger.add(Category.PRODUCTIVE, active * dt * useful)
-            ledger.add(Category.CHECKPOINT_SAVE, active * dt * (1.0 - useful))
-            ledger.add(Category.DEGRADED, missing * dt)
-            rate = active / size * useful
-        elif self.mode is Mode.RECONFIGURING:
-            ledger.add(Category.ELASTIC, active * dt)
-            ledger.add(Category.DEGRADED, missing * dt)
-        if self.mode is not Mode.QUEUED:
-            self.held_s += (active + self.joining) * dt
-        if self.epoch is not None:
-            self._saves_between(self.last, now, rate, config)
-        self.progress += rate * dt
-        self.last = now
-
-    def _saves_between(self, start: float, end: float, rate: float, config: SimConfig) -> None:
-        """Record the last checkpoint and snapshot taken in (start, end], progressing at ``rate``."""
-        assert self.epoch is not None and self.checkpoint is not None and self.snapshot is not None
-        for saved, interval in ((self.checkpoint, config.checkpoint_interval_s), (self.snapshot, config.elastic_snapshot_s)):
-            if interval <= 0:
-                continue
-            at = self.epoch + math.floor((end - self.epoch) / interval) * interval
+            seconds[_STARTUP] += active * in_startup
+            seconds[_RESTORE] += active * (dt - in_startup)
+            seconds[_DEGRADED] += missing * dt
+        elif mode is RECONFIGURING:
+            seconds[_ELASTIC] += active * dt
+            seconds[_DEGRADED] += missing * dt
+        if mode is not QUEUED:
+            self.held_s += (active + joining) * dt
+        epoch = self.epoch
+        if epoch is not None:
+            # The last checkpoint and snapshot taken in (last, now], progressing at ``rate``.
+            assert self.checkpoint is not None and self.snapshot is not None
+            start = self.last
+            saved, interval = self.checkpoint, config.checkpoint_interval_s  # (> 0: SimConfig checks)
+            at = epoch + math.floor((now - epoch) / interval) * interval
             if at > start and at > saved.at:
                 saved.at, saved.progress = at, self.progress + rate * (at - start)
+            saved, interval = self.snapshot, config.elastic_snapshot_s
+            if interval > 0:
+                at = epoch + math.floor((now - epoch) / interval) * interval
+                if at > start and at > saved.at:
+                    saved.at, saved.progress = at, self.progress + rate * (at - start)
+        self.progress += rate * dt
+        self.last = now
 
     def stop(self, now: float, config: SimConfig, hard: bool) -> None:
         """Stop the workers: a hard stop loses the progress since the last checkpoint; a
         graceful one (SIGTERM) saves a checkpoint first and loses nothing."""
         self.account(now, config)
-        if hard and self.mode in (Mode.RUNNING, Mode.RECONFIGURING) and self.checkpoint is not None:
+        if hard and self.mode in (RUNNING, RECONFIGURING) and self.checkpoint is not None:
             self._roll_back(self.checkpoint.progress)
         self.epoch = self.checkpoint = self.snapshot = None
         self.joining = 0
@@ -131,7 +152,7 @@ class Job:
         self.account(now, config)
         if config.elastic_snapshot_s <= 0:  # a snapshot at every step: nothing is lost
             return
-        if self.mode not in (Mode.RUNNING, Mode.RECONFIGURING) or self.snapshot is None or self.checkpoint is None:
+        if self.mode not in (RUNNING, RECONFIGURING) or self.snapshot is None or self.checkpoint is None:
             return
         restored = max((self.snapshot, self.checkpoint), key=lambda saved: saved.at)
         self._roll_back(restored.progress)
@@ -145,7 +166,7 @@ class Job:
         """The job is finished, failed or deleted: nothing more is booked to it."""
         self.account(now, config)
         self.ended = now
-        self.mode = Mode.DONE
+        self.mode = DONE
         self.joining = 0
         self.version += 1
         self.join_token += 1
