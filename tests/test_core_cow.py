@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -29,6 +30,10 @@ def test_versions_read_like_dicts_and_never_change(start: dict[int, int], rounds
                     del model[key]
                 else:
                     assert overlay.pop(key, "absent") == "absent"
+                    with pytest.raises(KeyError):
+                        del overlay[key]
+                    with pytest.raises(KeyError):
+                        overlay[key]  # noqa: B018 (the read is the test)
             else:
                 overlay[key] = value
                 model[key] = value
@@ -63,16 +68,21 @@ def test_an_unchanged_round_returns_the_same_mapping() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from("xy"), st.integers(0, 30), st.booleans()), max_size=60))
-def test_sorted_per_key_matches_sorted_lists(operations: list[tuple[str, int, bool]]) -> None:
+@given(st.lists(st.tuples(st.sampled_from("xy"), st.integers(0, 30), st.sampled_from(["add", "discard", "add_all"])),
+                max_size=60))
+def test_sorted_per_key_matches_sorted_lists(operations: list[tuple[str, int, str]]) -> None:
     original = {"x": (1, 5, 9)}
     model = {"x": [1, 5, 9], "y": []}
     sorted_ = SortedPerKey(original)
-    for key, item, add in operations:
-        if add and item not in model[key]:
+    for key, item, operation in operations:
+        if operation == "add_all":  # the item and those above it up to the next multiple of 4
+            new = [i for i in range(item, item + 4 - item % 4) if i not in model[key]]
+            sorted_.add_all(key, new)
+            model[key] = sorted(model[key] + new)
+        elif operation == "add" and item not in model[key]:
             sorted_.add(key, item)
             bisect.insort(model[key], item)
-        elif not add:
+        elif operation == "discard":
             sorted_.discard(key, item)
             if item in model[key]:
                 model[key].remove(item)

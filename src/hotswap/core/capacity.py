@@ -135,8 +135,8 @@ class Capacity:
     def return_free(self, device_type: str, names: Iterable[str]) -> None:
         """Put free healthy slices back in the pool (slices taken but not given to anyone)."""
         self._admissible.clear()
-        for name in names:
-            self._free.add(device_type, (-self.slices[name].ordinal, name))
+        slices = self.slices
+        self._free.add_all(device_type, [(-slices[name].ordinal, name) for name in names])
 
     # ------------------------------------------------------------------ health and topology
 

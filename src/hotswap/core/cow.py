@@ -188,10 +188,10 @@ class Overlay(Generic[K, V]):
             changes[key] = value
 
     def __delitem__(self, key: K) -> None:
-        if key not in self:
+        in_original = key in self._delta or (key not in self._gone and key in self._base)
+        if self._changes.pop(key, _MISSING) is _MISSING and (key in self._deleted or not in_original):
             raise KeyError(key)
-        self._changes.pop(key, None)
-        if key in self._original:
+        if in_original:
             self._deleted.add(key)
 
     def pop(self, key: K, default: Any = None) -> Any:
@@ -268,6 +268,19 @@ class SortedPerKey(Generic[K]):
             items = self._copies[key] = list(self._original.get(key, ()))
         bisect.insort(items, item)
         return len(items) == 1
+
+    def add_all(self, key: K, items: list) -> None:
+        """Insert every one of ``items`` (a slice job's worth of free slices at once)."""
+        if not items:
+            return
+        found = self._copies.get(key)
+        if found is None:
+            found = self._copies[key] = list(self._original.get(key, ()))
+        if len(items) == 1:
+            bisect.insort(found, items[0])
+        else:
+            found.extend(items)
+            found.sort()
 
     def discard(self, key: K, item: Any) -> bool:
         """Remove ``item`` if present; True when that left ``key`` empty."""

@@ -7,6 +7,7 @@ filler stream, so the comparison is paired: differences come from the policy alo
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import random
 
@@ -96,6 +97,11 @@ class FillerMix:
         self._jobs: dict[int, list[FillerJob]] = {}
         self._rngs: dict[int, random.Random] = {}
         self._templates: dict[tuple[int, int | None, str], WorkloadSpec] = {}
+        # Only sizes that fit beside the main job: a filler that cannot is never admitted.
+        room = max(1, config.slices - config.main_slices)
+        self._sizes = [s for s in FILLER_SIZES if s <= room]
+        # (random.choices accumulates the weights at every call; given accumulated, it draws alike.)
+        self._size_cum_weights = list(itertools.accumulate(FILLER_SIZE_WEIGHTS[: len(self._sizes)]))
 
     def job(self, stream: int, index: int) -> FillerJob:
         """The ``index``-th job of a stream: the same in every policy."""
@@ -109,10 +115,7 @@ class FillerMix:
         rng = self._rngs.get(stream)
         if rng is None:
             rng = self._rngs[stream] = random.Random(f"{config.seed}:filler:{stream}")
-        # Only sizes that fit beside the main job: a filler that cannot is never admitted.
-        room = max(1, config.slices - config.main_slices)
-        sizes = [s for s in FILLER_SIZES if s <= room]
-        size = rng.choices(sizes, FILLER_SIZE_WEIGHTS[: len(sizes)])[0]
+        size = rng.choices(self._sizes, cum_weights=self._size_cum_weights)[0]
         elastic = size > 1 and rng.random() < 1 / 3
         priority = rng.choice(FILLER_PRIORITIES)
         work_s = rng.expovariate(1.0 / (config.filler_mean_hours * 3600.0))
