@@ -247,7 +247,14 @@ def _attempt_succeeded(state: RoundState, event: ev.AttemptSucceeded, done: _Don
         return
     capacity = state.capacity
     slices = capacity.slices
-    workers = [(s, h) for s in workload.slices if capacity.healthy(s) for h in range(len(slices[s].nodes))]
+    held = workload.slices
+    if held and not workload.exited_ok and event.workload not in done.exits and capacity.unhealthy.isdisjoint(held):
+        # The usual case, in one step: no worker reported before, every slice healthy, so every
+        # worker is done (what accept_all concludes, without counting them one by one).
+        exited = frozenset((s, h) for s in held for h in range(len(slices[s].nodes)))
+        _complete(state, workload, exited, len(exited))
+        return
+    workers = [(s, h) for s in held if capacity.healthy(s) for h in range(len(slices[s].nodes))]
     done.accept_all(workload, workers)
 
 
