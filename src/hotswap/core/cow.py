@@ -92,7 +92,9 @@ class Layered(Mapping[K, V]):
         return f"Layered({dict(self.items())!r})"
 
     def derive(self, changes: Mapping[K, V], deleted: set[K]) -> Layered[K, V]:
-        """A new version with ``changes`` set and ``deleted`` removed (they must exist)."""
+        """A new version with ``changes`` set and ``deleted`` removed (they must exist). A value
+        written back as the very object already there is no change (the store compares records
+        by identity); with no change at all this version itself is returned."""
         base = self._base
         delta = self._delta.copy()
         length = self._len
@@ -104,8 +106,10 @@ class Layered(Mapping[K, V]):
                 if key in base:
                     gone.add(key)
                 length -= 1
+        changed = bool(deleted)
         for key, value in changes.items():
-            if key not in delta:
+            before = delta.get(key, _MISSING)
+            if before is _MISSING:
                 if key not in base:
                     length += 1
                 elif key in gone:  # a deleted base key comes back
@@ -113,7 +117,14 @@ class Layered(Mapping[K, V]):
                     if isinstance(gone, frozenset):
                         gone = set(gone)
                     gone.discard(key)
+                elif base[key] is value:
+                    continue
+            elif before is value:
+                continue
             delta[key] = value
+            changed = True
+        if not changed:
+            return self
         if len(delta) + len(gone) > _delta_limit(len(base)):
             folded = dict(base)
             for key in gone:
@@ -206,21 +217,9 @@ class Overlay(Generic[K, V]):
         if not self._changes and not self._deleted:
             return self._original
         original = self._original
-        if not isinstance(original, Layered):
-            original = Layered(original)
-        # Entries written back unchanged are not changes (the store compares records by identity).
-        delta, gone, base = self._delta, self._gone, self._base
-        changes = {}
-        for key, value in self._changes.items():
-            before = delta.get(key, _MISSING)
-            if before is _MISSING and key not in gone:
-                before = base.get(key, _MISSING)
-            if before is not value:
-                changes[key] = value
-        deleted = self._deleted  # only keys of the original are ever recorded as deleted
-        if not changes and not deleted:
-            return self._original
-        return original.derive(changes, deleted)
+        layered = original if isinstance(original, Layered) else Layered(original)
+        derived = layered.derive(self._changes, self._deleted)  # (only keys of the original are ever deleted)
+        return original if derived is layered else derived
 
 
 class SortedPerKey(Generic[K]):

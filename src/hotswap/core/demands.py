@@ -35,7 +35,7 @@ from hotswap.core.model import Workload
 from hotswap.core.ordering import DemandKind, demand_order
 
 _Order = tuple[int, int, int]
-_SIZE, _FLOOR = operator.itemgetter(2), operator.itemgetter(3)  # of a queue key
+_FLOOR = operator.itemgetter(3)  # of a queue key
 # Enum members as module constants: on Python 3.11 each ``Enum.MEMBER`` read goes through the
 # enum metaclass's attribute hook (~50 ns), and a simulated month reads them millions of times.
 _ADMIT, _GROW = DemandKind.ADMIT, DemandKind.GROW
@@ -108,11 +108,14 @@ class DemandQueue:
         """Queue again, from their start, the buckets of ``device_type`` (None: of every type)
         in which a workload could be served now; the others wait for the next wake."""
         room = self._room
-        need_of = _FLOOR if self._elastic else _SIZE  # the field of a queue key that is its need
+        elastic = self._elastic
+        admissible = room.admissible
         for level, keys in sorted(room.index.queue_levels.items()):
             if device_type is not None and level[0] != device_type:
                 continue
-            if min(map(need_of, keys)) <= room.admissible(*level):
+            # The least any of them needs: its floor when elastic, else its size (keys sort by size).
+            least = min(map(_FLOOR, keys)) if elastic else keys[0][2]
+            if least <= admissible(level[0], level[1]):
                 self._groups[level] = tuple(keys)  # (a copy: the round may change the index's)
                 self._reset(_ADMIT, level)
         if self._grow:

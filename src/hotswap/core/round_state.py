@@ -44,6 +44,10 @@ class RoundState:
         self.index = WorkloadIndex(snapshot.index)
         self.next_seq = snapshot.next_seq
         self.capacity = Capacity(snapshot, self.workloads)
+        # What demands can get (demands.Room): the capacity's own answers, asked thousands of
+        # times per round (bound here rather than wrapped).
+        self.admissible = self.capacity.admissible
+        self.free_count = self.capacity.free_count
         self.queue: DemandQueue | None = None  # while demands are served (admission)
         # Losses seen this round: workload -> {slice: reason}, in the order seen.
         self.lost: dict[str, dict[str, str]] = {}
@@ -53,14 +57,6 @@ class RoundState:
 
     def freeze(self) -> Snapshot:
         return self.capacity.freeze(self.now, self.workloads.freeze(), self.next_seq, self.index.freeze())
-
-    # ------------------------------------------------------------------ what demands can get (demands.Room)
-
-    def admissible(self, device_type: str, priority: int) -> int:
-        return self.capacity.admissible(device_type, priority)
-
-    def free_count(self, device_type: str) -> int:
-        return self.capacity.free_count(device_type)
 
     # ------------------------------------------------------------------ policy of a workload
 
