@@ -19,7 +19,7 @@ class Priority(enum.IntEnum):
     @property
     def label(self) -> str:
         """The name users type: ``very-low`` ... ``very-high``."""
-        return self.name.lower().replace("_", "-")
+        return _LABELS[self]
 
     @classmethod
     def parse(cls, value: str | int | Priority) -> Priority:
@@ -46,3 +46,7 @@ class Priority(enum.IntEnum):
 
 
 DEFAULT_PRIORITY = Priority.MEDIUM
+
+
+# Computed once: status messages name the priority at every preemption, reports once per job.
+_LABELS = {level: level.name.lower().replace("_", "-") for level in Priority}
