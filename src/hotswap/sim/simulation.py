@@ -118,9 +118,9 @@ class PolicySimulation:
         heapq.heappush(self.heap, (time, next(self._seq), kind, payload))
 
     def _next_failure(self) -> None:
-        for time, node in self._failures:
-            self._at(time, _FAILURE, (node,))
-            return
+        failure = next(self._failures, None)
+        if failure is not None:
+            self._at(failure[0], _FAILURE, (failure[1],))
 
     def run(self, progress: Callable[[float], None] | None = None) -> PolicyResult:
         # The cyclic collector would scan the cluster's records (nodes, slices, snapshots) over
