@@ -36,9 +36,7 @@ from hotswap.core.ordering import DemandKind, demand_order
 
 _Order = tuple[int, int, int]
 _FLOOR = operator.itemgetter(3)  # of a queue key
-# Enum members as module constants: on Python 3.11 each ``Enum.MEMBER`` read goes through the
-# enum metaclass's attribute hook (~50 ns), and a simulated month reads them millions of times.
-_ADMIT, _GROW = DemandKind.ADMIT, DemandKind.GROW
+_ADMIT, _GROW = DemandKind.ADMIT, DemandKind.GROW  # (as constants: see hotswap.core.admission)
 
 
 @dataclasses.dataclass(slots=True)

@@ -35,9 +35,8 @@ class Saved:
     progress: float
 
 
-# Modes and categories as module constants: on Python 3.11 each ``Enum.MEMBER`` read goes
-# through the enum metaclass's attribute hook (~50 ns), and a simulated month reads them
-# millions of times.
+# Modes and categories as module constants: enum member reads are slow on Python 3.11 (see
+# hotswap.core.admission), and a simulated month reads them millions of times.
 QUEUED, WAITING, STARTING = Mode.QUEUED, Mode.WAITING, Mode.STARTING
 RUNNING, RECONFIGURING, DONE = Mode.RUNNING, Mode.RECONFIGURING, Mode.DONE
 _PRODUCTIVE, _SAVE, _RESTORE = Category.PRODUCTIVE, Category.CHECKPOINT_SAVE, Category.CHECKPOINT_RESTORE

@@ -69,8 +69,7 @@ class _Timer(enum.Enum):
     JOINED = 7
 
 
-# Enum members as module constants: on Python 3.11 each ``Enum.MEMBER`` read goes through the
-# enum metaclass's attribute hook (~50 ns), and a simulated month reads them millions of times.
+# As module constants: enum member reads are slow on Python 3.11 (see hotswap.core.admission).
 _ARRIVAL, _FAILURE, _REPAIR, _READY = _Timer.ARRIVAL, _Timer.FAILURE, _Timer.REPAIR, _Timer.READY
 _RECONFIGURED, _FINISHED, _STOPPED, _JOINED = _Timer.RECONFIGURED, _Timer.FINISHED, _Timer.STOPPED, _Timer.JOINED
 _BLOCKING = RestartStrategy.BLOCKING_RECREATE
