@@ -64,8 +64,8 @@ class Job:
     snapshot: Saved | None = None  # last in-memory snapshot (elastic jobs restore survivors from it)
     version: int = 0  # invalidates timers of an earlier mode
     join_token: int = 0  # invalidates the timer of an earlier scale-up
-    finish_at: float = math.inf  # when it finishes if it runs on as it runs since it last started running
-    finish_timer: float | None = None  # when its pending finish timer comes
+    finish_at: float = math.inf  # when it finishes if nothing changes (set when it starts running)
+    finish_timer: float | None = None  # when its pending finish timer comes (one at a time)
     disrupted_at: float | None = None
     held_s: float = 0.0  # slice-seconds it held (its slices were not available to others)
     ledger: Ledger = dataclasses.field(default_factory=Ledger)
@@ -73,7 +73,6 @@ class Job:
 
     def __post_init__(self) -> None:
         self.size = self.spec.num_slices
-
 
     def start_progress(self, now: float) -> None:
         """Its workers start making progress: the restored state counts as saved."""
