@@ -115,6 +115,19 @@ def test_simulated_rounds_leave_no_reference_cycles() -> None:
         assert found < result.counts.decisions / 20, (policy, found)
 
 
+def test_a_run_gives_the_garbage_collector_back_as_it_found_it() -> None:
+    config = SimConfig(nodes=64, days=1, seed=1)
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    simulate(config, "hotswap")
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    gc.disable()
+    try:
+        simulate(config, "hotswap")
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
 def test_policies_rank_as_expected_for_the_very_high_job(busy) -> None:
     summary = busy.to_dict()["policies"]
     wait = summary["wait-for-repair"]

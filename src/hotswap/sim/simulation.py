@@ -126,13 +126,16 @@ class PolicySimulation:
         # and over: ~8 % of a run at 16,384 nodes. Rounds make no reference cycles, so it runs
         # only every _COLLECT_EVERY decisions, over the young generations, with what existed
         # before the run (the first snapshot included) frozen out of its way.
-        enabled = gc.isenabled()
-        gc.freeze()
+        # (A caller that froze objects itself, say before forking, keeps them frozen.)
+        enabled, freeze = gc.isenabled(), gc.get_freeze_count() == 0
+        if freeze:
+            gc.freeze()
         gc.disable()
         try:
             return self._run(progress)
         finally:
-            gc.unfreeze()
+            if freeze:
+                gc.unfreeze()
             if enabled:
                 gc.enable()
 
