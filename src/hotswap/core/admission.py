@@ -10,19 +10,17 @@ shrink before anyone is evicted, and the victims are a minimal set.
 
 from __future__ import annotations
 
-from hotswap.api.spec import RestartStrategy
 from hotswap.core import actions as act
 from hotswap.core.demands import Demand, DemandQueue
 from hotswap.core.model import HOLDING, Workload
 from hotswap.core.ordering import DemandKind
 from hotswap.core.placement import fill_positions, give_up_last, reclaim_target
 from hotswap.core.preemption import RankedCandidates, plan_reclaim
-from hotswap.core.round_state import QUEUED, RESTARTING, RUNNING, RoundState
+from hotswap.core.round_state import BLOCKING_RECREATE, QUEUED, RESTARTING, RUNNING, RoundState
 
 # Enum members as module constants: on Python 3.11 each ``Enum.MEMBER`` read goes through the
 # enum metaclass's attribute hook (~50 ns), and a simulated month reads them millions of times.
 _ADMIT, _REPLACE, _GROW = DemandKind.ADMIT, DemandKind.REPLACE, DemandKind.GROW
-_BLOCKING = RestartStrategy.BLOCKING_RECREATE
 
 
 def serve_demands(state: RoundState) -> None:
@@ -55,7 +53,7 @@ def start_ready(state: RoundState) -> None:
         return
     broken = state.capacity.broken_by_holder()
     for workload in sorted(waiting, key=lambda w: w.seq):
-        blocking = workload.spec.restart_strategy is _BLOCKING
+        blocking = workload.spec.restart_strategy is BLOCKING_RECREATE
         if blocking and workload.stopping:
             continue
         if workload.name in broken:
@@ -180,7 +178,7 @@ def _grant(state: RoundState, workload: Workload, demand: Demand, got: tuple[str
 
 
 def _admit(state: RoundState, workload: Workload, got: tuple[str, ...]) -> None:
-    blocked = workload.spec.restart_strategy is _BLOCKING and workload.stopping
+    blocked = workload.spec.restart_strategy is BLOCKING_RECREATE and workload.stopping
     attempt = workload.attempt + 1
     state.update(
         workload,

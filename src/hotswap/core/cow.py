@@ -272,9 +272,7 @@ class SortedPerKey(Generic[K]):
         """Insert every one of ``items`` (a slice job's worth of free slices at once)."""
         if not items:
             return
-        found = self._copies.get(key)
-        if found is None:
-            found = self._copies[key] = list(self._original.get(key, ()))
+        found = self._writable(key)
         if len(items) == 1:
             bisect.insort(found, items[0])
         else:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import enum
 import math
 
-from hotswap.api.phases import WorkloadPhase
+from hotswap.core.index import RUNNING
 from hotswap.core.model import Workload
 
 
@@ -18,9 +18,6 @@ class DemandKind(enum.IntEnum):
     REPLACE = 0  # a running workload lost slices: it already holds the rest, serve it first
     ADMIT = 1  # a queued workload
     GROW = 2  # an elastic workload below its size: after queued work of the same priority
-
-
-_RUNNING = WorkloadPhase.RUNNING  # (as a constant: enum member reads are slow on 3.11)
 
 
 def queue_order(workload: Workload) -> tuple[int, int]:
@@ -48,7 +45,7 @@ def candidates_ordering(workload: Workload, now: float) -> tuple[int, float, flo
 
     :mod:`hotswap.core.index` keeps holders in this order without sorting them each round.
     """
-    if workload.phase is not _RUNNING or workload.running_since is None:
+    if workload.phase is not RUNNING or workload.running_since is None:
         return (int(workload.priority), -math.inf, -math.inf, -workload.seq)
     return (int(workload.priority), at_risk(workload, now), -workload.running_since, -workload.seq)
 

@@ -10,20 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from hotswap.api.phases import WorkloadPhase, check_transition
+from hotswap.api.phases import check_transition
 from hotswap.api.spec import RestartStrategy
 from hotswap.core import actions as act
 from hotswap.core.capacity import Capacity
 from hotswap.core.cow import Overlay
 from hotswap.core.demands import Demand, DemandQueue
-from hotswap.core.index import WorkloadIndex
+from hotswap.core.index import QUEUED, RESTARTING, RUNNING, WorkloadIndex
 from hotswap.core.model import Snapshot, Workload, replace_workload
 from hotswap.core.policy import SchedulerConfig
 
-QUEUED = WorkloadPhase.QUEUED
-RUNNING = WorkloadPhase.RUNNING
-RESTARTING = WorkloadPhase.RESTARTING
-_BLOCKING = RestartStrategy.BLOCKING_RECREATE  # (as a constant: enum member reads are slow on 3.11)
+# As a constant: enum member reads are slow on Python 3.11 (see hotswap.core.admission).
+BLOCKING_RECREATE = RestartStrategy.BLOCKING_RECREATE
 # Fields of a workload that no index of hotswap.core.index reads: changing only these does not
 # move it in any index.
 _UNINDEXED = frozenset(
@@ -126,7 +124,7 @@ class RoundState:
         The new workers start at once, unless BlockingRecreate makes them wait for the old ones
         to stop or ``wait_for_repair`` for the workload's broken slices to be repaired.
         """
-        blocking = workload.spec.restart_strategy is _BLOCKING
+        blocking = workload.spec.restart_strategy is BLOCKING_RECREATE
         waiting = blocking or wait_for_repair
         attempt = workload.attempt + 1
         self.update(

@@ -24,11 +24,11 @@ import math
 from collections.abc import Callable
 
 from hotswap.api.phases import WorkloadPhase
-from hotswap.api.spec import RestartStrategy
 from hotswap.core import actions as act
 from hotswap.core import events as ev
 from hotswap.core.model import Snapshot
 from hotswap.core.policy import SchedulerConfig
+from hotswap.core.round_state import BLOCKING_RECREATE
 from hotswap.core.scheduler import decide
 from hotswap.sim import mix
 from hotswap.sim.config import SimConfig
@@ -72,7 +72,6 @@ class _Timer(enum.Enum):
 # As module constants: enum member reads are slow on Python 3.11 (see hotswap.core.admission).
 _ARRIVAL, _FAILURE, _REPAIR, _READY = _Timer.ARRIVAL, _Timer.FAILURE, _Timer.REPAIR, _Timer.READY
 _RECONFIGURED, _FINISHED, _STOPPED, _JOINED = _Timer.RECONFIGURED, _Timer.FINISHED, _Timer.STOPPED, _Timer.JOINED
-_BLOCKING = RestartStrategy.BLOCKING_RECREATE
 _COLLECT_EVERY = 1000  # decisions between runs of the cyclic garbage collector (see run)
 
 
@@ -223,7 +222,7 @@ class PolicySimulation:
             workload = workloads.get(action.workload)
             if workload is None or not workload.stopping:
                 continue
-            blocking = workload.spec.restart_strategy is _BLOCKING
+            blocking = workload.spec.restart_strategy is BLOCKING_RECREATE
             for attempt in workload.stopping:
                 if (workload.name, attempt) not in self.stop_timers:
                     self.stop_timers.add((workload.name, attempt))
