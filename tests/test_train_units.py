@@ -19,7 +19,7 @@ from hotswap.train import ResumableBatches, scale_by_slices
 from hotswap.train.events import EventLog
 from hotswap.train.membership import MembershipWatcher
 from hotswap.train.files import write_file_durably
-from hotswap.train.store import MARKER_FILE, STALE_PARTIAL_S, CheckpointStore, file_crc32
+from hotswap.train.torch.store import MARKER_FILE, STALE_PARTIAL_S, CheckpointStore, file_crc32
 
 DATA_FILE = "data.bin"
 

@@ -1,6 +1,6 @@
 """A JAX training run: the in-job half of hotswap for multi-controller JAX.
 
-The same contract as the PyTorch :class:`hotswap.train.run.Run`, on the same framework-neutral
+The same contract as the PyTorch :class:`hotswap.train.torch.run.Run`, on the same framework-neutral
 pieces (:class:`~hotswap.train.boundary.StepBoundary`,
 :class:`~hotswap.train.termination.Termination`, and group formation), with JAX's group
 (:class:`~hotswap.train.jax.runtime.JaxGroup`), JAX's state

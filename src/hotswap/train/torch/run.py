@@ -9,12 +9,12 @@ boundary decides, together with the other ranks, whether to stop (SIGTERM), re-f
 :class:`~hotswap.train.formation.GroupFormation` (the group and its generations),
 :class:`~hotswap.train.boundary.StepBoundary` (what the ranks agree to do between steps),
 :class:`~hotswap.train.termination.Termination` (how the run ends) and
-:class:`~hotswap.train.sync.StateSync` (the state between ranks and disk). This module wires
+:class:`~hotswap.train.torch.sync.StateSync` (the state between ranks and disk). This module wires
 them to PyTorch.
 
 The first three are framework-neutral: they drive the group and the state through the
-protocols of :mod:`hotswap.train.protocols` (here :class:`~hotswap.train.distributed.ProcessGroup`
-and :class:`~hotswap.train.sync.StateSync`; JAX's are in :mod:`hotswap.train.jax`), and what
+protocols of :mod:`hotswap.train.protocols` (here :class:`~hotswap.train.torch.distributed.ProcessGroup`
+and :class:`~hotswap.train.torch.sync.StateSync`; JAX's are in :mod:`hotswap.train.jax`), and what
 the loop sees of any run is :class:`~hotswap.train.front.RunFront`.
 
 Step numbers count from 1: ``step=N`` is the N-th step, a checkpoint of step N holds the state
@@ -34,15 +34,15 @@ from typing import Any
 from hotswap.api.worker import EVENT_START, WorkerEnv
 from hotswap.train import runs
 from hotswap.train.boundary import StepBoundary
-from hotswap.train.checkpointer import Checkpointer
-from hotswap.train.distributed import ProcessGroup
+from hotswap.train.torch.checkpointer import Checkpointer
+from hotswap.train.torch.distributed import ProcessGroup
 from hotswap.train.events import EventLog
 from hotswap.train.formation import GroupFormation
 from hotswap.train.front import RunFront
 from hotswap.train.progress import Progress
-from hotswap.train.state import StateRegistry
-from hotswap.train.store import CheckpointStore
-from hotswap.train.sync import StateSync
+from hotswap.train.torch.state import StateRegistry
+from hotswap.train.torch.store import CheckpointStore
+from hotswap.train.torch.sync import StateSync
 from hotswap.train.termination import Termination, TerminationRequest
 
 log = logging.getLogger("hotswap.train")
