@@ -293,7 +293,9 @@ def test_the_package_imports_without_torch_and_says_what_to_install() -> None:
 
 # What a second framework's SDK reuses: group formation, step boundaries, termination, progress,
 # membership, events and log lines.
-_NEUTRAL_MODULES = ("boundary", "events", "formation", "membership", "progress", "rendezvous", "termination")
+_NEUTRAL_MODULES = (
+    "boundary", "events", "formation", "front", "lifecycle", "membership", "progress", "rendezvous", "termination",
+)
 
 
 def test_the_framework_neutral_modules_import_without_torch() -> None:
