@@ -47,10 +47,10 @@ from typing import Any
 import torch
 import torch.distributed.checkpoint as dcp
 
-from hotswap.train.checkpointer import Checkpointer
+from hotswap.train.torch.checkpointer import Checkpointer
 from hotswap.train.events import EventLog
-from hotswap.train.state import StateRegistry, build_tree, rng_state
-from hotswap.train.store import CheckpointStore
+from hotswap.train.torch.state import StateRegistry, build_tree, rng_state
+from hotswap.train.torch.store import CheckpointStore
 
 WIDTH = 2048
 RAW_CHUNK = 64 << 20

@@ -293,6 +293,6 @@ def test_the_worker_env_says_which_gpus_are_the_workers(environ: dict, gpus: tup
 )
 def test_the_collective_backend_follows_the_contract(environ: dict, cuda_devices: int, backend: str) -> None:
     pytest.importorskip("torch")
-    from hotswap.train.distributed import choose_backend
+    from hotswap.train.torch.distributed import choose_backend
 
     assert choose_backend(contract.WorkerEnv.from_environ(environ), lambda: cuda_devices) == backend

@@ -85,7 +85,7 @@ FORM_A_GROUP = """
 import sys
 from hotswap.backends.local.launch import free_port
 from hotswap.api.worker import WorkerEnv
-from hotswap.train.distributed import ProcessGroup
+from hotswap.train.torch.distributed import ProcessGroup
 from hotswap.train.rendezvous import GroupSpec
 
 group = ProcessGroup("gloo", collective_timeout_s=10, rendezvous_timeout_s=30, env=WorkerEnv.from_environ({"CUDA_VISIBLE_DEVICES": ""}))

@@ -229,10 +229,10 @@ def test_kubernetes_jobsets_carry_the_run(mode: str, extra: dict, resume: str, k
 def test_the_sdk_reads_its_own_run_first_and_keeps_the_signal(tmp_path: Path) -> None:
     from test_train_state import Job
 
-    from hotswap.train.checkpointer import Checkpointer
+    from hotswap.train.torch.checkpointer import Checkpointer
     from hotswap.train.events import EventLog
     from hotswap.train.runs import read_signal, resume_source
-    from hotswap.train.store import CheckpointStore
+    from hotswap.train.torch.store import CheckpointStore
 
     job = Job()
     earlier, own = tmp_path / "20260101-000000-aaaaaa", tmp_path / "20260102-000000-bbbbbb"

@@ -17,12 +17,12 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
 ]
 
-from hotswap.train import staging as staging_module  # noqa: E402
-from hotswap.train import tensorfiles  # noqa: E402
-from hotswap.train.checkpointer import Checkpointer  # noqa: E402
+from hotswap.train.torch import staging as staging_module  # noqa: E402
+from hotswap.train.torch import tensorfiles  # noqa: E402
+from hotswap.train.torch.checkpointer import Checkpointer  # noqa: E402
 from hotswap.train.events import EventLog  # noqa: E402
-from hotswap.train.state import StateRegistry, build_tree, rng_state  # noqa: E402
-from hotswap.train.store import CheckpointStore  # noqa: E402
+from hotswap.train.torch.state import StateRegistry, build_tree, rng_state  # noqa: E402
+from hotswap.train.torch.store import CheckpointStore  # noqa: E402
 
 
 @pytest.fixture
@@ -50,7 +50,7 @@ def checkpointer(directory: Path, threads: int = 3) -> Checkpointer:
 
 
 def tensors_of(tree: object) -> list[torch.Tensor]:
-    from hotswap.train.codec import encode
+    from hotswap.train.torch.codec import encode
 
     return [t for t in encode(tree).arrays if isinstance(t, torch.Tensor)]
 

@@ -20,11 +20,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from hotswap.train.checkpointer import Checkpointer  # noqa: E402
+from hotswap.train.torch.checkpointer import Checkpointer  # noqa: E402
 from hotswap.train.events import EventLog  # noqa: E402
-from hotswap.train.state import StateRegistry, build_tree, rng_state  # noqa: E402
+from hotswap.train.torch.state import StateRegistry, build_tree, rng_state  # noqa: E402
 from hotswap.train.files import CheckpointDirectoryRefused  # noqa: E402
-from hotswap.train.store import MARKER_FILE, CheckpointStore  # noqa: E402
+from hotswap.train.torch.store import MARKER_FILE, CheckpointStore  # noqa: E402
 
 OTHER_UID = 65534  # nobody
 

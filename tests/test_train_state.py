@@ -14,14 +14,14 @@ torch = pytest.importorskip("torch")
 numpy = pytest.importorskip("numpy")
 
 from hotswap.train import ResumableBatches  # noqa: E402
-from hotswap.train.checkpointer import Checkpointer  # noqa: E402
-from hotswap.train.distributed import _copy_between, average_gradients, is_peer_failure  # noqa: E402
+from hotswap.train.torch.checkpointer import Checkpointer  # noqa: E402
+from hotswap.train.torch.distributed import _copy_between, average_gradients, is_peer_failure  # noqa: E402
 from hotswap.train.events import EventLog  # noqa: E402
-from hotswap.train.migration import Migrator  # noqa: E402
-from hotswap.train.snapshot import HostStaging, join_tensors, split_tensors  # noqa: E402
-from hotswap.train.state import StateRegistry, build_tree, rng_state, set_rng_state  # noqa: E402
+from hotswap.train.torch.migration import Migrator  # noqa: E402
+from hotswap.train.torch.snapshot import HostStaging, join_tensors, split_tensors  # noqa: E402
+from hotswap.train.torch.state import StateRegistry, build_tree, rng_state, set_rng_state  # noqa: E402
 from hotswap.train.files import write_file_durably  # noqa: E402
-from hotswap.train.store import CheckpointStore  # noqa: E402
+from hotswap.train.torch.store import CheckpointStore  # noqa: E402
 
 
 class Job:

@@ -20,12 +20,13 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch")
 numpy = pytest.importorskip("numpy")
 
-from hotswap.train import files, tensorfiles  # noqa: E402
-from hotswap.train.checkpointer import Checkpointer  # noqa: E402
-from hotswap.train.codec import CheckpointFormatError, decode, encode  # noqa: E402
+from hotswap.train import files  # noqa: E402
+from hotswap.train.torch import tensorfiles  # noqa: E402
+from hotswap.train.torch.checkpointer import Checkpointer  # noqa: E402
+from hotswap.train.torch.codec import CheckpointFormatError, decode, encode  # noqa: E402
 from hotswap.train.events import EventLog  # noqa: E402
-from hotswap.train.staging import HostQueue, Staging  # noqa: E402
-from hotswap.train.store import MARKER_FILE, CheckpointStore  # noqa: E402
+from hotswap.train.torch.staging import HostQueue, Staging  # noqa: E402
+from hotswap.train.torch.store import MARKER_FILE, CheckpointStore  # noqa: E402
 
 
 def same(a: Any, b: Any) -> bool:

@@ -19,7 +19,7 @@ from hotswap.train import ResumableBatches, scale_by_slices
 from hotswap.train.events import EventLog
 from hotswap.train.membership import MembershipWatcher
 from hotswap.train.files import write_file_durably
-from hotswap.train.store import MARKER_FILE, STALE_PARTIAL_S, CheckpointStore, file_crc32
+from hotswap.train.torch.store import MARKER_FILE, STALE_PARTIAL_S, CheckpointStore, file_crc32
 
 DATA_FILE = "data.bin"
 
@@ -293,7 +293,9 @@ def test_the_package_imports_without_torch_and_says_what_to_install() -> None:
 
 # What a second framework's SDK reuses: group formation, step boundaries, termination, progress,
 # membership, events and log lines.
-_NEUTRAL_MODULES = ("boundary", "events", "formation", "membership", "progress", "rendezvous", "termination")
+_NEUTRAL_MODULES = (
+    "boundary", "events", "formation", "front", "lifecycle", "membership", "progress", "rendezvous", "termination",
+)
 
 
 def test_the_framework_neutral_modules_import_without_torch() -> None:

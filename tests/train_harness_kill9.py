@@ -27,10 +27,10 @@ from pathlib import Path
 
 import torch
 
-from hotswap.train import tensorfiles
-from hotswap.train.checkpointer import Checkpointer
+from hotswap.train.torch import tensorfiles
+from hotswap.train.torch.checkpointer import Checkpointer
 from hotswap.train.events import EventLog
-from hotswap.train.store import CheckpointStore
+from hotswap.train.torch.store import CheckpointStore
 
 ELEMENTS = 1 << 20  # 4 MiB of float32 per tensor, two tensors: writes take a few ms
 WRITER_THREADS = 3

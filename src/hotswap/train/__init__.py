@@ -36,10 +36,10 @@ from hotswap.train.scaling import scale_by_slices
 
 # Names served from modules that import torch, loaded on first use.
 _TORCH_EXPORTS = {
-    "init": "hotswap.train.run",
-    "Run": "hotswap.train.run",
-    "average_gradients": "hotswap.train.distributed",
-    "migrator": "hotswap.train.migration",
+    "init": "hotswap.train.torch.run",
+    "Run": "hotswap.train.torch.run",
+    "average_gradients": "hotswap.train.torch.distributed",
+    "migrator": "hotswap.train.torch.migration",
 }
 
 __all__ = ["CHECKPOINTED_EXIT_CODE", "RESTART_EXIT_CODE", "ResumableBatches", "scale_by_slices", *_TORCH_EXPORTS]

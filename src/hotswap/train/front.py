@@ -1,6 +1,6 @@
 """What a run shows its training loop, whatever the framework: where this worker stands, the
 step line of the contract, and abandoning a step whose peer was lost. The PyTorch
-:class:`hotswap.train.run.Run` and the JAX :class:`hotswap.train.jax.run.JaxRun` build on it.
+:class:`hotswap.train.torch.run.Run` and the JAX :class:`hotswap.train.jax.run.JaxRun` build on it.
 Framework-neutral."""
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 A framework provides a :class:`Group` (the processes of one membership generation and the few
 collectives a step boundary needs) and a :class:`ReplicaState` (the job's state moving between
-ranks and disk). PyTorch provides them in :mod:`hotswap.train.distributed` and
-:mod:`hotswap.train.sync`, JAX in :mod:`hotswap.train.jax`.
+ranks and disk). PyTorch provides them in :mod:`hotswap.train.torch.distributed` and
+:mod:`hotswap.train.torch.sync`, JAX in :mod:`hotswap.train.jax`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The process group of one generation as the framework-neutral modules see it: where and as
 whom to meet (:class:`GroupSpec`) and how meeting fails (:class:`RendezvousFailed`).
-:mod:`hotswap.train.distributed` forms the group with torch.distributed."""
+:mod:`hotswap.train.torch.distributed` forms the group with torch.distributed."""
 
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ WARM = Path(__file__).with_name("warm.py")
 SPARE_POINTER = "spare"  # in a worker's directory: the spare that runs it
 # What a training worker imports before its first step; torch._dynamo comes with the first
 # optimizer (about a second by itself).
-DEFAULT_PRELOAD = ("torch", "torch.distributed", "torch.optim", "torch._dynamo", "hotswap.train", "hotswap.train.run")
+DEFAULT_PRELOAD = ("torch", "torch.distributed", "torch.optim", "torch._dynamo", "hotswap.train", "hotswap.train.torch.run")
 REFILL_AFTER_HAND_OVER_S = 5.0  # let a failover's workers have the CPU before new spares import torch
 REFILL_AFTER_DEATH_S = 1.0
 PYTHON_NAMES = ("python", "python3", f"python3.{sys.version_info.minor}")

@@ -1,6 +1,6 @@
 """A JAX training run: the in-job half of hotswap for multi-controller JAX.
 
-The same contract as the PyTorch :class:`hotswap.train.run.Run`, on the same framework-neutral
+The same contract as the PyTorch :class:`hotswap.train.torch.run.Run`, on the same framework-neutral
 pieces (:class:`~hotswap.train.boundary.StepBoundary`,
 :class:`~hotswap.train.termination.Termination`, and group formation), with JAX's group
 (:class:`~hotswap.train.jax.runtime.JaxGroup`), JAX's state
@@ -13,7 +13,6 @@ that is what a SIGTERM saves, a periodic checkpoint writes and a survivor hands 
 
 from __future__ import annotations
 
-import atexit
 import importlib
 import logging
 import os
@@ -27,24 +26,23 @@ from typing import Any, NoReturn
 import jax
 import numpy as np
 
-from hotswap.api.worker import CHECKPOINTED_EXIT_CODE, EVENT_START, EVENT_STOP, Membership, WorkerEnv
+from hotswap.api.worker import CHECKPOINTED_EXIT_CODE, EVENT_STOP, Membership, WorkerEnv
 from hotswap.train import runs
-from hotswap.train.boundary import StepBoundary
-from hotswap.train.events import EventLog
-from hotswap.train.front import RunFront
+from hotswap.train.formation import GroupFormation
 from hotswap.train.jax import handoff as handoffs
 from hotswap.train.jax.formation import RestartingFormation
 from hotswap.train.jax.runtime import JaxGroup, configure_runtime, default_compilation_cache
 from hotswap.train.jax.sync import JaxStateSync
 from hotswap.train.jax.watchdog import Watchdog
+from hotswap.train.lifecycle import RunLifecycle, half_grace_period, warn_no_checkpoint_directory
 from hotswap.train.progress import Progress
 from hotswap.train.rendezvous import first_line
-from hotswap.train.termination import Termination, TerminationRequest
+from hotswap.train.termination import Termination
 
 log = logging.getLogger("hotswap.train")
 
 
-class JaxRun(RunFront):
+class JaxRun(RunLifecycle):
     """One process's part of a JAX training job. Create it with :func:`hotswap.train.jax.init`."""
 
     def __init__(
@@ -66,10 +64,7 @@ class JaxRun(RunFront):
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be at least 1 (or None for never), not {value}")
         handoff = handoffs.take()
-        self.env = env
-        self.events = EventLog(env.events_file)
-        request = TerminationRequest(env.grace_period_s)
-        request.install()
+        request = self._open(env)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # blocked across a restart
         configure_runtime(compilation_cache)
         self.group = JaxGroup(rendezvous_timeout_s)
@@ -84,25 +79,23 @@ class JaxRun(RunFront):
             handoff=handoff,
             cause=env.start_cause,
         )
-        self.termination = Termination(request, self.group, self.sync, self.progress, self.events)
-        self.formation = RestartingFormation(
-            env,
-            self.group,
-            self.termination,
-            self.sync,
-            self.progress,
-            self.events,
-            membership_timeout_s=membership_timeout_s,
-            handoff=handoff,
-            restart=handoffs.restart,
-        )
-        self.boundary = StepBoundary(
-            self.group, self.formation, self.termination, self.sync, self.progress, checkpoint_every=checkpoint_every
-        )
+
+        def formation(termination: Termination) -> GroupFormation:
+            return RestartingFormation(
+                env,
+                self.group,
+                termination,
+                self.sync,
+                self.progress,
+                self.events,
+                membership_timeout_s=membership_timeout_s,
+                handoff=handoff,
+                restart=handoffs.restart,
+            )
+
+        self._assemble(request, self.sync, formation, checkpoint_every)
         self.watchdog = self._watchdog(stall_timeout_s) if env.membership_file else None
-        self._began = False
         self._updated = False  # the step assigned its new state
-        self._boundary_at: float | None = None
         # orbax takes a while to import: let it load while the group forms (a restarted
         # process waits there for the others anyway).
         loading = threading.Thread(target=importlib.import_module, args=("hotswap.train.jax.checkpoints",), daemon=True)
@@ -118,10 +111,8 @@ class JaxRun(RunFront):
                 directory, keep, self.events, record_events=self.rank == 0, fallback=str(source) if source else None
             )
         else:
-            log.warning("hotswap: no checkpoint directory (HOTSWAP_CHECKPOINT_DIR is not set): state is not saved")
-        if handoff is None:
-            self.events.record(EVENT_START, t=started_at, attempt=env.attempt, rank=self.rank, world_size=self.world_size)
-        atexit.register(self.close)
+            warn_no_checkpoint_directory()
+        self._started(started_at, announce=handoff is None)
 
     # Where this process stands -------------------------------------------------------------
 
@@ -163,36 +154,14 @@ class JaxRun(RunFront):
         process restarts into it), or take a periodic checkpoint. After the last step a final
         checkpoint is written. Each step assigns its new state to :attr:`state`.
         """
-        if total < 0:
-            raise ValueError(f"total steps must not be negative, not {total}")
-        self._begin()
-        while True:
-            self._cross(total)
-            if self.step >= total:
-                break
-            self._in_step, self._step_failed, self._updated = True, False, False
-            started = time.monotonic()
-            yield self.step + 1
-            self._in_step = False
-            if self._step_failed:
-                self.formation.recover()
-                continue
-            if not self._updated:
-                raise RuntimeError("assign each step's new state to run.state (JAX arrays are immutable)")
-            self._complete_step(time.monotonic() - started)
-        self.termination.finish()
+        return self._steps(total)
 
     def step_done(self, state: Any) -> None:
         """For loops that do not use :meth:`steps`: ``state`` is the state after a step; act at
         this boundary as :meth:`steps` does. Call :meth:`restore` before the first step to
         resume; without it ``state`` is the job's state."""
-        if not self._began:
-            self._began = self.progress.has_state = True
         self.state = state
-        now = time.monotonic()
-        self._complete_step(now - (self._boundary_at or now))
-        self._cross(sys.maxsize)
-        self._boundary_at = time.monotonic()
+        self._step_done()
 
     def restore(self) -> Any:
         """Restore the job's state now (from this process's own handoff, a peer, or the newest
@@ -209,22 +178,20 @@ class JaxRun(RunFront):
         """Finish the checkpoint in flight and leave the group (also done at exit)."""
         if self.watchdog is not None:
             self.watchdog.stop()
-        self.termination.close()
+        super().close()
 
     # Between steps -------------------------------------------------------------------------
 
-    def _begin(self) -> None:
-        if self._began:
-            return
-        self._began = True
-        try:
-            self.sync.synchronise(self.formation.interrupted)
-        except Exception as error:
-            if not self.group.is_peer_failure(error):
-                raise
-            self.formation.recover()
+    def _synchronised(self) -> None:
         self.formation.finish_change()
-        self._boundary_at = time.monotonic()
+
+    def _step_starts(self) -> object:
+        self._updated = False
+        return None
+
+    def _step_ends(self) -> None:
+        if not self._updated:
+            raise RuntimeError("assign each step's new state to run.state (JAX arrays are immutable)")
 
     def _cross(self, total: int) -> None:
         try:
@@ -307,7 +274,7 @@ def init(
         raise RuntimeError("hotswap.train.jax.init() was already called in this process")
     env = WorkerEnv.from_environ(os.environ)
     if stall_timeout_s is None:
-        stall_timeout_s = max(5.0, min(60.0, env.grace_period_s / 2))
+        stall_timeout_s = half_grace_period(env)
     _current = JaxRun(
         env,
         checkpoint_dir=checkpoint_dir,

@@ -27,7 +27,7 @@ import torch.distributed as dist
 
 from hotswap.api.worker import WorkerEnv
 from hotswap.train.rendezvous import GroupSpec, RendezvousFailed, first_line
-from hotswap.train.snapshot import join_tensors, split_tensors
+from hotswap.train.torch.snapshot import join_tensors, split_tensors
 
 BROADCAST_CHUNK_BYTES = 64 << 20  # each collective well inside the timeout, whatever the state size
 _POLL_S = 0.02

@@ -24,8 +24,8 @@ from typing import Any
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from hotswap.train.run import Run, init
-from hotswap.train.state import registrable_kind
+from hotswap.train.torch.run import Run, init
+from hotswap.train.torch.state import registrable_kind
 
 log = logging.getLogger("hotswap.train")
 

@@ -1,11 +1,11 @@
 """Saving and restoring state trees through a :class:`CheckpointStore`, without pickle.
 
-A tree becomes plain data (:mod:`hotswap.train.codec`) and raw array bytes
-(:mod:`hotswap.train.tensorfiles`), so restoring a checkpoint cannot run code, whoever wrote it.
+A tree becomes plain data (:mod:`hotswap.train.torch.codec`) and raw array bytes
+(:mod:`hotswap.train.torch.tensorfiles`), so restoring a checkpoint cannot run code, whoever wrote it.
 
 A synchronous save (the SIGTERM path) writes the live tensors directly, on several threads. An
 asynchronous save blocks the training loop only while
-:class:`~hotswap.train.snapshot.HostStaging` copies the state to host memory (tensors it may
+:class:`~hotswap.train.torch.snapshot.HostStaging` copies the state to host memory (tensors it may
 defer are copied by the background thread first, and :meth:`wait_for_copy` holds back the next
 optimizer step until they are); the background thread then writes. At most one write is in
 flight: the run does not start a periodic save while the previous one is still writing (it
@@ -29,13 +29,13 @@ import numpy
 import torch
 
 from hotswap.api.worker import EVENT_CHECKPOINT_SAVE
-from hotswap.train.codec import CheckpointFormatError, encode
+from hotswap.train.torch.codec import CheckpointFormatError, encode
 from hotswap.train.events import EventLog
-from hotswap.train.snapshot import HostSnapshot, HostStaging
-from hotswap.train.state import tree_format_problem
+from hotswap.train.torch.snapshot import HostSnapshot, HostStaging
+from hotswap.train.torch.state import tree_format_problem
 from hotswap.train.files import CheckpointDamaged
-from hotswap.train.store import LEGACY_DATA_FILE, LEGACY_FORMAT, CheckpointInfo, CheckpointStore
-from hotswap.train.tensorfiles import TensorFiles
+from hotswap.train.torch.store import LEGACY_DATA_FILE, LEGACY_FORMAT, CheckpointInfo, CheckpointStore
+from hotswap.train.torch.tensorfiles import TensorFiles
 
 log = logging.getLogger("hotswap.train")
 

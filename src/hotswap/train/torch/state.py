@@ -19,7 +19,7 @@ from typing import Any
 import numpy
 import torch
 
-from hotswap.train.codec import encode
+from hotswap.train.torch.codec import encode
 from hotswap.train.data import ResumableBatches
 
 log = logging.getLogger("hotswap.train")

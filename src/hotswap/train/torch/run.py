@@ -9,13 +9,15 @@ boundary decides, together with the other ranks, whether to stop (SIGTERM), re-f
 :class:`~hotswap.train.formation.GroupFormation` (the group and its generations),
 :class:`~hotswap.train.boundary.StepBoundary` (what the ranks agree to do between steps),
 :class:`~hotswap.train.termination.Termination` (how the run ends) and
-:class:`~hotswap.train.sync.StateSync` (the state between ranks and disk). This module wires
+:class:`~hotswap.train.torch.sync.StateSync` (the state between ranks and disk). This module wires
 them to PyTorch.
 
 The first three are framework-neutral: they drive the group and the state through the
-protocols of :mod:`hotswap.train.protocols` (here :class:`~hotswap.train.distributed.ProcessGroup`
-and :class:`~hotswap.train.sync.StateSync`; JAX's are in :mod:`hotswap.train.jax`), and what
-the loop sees of any run is :class:`~hotswap.train.front.RunFront`.
+protocols of :mod:`hotswap.train.protocols` (here :class:`~hotswap.train.torch.distributed.ProcessGroup`
+and :class:`~hotswap.train.torch.sync.StateSync`; JAX's are in :mod:`hotswap.train.jax`), and what
+the loop sees of any run is :class:`~hotswap.train.front.RunFront`; the life cycle both
+frameworks' runs share (set-up, first restore, step loop, close) is
+:class:`~hotswap.train.lifecycle.RunLifecycle`.
 
 Step numbers count from 1: ``step=N`` is the N-th step, a checkpoint of step N holds the state
 after N steps, and ``restored step=N`` is followed by step N+1.
@@ -23,32 +25,28 @@ after N steps, and ``restored step=N`` is followed by step N+1.
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
 
-from hotswap.api.worker import EVENT_START, WorkerEnv
+from hotswap.api.worker import WorkerEnv
 from hotswap.train import runs
-from hotswap.train.boundary import StepBoundary
-from hotswap.train.checkpointer import Checkpointer
-from hotswap.train.distributed import ProcessGroup
-from hotswap.train.events import EventLog
 from hotswap.train.formation import GroupFormation
-from hotswap.train.front import RunFront
+from hotswap.train.lifecycle import RunLifecycle, half_grace_period, warn_no_checkpoint_directory
 from hotswap.train.progress import Progress
-from hotswap.train.state import StateRegistry
-from hotswap.train.store import CheckpointStore
-from hotswap.train.sync import StateSync
-from hotswap.train.termination import Termination, TerminationRequest
+from hotswap.train.termination import Termination
+from hotswap.train.torch.checkpointer import Checkpointer
+from hotswap.train.torch.distributed import ProcessGroup
+from hotswap.train.torch.state import StateRegistry
+from hotswap.train.torch.store import CheckpointStore
+from hotswap.train.torch.sync import StateSync
 
 log = logging.getLogger("hotswap.train")
 
 
-class Run(RunFront):
+class Run(RunLifecycle):
     """One process's part of a training job. Create it with :func:`hotswap.train.init`."""
 
     def __init__(
@@ -69,17 +67,14 @@ class Run(RunFront):
             raise ValueError(
                 f"checkpoint_every must be at least 1 (or None for no periodic checkpoints), not {checkpoint_every}"
             )
-        self.env = env
-        self.events = EventLog(env.events_file)
-        request = TerminationRequest(env.grace_period_s)
-        request.install()
+        request = self._open(env)
         self.registry = StateRegistry()
         directory = checkpoint_dir or env.checkpoint_dir
         self.checkpointer = (
             Checkpointer(CheckpointStore(directory, keep), self.events, fallback=_resume_store(env, keep)) if directory else None
         )
         if directory is None:
-            log.warning("hotswap: no checkpoint directory (HOTSWAP_CHECKPOINT_DIR is not set): state is not saved")
+            warn_no_checkpoint_directory()
         self.group = ProcessGroup(backend, collective_timeout_s, rendezvous_timeout_s, env)
         self.progress = Progress()
         self.state = StateSync(
@@ -91,26 +86,15 @@ class Run(RunFront):
             async_checkpoints=async_checkpoints,
             cause=env.start_cause,
         )
-        self.termination = Termination(request, self.group, self.state, self.progress, self.events)
-        self.formation = GroupFormation(
-            env,
-            self.group,
-            self.termination,
-            self.state,
-            self.progress,
-            self.events,
-            membership_timeout_s=membership_timeout_s,
-        )
-        self.boundary = StepBoundary(
-            self.group, self.formation, self.termination, self.state, self.progress, checkpoint_every=checkpoint_every
-        )
-        self._began = False
-        self._in_step = False
-        self._step_failed = False
-        self._boundary_at: float | None = None  # when step_done() last returned
+
+        def formation(termination: Termination) -> GroupFormation:
+            return GroupFormation(
+                env, self.group, termination, self.state, self.progress, self.events, membership_timeout_s=membership_timeout_s
+            )
+
+        self._assemble(request, self.state, formation, checkpoint_every)
         self.formation.join_first(defer=True)
-        self.events.record(EVENT_START, t=started_at, attempt=env.attempt, rank=self.rank, world_size=self.world_size)
-        atexit.register(self.close)
+        self._started(started_at)
 
     # Where this worker stands (the rest is in RunFront) -------------------------------------
 
@@ -139,61 +123,30 @@ class Run(RunFront):
         membership), or take a periodic checkpoint. After the last step a final checkpoint is
         written.
         """
-        if total < 0:
-            raise ValueError(f"total steps must not be negative, not {total}")
-        self._begin()
-        while True:
-            self.boundary.cross(total)
-            if self.step >= total:
-                break
-            savepoint = self.state.savepoint() if self.world_size > 1 else None
-            self._in_step, self._step_failed = True, False
-            started = time.monotonic()
-            yield self.step + 1
-            self._in_step = False
-            if self._step_failed and savepoint is not None:
-                self.state.rewind(savepoint)
-                self.formation.recover()
-                continue
-            self._complete_step(time.monotonic() - started)
-        self.termination.finish()
+        return self._steps(total)
 
     def step_done(self) -> None:
         """For loops that do not use :meth:`steps`: count a step done, then act at this
         boundary as :meth:`steps` does (stop on SIGTERM, re-form, checkpoint). Call
         :meth:`restore` before the first step to resume; without it the script's current state
         is the job's state."""
-        if not self._began:
-            self._began = self.progress.has_state = True
-            self.formation.complete_join()
-        now = time.monotonic()
-        self._complete_step(now - (self._boundary_at or now))
-        self.boundary.cross(sys.maxsize)
-        self._boundary_at = time.monotonic()
+        self._step_done()
 
     def restore(self) -> None:
         """Restore the job's state now (from a surviving replica, else the newest complete
         checkpoint) instead of at the first step. Call it after :meth:`register`."""
         self._begin()
 
-    def close(self) -> None:
-        """Finish the checkpoint in flight and leave the process group (also done at exit)."""
-        self.termination.close()
+    # Hooks of the life cycle -----------------------------------------------------------------
 
-    # Between steps -------------------------------------------------------------------------
+    def _step_starts(self) -> object:
+        return self.state.savepoint() if self.world_size > 1 else None
 
-    def _begin(self) -> None:
-        if self._began:
-            return
-        self._began = True
-        self.formation.complete_join()
-        try:
-            self.state.synchronise(self.formation.interrupted)
-        except Exception as error:
-            if not self.group.is_peer_failure(error):
-                raise
-            self.formation.recover()
-        self._boundary_at = time.monotonic()
+    def _rewind(self, savepoint: object) -> bool:
+        if savepoint is None:
+            return False
+        self.state.rewind(savepoint)  # type: ignore[arg-type]
+        return True
 
 
 def _resume_store(env: WorkerEnv, keep: int) -> CheckpointStore | None:
@@ -231,7 +184,7 @@ def init(
         raise RuntimeError("hotswap.train.init() was already called in this process")
     env = WorkerEnv.from_environ(os.environ)
     if collective_timeout_s is None:
-        collective_timeout_s = max(5.0, min(60.0, env.grace_period_s / 2))
+        collective_timeout_s = half_grace_period(env)
     _current = Run(
         env,
         checkpoint_dir=checkpoint_dir,

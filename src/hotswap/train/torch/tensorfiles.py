@@ -2,7 +2,7 @@
 
 ::
 
-    index.json        the state tree as plain data (:mod:`hotswap.train.codec`), each array's
+    index.json        the state tree as plain data (:mod:`hotswap.train.torch.codec`), each array's
                       kind, dtype, shape and device, and the data files in order
     tensors-<i>.bin   the arrays' bytes back to back, in index order, cut into one file per
                       I/O thread of about equal size (an array may span two files)
@@ -12,7 +12,7 @@ into arrays allocated from a checked dtype and shape.
 
 Saving is disk-bound, so the bytes go to disk the shortest way: CPU tensors are written from
 their own memory (no copy, no serialisation); GPU tensors through two reused pinned buffers
-per thread (:mod:`hotswap.train.staging`); several threads write their own file at once; each
+per thread (:mod:`hotswap.train.torch.staging`); several threads write their own file at once; each
 thread checksums its bytes while they are in cache and starts their write-back early, so the
 final ``fsync`` waits only for the tail. Restoring reads each file in its own thread straight
 into the new arrays (through pinned buffers for GPU ones), checking each file's CRC-32 in the
@@ -34,9 +34,9 @@ from typing import Any
 import numpy
 import torch
 
-from hotswap.train.codec import ArraySpec, CheckpointFormatError, Encoded, decode, torch_dtypes
+from hotswap.train.torch.codec import ArraySpec, CheckpointFormatError, Encoded, decode, torch_dtypes
 from hotswap.train.files import CheckpointDamaged, FileDigest, crc32, open_checkpoint_file, write_file_durably
-from hotswap.train.staging import Staging
+from hotswap.train.torch.staging import Staging
 
 INDEX_FILE = "index.json"
 INDEX_FORMAT = 2

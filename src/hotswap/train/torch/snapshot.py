@@ -1,7 +1,7 @@
 """A consistent copy of a state tree in host memory, taken at a step boundary; and the
 in-memory split of a tree into structure and tensors that peers send each other.
 
-The snapshot is the tree as plain data (:func:`hotswap.train.codec.encode`: a deep copy of
+The snapshot is the tree as plain data (:func:`hotswap.train.torch.codec.encode`: a deep copy of
 everything but the arrays) and each tensor copied into a host buffer kept from the previous
 snapshot when shape and dtype still match, so a steady-state snapshot costs one memory copy, not
 an allocation (first-touch page faults of a fresh buffer cost far more than the copy). GPU
@@ -23,7 +23,7 @@ from typing import Any
 import numpy
 import torch
 
-from hotswap.train.codec import Encoded, decode, encode
+from hotswap.train.torch.codec import Encoded, decode, encode
 
 
 def split_tensors(tree: Any) -> tuple[bytes, list[torch.Tensor]]:

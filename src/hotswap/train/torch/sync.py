@@ -18,11 +18,11 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from hotswap.api.worker import EVENT_CHECKPOINT_BEGIN, EVENT_CHECKPOINT_RESTORE, restore_source, restored_line
 from hotswap.train import runs
-from hotswap.train.checkpointer import Checkpointer
-from hotswap.train.distributed import ProcessGroup
+from hotswap.train.torch.checkpointer import Checkpointer
+from hotswap.train.torch.distributed import ProcessGroup
 from hotswap.train.events import EventLog, say
 from hotswap.train.progress import Progress, plan_peer_copy
-from hotswap.train.state import StateRegistry, build_tree, rng_state, set_rng_state
+from hotswap.train.torch.state import StateRegistry, build_tree, rng_state, set_rng_state
 
 log = logging.getLogger("hotswap.train")
 
