@@ -17,7 +17,8 @@ from hotswap.backends.local.launch import membership_path, worker_environment
 from hotswap.backends.local.supervisor import WorkerLaunch
 from hotswap.core import actions as act
 from hotswap.core import events as ev
-from hotswap.core.model import Node, Slice, Snapshot, Workload
+from hotswap.core.model import Node, Slice, Snapshot
+from hotswap.core.workload import Workload
 from hotswap.backends.local.resize import resize_events
 from hotswap.store.codec import workload_to_json
 from hotswap.store.paths import ClusterPaths

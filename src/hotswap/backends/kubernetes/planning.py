@@ -45,7 +45,7 @@ from hotswap.backends.kubernetes.operations import (
 )
 from hotswap.backends.kubernetes.state_annotation import Released, encode_state, released_of, state_of
 from hotswap.core import actions as act
-from hotswap.core.model import Workload
+from hotswap.core.workload import Workload
 from hotswap.core.scheduler import Decision
 
 

@@ -21,7 +21,8 @@ from hotswap.backends.local import launch as files
 from hotswap.backends.local.gpus import Backing
 from hotswap.backends.local.supervisor import LocalProcess, WorkerLaunch
 from hotswap.core import actions as act
-from hotswap.core.model import Snapshot, Workload
+from hotswap.core.model import Snapshot
+from hotswap.core.workload import Workload
 from hotswap.store.paths import ClusterPaths, new_dirs_private
 from hotswap.store.state import Store, WorkerIdentity, WorkerRow
 

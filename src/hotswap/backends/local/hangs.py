@@ -26,7 +26,8 @@ from hotswap.api.phases import WorkloadPhase
 from hotswap.backends.local import launch as files
 from hotswap.core import events as ev
 from hotswap.core.hang import WINDOW_STEPS, HangLimits, RankProgress, judge
-from hotswap.core.model import Snapshot, Workload
+from hotswap.core.model import Snapshot
+from hotswap.core.workload import Workload
 from hotswap.store.paths import ClusterPaths
 from hotswap.store.state import WorkerRow
 
