@@ -31,7 +31,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from hotswap.api.worker import EVENT_START, WorkerEnv
+from hotswap.api.worker import WorkerEnv
+from hotswap.api.worker_output import EVENT_START
 from hotswap.train import runs
 from hotswap.train.boundary import StepBoundary
 from hotswap.train.checkpointer import Checkpointer

@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from hotswap.api import worker as contract
+from hotswap.api.membership import Membership
+from hotswap.api.runs import START_CAUSES
 from hotswap.api.catalog import AcceleratorKind, get_device_type
 from hotswap.backends.local import launch as files
 from hotswap.backends.local.gpus import Backing
@@ -39,7 +41,7 @@ class WorkerPlan:
     start: tuple[str, ...] = ()  # slices whose workers start...
     slices: tuple[str, ...] = ()  # ...as replicas of this list (replica i on slices[i])
     attempt: int = 0  # ...in this attempt
-    cause: str | None = None  # ...because of this (contract.START_CAUSES), None when not known
+    cause: str | None = None  # ...because of this (START_CAUSES), None when not known
 
 
 def plan(action: act.Action, workload: Workload, live: Sequence[WorkerRow]) -> WorkerPlan:
@@ -204,7 +206,7 @@ class Launcher:
             new_dirs_private(joined)
             files.publish_membership(
                 directory,
-                contract.Membership(generation, tuple(slices), hosts, files.MASTER_ADDR, port, per_host, str(joined)),
+                Membership(generation, tuple(slices), hosts, files.MASTER_ADDR, port, per_host, str(joined)),
             )
 
 

@@ -27,7 +27,9 @@ from typing import Any, NoReturn
 import jax
 import numpy as np
 
-from hotswap.api.worker import CHECKPOINTED_EXIT_CODE, EVENT_START, EVENT_STOP, Membership, WorkerEnv
+from hotswap.api.membership import Membership
+from hotswap.api.worker import CHECKPOINTED_EXIT_CODE, WorkerEnv
+from hotswap.api.worker_output import EVENT_START, EVENT_STOP
 from hotswap.train import runs
 from hotswap.train.boundary import StepBoundary
 from hotswap.train.events import EventLog
