@@ -33,7 +33,8 @@ from hotswap.api.phases import WorkloadPhase
 from hotswap.api.spec import workload_spec
 from hotswap.core import actions as act
 from hotswap.core import events as ev
-from hotswap.core.model import Node, Slice, Snapshot, Workload
+from hotswap.core.model import Node, Slice, Snapshot
+from hotswap.core.workload import Workload
 from hotswap.core.scheduler import decide
 
 DEVICE = "v6e-16"

@@ -14,7 +14,8 @@ from hotswap.api.spec import WorkloadSpec, workload_spec
 from hotswap.core import actions as act
 from hotswap.core import events as ev
 from hotswap.core.capacity import Capacity
-from hotswap.core.model import Node, Slice, Snapshot, Workload
+from hotswap.core.model import Node, Slice, Snapshot
+from hotswap.core.workload import Workload
 from hotswap.core.policy import SchedulerConfig
 from hotswap.core.scheduler import decide
 

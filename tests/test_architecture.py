@@ -63,3 +63,59 @@ def test_workload_list_reads_without_pydantic_or_heavy_libraries(home: Path) -> 
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == ""
+
+
+def _import_cycles(imports: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's, iterative), each
+    sorted: every one is at least one import cycle."""
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+    for root in sorted(imports):
+        if root in order:
+            continue
+        work = [(root, iter(sorted(imports[root])))]
+        order[root] = low[root] = len(order)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            module, successors = work[-1]
+            for successor in successors:
+                if successor not in order:
+                    order[successor] = low[successor] = len(order)
+                    stack.append(successor)
+                    on_stack.add(successor)
+                    work.append((successor, iter(sorted(imports[successor]))))
+                    break
+                if successor in on_stack:
+                    low[module] = min(low[module], order[successor])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[module])
+                if low[module] == order[module]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == module:
+                            break
+                    if len(component) > 1:
+                        cycles.append(sorted(component))
+    return cycles
+
+
+def test_no_import_cycles_even_through_type_checking_imports() -> None:
+    """A cycle, even one closed only by an ``if TYPE_CHECKING:`` import, means two modules
+    cannot be understood (or moved) apart: the shared type belongs in the lower one."""
+    import grimp
+
+    graph = grimp.build_graph("hotswap", exclude_type_checking_imports=False, cache_dir=None)
+    imports = {module: graph.find_modules_directly_imported_by(module) for module in graph.modules}
+    cycles = _import_cycles(imports)
+    assert not cycles, "import cycles among hotswap's modules:\n" + "\n".join(
+        " <-> ".join(cycle) for cycle in cycles
+    )

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hotswap.api import worker as contract
+from hotswap.api.membership import Membership
 from hotswap.api.times import iso_utc, parse_iso_utc
 from hotswap.core import actions as act
 
@@ -47,7 +48,7 @@ def test_unset_indices_mean_a_single_process_run_in_both() -> None:
 
 def test_ranks_are_contiguous_per_slice_and_match_membership() -> None:
     slices = ("a", "b", "c")
-    membership = contract.Membership(1, slices, 2, "127.0.0.1", 1234)
+    membership = Membership(1, slices, 2, "127.0.0.1", 1234)
     ranks = [membership.rank_of(s, h) for s in slices for h in range(2)]
     assert ranks == list(range(contract.world_size(3, 2)))
     assert contract.replica_index(slices, "c") == 2

@@ -17,7 +17,8 @@ from builders import capacity_of, holding
 from hotswap.api.cluster import NodeState
 from hotswap.core.capacity import Capacity
 from hotswap.core.index import Indexes
-from hotswap.core.model import Snapshot, Workload
+from hotswap.core.model import Snapshot
+from hotswap.core.workload import Workload
 
 SLICES = [("b", "v6e-16"), ("a", "v6e-16"), ("c", "v6e-16"), ("d", "v5p-16")]
 V6E, V5P = "v6e-16", "v5p-16"

@@ -9,7 +9,7 @@ from builders import holding, spec
 
 from hotswap.core.demands import Demand, DemandQueue
 from hotswap.core.index import Indexes, WorkloadIndex
-from hotswap.core.model import Workload
+from hotswap.core.workload import Workload
 from hotswap.core.ordering import DemandKind
 
 V6E = "v6e-16"

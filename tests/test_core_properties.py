@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from hotswap.api.phases import WorkloadPhase, is_legal
 from hotswap.core import actions as act
 from hotswap.core import events as ev
-from hotswap.core.model import Snapshot, Workload
+from hotswap.core.model import Snapshot
+from hotswap.core.workload import Workload
 from hotswap.core.policy import SchedulerConfig
 from hotswap.core.scheduler import decide
 

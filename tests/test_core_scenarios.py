@@ -571,7 +571,8 @@ def test_an_elastic_donor_holding_a_broken_slice_gives_none_away() -> None:
 
     from hotswap.api.cluster import NodeState
     from hotswap.api.phases import WorkloadPhase
-    from hotswap.core.model import Node, Slice, Snapshot, Workload
+    from hotswap.core.model import Node, Slice, Snapshot
+    from hotswap.core.workload import Workload
     from hotswap.core.scheduler import decide
 
     slices = [Slice(f"c-np-{i}", "v6e-16", tuple(f"c-np-{i}-{h}" for h in range(4)), i) for i in range(4)]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from test_train_neutral import Group, elastic_worker
 
-from hotswap.api.worker import Membership
+from hotswap.api.membership import Membership
 from hotswap.train import formation as formation_module
 from hotswap.train.formation import GroupFormation
 

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hotswap.api import worker as contract
+from hotswap.api.membership import Membership
 from hotswap.api.catalog import device_type_names, device_types, get_device_type
 from hotswap.api.errors import ConflictError, InvalidInputError
 from hotswap.backends.local.gpus import Backing, GpuSelection, choose_pool, gpus_per_host
@@ -256,12 +257,12 @@ def test_ranks_with_local_processes_match_in_python_and_the_shell(replica: int, 
 
 
 def test_ranks_are_contiguous_per_host_and_membership_carries_processes_per_host() -> None:
-    membership = contract.Membership(3, ("a", "b"), 1, "127.0.0.1", 1234, local_world_size=4)
+    membership = Membership(3, ("a", "b"), 1, "127.0.0.1", 1234, local_world_size=4)
     ranks = [membership.rank_of(s, 0, local) for s in ("a", "b") for local in range(4)]
     assert ranks == list(range(membership.world_size)) == list(range(8))
-    assert contract.Membership.from_json(membership.to_json()) == membership
+    assert Membership.from_json(membership.to_json()) == membership
     legacy = '{"generation": 1, "slices": ["a"], "hosts_per_slice": 1, "master_addr": "x", "master_port": 1}'
-    assert contract.Membership.from_json(legacy).local_world_size == 1
+    assert Membership.from_json(legacy).local_world_size == 1
 
 
 @pytest.mark.parametrize(

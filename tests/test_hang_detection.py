@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 STEPPER = textwrap.dedent(
     """
     import os, threading, time
-    from hotswap.api.worker import event_record
+    from hotswap.api.worker_output import event_record
     events = open(os.environ["HOTSWAP_EVENTS_FILE"], "a", buffering=1)
     def record(kind, **fields):
         events.write(event_record(kind, time.time(), **fields) + "\\n")

@@ -22,7 +22,7 @@ from hotswap.backends.kubernetes.settings import KubeSettings
 from hotswap.backends.kubernetes.state_annotation import decode_state, encode_state, replicas_of, state_of, workload_from_state
 from hotswap.backends.kubernetes.views import goodput_view, view_of
 from hotswap.core import actions as act
-from hotswap.core.model import Workload
+from hotswap.core.workload import Workload
 
 SPEC = workload_spec(name="w", command="python3 train.py", device_type="v6e-16", num_slices=3, min_slices=2)
 

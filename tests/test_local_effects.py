@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from hotswap.api import worker as contract
+from hotswap.api.membership import Membership
 from hotswap.api.spec import workload_spec
 from hotswap.backends.base import launch_record
 from hotswap.backends.local import effects, timeline
@@ -17,7 +18,8 @@ from hotswap.backends.local.launch import membership_path, worker_environment
 from hotswap.backends.local.supervisor import WorkerLaunch
 from hotswap.core import actions as act
 from hotswap.core import events as ev
-from hotswap.core.model import Node, Slice, Snapshot, Workload
+from hotswap.core.model import Node, Slice, Snapshot
+from hotswap.core.workload import Workload
 from hotswap.backends.local.resize import resize_events
 from hotswap.store.codec import workload_to_json
 from hotswap.store.paths import ClusterPaths
@@ -154,7 +156,7 @@ def test_the_launcher_starts_a_plan_with_the_contract_environment(tmp_path: Path
     ]
     assert [x.env[contract.RANK] for x in launches] == ["2", "3"]  # replica 1 of 2 hosts per slice
     assert all(x.env[contract.MASTER_PORT] == str(port) and x.env["U"] == "1" for x in launches)
-    membership = contract.Membership.from_json(membership_path(paths.workload_dir("w", 4)).read_text())
+    membership = Membership.from_json(membership_path(paths.workload_dir("w", 4)).read_text())
     assert generation == 1 and (membership.generation, membership.slices, membership.master_port) == (1, ("s2", "s0"), port)
 
 

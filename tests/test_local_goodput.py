@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hotswap.api.worker import event_record
+from hotswap.api.worker_output import event_record
 from hotswap.backends.local.goodput import workload_goodput
 
 

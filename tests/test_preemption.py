@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hotswap.api.phases import WorkloadPhase
-from hotswap.core.model import Workload
+from hotswap.core.workload import Workload
 from hotswap.core.ordering import candidates_ordering
 from hotswap.core.preemption import Candidate, RankedCandidates, plan_reclaim
 

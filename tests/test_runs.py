@@ -14,6 +14,8 @@ from local_helpers import home, hotswap, live_workers, wait_until, workloads  # 
 from train_harness import TRAIN_EXAMPLE
 
 from hotswap.api import worker as contract
+from hotswap.api.runs import RESUME_AUTO, RUN_DONE, RUN_RESUME, RUN_RUNNING, RUN_SIGNAL_FILE, is_run_id
+from hotswap.api.worker_output import RESTORE_SOURCES, parse_fields, restore_source, restored_line
 from hotswap.backends.local.runs import resolve
 
 pytest.importorskip("torch")
@@ -43,7 +45,7 @@ def _logs(home: Path) -> str:
 
 
 def _steps(home: Path) -> int:
-    return max((int(f["step"]) for line in _logs(home).splitlines() if "step" in (f := contract.parse_fields(line)) and not line.startswith("restored")), default=0)
+    return max((int(f["step"]) for line in _logs(home).splitlines() if "step" in (f := parse_fields(line)) and not line.startswith("restored")), default=0)
 
 
 def _migrate_away(home: Path) -> int:
@@ -52,7 +54,7 @@ def _migrate_away(home: Path) -> int:
     wait_until(lambda: _steps(home) >= 3, timeout=120, what="a few steps")
     hotswap(home, "workload", "delete", "--cluster", "c", "--workload", "w", check=True)
     wait_until(lambda: not live_workers(home, "c", "w"), timeout=60, what="the workers to save and exit")
-    assert (directory / contract.RUN_SIGNAL_FILE).read_text() == "resume\n"  # seed 004's
+    assert (directory / RUN_SIGNAL_FILE).read_text() == "resume\n"  # seed 004's
     marker = max(directory.glob("step-*/COMMIT"))
     assert json.loads(marker.read_text())["reason"] == "termination"
     return int(marker.parent.name.removeprefix("step-"))
@@ -65,7 +67,7 @@ def _finish(home: Path) -> None:
 def _restored(home: Path) -> dict[str, str] | None:
     wait_until(lambda: _steps(home) > 0 or "restored" in _logs(home), timeout=120, what="w to start")
     lines = [line for line in _logs(home).splitlines() if line.startswith("restored ")]
-    return contract.parse_fields(lines[0]) if lines else None
+    return parse_fields(lines[0]) if lines else None
 
 
 def test_a_deleted_run_is_resumed_a_finished_one_never(home: Path) -> None:
@@ -76,7 +78,7 @@ def test_a_deleted_run_is_resumed_a_finished_one_never(home: Path) -> None:
 
     line = _create(home, SLOW)
     second = _describe(home)
-    assert second["run_id"] != first and contract.is_run_id(second["run_id"])
+    assert second["run_id"] != first and is_run_id(second["run_id"])
     assert second["resumed_from"]["run"] == first and second["resumed_from"]["kind"] == "migration"
     assert f"resumes from the migration checkpoint of run {first}" in line
     restored = _restored(home)
@@ -136,7 +138,7 @@ def test_resume_from_something_missing_is_one_line_and_creates_nothing(home: Pat
 def _run_dir(root: Path, name: str, signal: str | None) -> None:
     (root / name).mkdir(parents=True)
     if signal is not None:
-        (root / name / contract.RUN_SIGNAL_FILE).write_text(signal + "\n")
+        (root / name / RUN_SIGNAL_FILE).write_text(signal + "\n")
 
 
 @pytest.mark.parametrize(
@@ -187,11 +189,11 @@ def test_a_hotswap_restore_says_so(home: Path) -> None:
     ],
 )
 def test_restore_lines_say_what_happened_and_old_parsers_still_read_them(reason: str, cause: str | None, source: str) -> None:
-    line = contract.restored_line(12, contract.restore_source(reason, cause), cause)
-    fields = contract.parse_fields(line)
+    line = restored_line(12, restore_source(reason, cause), cause)
+    fields = parse_fields(line)
     assert (fields["step"], fields["source"], fields.get("cause")) == ("12", source, cause)
     assert line.startswith(f"restored step=12 source={source}")  # seed 004-style readers match the prefix
-    assert fields["source"] in contract.RESTORE_SOURCES
+    assert fields["source"] in RESTORE_SOURCES
 
 
 @pytest.mark.parametrize(
@@ -237,20 +239,20 @@ def test_the_sdk_reads_its_own_run_first_and_keeps_the_signal(tmp_path: Path) ->
     job = Job()
     earlier, own = tmp_path / "20260101-000000-aaaaaa", tmp_path / "20260102-000000-bbbbbb"
     Checkpointer(CheckpointStore(earlier), EventLog(None)).save(5, job.tree(5), "termination")
-    assert read_signal(earlier) == contract.RUN_RESUME  # seed 004's signal=resume
+    assert read_signal(earlier) == RUN_RESUME  # seed 004's signal=resume
     env = contract.WorkerEnv.from_environ(
-        {contract.HOTSWAP_CHECKPOINT_DIR: str(own), contract.HOTSWAP_RESUME_FROM: contract.RESUME_AUTO}
+        {contract.HOTSWAP_CHECKPOINT_DIR: str(own), contract.HOTSWAP_RESUME_FROM: RESUME_AUTO}
     )
     assert resume_source(env) == earlier
     reader = Checkpointer(CheckpointStore(own), EventLog(None), fallback=CheckpointStore(earlier))
     tree, info = reader.restore_latest()
     assert info.step == 5 and reader.from_fallback(info)
     reader.save(7, job.tree(7), "periodic")
-    assert read_signal(own) == contract.RUN_RUNNING
+    assert read_signal(own) == RUN_RUNNING
     _, info = reader.restore_latest()  # a restart within the run: its own checkpoint, not the predecessor's
     assert info.step == 7 and not reader.from_fallback(info)
     reader.save(9, job.tree(9), "final")
-    assert read_signal(own) == contract.RUN_DONE
+    assert read_signal(own) == RUN_DONE
     assert resume_source(contract.WorkerEnv.from_environ({contract.HOTSWAP_CHECKPOINT_DIR: str(tmp_path / "next"),
                                                         contract.HOTSWAP_RESUME_FROM: "auto"})) is None
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from hotswap.api.worker import CHECKPOINTED_EXIT_CODE, RESTART_EXIT_CODE, Membership, WorkerEnv
+from hotswap.api.membership import Membership
+from hotswap.api.worker import CHECKPOINTED_EXIT_CODE, RESTART_EXIT_CODE, WorkerEnv
 from hotswap.train import termination
 from hotswap.train.boundary import Action, StepBoundary, Vote, decide, periodic_checkpoint_due
 from hotswap.train.events import EventLog

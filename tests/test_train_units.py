@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from hotswap.api.worker import EVENT_KINDS, Membership
+from hotswap.api.membership import Membership
+from hotswap.api.worker_output import EVENT_KINDS
 from hotswap.train import ResumableBatches, scale_by_slices
 from hotswap.train.events import EventLog
 from hotswap.train.membership import MembershipWatcher

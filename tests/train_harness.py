@@ -19,7 +19,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from hotswap.api import worker as contract
-from hotswap.api.worker import Membership, parse_fields
+from hotswap.api.membership import Membership
+from hotswap.api.worker_output import parse_fields
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN_EXAMPLE = ROOT / "examples" / "train.py"

@@ -4,26 +4,22 @@ Backends (local supervisor, Kubernetes JobSet pods) set the environment variable
 training SDK (``hotswap.train``) and any user script read them. The names follow JobSet,
 torch.distributed and MEGASCALE, so existing training scripts work unchanged.
 
-Elastic workloads also get a *membership file*: a small JSON document that the controller
-replaces atomically (write to a temporary name, rename) whenever the set of active slices
-changes. Workers read it at step boundaries (a ``stat`` per step; a read only when it changed).
+Elastic workloads also get a *membership file* (:mod:`hotswap.api.membership`). Runs, start
+causes and the resume rule are :mod:`hotswap.api.runs`; what a worker prints and the goodput
+events it records are :mod:`hotswap.api.worker_output`.
 
 A worker that stops because it was asked to (SIGTERM: preemption, drain, deletion) saves its
 state and exits with :data:`CHECKPOINTED_EXIT_CODE`, the code a SIGTERM-killed process reports
 anyway (128 + 15). It is in the default restart codes, so it never counts as success or as a
 user error anywhere (locally, or to a Kubernetes Job).
-
-Step numbers count from 1: ``step=N`` is the N-th step done, a checkpoint of step N holds the
-state after N steps, and ``restored step=N`` is followed by step N+1.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+
+from hotswap.api.runs import START_CAUSES
 
 # JobSet / Indexed Job (on Kubernetes from pod labels via the downward API).
 JOBSET_NAME = "JOBSET_NAME"
@@ -57,11 +53,11 @@ HOTSWAP_WORKLOAD = "HOTSWAP_WORKLOAD"
 HOTSWAP_CHECKPOINT_DIR = "HOTSWAP_CHECKPOINT_DIR"  # this run's own directory: <checkpoint root>/<run id>
 HOTSWAP_RUN_ID = "HOTSWAP_RUN_ID"  # this run (one `workload create`); restarts within it keep it
 # Where this run's state comes from while its own directory holds no checkpoint: a checkpoint
-# directory (another run's, or --resume-from's), RESUME_AUTO (the worker looks for a migration
-# checkpoint its predecessor left next to its own directory; Kubernetes, where only pods see the
-# volume), or empty/unset (a fresh start).
+# directory (another run's, or --resume-from's), runs.RESUME_AUTO (the worker looks for a
+# migration checkpoint its predecessor left next to its own directory; Kubernetes, where only
+# pods see the volume), or empty/unset (a fresh start).
 HOTSWAP_RESUME_FROM = "HOTSWAP_RESUME_FROM"
-# Why this worker generation started (START_CAUSES); what its `restored` line says happened.
+# Why this worker generation started (runs.START_CAUSES); what its `restored` line says happened.
 HOTSWAP_START_CAUSE = "HOTSWAP_START_CAUSE"
 HOTSWAP_RESTART_COUNT = "HOTSWAP_RESTART_COUNT"  # restarts of any cause so far (attempt - 1)
 HOTSWAP_ATTEMPT = "HOTSWAP_ATTEMPT"  # worker generation, bumped at every (re)start
@@ -70,44 +66,6 @@ HOTSWAP_HOSTS_PER_SLICE = "HOTSWAP_HOSTS_PER_SLICE"
 HOTSWAP_MEMBERSHIP_FILE = "HOTSWAP_MEMBERSHIP_FILE"  # elastic workloads only
 HOTSWAP_EVENTS_FILE = "HOTSWAP_EVENTS_FILE"  # JSON lines of goodput events, one file per worker
 HOTSWAP_TERMINATION_GRACE_S = "HOTSWAP_TERMINATION_GRACE_S"
-
-RESUME_AUTO = "auto"
-
-# Runs. Each `workload create` starts a run with its own id (sortable: creation order) and its
-# own checkpoint directory under the workload's checkpoint root. A run's directory holds seed
-# 004's ``signal`` file: RUN_RESUME after a save on SIGTERM (deleted or preempted mid-run: a
-# migration checkpoint waits), RUN_RUNNING once it has started or restored, RUN_DONE after its
-# final save. A new run resumes automatically only from the newest run that has a signal, and
-# only if that signal is RUN_RESUME: never from a finished or failed run.
-RUN_SIGNAL_FILE = "signal"
-RUN_RESUME = "resume"
-RUN_RUNNING = "running"
-RUN_DONE = "done"
-_RUN_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{6}$")  # UTC creation time, 6 random hex digits
-
-
-def is_run_id(text: str) -> bool:
-    return bool(_RUN_ID.match(text))
-
-
-def run_signal_after(reason: str) -> str:
-    """The signal a run's directory holds after a checkpoint saved for ``reason``."""
-    return {"termination": RUN_RESUME, "final": RUN_DONE}.get(reason, RUN_RUNNING)
-
-
-def pending_migration(signals: Mapping[str, str | None]) -> str | None:
-    """The run whose migration checkpoint a new run resumes from, given each earlier run's
-    signal (None: it never got to start): the newest run that has a signal, if it says resume."""
-    started = sorted(run for run, signal in signals.items() if signal and is_run_id(run))
-    if started and (signals[started[-1]] or "").strip() == RUN_RESUME:
-        return started[-1]
-    return None
-
-
-# Why a worker generation started: its first start, a restart after a node failure (onto other
-# slices), after a worker failure or hang (same slices), re-admission after preemption, a
-# replica joining an elastic workload that grows back, a new run resuming its predecessor.
-START_CAUSES = ("start", "hotswap", "failure", "preemption", "elastic", "resume")
 
 CHECKPOINTED_EXIT_CODE = 143
 # The worker cannot go on for a reason outside the training code (a non-elastic group lost a
@@ -239,7 +197,7 @@ class WorkerEnv:
     restart_count: int = 0
     checkpoint_dir: str | None = None
     run_id: str | None = None
-    resume_from: str | None = None  # HOTSWAP_RESUME_FROM: a directory, RESUME_AUTO, or None
+    resume_from: str | None = None  # HOTSWAP_RESUME_FROM: a directory, runs.RESUME_AUTO, or None
     start_cause: str | None = None  # HOTSWAP_START_CAUSE (START_CAUSES), None when not told
     membership_file: str | None = None
     events_file: str | None = None
@@ -300,152 +258,6 @@ class WorkerEnv:
                 f"{self.visible_devices} lists {len(self.gpus)}"
             )
         return None
-
-
-@dataclasses.dataclass(frozen=True)
-class Membership:
-    """The active slices of an elastic workload, generation ``generation``.
-
-    Rank of process ``l`` of host ``h`` of slice ``s``: the RANK formula with the replica index
-    ``slices.index(s)``. Each generation has its own rendezvous port, so a new process group
-    never meets a stale one.
-    """
-
-    generation: int
-    slices: tuple[str, ...]
-    hosts_per_slice: int
-    master_addr: str
-    master_port: int
-    local_world_size: int = 1  # processes per host (one per GPU of a GPU-backed slice)
-    # Where a joining worker leaves a mark once it is ready to form the group (started, imported,
-    # waiting): survivors keep training on the previous generation until every joiner's mark is
-    # there, so they pause only for the re-formation itself, not for the joiners' start-up.
-    # None (Kubernetes: the membership volume is read-only): survivors move at once.
-    joined_dir: str | None = None
-
-    @property
-    def world_size(self) -> int:
-        return world_size(len(self.slices), self.hosts_per_slice, self.local_world_size)
-
-    def rank_of(self, slice_name: str, host: int, local_rank: int = 0) -> int | None:
-        """The rank of a worker in this generation, or None when its slice is not a member."""
-        if slice_name not in self.slices:
-            return None
-        replica = replica_index(self.slices, slice_name)
-        return global_rank(replica, host, self.hosts_per_slice, local_rank, self.local_world_size)
-
-    def to_json(self) -> str:
-        data = dataclasses.asdict(self)
-        data["slices"] = list(self.slices)
-        data["world_size"] = self.world_size
-        return json.dumps(data, sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> Membership:
-        data: dict[str, Any] = json.loads(text)
-        return cls(
-            generation=int(data["generation"]),
-            slices=tuple(data["slices"]),
-            hosts_per_slice=int(data["hosts_per_slice"]),
-            master_addr=str(data["master_addr"]),
-            master_port=int(data["master_port"]),
-            local_world_size=int(data.get("local_world_size", 1)),
-            joined_dir=str(data["joined_dir"]) if data.get("joined_dir") else None,
-        )
-
-    def joiners(self, previous: Membership) -> tuple[str, ...]:
-        """The slices of this generation that were not members of ``previous``."""
-        return tuple(s for s in self.slices if s not in previous.slices)
-
-    def joined_mark(self, slice_name: str, host: int, local_rank: int) -> str | None:
-        """The file a joiner creates when ready to form this generation (None: no marks)."""
-        if not self.joined_dir:
-            return None
-        return f"{self.joined_dir.rstrip('/')}/{self.generation}-{slice_name}-{host}-{local_rank}"
-
-    def joined_marks(self, previous: Membership) -> list[str]:
-        """The marks every worker joining since ``previous`` leaves when ready (none without marks)."""
-        marks = [
-            self.joined_mark(slice_name, host, local_rank)
-            for slice_name in self.joiners(previous)
-            for host in range(self.hosts_per_slice)
-            for local_rank in range(self.local_world_size)
-        ]
-        return [mark for mark in marks if mark is not None]
-
-
-def step_line(step: int, good_slice_count: int, elastic_down_event_count: int, **extra: object) -> str:
-    """The per-step log line Pathways elastic users already parse (seed 001's awk script)."""
-    fields = [
-        f"step={step}",
-        f"elastic_manager.good_slice_count={good_slice_count}",
-        f"elastic_manager.elastic_down_event_count={elastic_down_event_count}",
-    ]
-    fields += [f"{key}={value}" for key, value in extra.items()]
-    return " ".join(fields)
-
-
-# Where restored state came from: a checkpoint on disk, a migration checkpoint (saved on SIGTERM
-# for the move that this start completes), a surviving replica. Extended compatibly: the
-# ``cause=`` field (START_CAUSES) says what happened; parsers that read step= and source= only
-# (seeds 001, 004) read the same line as before.
-RESTORE_SOURCES = ("checkpoint", "migration", "peer")
-
-
-def restore_source(checkpoint_reason: str | None, cause: str | None) -> str:
-    """The source a restore from disk reports: a checkpoint saved on SIGTERM is a migration,
-    except after a worker failure (the crash, not the earlier move, is why state is read)."""
-    return "migration" if checkpoint_reason == "termination" and cause != "failure" else "checkpoint"
-
-
-def restored_line(step: int, source: str, cause: str | None = None) -> str:
-    """The line a worker prints once when it restores state."""
-    if source not in RESTORE_SOURCES:
-        raise ValueError(f"restore source must be one of {RESTORE_SOURCES}, not {source!r}")
-    if cause is not None and cause not in START_CAUSES:
-        raise ValueError(f"restore cause must be one of {START_CAUSES}, not {cause!r}")
-    return f"restored step={step} source={source}" + (f" cause={cause}" if cause else "")
-
-
-def parse_fields(line: str) -> dict[str, str]:
-    """``key=value`` fields of a log line (other words are ignored)."""
-    fields: dict[str, str] = {}
-    for word in line.split():
-        key, sep, value = word.partition("=")
-        if sep:
-            fields[key] = value
-    return fields
-
-
-# Goodput events: each worker appends JSON lines {"t": <unix seconds>, "kind": <kind>, ...} to
-# $HOTSWAP_EVENTS_FILE; the controller reads them to account goodput (hotswap.core.goodput).
-EVENT_START = "start"  # process started: {"attempt", "rank", "world_size"}
-EVENT_STEP = "step"  # a training step finished: {"step", "duration_s", "slices"}
-EVENT_CHECKPOINT_SAVE = "checkpoint_save"  # {"step", "blocking_s", "total_s", "bytes", "reason"}
-# A save that holds the training loop is starting: {"step", "reason"}. Until its checkpoint_save
-# (or a later step) no step completes, and hang detection must not count that as a hang.
-EVENT_CHECKPOINT_BEGIN = "checkpoint_begin"
-EVENT_CHECKPOINT_RESTORE = "checkpoint_restore"  # {"step", "duration_s", "source"}
-EVENT_ELASTIC = "elastic"  # membership change applied: {"generation", "slices", "duration_s"}
-EVENT_STOP = "stop"  # the worker leaves: {"step", "reason", "exit_code"}; reasons: complete,
-# terminated, removed, peer_lost, no_membership, rendezvous_failed. checkpoint_save reasons:
-# periodic, termination, final, recovery (only the writing rank records saves).
-EVENT_KINDS = (
-    EVENT_START,
-    EVENT_STEP,
-    EVENT_CHECKPOINT_SAVE,
-    EVENT_CHECKPOINT_BEGIN,
-    EVENT_CHECKPOINT_RESTORE,
-    EVENT_ELASTIC,
-    EVENT_STOP,
-)
-
-
-def event_record(kind: str, t: float, **fields: object) -> str:
-    """One line of the events file."""
-    if kind not in EVENT_KINDS:
-        raise ValueError(f"unknown goodput event kind {kind!r}")
-    return json.dumps({"t": t, "kind": kind, **fields}, sort_keys=True)
 
 
 # --debug-dump-gcs (xpk's): XLA writes its HLO dumps where --xla_dump_to says; they are copied

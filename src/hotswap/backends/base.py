@@ -37,7 +37,7 @@ def new_run(resume_from: str | None, fresh: bool) -> dict[str, Any]:
 
     from hotswap.api.limits import check_text
 
-    run_id = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + os.urandom(3).hex()  # api.worker.is_run_id
+    run_id = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + os.urandom(3).hex()  # api.runs.is_run_id
     run: dict[str, Any] = {"id": run_id, "mode": RUN_AUTO}
     if fresh:
         run["mode"] = RUN_FRESH

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from hotswap.core import actions as act
 from hotswap.core.demands import Demand, DemandQueue
-from hotswap.core.model import HOLDING, Workload
+from hotswap.core.workload import HOLDING, Workload
 from hotswap.core.ordering import DemandKind
 from hotswap.core.placement import fill_positions, give_up_last, reclaim_target
 from hotswap.core.preemption import RankedCandidates, plan_reclaim

@@ -8,7 +8,7 @@ from hotswap.api.cluster import NodeState
 from hotswap.api.phases import WorkloadPhase
 from hotswap.core import actions as act
 from hotswap.core import events as ev
-from hotswap.core.model import Workload
+from hotswap.core.workload import Workload
 from hotswap.core.policy import ExitVerdict, FailurePolicy
 from hotswap.core.round_state import RESTARTING, RUNNING, RoundState
 

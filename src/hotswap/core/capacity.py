@@ -18,7 +18,8 @@ from collections.abc import Iterable, Mapping
 from hotswap.api.cluster import NodeState
 from hotswap.core.cow import Overlay, SortedPerKey
 from hotswap.core.index import Indexes, Level
-from hotswap.core.model import Node, Slice, Snapshot, Workload
+from hotswap.core.model import Node, Slice, Snapshot
+from hotswap.core.workload import Workload
 
 
 def level_of(workload: Workload) -> Level:

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 from hotswap.core.index import Level, QueueKey, WorkloadIndex
-from hotswap.core.model import Workload
+from hotswap.core.workload import Workload
 from hotswap.core.ordering import DemandKind, demand_order
 
 _Order = tuple[int, int, int]

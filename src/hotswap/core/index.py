@@ -32,13 +32,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from hotswap.api.phases import WorkloadPhase
 from hotswap.core.cow import SortedPerKey
-
-if TYPE_CHECKING:
-    from hotswap.core.model import Workload
+from hotswap.core.workload import Workload
 
 QUEUED = WorkloadPhase.QUEUED
 RUNNING = WorkloadPhase.RUNNING

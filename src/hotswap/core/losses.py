@@ -4,7 +4,7 @@ drained or removed) go on without them, are replaced, requeued, or wait for repa
 from __future__ import annotations
 
 from hotswap.core.demands import Demand
-from hotswap.core.model import Workload
+from hotswap.core.workload import Workload
 from hotswap.core.ordering import DemandKind
 from hotswap.core.placement import lost_positions, split_at
 from hotswap.core.round_state import RESTARTING, RoundState

@@ -1,35 +1,26 @@
 """The core's view of the world: an immutable snapshot of slices, nodes and workloads.
 
-Records are frozen dataclasses; the mappings inside a :class:`Snapshot` are never mutated after
-it is built (a round writes through :class:`hotswap.core.cow.Overlay` and freezes a new
-version). A snapshot also carries indexes derived from the records, so that a decision round
-at 100,000 slices looks only at what could have changed: the slices of each device type, who
-holds each slice, the unhealthy slices, the free healthy slices of each type in placement
-order, the healthy slices held per (device type, priority), and the workload indexes of
-:mod:`hotswap.core.index`. They are maintained by the core and rebuilt by
-:meth:`Snapshot.build`; :meth:`Snapshot.check` proves them consistent in tests.
+Records are frozen dataclasses (slices and nodes here, workloads in :mod:`hotswap.core.workload`);
+the mappings inside a :class:`Snapshot` are never mutated after it is built (a round writes
+through :class:`hotswap.core.cow.Overlay` and freezes a new version). A snapshot also carries
+indexes derived from the records, so that a decision round at 100,000 slices looks only at what
+could have changed: the slices of each device type, who holds each slice, the unhealthy slices,
+the free healthy slices of each type in placement order, the healthy slices held per (device
+type, priority), and the workload indexes of :mod:`hotswap.core.index`. They are maintained by
+the core and rebuilt by :meth:`Snapshot.build`; :meth:`Snapshot.check` proves them consistent
+in tests.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import operator
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
 
 from hotswap.api.cluster import NodeState
 from hotswap.api.phases import WorkloadPhase
-from hotswap.api.priority import Priority
 from hotswap.core.cow import Layered
 from hotswap.core.index import Indexes, Level
-
-if TYPE_CHECKING:  # pydantic is loaded only by those who build or validate specs (the CLI's reads stay fast)
-    from hotswap.api.spec import WorkloadSpec
-
-# The phases in which a workload holds slices (``WorkloadPhase.holds_slices``) as a set: the core
-# tests this for thousands of workloads per round, and a set lookup is an order of magnitude
-# cheaper than the enum property.
-HOLDING = frozenset({WorkloadPhase.RUNNING, WorkloadPhase.RESTARTING})
+from hotswap.core.workload import Workload
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -53,66 +44,6 @@ class Slice:
     @property
     def healthy(self) -> bool:
         return not self.down_nodes
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Workload:
-    """A workload's scheduling state. ``slices[i]`` runs replica ``i`` (JobSet's JOB_INDEX)."""
-
-    spec: WorkloadSpec
-    seq: int  # creation order; FIFO tie-break within a priority level
-    created_at: float
-    phase: WorkloadPhase = WorkloadPhase.QUEUED
-    slices: tuple[str, ...] = ()
-    attempt: int = 0  # generation of workers; bumped at every (re)start
-    stopping: frozenset[int] = frozenset()  # attempts whose workers may still be alive
-    membership: int = 0  # elastic membership generation; bumped at every scale change
-    restarts: int = 0  # restarts charged to max_restarts (restartable exit codes only)
-    disruptions: int = 0  # restarts caused by node failures, cordons, drains (never charged)
-    preemptions: int = 0
-    running_since: float | None = None  # when the current attempt's workers started
-    last_checkpoint_at: float | None = None
-    last_checkpoint_step: int | None = None
-    # Set when the workload declared that it saves every this many seconds from
-    # last_checkpoint_at on, without reporting each save (see CheckpointRecorded.every).
-    checkpoint_every: float | None = None
-    exited_ok: frozenset[tuple[str, int]] = frozenset()  # (slice, host) of this attempt done
-    status_message: str = ""
-    status_time: float = 0.0
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-    @property
-    def priority(self) -> Priority:
-        return self.spec.priority
-
-    @property
-    def device_type(self) -> str:
-        return self.spec.device_type
-
-
-_WORKLOAD_FIELDS = tuple(f.name for f in dataclasses.fields(Workload))
-_FIELD_INDEX = {name: index for index, name in enumerate(_WORKLOAD_FIELDS)}
-_ALL_FIELDS = operator.attrgetter(*_WORKLOAD_FIELDS)
-# The slots' own setters: a frozen dataclass's __init__ sets each field through
-# object.__setattr__, which looks the slot up by name every time.
-_SETTERS = tuple(getattr(Workload, name).__set__ for name in _WORKLOAD_FIELDS)
-_new_object = object.__new__
-
-
-def replace_workload(workload: Workload, changes: Mapping[str, object]) -> Workload:
-    """``dataclasses.replace(workload, **changes)``, several times faster: every transition of
-    every workload goes through it. (Workload has no ``__post_init__`` or init-only field, so
-    filling the slots of a new object is all its ``__init__`` does.)"""
-    values = list(_ALL_FIELDS(workload))
-    for name, value in changes.items():
-        values[_FIELD_INDEX[name]] = value
-    new = _new_object(Workload)
-    for set_field, value in zip(_SETTERS, values):
-        set_field(new, value)
-    return new
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ import enum
 import math
 
 from hotswap.core.index import RUNNING
-from hotswap.core.model import Workload
+from hotswap.core.workload import Workload
 
 
 class DemandKind(enum.IntEnum):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from hotswap.core.capacity import Capacity
-from hotswap.core.model import Workload
+from hotswap.core.workload import Workload
 
 
 def reclaim_target(capacity: Capacity, workload: Workload, have: int, want: int, need: int) -> int:

@@ -21,7 +21,7 @@ from typing import Protocol
 
 from hotswap.core.capacity import Capacity
 from hotswap.core.index import INF, SHRINKABLE, RankKey, WorkloadIndex, shrink_room
-from hotswap.core.model import Workload
+from hotswap.core.workload import Workload
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -17,7 +17,8 @@ from hotswap.core.capacity import Capacity
 from hotswap.core.cow import Overlay
 from hotswap.core.demands import Demand, DemandQueue
 from hotswap.core.index import QUEUED, RESTARTING, RUNNING, WorkloadIndex
-from hotswap.core.model import Snapshot, Workload, replace_workload
+from hotswap.core.model import Snapshot
+from hotswap.core.workload import Workload, replace_workload
 from hotswap.core.policy import SchedulerConfig
 
 # As a constant: enum member reads are slow on Python 3.11 (see hotswap.core.admission).

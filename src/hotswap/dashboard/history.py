@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from hotswap.api import worker as contract
+from hotswap.api.worker_output import parse_fields
 
 # Timeline entry kinds (the local backend's, ``backends/local/timeline.py``; Kubernetes uses
 # the same action names) by what the page marks them as.
@@ -100,7 +100,7 @@ class History:
         history.partial = lines.pop()
         latest: int | None = None  # one sample per look: the lines' own times are unknown
         for line in lines:
-            fields = contract.parse_fields(line)
+            fields = parse_fields(line)
             if "step" not in fields or not fields["step"].isdigit():
                 continue
             step = int(fields["step"])

@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 from hotswap.api import worker as contract
+from hotswap.api.worker_output import EVENT_CHECKPOINT_SAVE, EVENT_STOP, parse_fields
 from hotswap.demo.drills import Drill, DrillFailed
 from hotswap.demo.observe import log_lines
 from hotswap.store import registry
@@ -112,12 +113,12 @@ class GpuDrill(Drill):
         return records
 
     def _stop_of(self, name: str, attempt: int) -> dict[str, Any] | None:
-        return next((r for r in self._events(name, attempt) if r.get("kind") == contract.EVENT_STOP), None)
+        return next((r for r in self._events(name, attempt) if r.get("kind") == EVENT_STOP), None)
 
     def _termination_save(self, name: str, attempt: int) -> dict[str, Any] | None:
         return next(
             (r for r in self._events(name, attempt)
-             if r.get("kind") == contract.EVENT_CHECKPOINT_SAVE and r.get("reason") == "termination"),
+             if r.get("kind") == EVENT_CHECKPOINT_SAVE and r.get("reason") == "termination"),
             None,
         )
 
@@ -133,7 +134,7 @@ class GpuDrill(Drill):
         saved = after = None
         for line in log_lines(self.main_log(name)):
             if line.startswith("params_checksum"):
-                fields = contract.parse_fields(line)
+                fields = parse_fields(line)
                 if fields.get("when") == "saved":
                     saved_at[fields.get("step", "")] = saved = fields.get("sha256")
                 elif fields.get("when") == "restored":

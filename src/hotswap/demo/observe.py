@@ -12,7 +12,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from hotswap.api import worker as contract
+from hotswap.api.worker_output import EVENT_CHECKPOINT_RESTORE, EVENT_STEP, EVENT_STOP, parse_fields
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +92,7 @@ def read_trace(workload_dir: Path) -> Trace:
             except json.JSONDecodeError:
                 continue  # a line cut short by a kill
             kind = record.get("kind")
-            if kind == contract.EVENT_STEP:
+            if kind == EVENT_STEP:
                 loss = record.get("loss")
                 steps.append(
                     StepRecord(
@@ -100,9 +100,9 @@ def read_trace(workload_dir: Path) -> Trace:
                         record.get("slices"), float(loss) if loss is not None else None,
                     )
                 )
-            elif kind == contract.EVENT_CHECKPOINT_RESTORE:
+            elif kind == EVENT_CHECKPOINT_RESTORE:
                 restores.append(RestoreRecord(float(record["t"]), int(record.get("step", 0)), str(record.get("source", "")), attempt))
-            elif kind == contract.EVENT_STOP:
+            elif kind == EVENT_STOP:
                 stops.append({**record, "attempt": attempt, "replica": replica, "host": host})
     steps.sort(key=lambda s: (s.t, s.step))
     restores.sort(key=lambda r: r.t)
@@ -124,7 +124,7 @@ def slice_count_changes(lines: list[str]) -> list[tuple[int, int, int]]:
     for line in lines:
         if "step=" not in line or "elastic_manager.elastic_down_event_count=" not in line:
             continue
-        fields = contract.parse_fields(line)
+        fields = parse_fields(line)
         count = int(fields.get("elastic_manager.good_slice_count", "0"))
         if previous is not None and count != previous:
             changes.append((int(fields.get("step", "0")), previous, count))

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from hotswap.api.phases import WorkloadPhase
-from hotswap.core.model import Workload
+from hotswap.core.workload import Workload
 
 
 def workload_to_dict(workload: Workload) -> dict[str, Any]:

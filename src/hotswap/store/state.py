@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from hotswap.api.cluster import NodeState
-from hotswap.core.model import Node, Slice, Snapshot, Workload
+from hotswap.core.model import Node, Slice, Snapshot
+from hotswap.core.workload import Workload
 from hotswap.store import db
 from hotswap.store.codec import workload_from_json, workload_to_json
 from hotswap.api.errors import StateError

@@ -7,7 +7,7 @@ import threading
 import time
 from typing import TextIO
 
-from hotswap.api.worker import event_record
+from hotswap.api.worker_output import event_record
 
 
 def say(line: str) -> None:
@@ -16,7 +16,7 @@ def say(line: str) -> None:
 
 
 class EventLog:
-    """Appends one :func:`~hotswap.api.worker.event_record` line per event and flushes it, so a
+    """Appends one :func:`~hotswap.api.worker_output.event_record` line per event and flushes it, so a
     worker killed at any moment leaves every event before that moment on disk. Without a file
     (a run outside hotswap) recording does nothing."""
 

@@ -17,7 +17,9 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from hotswap.api.worker import CHECKPOINTED_EXIT_CODE, EVENT_ELASTIC, RESTART_EXIT_CODE, Membership, WorkerEnv
+from hotswap.api.membership import Membership
+from hotswap.api.worker import CHECKPOINTED_EXIT_CODE, RESTART_EXIT_CODE, WorkerEnv
+from hotswap.api.worker_output import EVENT_ELASTIC
 from hotswap.train.events import EventLog, say
 from hotswap.train.membership import MembershipWatcher
 from hotswap.train.progress import Progress

@@ -10,7 +10,8 @@ import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from hotswap.api.worker import EVENT_STEP, WorkerEnv, step_line
+from hotswap.api.worker import WorkerEnv
+from hotswap.api.worker_output import EVENT_STEP, step_line
 from hotswap.train.events import EventLog, say
 from hotswap.train.progress import Progress
 from hotswap.train.rendezvous import first_line

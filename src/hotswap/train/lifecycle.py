@@ -14,7 +14,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from hotswap.api.worker import EVENT_START, WorkerEnv
+from hotswap.api.worker import WorkerEnv
+from hotswap.api.worker_output import EVENT_START
 from hotswap.train.boundary import StepBoundary
 from hotswap.train.events import EventLog
 from hotswap.train.front import RunFront

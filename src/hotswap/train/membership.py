@@ -8,7 +8,7 @@ import os
 import time
 from collections.abc import Callable
 
-from hotswap.api.worker import Membership
+from hotswap.api.membership import Membership
 
 POLL_INTERVAL_S = 0.05
 

@@ -1,8 +1,8 @@
 """A run's checkpoint directory as a worker sees it: seed 004's ``signal`` file (what a new run
 may resume from) and where this run's state comes from while it has no checkpoint of its own.
 
-The values and the rule are the worker contract's (:mod:`hotswap.api.worker`: ``RUN_*``,
-:func:`~hotswap.api.worker.pending_migration`); this module reads and writes the files.
+The values and the rule are the worker contract's (:mod:`hotswap.api.runs`: ``RUN_*``,
+:func:`~hotswap.api.runs.pending_migration`); this module reads and writes the files.
 Framework-neutral: the PyTorch and the JAX SDK both use it.
 """
 
@@ -14,14 +14,8 @@ import os
 import uuid
 from pathlib import Path
 
-from hotswap.api.worker import (
-    RESUME_AUTO,
-    RUN_RUNNING,
-    RUN_SIGNAL_FILE,
-    WorkerEnv,
-    pending_migration,
-    run_signal_after,
-)
+from hotswap.api.runs import RESUME_AUTO, RUN_RUNNING, RUN_SIGNAL_FILE, pending_migration, run_signal_after
+from hotswap.api.worker import WorkerEnv
 from hotswap.train.files import write_file_durably
 
 log = logging.getLogger("hotswap.train")

@@ -16,7 +16,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, NoReturn
 
-from hotswap.api.worker import CHECKPOINTED_EXIT_CODE, EVENT_STOP
+from hotswap.api.worker import CHECKPOINTED_EXIT_CODE
+from hotswap.api.worker_output import EVENT_STOP
 from hotswap.train.events import EventLog, say
 from hotswap.train.progress import Progress
 

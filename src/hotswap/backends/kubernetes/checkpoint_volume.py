@@ -13,7 +13,7 @@ from typing import Any
 
 from hotswap.api.errors import InvalidInputError
 from hotswap.api.spec import WorkloadSpec
-from hotswap.api.worker import RESUME_AUTO, is_run_id
+from hotswap.api.runs import RESUME_AUTO, is_run_id
 from hotswap.backends.base import RUN_AUTO, RUN_FRESH, RUN_FROM
 from hotswap.backends.kubernetes import labels
 

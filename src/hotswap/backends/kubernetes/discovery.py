@@ -31,16 +31,9 @@ import functools
 from collections.abc import Iterable
 from typing import Any
 
-from hotswap.api.catalog import (
-    GPU_RESOURCE,
-    TPU_FAMILIES,
-    TPU_RESOURCE,
-    AcceleratorKind,
-    DeviceType,
-    device_types,
-    get_device_type,
-)
+from hotswap.api.catalog import GPU_RESOURCE, TPU_RESOURCE, AcceleratorKind, DeviceType, device_types, get_device_type
 from hotswap.api.cluster import NodeState
+from hotswap.api.device_tables import TPU_FAMILIES
 from hotswap.api.errors import InvalidInputError
 from hotswap.api.times import parse_iso_utc
 from hotswap.backends.kubernetes import labels

@@ -20,16 +20,13 @@ worker fails, and judges exits. So:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from hotswap.api.phases import WorkloadPhase
 from hotswap.backends.kubernetes.live_objects import LiveJobSet
 from hotswap.backends.kubernetes.state_annotation import workload_from_state
-from hotswap.core.model import Workload
-
-if TYPE_CHECKING:
-    from hotswap.backends.kubernetes.observation import Observation
+from hotswap.core.workload import Workload
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,10 +81,14 @@ def terminal_workload(workload: Workload, job: LiveJobSet) -> Workload:
     )
 
 
-def kueue_queued(observation: Observation, live: list[LiveJobSet]) -> list[LiveJobSet]:
-    """The JobSets Kueue has admitted (and finished ones), for the core; those Kueue keeps
-    suspended go to ``observation.outside`` with Kueue's reason (when they have a record)."""
+def kueue_queued(
+    live: list[LiveJobSet], views: Mapping[str, KueueView], now: float
+) -> tuple[list[LiveJobSet], dict[str, Workload]]:
+    """The JobSets Kueue has admitted (and finished ones), for the core, and the records of
+    those Kueue keeps suspended (when they have one), queued with Kueue's reason: the workloads
+    outside the core's scheduling."""
     admitted = []
+    outside: dict[str, Workload] = {}
     for job in live:
         if job.spec is None:
             continue
@@ -96,8 +97,8 @@ def kueue_queued(observation: Observation, live: list[LiveJobSet]) -> list[LiveJ
             continue
         previous = workload_from_state(job.spec, job.state) if job.state is not None else None
         if previous is not None:
-            observation.outside[job.name] = _queued(previous, observation.kueue.get(job.name), observation.now)
-    return admitted
+            outside[job.name] = _queued(previous, views.get(job.name), now)
+    return admitted, outside
 
 
 def _queued(previous: Workload, view: KueueView | None, now: float) -> Workload:

@@ -46,7 +46,8 @@ from hotswap.backends.kubernetes.pod_signals import Signals, read_signals
 from hotswap.backends.kubernetes.settings import KubeSettings
 from hotswap.backends.kubernetes.state_annotation import released_of, replicas_of, workload_from_state
 from hotswap.core import events as ev
-from hotswap.core.model import Node, Slice, Snapshot, Workload
+from hotswap.core.model import Node, Slice, Snapshot
+from hotswap.core.workload import Workload
 
 
 @dataclasses.dataclass
@@ -138,7 +139,8 @@ def observe(
     )
     if settings.kueue:
         observation.kueue = kueue_views(kueue_objects)
-        live = kueue_queued(observation, live)
+        live, outside = kueue_queued(live, observation.kueue, observation.now)
+        observation.outside.update(outside)
     workloads, created = _managed_workloads(observation, live)
     workloads = _exclusive(workloads)
     released = {j.name: released_of(j.state) for j in live}

@@ -25,10 +25,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from hotswap.api import worker as contract
+from hotswap.api.runs import START_CAUSES
 from hotswap.api.catalog import get_device_type
 from hotswap.api.cluster import NodeState
 from hotswap.api.phases import WorkloadPhase
-from hotswap.api.worker import Membership
+from hotswap.api.membership import Membership
 from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes.live_objects import LiveJobSet
 from hotswap.backends.kubernetes.observation import Observation
@@ -45,7 +46,7 @@ from hotswap.backends.kubernetes.operations import (
 )
 from hotswap.backends.kubernetes.state_annotation import Released, encode_state, released_of, state_of
 from hotswap.core import actions as act
-from hotswap.core.model import Workload
+from hotswap.core.workload import Workload
 from hotswap.core.scheduler import Decision
 
 
@@ -188,7 +189,7 @@ def _release(
 
 
 def start_cause(actions: Sequence[act.Action], state: dict[str, Any] | None) -> str | None:
-    """Why the workload's current attempt started (contract.START_CAUSES): this round's action,
+    """Why the workload's current attempt started (START_CAUSES): this round's action,
     else what the state record remembers."""
     cause = (state or {}).get("start_cause")
     for action in actions:
@@ -198,7 +199,7 @@ def start_cause(actions: Sequence[act.Action], state: dict[str, Any] | None) -> 
             cause = "failure" if action.charged else "hotswap"
         elif isinstance(action, act.ScaleUp):
             cause = "elastic"
-    return cause if cause in contract.START_CAUSES else None
+    return cause if cause in START_CAUSES else None
 
 
 def elastic_membership(name: str, workload: Workload, replicas: Sequence[str | None], hosts: int) -> Membership:

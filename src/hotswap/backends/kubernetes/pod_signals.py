@@ -38,7 +38,7 @@ from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes.discovery import Discovery
 from hotswap.backends.kubernetes.live_objects import LivePod, Occupant
 from hotswap.core import events as ev
-from hotswap.core.model import Workload
+from hotswap.core.workload import Workload
 
 EXIT_HOLD_S = 60.0  # > node-monitor-grace-period (40-50 s) plus the watch's delay
 UNSCHEDULABLE_AFTER_S = 120.0

@@ -3,7 +3,7 @@ attempts, preemptions, the slice each replica was placed on), kept on its JobSet
 controller stays stateless. The controller writes it; every reconcile, and a new leader, reads
 it back.
 
-The record is the store's JSON of the core's :class:`~hotswap.core.model.Workload` without its
+The record is the store's JSON of the core's :class:`~hotswap.core.workload.Workload` without its
 spec (the spec has its own annotation), plus keys of the Kubernetes backend: the replica map,
 the seconds spent in each phase (for ``describe``'s goodput), and the workers whose pods the
 controller has released for the current attempt, by child Job and completion index (``{"<job
@@ -21,7 +21,7 @@ from typing import Any
 import pydantic
 
 from hotswap.api.spec import WorkloadSpec
-from hotswap.core.model import Workload
+from hotswap.core.workload import Workload
 from hotswap.store.codec import workload_from_json, workload_to_dict
 
 _EXTRA_STATE = ("replicas", "phase_seconds", "phase_since", "released_jobs", "start_cause")

@@ -16,12 +16,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from hotswap.api import worker as contract
+from hotswap.api.membership import Membership
+from hotswap.api.runs import START_CAUSES
 from hotswap.api.catalog import AcceleratorKind, get_device_type
 from hotswap.backends.local import launch as files
 from hotswap.backends.local.gpus import Backing
 from hotswap.backends.local.supervisor import LocalProcess, WorkerLaunch
 from hotswap.core import actions as act
-from hotswap.core.model import Snapshot, Workload
+from hotswap.core.model import Snapshot
+from hotswap.core.workload import Workload
 from hotswap.store.paths import ClusterPaths, new_dirs_private
 from hotswap.store.state import Store, WorkerIdentity, WorkerRow
 
@@ -38,7 +41,7 @@ class WorkerPlan:
     start: tuple[str, ...] = ()  # slices whose workers start...
     slices: tuple[str, ...] = ()  # ...as replicas of this list (replica i on slices[i])
     attempt: int = 0  # ...in this attempt
-    cause: str | None = None  # ...because of this (contract.START_CAUSES), None when not known
+    cause: str | None = None  # ...because of this (START_CAUSES), None when not known
 
 
 def plan(action: act.Action, workload: Workload, live: Sequence[WorkerRow]) -> WorkerPlan:
@@ -203,7 +206,7 @@ class Launcher:
             new_dirs_private(joined)
             files.publish_membership(
                 directory,
-                contract.Membership(generation, tuple(slices), hosts, files.MASTER_ADDR, port, per_host, str(joined)),
+                Membership(generation, tuple(slices), hosts, files.MASTER_ADDR, port, per_host, str(joined)),
             )
 
 

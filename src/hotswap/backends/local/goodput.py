@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hotswap.api import worker as contract
+from hotswap.api.worker_output import EVENT_CHECKPOINT_RESTORE, EVENT_CHECKPOINT_SAVE, EVENT_ELASTIC, EVENT_STEP
 from hotswap.core.goodput import Category, Ledger
 
 _STARTS = {"admit", "restart", "startworkers"}
@@ -79,18 +79,18 @@ def workload_goodput(record: dict[str, Any], timeline: Sequence[Any], directory:
         events = _events_of_attempt(directory, attempt)
         per_attempt[attempt] = events
         for event in events:
-            if event.get("kind") == contract.EVENT_CHECKPOINT_RESTORE:
+            if event.get("kind") == EVENT_CHECKPOINT_RESTORE:
                 restored_by_attempt[attempt] = int(event.get("step", 0))
     for index, (start, stop, attempt, slices) in enumerate(runs):
         events = per_attempt.get(attempt, [])
-        steps = [e for e in events if e.get("kind") == contract.EVENT_STEP and start <= e["t"] <= stop + 1.0]
+        steps = [e for e in events if e.get("kind") == EVENT_STEP and start <= e["t"] <= stop + 1.0]
         if not steps:
             ledger.add(Category.PRODUCTIVE, slices * max(0.0, stop - start))
             ledger.add(Category.DEGRADED, (size - slices) * max(0.0, stop - start))
             continue
         source = "workers"
         first_step_start = steps[0]["t"] - float(steps[0].get("duration_s", 0.0))
-        restore = sum(float(e.get("duration_s", 0.0)) for e in events if e.get("kind") == contract.EVENT_CHECKPOINT_RESTORE)
+        restore = sum(float(e.get("duration_s", 0.0)) for e in events if e.get("kind") == EVENT_CHECKPOINT_RESTORE)
         startup = max(0.0, first_step_start - start - restore)
         ledger.add(Category.STARTUP, size * startup)
         ledger.add(Category.CHECKPOINT_RESTORE, size * min(restore, max(0.0, first_step_start - start)))
@@ -106,8 +106,8 @@ def workload_goodput(record: dict[str, Any], timeline: Sequence[Any], directory:
                 wasted += amount
             else:
                 productive += amount
-        save = sum(float(e.get("blocking_s", 0.0)) for e in events if e.get("kind") == contract.EVENT_CHECKPOINT_SAVE)
-        elastic = sum(float(e.get("duration_s", 0.0)) for e in events if e.get("kind") == contract.EVENT_ELASTIC)
+        save = sum(float(e.get("blocking_s", 0.0)) for e in events if e.get("kind") == EVENT_CHECKPOINT_SAVE)
+        elastic = sum(float(e.get("duration_s", 0.0)) for e in events if e.get("kind") == EVENT_ELASTIC)
         ledger.add(Category.PRODUCTIVE, productive)
         ledger.add(Category.WASTED_PROGRESS, wasted)
         ledger.add(Category.CHECKPOINT_SAVE, size * save)

@@ -21,12 +21,13 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from hotswap.api import worker as contract
+from hotswap.api.worker_output import EVENT_CHECKPOINT_BEGIN, EVENT_CHECKPOINT_SAVE, EVENT_ELASTIC, EVENT_STEP
 from hotswap.api.phases import WorkloadPhase
 from hotswap.backends.local import launch as files
 from hotswap.core import events as ev
 from hotswap.core.hang import WINDOW_STEPS, HangLimits, RankProgress, judge
-from hotswap.core.model import Snapshot, Workload
+from hotswap.core.model import Snapshot
+from hotswap.core.workload import Workload
 from hotswap.store.paths import ClusterPaths
 from hotswap.store.state import WorkerRow
 
@@ -77,18 +78,18 @@ class _Tail:
 
     def _apply(self, kind: object, t: float, record: dict) -> None:
         if self.rejoin_after is not None:
-            if kind == contract.EVENT_ELASTIC and t >= self.rejoin_after:
+            if kind == EVENT_ELASTIC and t >= self.rejoin_after:
                 self.rejoin_after = None
             return
-        if kind == contract.EVENT_STEP:
+        if kind == EVENT_STEP:
             interval = t - self.last_step_at if self.last_step_at is not None else float(record.get("duration_s", 0.0))
             self.intervals.append(max(0.0, interval))
             self.steps += 1
             self.last_step, self.last_step_at = int(record.get("step", 0)), t
             self.saving_since = None  # stepping again: the save does not hold the loop (async)
-        elif kind == contract.EVENT_CHECKPOINT_BEGIN:
+        elif kind == EVENT_CHECKPOINT_BEGIN:
             self.saving_since = t
-        elif kind == contract.EVENT_CHECKPOINT_SAVE:
+        elif kind == EVENT_CHECKPOINT_SAVE:
             held = float(record.get("blocking_s", record.get("total_s", 0.0)))
             self.longest_save_s = max(self.longest_save_s or 0.0, held)
             self.saving_since, self.save_ended_at = None, t

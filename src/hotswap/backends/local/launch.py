@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from hotswap.api import worker as contract
-from hotswap.api.worker import Membership
+from hotswap.api.membership import Membership
 from hotswap.store.paths import new_dirs_private, open_private
 
 MASTER_ADDR = contract.DEFAULT_MASTER_ADDR  # every worker of a local cluster is on this machine

@@ -26,7 +26,7 @@ from typing import Any
 from hotswap.api.errors import HotswapError
 from hotswap.api.limits import MAX_ARGUMENT_LENGTH, check_text
 from hotswap.api.names import validate_workload_name
-from hotswap.api.worker import is_run_id
+from hotswap.api.runs import is_run_id
 
 PING = "ping"
 PONG = "pong"

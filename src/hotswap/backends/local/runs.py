@@ -1,7 +1,7 @@
 """What a new local run resumes from, decided once at ``workload create`` and pinned in its
 launch record (so ``workload describe`` and the workers agree, whatever happens later).
 
-The rule is the worker contract's (:func:`hotswap.api.worker.pending_migration`): the
+The rule is the worker contract's (:func:`hotswap.api.runs.pending_migration`): the
 predecessor's migration checkpoint, only if it left one on SIGTERM; ``--resume-from`` names a
 run or a directory; ``--fresh`` takes nothing. The checkpoints are on this machine, so the CLI
 reads the runs' signal files itself (on Kubernetes only the pods see the volume, and the
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hotswap.api.errors import InvalidInputError
-from hotswap.api.worker import RUN_SIGNAL_FILE, is_run_id, pending_migration
+from hotswap.api.runs import RUN_SIGNAL_FILE, is_run_id, pending_migration
 from hotswap.backends.base import RUN_AUTO, RUN_FRESH, RUN_FROM
 from hotswap.store.paths import ClusterPaths, check_private
 from hotswap.store.state import LIVE_WORKER_STATES, Store

@@ -21,7 +21,7 @@ from typing import Any
 import jax
 import orbax.checkpoint as ocp
 
-from hotswap.api.worker import EVENT_CHECKPOINT_SAVE
+from hotswap.api.worker_output import EVENT_CHECKPOINT_SAVE
 from hotswap.train import runs
 from hotswap.train.events import EventLog
 from hotswap.train.jax.trees import StateMismatchError, first_mismatch, leaves_with_paths

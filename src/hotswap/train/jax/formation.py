@@ -23,7 +23,8 @@ import time
 from collections.abc import Callable
 from typing import NoReturn
 
-from hotswap.api.worker import CHECKPOINTED_EXIT_CODE, RESTART_EXIT_CODE, Membership, WorkerEnv
+from hotswap.api.membership import Membership
+from hotswap.api.worker import CHECKPOINTED_EXIT_CODE, RESTART_EXIT_CODE, WorkerEnv
 from hotswap.train.events import EventLog, say
 from hotswap.train.formation import GroupFormation
 from hotswap.train.jax.handoff import Handoff, MembershipChange

@@ -26,7 +26,9 @@ from typing import Any, NoReturn
 import jax
 import numpy as np
 
-from hotswap.api.worker import CHECKPOINTED_EXIT_CODE, EVENT_STOP, Membership, WorkerEnv
+from hotswap.api.membership import Membership
+from hotswap.api.worker import CHECKPOINTED_EXIT_CODE, WorkerEnv
+from hotswap.api.worker_output import EVENT_STOP
 from hotswap.train import runs
 from hotswap.train.formation import GroupFormation
 from hotswap.train.jax import handoff as handoffs

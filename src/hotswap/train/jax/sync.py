@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import jax
 
-from hotswap.api.worker import EVENT_CHECKPOINT_RESTORE, restore_source, restored_line
+from hotswap.api.worker_output import EVENT_CHECKPOINT_RESTORE, restore_source, restored_line
 from hotswap.train import runs
 from hotswap.train.events import EventLog, say
 from hotswap.train.jax.handoff import Handoff, MembershipChange

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from hotswap.api.worker import Membership
+from hotswap.api.membership import Membership
 from hotswap.train.membership import MembershipWatcher
 
 log = logging.getLogger("hotswap.train")

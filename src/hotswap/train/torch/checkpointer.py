@@ -28,7 +28,7 @@ from typing import Any
 import numpy
 import torch
 
-from hotswap.api.worker import EVENT_CHECKPOINT_SAVE
+from hotswap.api.worker_output import EVENT_CHECKPOINT_SAVE
 from hotswap.train.torch.codec import CheckpointFormatError, encode
 from hotswap.train.events import EventLog
 from hotswap.train.torch.snapshot import HostSnapshot, HostStaging

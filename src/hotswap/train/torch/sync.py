@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from hotswap.api.worker import EVENT_CHECKPOINT_BEGIN, EVENT_CHECKPOINT_RESTORE, restore_source, restored_line
+from hotswap.api.worker_output import EVENT_CHECKPOINT_BEGIN, EVENT_CHECKPOINT_RESTORE, restore_source, restored_line
 from hotswap.train import runs
 from hotswap.train.torch.checkpointer import Checkpointer
 from hotswap.train.torch.distributed import ProcessGroup

@@ -1,0 +1,51 @@
+"""Runs, why a worker generation starts, and which checkpoint a new run resumes from.
+
+Each ``workload create`` starts a *run*: its own id and its own checkpoint directory under the
+workload's checkpoint root (the worker gets both, :data:`~hotswap.api.worker.HOTSWAP_RUN_ID`
+and :data:`~hotswap.api.worker.HOTSWAP_CHECKPOINT_DIR`). The rules here decide, from the
+``signal`` file each run's directory holds, whether a new run resumes from its predecessor;
+backends and the training SDK read and write the files by them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+# HOTSWAP_RESUME_FROM's value that has the worker look for a migration checkpoint its
+# predecessor left next to its own directory (Kubernetes, where only pods see the volume).
+RESUME_AUTO = "auto"
+
+# A run's id sorts in creation order. A run's directory holds seed 004's ``signal`` file: RUN_RESUME after a save on SIGTERM (deleted or preempted mid-run: a
+# migration checkpoint waits), RUN_RUNNING once it has started or restored, RUN_DONE after its
+# final save. A new run resumes automatically only from the newest run that has a signal, and
+# only if that signal is RUN_RESUME: never from a finished or failed run.
+RUN_SIGNAL_FILE = "signal"
+RUN_RESUME = "resume"
+RUN_RUNNING = "running"
+RUN_DONE = "done"
+_RUN_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{6}$")  # UTC creation time, 6 random hex digits
+
+
+def is_run_id(text: str) -> bool:
+    return bool(_RUN_ID.match(text))
+
+
+def run_signal_after(reason: str) -> str:
+    """The signal a run's directory holds after a checkpoint saved for ``reason``."""
+    return {"termination": RUN_RESUME, "final": RUN_DONE}.get(reason, RUN_RUNNING)
+
+
+def pending_migration(signals: Mapping[str, str | None]) -> str | None:
+    """The run whose migration checkpoint a new run resumes from, given each earlier run's
+    signal (None: it never got to start): the newest run that has a signal, if it says resume."""
+    started = sorted(run for run, signal in signals.items() if signal and is_run_id(run))
+    if started and (signals[started[-1]] or "").strip() == RUN_RESUME:
+        return started[-1]
+    return None
+
+
+# Why a worker generation started: its first start, a restart after a node failure (onto other
+# slices), after a worker failure or hang (same slices), re-admission after preemption, a
+# replica joining an elastic workload that grows back, a new run resuming its predecessor.
+START_CAUSES = ("start", "hotswap", "failure", "preemption", "elastic", "resume")
