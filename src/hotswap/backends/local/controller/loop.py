@@ -22,7 +22,7 @@ lines on purpose: they share the in-memory snapshot and the open transaction). W
 (``timeline.py``), hang detection (``hangs.py``) and the GPUs behind a GPU-backed cluster's
 slices (``gpus.py``).
 
-Run it with ``python -m hotswap.runtime.local_controller <cluster-dir>``; the CLI does that
+Run it with ``python -m hotswap.backends.local.controller.loop <cluster-dir>``; the CLI does that
 whenever it finds no controller running.
 """
 
@@ -34,35 +34,32 @@ import resource
 import selectors
 import signal
 import socket
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from hotswap.api.errors import ConflictError, HotswapError
 from hotswap.api.worker import DEFAULT_GRACE_PERIOD_S
+from hotswap.backends.kit.metrics import ControllerMetrics
 from hotswap.backends.local import effects, protocol, timeline
-from hotswap.backends.local.claim import AlreadyClaimed, Claim, LostClaim, wake_holder
+from hotswap.backends.local.claim import AlreadyClaimed, Claim, LostClaim
+from hotswap.backends.local.controller.gpu_health import GpuHealthMonitor
+from hotswap.backends.local.controller.hangs import HangWatch
+from hotswap.backends.local.controller.metrics import LocalFigures
+from hotswap.backends.local.controller.recovery import recover
+from hotswap.backends.local.controller.requests import Refusal, RoundInputs, round_inputs
+from hotswap.backends.local.controller.server import RequestServer
 from hotswap.backends.local.effects import Launcher
 from hotswap.backends.local.gpus import Backing
-from hotswap.backends.local.hangs import HangWatch
-from hotswap.backends.local.protocol import ControllerExit, RequestKind
-from hotswap.backends.local.recovery import recover
-from hotswap.backends.local.server import RequestServer
+from hotswap.backends.local.protocol import RequestKind
 from hotswap.backends.local.spares import DEFAULT_PRELOAD
 from hotswap.backends.local.supervisor import WorkerLaunch
 from hotswap.backends.local.workers import Workers
-from hotswap.runtime.gpu_health import GpuHealthMonitor
-from hotswap.runtime.local_metrics import LocalFigures, serve_metrics
-from hotswap.runtime.local_requests import Refusal, RoundInputs, round_inputs
-from hotswap.runtime.metrics import ControllerMetrics
 from hotswap.core import actions as act
 from hotswap.core import events as ev
 from hotswap.core.model import Snapshot
 from hotswap.core.policy import SchedulerConfig
 from hotswap.core.scheduler import decide
-from hotswap.store import faults, registry
+from hotswap.store import faults
 from hotswap.store.codec import workload_to_json
 from hotswap.store.paths import ClusterPaths
 from hotswap.store.state import ClusterRecord, Request, Store, WorkerRow
@@ -339,7 +336,7 @@ class LocalController:
 
     def _round(self, inputs: RoundInputs, request: Request | None) -> None:
         """Decide, commit the decision with everything it implies, then act (see
-        :class:`~hotswap.runtime.local_requests.RoundInputs` for what a request adds)."""
+        :class:`~hotswap.backends.local.controller.requests.RoundInputs` for what a request adds)."""
         assert self.claim is not None
         now, began = time.time(), time.perf_counter()
         events = self.pending_events + inputs.events
@@ -443,55 +440,3 @@ def _raise_descriptor_limit() -> None:
     if hard == resource.RLIM_INFINITY or soft < hard:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 1 << 20, hard))
-
-
-def run_local_controller(cluster: str, metrics_address: str | None = None) -> None:
-    """``hotswap controller run`` for a local cluster: serve it from this process until a
-    signal ends it (a one-line error when a controller serves it already), with Prometheus
-    metrics on ``metrics_address`` when given."""
-    paths = registry.existing(cluster)
-    metrics = serve_metrics(cluster, metrics_address) if metrics_address else None
-    try:
-        LocalController(paths, metrics).run()
-    except AlreadyRunning:
-        raise ConflictError(
-            f"the controller of cluster {cluster} is already running (pid {paths.controller_pid()})"
-        ) from None
-    except LostClaim as lost:
-        raise ConflictError(f"{lost}; this controller stopped and left the workers alone") from None
-    finally:
-        if metrics is not None:
-            metrics.close()
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m hotswap.runtime.local_controller <cluster-dir>", file=sys.stderr)
-        return 2
-    root = Path(args[0])
-    paths = ClusterPaths(root.name, root)
-    try:
-        LocalController(paths).run()
-    except AlreadyRunning:
-        with contextlib.suppress(Exception), Store.open(paths.database) as store:
-            wake_holder(store)  # the CLI could not reach it: its socket may have been removed
-        return ControllerExit.HELD
-    except FileNotFoundError:
-        return ControllerExit.GONE  # deleted meanwhile
-    except LostClaim as lost:
-        print(f"hotswap: {lost}; this controller stops and leaves the workers alone", file=sys.stderr)
-        return ControllerExit.GONE
-    except HotswapError as error:
-        print(f"hotswap: {error}", file=sys.stderr)
-        return ControllerExit.FAILED
-    except Exception as error:
-        if not faults.is_fault(error):
-            raise
-        print(f"hotswap: {faults.explain(error)}", file=sys.stderr)
-        return ControllerExit.FAILED
-    return ControllerExit.STOPPED
-
-
-if __name__ == "__main__":
-    sys.exit(main())
