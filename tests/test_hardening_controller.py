@@ -19,7 +19,7 @@ from hardening_helpers import controllers, home, hotswap_command, state_home  # 
 from local_helpers import alive, hotswap, live_workers, query, wait_until, workloads, write_sleeper
 
 from hotswap.backends.local import client, protocol
-from hotswap.backends.local.controller import loop as local_controller
+from hotswap.backends.local.controller import rounds as local_controller
 from hotswap.backends.local.controller.loop import LocalController
 from hotswap.store.paths import ClusterPaths
 from hotswap.store.state import Store
