@@ -1,4 +1,4 @@
-"""The local hang watcher (backends/local/hangs.py) over events files it is handed: what counts
+"""The local hang watcher (backends/local/controller/hangs.py) over events files it is handed: what counts
 as a rank's history across attempts and elastic generations, saves, and half-written lines."""
 
 from __future__ import annotations
