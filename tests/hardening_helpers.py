@@ -106,7 +106,7 @@ def controllers(root: Path) -> list[int]:
             command = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"hotswap.runtime.local_controller" in command and os.fsencode(root) in command:
+        if b"hotswap.backends.local.controller.entry" in command and os.fsencode(root) in command:
             found.append(int(entry.name))
     return found
 

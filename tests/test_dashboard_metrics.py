@@ -27,7 +27,7 @@ from k8s_fixtures.scenario import (
 from local_helpers import alive, home, hotswap, wait_until
 from test_kubernetes_metrics import sample
 
-from hotswap.runtime.metrics import METRICS, ControllerMetrics
+from hotswap.backends.kit.metrics import METRICS, ControllerMetrics
 
 
 def figure(text: str, name: str) -> float | None:

@@ -19,7 +19,7 @@ from fake_nvml import FakeMachine
 from local_helpers import PYTHON, home, live_workers, query, wait_until, write_sleeper  # noqa: F401 (home: a fixture)
 
 from hotswap.backends.local import shim
-from hotswap.runtime import gpu_health
+from hotswap.backends.local.controller import gpu_health
 
 # A worker that writes what it was started with, then waits (SIGTERM: it lingers, then exits 143).
 ENV_PROBE = textwrap.dedent(

@@ -1,4 +1,4 @@
-"""The local hang watcher (backends/local/hangs.py) over events files it is handed: what counts
+"""The local hang watcher (backends/local/controller/hangs.py) over events files it is handed: what counts
 as a rank's history across attempts and elastic generations, saves, and half-written lines."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from builders import holding
 
 from hotswap.api.worker_output import EVENT_CHECKPOINT_BEGIN, EVENT_CHECKPOINT_SAVE, EVENT_ELASTIC, EVENT_STEP, event_record
 from hotswap.backends.local import launch as files
-from hotswap.backends.local.hangs import CHECK_INTERVAL_S, HangWatch
+from hotswap.backends.local.controller.hangs import CHECK_INTERVAL_S, HangWatch
 from hotswap.core import events as ev
 from hotswap.core.model import Snapshot
 from hotswap.store.paths import ClusterPaths

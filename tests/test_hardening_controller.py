@@ -19,8 +19,8 @@ from hardening_helpers import controllers, home, hotswap_command, state_home  # 
 from local_helpers import alive, hotswap, live_workers, query, wait_until, workloads, write_sleeper
 
 from hotswap.backends.local import client, protocol
-from hotswap.runtime import local_controller
-from hotswap.runtime.local_controller import LocalController
+from hotswap.backends.local.controller import rounds
+from hotswap.backends.local.controller.loop import LocalController
 from hotswap.store.paths import ClusterPaths
 from hotswap.store.state import Store
 
@@ -122,7 +122,7 @@ def test_a_failed_node_is_committed_before_its_workers_are_touched(home: Path, s
 
         # The round cannot be decided (a bug): refused, and the worker is untouched.
         with monkeypatch.context() as patch:
-            patch.setattr(local_controller, "decide", lambda *a: (_ for _ in ()).throw(RuntimeError("boom")))
+            patch.setattr(rounds, "decide", lambda *a: (_ for _ in ()).throw(RuntimeError("boom")))
             first = submit_fail()
             controller.step()
         assert outcome(first)[0] == "rejected" and "internal error" in outcome(first)[1]

@@ -24,7 +24,7 @@ from hotswap.backends.kubernetes import labels  # noqa: E402
 from hotswap.backends.kubernetes.client import ForbiddenError, KubeClient, UnreachableError  # noqa: E402
 from hotswap.backends.kubernetes.render import render_jobset, render_priority_classes  # noqa: E402
 from hotswap.backends.kubernetes.settings import KubeSettings  # noqa: E402
-from hotswap.runtime.kube_controller import LeaderElector  # noqa: E402
+from hotswap.backends.kubernetes.controller.leader import LeaderElector  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parent / "k8s_fixtures"
 Reply = tuple[int, Any]  # (status, JSON body | str body | list of watch events)

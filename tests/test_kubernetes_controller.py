@@ -15,7 +15,7 @@ from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes import operations as ops
 from hotswap.core import events as ev
 from hotswap.core.scheduler import decide
-from hotswap.runtime.kube_controller import KubeController
+from hotswap.backends.kubernetes.controller.loop import KubeController
 
 
 @pytest.fixture

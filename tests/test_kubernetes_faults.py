@@ -16,7 +16,7 @@ from hotswap.api.errors import HotswapError, NotFoundError
 from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes.client import ForbiddenError, UnreachableError
 from hotswap.backends.kubernetes.watch import Watcher
-from hotswap.runtime.kube_controller import KubeController
+from hotswap.backends.kubernetes.controller.loop import KubeController
 
 JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets"
 NODES = "/api/v1/nodes"

@@ -22,7 +22,7 @@ from hotswap.backends.kubernetes.lease import (
     read_lease,
     released,
 )
-from hotswap.runtime.kube_controller import LeaderElector
+from hotswap.backends.kubernetes.controller.leader import LeaderElector
 
 @pytest.fixture
 def world() -> World:

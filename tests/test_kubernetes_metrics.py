@@ -1,4 +1,4 @@
-"""The controller's Prometheus metrics (``hotswap.runtime.metrics``): what a hotswap records, and
+"""The controller's Prometheus metrics (``hotswap.backends.kit.metrics``): what a hotswap records, and
 the endpoint ``controller run --metrics-address`` serves, scraped over HTTP."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 from k8s_fixtures.scenario import make_controller, make_world, run_until, running, submit
 from test_kubernetes_cli import hotswap
 
-from hotswap.runtime.kube_controller import KubeController
-from hotswap.runtime.metrics import METRICS, ControllerMetrics
+from hotswap.backends.kubernetes.controller.loop import KubeController
+from hotswap.backends.kit.metrics import METRICS, ControllerMetrics
 
 
 def sample(text: str, name: str) -> float:

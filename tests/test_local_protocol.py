@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from hotswap.backends.local import client, protocol
 from hotswap.backends.local.protocol import LineReader, NodeOperation, ProtocolError, RequestKind
-from hotswap.backends.local.server import RequestServer
+from hotswap.backends.local.controller.server import RequestServer
 from hotswap.store.paths import ClusterPaths
 from hotswap.store.state import ClusterRecord, Store
 

@@ -15,7 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-from hotswap.backends.local.recovery import recover
+from hotswap.backends.local.controller.recovery import recover
 from hotswap.backends.local.supervisor import WorkerLaunch
 from hotswap.backends.local.workers import Workers
 from hotswap.store.paths import ClusterPaths

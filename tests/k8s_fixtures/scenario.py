@@ -13,7 +13,7 @@ from hotswap.api.spec import workload_spec
 from hotswap.backends.kubernetes.discovery import discover
 from hotswap.backends.kubernetes.render import render_jobset, render_kueue, render_priority_classes
 from hotswap.backends.kubernetes.settings import KubeSettings
-from hotswap.runtime.kube_controller import KubeController
+from hotswap.backends.kubernetes.controller.loop import KubeController
 
 CLUSTER = "c"
 POOLS = ["tpu-v6e-np-0", "tpu-v6e-np-1", "tpu-v6e-np-2"]

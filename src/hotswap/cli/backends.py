@@ -54,3 +54,17 @@ def kubernetes_controller_manifests(cluster: str, image: str) -> list[dict[str, 
     from hotswap.backends.kubernetes.render import render_controller_manifests
 
     return render_controller_manifests(cluster, settings_of(cluster), image)
+
+
+def run_local_controller(cluster: str, metrics_address: str | None) -> None:
+    """``controller run`` for a local cluster, in the foreground."""
+    from hotswap.backends.local.controller.entry import run_local_controller as run
+
+    run(cluster, metrics_address)
+
+
+def run_kubernetes_controller(cluster: str, settings: dict[str, Any] | None, metrics_address: str | None) -> None:
+    """``controller run`` for a Kubernetes cluster (``settings``: given in-cluster, else its record's)."""
+    from hotswap.backends.kubernetes.controller.entry import run_kubernetes_controller as run
+
+    run(cluster, settings, metrics_address)

@@ -31,7 +31,7 @@ def run(
     if in_cluster or registry.record_of(cluster).backend == "kubernetes":
         import json
 
-        from hotswap.runtime.kube_controller import run_kubernetes_controller
+        from hotswap.cli.backends import run_kubernetes_controller
 
         address = DEFAULT_METRICS_ADDRESS if metrics_address is None else metrics_address
         if address:
@@ -40,14 +40,14 @@ def run(
         return
     if metrics_address:
         _check_address(metrics_address)
-    from hotswap.runtime.local_controller import run_local_controller
+    from hotswap.cli.backends import run_local_controller
 
     run_local_controller(cluster, metrics_address or None)
 
 
 def _check_address(address: str) -> None:
     from hotswap.api.errors import InvalidInputError
-    from hotswap.runtime.metrics import parse_address
+    from hotswap.backends.kit.metrics import parse_address
 
     try:
         parse_address(address)

@@ -136,7 +136,7 @@ class ClusterPaths:
     @property
     def pid_file(self) -> Path:
         """The running controller's pid. (Named ``.lock`` for the scripts that read it; the
-        lock itself is held on the cluster's directory, see ``runtime/local_controller.py``.)"""
+        lock itself is held on the cluster's directory, see ``backends/local/controller/loop.py``.)"""
         return self.root / "controller.lock"
 
     @property

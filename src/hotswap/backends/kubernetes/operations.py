@@ -1,5 +1,5 @@
 """What the controller does to the cluster, as data: the operations :func:`~.planning.plan`
-emits and :class:`~hotswap.runtime.kube_controller.KubeController` applies, in the order they
+emits and :class:`~hotswap.backends.kubernetes.controller.loop.KubeController` applies, in the order they
 must happen, and the log line each leaves."""
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from typing import Any
 from hotswap.api.errors import ConflictError, HotswapError, NotFoundError, StateError
 from hotswap.backends.local import protocol
 from hotswap.backends.local.claim import AlreadyClaimed, Claim
+from hotswap.backends.local.controller.entry import main as controller_main
 from hotswap.backends.local.protocol import RequestKind
 from hotswap.store import faults
 from hotswap.store.paths import ClusterPaths, new_dirs_private, open_private
@@ -99,7 +100,7 @@ def _start(paths: ClusterPaths) -> subprocess.Popen[bytes]:
     log = open_private(paths.controller_log)
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "hotswap.runtime.local_controller", str(paths.root)],
+            [sys.executable, "-m", controller_main.__module__, str(paths.root)],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,

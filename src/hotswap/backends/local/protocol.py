@@ -46,7 +46,7 @@ FAILED = "failed"  # not decided: the controller could not even commit a refusal
 
 
 class ControllerExit(enum.IntEnum):
-    """Exit codes of a controller process (``python -m hotswap.runtime.local_controller``),
+    """Exit codes of a controller process (``python -m hotswap.backends.local.controller.entry``),
     which the CLI that started it reads."""
 
     STOPPED = 0  # stopped by a signal, or finished deleting the cluster

@@ -12,7 +12,7 @@ from hotswap.backends.kubernetes.render.jobset import Manifest
 from hotswap.backends.kubernetes.settings import KubeSettings
 
 SETTINGS_VARIABLE = "HOTSWAP_KUBERNETES_SETTINGS"
-METRICS_PORT = 8080  # Prometheus metrics (hotswap.runtime.metrics), scraped in the cluster
+METRICS_PORT = 8080  # Prometheus metrics (hotswap.backends.kit.metrics), scraped in the cluster
 
 
 def controller_rules(settings: KubeSettings) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

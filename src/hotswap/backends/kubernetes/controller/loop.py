@@ -13,15 +13,12 @@ Only the holder of the ``hotswap-controller`` Lease acts (:mod:`~hotswap.backend
 lease`): it renews the Lease on its own thread, and stops writing, even mid-reconcile, once it
 has failed to renew for the renew deadline. Errors of the API server (unreachable, forbidden,
 a missing CRD, conflicts) are logged as one line and retried with backoff; the process does not
-exit for them. Metrics: :mod:`hotswap.runtime.metrics`.
+exit for them. Metrics: :mod:`hotswap.backends.kit.metrics`. Started by ``entry.py``; the Lease is
+kept by ``leader.py``.
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -29,21 +26,12 @@ from typing import Any
 
 from hotswap.api.catalog import get_device_type
 from hotswap.api.errors import ConflictError, HotswapError
-from hotswap.api.times import iso_utc
+from hotswap.backends.kit.metrics import ControllerMetrics
 from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes import operations as ops
 from hotswap.backends.kubernetes.client import KubeClient, UnreachableError
-from hotswap.backends.kubernetes.lease import (
-    LEASE_DURATION_S,
-    RENEW_DEADLINE_S,
-    RETRY_PERIOD_S,
-    Observed,
-    lease_body,
-    next_step,
-    observe,
-    read_lease,
-    released,
-)
+from hotswap.backends.kubernetes.controller.leader import LeaderElector, log_line
+from hotswap.backends.kubernetes.lease import RETRY_PERIOD_S
 from hotswap.backends.kubernetes.observation import Observation
 from hotswap.backends.kubernetes.observation import observe as observe_cluster
 from hotswap.backends.kubernetes.planning import plan
@@ -51,91 +39,10 @@ from hotswap.backends.kubernetes.settings import KubeSettings
 from hotswap.core import actions as act
 from hotswap.core.policy import SchedulerConfig
 from hotswap.core.scheduler import Decision, decide
-from hotswap.runtime.metrics import ControllerMetrics
 
 RESYNC_EVERY_S = 30.0
 DEBOUNCE_S = 0.1  # let a burst of watch events (a drained pool) become one reconcile
 MAX_BACKOFF_S = 60.0
-
-
-def _log(message: str) -> None:
-    print(f"{iso_utc(time.time())} {message}", file=sys.stderr, flush=True)
-
-
-class LeaderElector:
-    """Takes and keeps the controller's Lease; :meth:`may_act` says whether we may write."""
-
-    def __init__(
-        self,
-        client: KubeClient,
-        identity: str,
-        clock: Callable[[], float] = time.time,
-        local_clock: Callable[[], float] = time.monotonic,
-        log: Callable[[str], None] = _log,
-    ) -> None:
-        self.client = client
-        self.identity = identity
-        self.clock = clock  # stamps the Lease record (wall time, for people)
-        self.local_clock = local_clock  # judges expiry and the renew deadline (never another machine's)
-        self.log = log
-        self.is_leader = False
-        self.observed: Observed | None = None
-        self.renewed_at: float | None = None  # local time of our last successful write
-
-    def may_act(self) -> bool:
-        """Leader, and renewed within the renew deadline."""
-        return self.is_leader and self.renewed_at is not None and self.local_clock() < self.renewed_at + RENEW_DEADLINE_S
-
-    def tick(self) -> bool:
-        """One ``tryAcquireOrRenew``; returns :meth:`may_act`."""
-        was = self.is_leader
-        local = self.local_clock()
-        try:
-            self._try(local)
-        except HotswapError as error:
-            if self.is_leader and not self.may_act():
-                self.is_leader = False
-            if was:
-                self.log(f"warning: lease: could not renew: {error}")
-        if self.is_leader and not self.may_act():
-            self.is_leader = False
-        if self.is_leader != was:
-            holder = self.identity if self.is_leader else ((self.observed.key[0] if self.observed else None) or "nobody")
-            self.log(f"leader: {holder}" + (" (this controller)" if self.is_leader else "; this controller waits"))
-        return self.may_act()
-
-    def _try(self, local: float) -> None:
-        current_obj = self.client.get_lease(labels.CONTROLLER_NAME)
-        current = read_lease(current_obj) if current_obj is not None else None
-        if current is not None:
-            self.observed = observe(current, self.observed, local)
-        step = next_step(current, self.observed, self.identity, self.clock(), local, LEASE_DURATION_S)
-        if step.action == "wait":
-            self.is_leader = False
-            return
-        assert step.record is not None
-        body = lease_body(labels.CONTROLLER_NAME, self.client.namespace, step.record)
-        try:
-            written = (self.client.create_lease if step.action == "create" else
-                       lambda b: self.client.replace_lease(labels.CONTROLLER_NAME, b))(body)
-        except ConflictError:
-            self.is_leader = False  # another controller wrote the Lease first: it leads
-            return
-        self.is_leader = True
-        self.renewed_at = local
-        self.observed = Observed(read_lease(written).key(), local)
-
-    def release(self) -> None:
-        if not self.is_leader:
-            return
-        self.is_leader = False
-        try:
-            current_obj = self.client.get_lease(labels.CONTROLLER_NAME)
-            record = released(read_lease(current_obj), self.identity) if current_obj is not None else None
-            if record is not None:
-                self.client.replace_lease(labels.CONTROLLER_NAME, lease_body(labels.CONTROLLER_NAME, self.client.namespace, record))
-        except HotswapError:
-            pass  # it expires on its own
 
 
 class KubeController:
@@ -146,7 +53,7 @@ class KubeController:
         clock: Callable[[], float] = time.time,
         metrics: ControllerMetrics | None = None,
         may_act: Callable[[], bool] | None = None,
-        log: Callable[[str], None] = _log,
+        log: Callable[[str], None] = log_line,
     ) -> None:
         self.client = client
         self.cluster = cluster
@@ -324,40 +231,3 @@ class KubeController:
             if leading and not was:
                 changed.set()  # a new leader reconciles at once
             stop.wait(RETRY_PERIOD_S)
-
-
-def settings_for(cluster: str, settings: dict[str, Any] | None) -> KubeSettings:
-    if settings is not None:
-        return KubeSettings.from_options(settings)
-    from hotswap.backends.kubernetes.backend import settings_of
-
-    return settings_of(cluster)
-
-
-def run_kubernetes_controller(cluster: str, settings: dict[str, Any] | None = None, metrics_address: str | None = None) -> None:
-    """Run the controller of a Kubernetes cluster in the foreground until SIGTERM or Ctrl-C."""
-    resolved = settings_for(cluster, settings)
-    client = KubeClient.connect(resolved)
-    identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
-    metrics = ControllerMetrics()
-    where = ""
-    if metrics_address:
-        host, port = metrics.serve(metrics_address)
-        where = f"; metrics on http://{host}:{port}/metrics"
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    _log(
-        f"hotswap controller for cluster {cluster}: {client.host}, namespace {resolved.namespace}"
-        + (", Kueue admits" if resolved.kueue else "")
-        + f"; identity {identity}{where}"
-    )
-    try:
-        client.require_apis(labels.JOBSET_API_VERSION, *([labels.KUEUE_API_VERSION] if resolved.kueue else []))
-    except HotswapError as error:
-        _log(f"warning: {error}; the controller keeps trying")
-    try:
-        KubeController(client, cluster, metrics=metrics).run(stop, identity)
-    except KeyboardInterrupt:
-        stop.set()  # the Lease was released on the way out
-    finally:
-        metrics.close()

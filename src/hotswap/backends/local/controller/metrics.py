@@ -1,17 +1,15 @@
-"""The local controller's Prometheus figures (the definitions are ``runtime/metrics.py``'s, shared
+"""The local controller's Prometheus figures (the definitions are ``backends/kit/metrics.py``'s, shared
 with the Kubernetes controller): what each round decided, and when a hotswapped workload's new
 workers are all running, which ends its recovery."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 
 from hotswap.api.catalog import get_device_type
-from hotswap.api.errors import ConflictError
 from hotswap.core import actions as act
 from hotswap.core.model import Snapshot
-from hotswap.runtime.metrics import ControllerMetrics
+from hotswap.backends.kit.metrics import ControllerMetrics
 
 
 class LocalFigures:
@@ -42,14 +40,3 @@ class LocalFigures:
             if expected and running(name, workload.seq, attempt) >= expected:
                 del self.recovering[name]
                 self.metrics.recovered(max(0.0, now - began))
-
-
-def serve_metrics(cluster: str, address: str) -> ControllerMetrics:
-    """The metrics of ``controller run --metrics-address``, served, and a line saying where."""
-    metrics = ControllerMetrics()
-    try:
-        host, port = metrics.serve(address)
-    except OSError as error:
-        raise ConflictError(f"--metrics-address {address}: {error.strerror or error}") from None
-    print(f"hotswap controller for cluster {cluster}: metrics on http://{host}:{port}/metrics", file=sys.stderr, flush=True)
-    return metrics

@@ -28,9 +28,11 @@ effects); a Kubernetes controller, its write calls to the API server.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections import Counter
 from typing import Any
 
+from hotswap.api.errors import ConflictError
 from hotswap.api.phases import WorkloadPhase
 from hotswap.core.model import Snapshot
 
@@ -142,3 +144,14 @@ class ControllerMetrics:
         import prometheus_client
 
         return prometheus_client.generate_latest(self.registry).decode()
+
+
+def serve_metrics(cluster: str, address: str) -> ControllerMetrics:
+    """The metrics of ``controller run --metrics-address``, served, and a line saying where."""
+    metrics = ControllerMetrics()
+    try:
+        host, port = metrics.serve(address)
+    except OSError as error:
+        raise ConflictError(f"--metrics-address {address}: {error.strerror or error}") from None
+    print(f"hotswap controller for cluster {cluster}: metrics on http://{host}:{port}/metrics", file=sys.stderr, flush=True)
+    return metrics

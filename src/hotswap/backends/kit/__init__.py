@@ -1,0 +1,1 @@
+"""What both backends' controllers share (the Prometheus metrics); it imports neither backend."""

@@ -1,0 +1,80 @@
+"""How a local cluster's controller is started: the daemon the CLI spawns (``python -m`` this
+module, see :func:`main`) and ``hotswap controller run`` (:func:`run_local_controller`).
+
+Kept light on purpose: the client imports this module to name it, so the loop (and the core
+behind it) is imported only when a controller actually runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+
+
+def run_local_controller(cluster: str, metrics_address: str | None = None) -> None:
+    """``hotswap controller run`` for a local cluster: serve it from this process until a
+    signal ends it (a one-line error when a controller serves it already), with Prometheus
+    metrics on ``metrics_address`` when given."""
+    from hotswap.api.errors import ConflictError
+    from hotswap.backends.kit.metrics import serve_metrics
+    from hotswap.backends.local.claim import LostClaim
+    from hotswap.backends.local.controller.loop import AlreadyRunning, LocalController
+    from hotswap.store import registry
+
+    paths = registry.existing(cluster)
+    metrics = serve_metrics(cluster, metrics_address) if metrics_address else None
+    try:
+        LocalController(paths, metrics).run()
+    except AlreadyRunning:
+        raise ConflictError(
+            f"the controller of cluster {cluster} is already running (pid {paths.controller_pid()})"
+        ) from None
+    except LostClaim as lost:
+        raise ConflictError(f"{lost}; this controller stopped and left the workers alone") from None
+    finally:
+        if metrics is not None:
+            metrics.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The daemon: ``python -m hotswap.backends.local.controller.entry <cluster-dir>``; its exit
+    code is a :class:`~hotswap.backends.local.protocol.ControllerExit`."""
+    from hotswap.api.errors import HotswapError
+    from hotswap.backends.local.claim import LostClaim, wake_holder
+    from hotswap.backends.local.controller.loop import AlreadyRunning, LocalController
+    from hotswap.backends.local.protocol import ControllerExit
+    from hotswap.store import faults
+    from hotswap.store.paths import ClusterPaths
+    from hotswap.store.state import Store
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m hotswap.backends.local.controller.entry <cluster-dir>", file=sys.stderr)
+        return 2
+    root = Path(args[0])
+    paths = ClusterPaths(root.name, root)
+    try:
+        LocalController(paths).run()
+    except AlreadyRunning:
+        with contextlib.suppress(Exception), Store.open(paths.database) as store:
+            wake_holder(store)  # the CLI could not reach it: its socket may have been removed
+        return ControllerExit.HELD
+    except FileNotFoundError:
+        return ControllerExit.GONE  # deleted meanwhile
+    except LostClaim as lost:
+        print(f"hotswap: {lost}; this controller stops and leaves the workers alone", file=sys.stderr)
+        return ControllerExit.GONE
+    except HotswapError as error:
+        print(f"hotswap: {error}", file=sys.stderr)
+        return ControllerExit.FAILED
+    except Exception as error:
+        if not faults.is_fault(error):
+            raise
+        print(f"hotswap: {faults.explain(error)}", file=sys.stderr)
+        return ControllerExit.FAILED
+    return ControllerExit.STOPPED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""One decision round of the local controller: decide, commit the decision with everything it
+implies in one transaction, then act on the workers (kills, stops, starts) — in that order, so a
+controller killed at any moment leaves the database saying what is still to do."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from hotswap.backends.local import effects, protocol, timeline
+from hotswap.backends.local.claim import Claim
+from hotswap.backends.local.controller.gpu_health import GpuHealthMonitor
+from hotswap.backends.local.controller.metrics import LocalFigures
+from hotswap.backends.local.controller.requests import RoundInputs
+from hotswap.backends.local.controller.server import RequestServer
+from hotswap.backends.local.effects import Launcher
+from hotswap.backends.local.gpus import Backing
+from hotswap.backends.local.protocol import RequestKind
+from hotswap.backends.local.supervisor import WorkerLaunch
+from hotswap.backends.local.workers import Workers
+from hotswap.core import actions as act
+from hotswap.core import events as ev
+from hotswap.core.model import Snapshot
+from hotswap.core.policy import SchedulerConfig
+from hotswap.core.scheduler import decide
+from hotswap.store.codec import workload_to_json
+from hotswap.store.state import ClusterRecord, Request, Store, WorkerRow
+
+
+class Withdrawn(Exception):
+    """The request was withdrawn by its submitter before this round could commit it."""
+
+
+@dataclasses.dataclass
+class Outcome:
+    """How a served request ends: its status and the message its submitter reads."""
+
+    status: str = protocol.DONE
+    message: str = ""
+
+
+class RoundRunner:
+    """The round, and the controller's state it reads and replaces (set by
+    :meth:`~hotswap.backends.local.controller.loop.LocalController.start`)."""
+
+    claim: Claim | None
+    store: Store
+    cluster: ClusterRecord
+    config: SchedulerConfig
+    backing: Backing | None  # None: an emulated cluster
+    snapshot: Snapshot
+    pending_events: list[ev.Event]
+    figures: LocalFigures | None
+    server: RequestServer
+    workers: Workers
+    launcher: Launcher
+    health: GpuHealthMonitor
+
+    # ------------------------------------------------------------------ one decision round
+
+    def _worker_exited(self, row: WorkerRow, code: int) -> None:
+        """A worker's exit as the core's events (for the next round)."""
+        who = row.identity
+        if row.state != "stopping":
+            # A worker told to stop (preempted, restarted, scaled away, drained) ends as asked:
+            # its exit code says nothing about the workload and is never judged.
+            self.pending_events.append(ev.WorkerExited(who.workload, who.attempt, who.slice, who.host, code))
+        workload = self.snapshot.workloads.get(who.workload)
+        if workload is not None and workload.seq == who.seq:
+            if not self.workers.live(who.workload, who.seq, who.attempt):
+                self.pending_events.append(ev.WorkersStopped(who.workload, who.attempt))
+
+    def _round(self, inputs: RoundInputs, request: Request | None) -> None:
+        """Decide, commit the decision with everything it implies, then act (see
+        :class:`~hotswap.backends.local.controller.requests.RoundInputs` for what a request adds)."""
+        assert self.claim is not None
+        now, began = time.time(), time.perf_counter()
+        events = self.pending_events + inputs.events
+        old, cluster, hit = self.snapshot, inputs.cluster, inputs.hit
+        config = scheduler_config(cluster) if cluster is not None else self.config
+        decision = decide(old, events, now, config)
+        new = decision.snapshot
+        outcome = Outcome()
+        to_start: list[WorkerLaunch] = []
+        to_stop: list[WorkerRow] = []
+        with self.store.transaction():
+            self.claim.verify()  # under the database's write lock: nobody else acts meanwhile
+            if request is not None and not self.store.is_pending(request.id):
+                raise Withdrawn()
+            if cluster is not None:
+                self.store.update_cluster(cluster)
+            if request is not None:
+                self._register_created(events, old, new, request)
+            self.store.save_snapshot(old, new)
+            for entry in timeline.input_entries(events, old, new, now):
+                self.store.record_event(now, *entry)
+            for action in decision.actions:
+                if isinstance(action, act.Reject) and request is not None and request.kind == RequestKind.CREATE:
+                    outcome = Outcome(protocol.REJECTED, f"workload {action.workload} rejected: {action.reason}")
+                self.store.record_event(now, *timeline.action_entry(action, old, new))
+                workload = new.workloads.get(action.workload) or old.workloads.get(action.workload)
+                if workload is None:
+                    continue
+                plan = effects.plan(action, workload, self.workers.live(workload.name, workload.seq))
+                self.workers.mark_stopping(plan.stop, now)
+                to_stop += plan.stop
+                to_start += self.launcher.launches(workload, plan, new)
+            self.workers.mark_stopping(hit, now, grace_s=0.0 if inputs.kill else None)
+            started = [self.workers.add(launch, now) for launch in to_start]
+            exits = self.workers.commit_exits()
+            if request is not None:
+                self.store.finish_request(request.id, outcome.status, outcome.message)
+        self.workers.exits_committed(exits)
+        self.pending_events = []
+        self.snapshot = new
+        if cluster is not None:
+            self.cluster, self.config = cluster, config
+            backing = Backing.of(cluster.settings)
+            if backing != self.backing:
+                self.backing = backing
+                self.health.watch(backing)
+        if request is not None:
+            self.server.answer(request.id)  # committed: the caller may go on
+        # Effects only after the commit: a crash from here on is repaired by recovery. Kills
+        # first, then stops: they free the CPU the new workers are about to need.
+        killed = {row.id for row in hit} if inputs.kill else set()
+        self.workers.kill(row for row in hit if row.id in killed)
+        self.workers.terminate(row for row in {r.id: r for r in to_stop + hit}.values() if row.id not in killed)
+        self.workers.spawn(started)
+        if self.figures is not None:
+            writes = len(started) + len({r.id for r in to_stop + hit})
+            self.figures.round_done(decision.actions, new, now, time.perf_counter() - began, writes)
+
+    def _running(self, workload: str, seq: int, attempt: int) -> int:
+        return sum(1 for row in self.workers.live(workload, seq, attempt) if row.pid is not None)
+
+    def _register_created(self, inputs: list[ev.Event], old: Snapshot, new: Snapshot, request: Request) -> None:
+        """Store the launch record of a workload this round created (before its record)."""
+        assert request.payload is not None
+        for event in inputs:
+            if isinstance(event, ev.WorkloadCreated) and event.spec.name in new.workloads:
+                created = new.workloads[event.spec.name]
+                if old.workloads.get(event.spec.name) is not created:
+                    self.store.add_workload(event.spec.name, workload_to_json(created), request.payload["launch"])
+
+    def _commit_exits(self) -> None:
+        with self.store.transaction():
+            written = self.workers.commit_exits()
+        self.workers.exits_committed(written)
+
+
+def scheduler_config(cluster: ClusterRecord) -> SchedulerConfig:
+    """The recovery policy of a cluster: hotswap and elastic unless turned off."""
+    settings = cluster.settings
+    return SchedulerConfig(hotswap=bool(settings.get("hotswap", True)), elastic=bool(settings.get("elastic", True)))

@@ -1,1 +1,0 @@
-"""Controllers: the loops that run the core against the real world (local daemon, Kubernetes)."""
