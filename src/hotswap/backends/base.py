@@ -2,8 +2,10 @@
 so one CLI drives either; a cluster's record (in the state directory) says which one it uses.
 
 Every method validates what the user gave before changing anything and raises
-:class:`~hotswap.api.errors.HotswapError` subclasses with one actionable line. Returned data
-follows the JSON contracts of DESIGN.md (``workload list`` rows, ``node list`` rows).
+:class:`~hotswap.api.errors.HotswapError` subclasses with one actionable line. Returned data are
+the typed views of :mod:`hotswap.backends.views` (the JSON contracts of DESIGN.md: ``workload
+list`` rows, ``node list`` rows, ...). What a backend can do, and how it reads paths and
+images, is its :class:`~hotswap.backends.capabilities.Capabilities`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # pydantic loads only where specs are built or validated: reads stay fast
     from hotswap.api.spec import WorkloadSpec
+    from hotswap.backends.capabilities import Capabilities
+    from hotswap.backends.views import (
+        CacheImageResult,
+        ClusterCreated,
+        ClusterDescription,
+        NodeRow,
+        WorkloadCreated,
+        WorkloadDescription,
+        WorkloadRow,
+    )
 
 
 def launch_record(
@@ -54,6 +66,7 @@ RUN_FROM = "from"  # ``source``: a run id under the checkpoint root, or a checkp
 
 class Backend(Protocol):
     name: str
+    capabilities: Capabilities
 
     def create_cluster(
         self,
@@ -63,7 +76,7 @@ class Backend(Protocol):
         force: bool,
         confirm: Callable[[str], bool],
         options: dict[str, Any],
-    ) -> dict[str, Any]:
+    ) -> ClusterCreated:
         """Create (or, re-run, resize/refresh) a cluster; ``options`` holds backend flags."""
         ...
 
@@ -71,14 +84,14 @@ class Backend(Protocol):
         """Delete a cluster; ``confirm`` is asked first when that stops unfinished work."""
         ...
 
-    def describe_cluster(self, cluster: str) -> dict[str, Any]: ...
+    def describe_cluster(self, cluster: str) -> ClusterDescription: ...
 
-    def cache_image(self, cluster: str, image: str) -> dict[str, Any]:
+    def cache_image(self, cluster: str, image: str) -> CacheImageResult:
         """``cluster cacheimage``: have ``image`` pulled on the cluster's nodes ahead of time;
         returns what was done (``message``, and the objects applied, if any)."""
         ...
 
-    def create_workload(self, cluster: str, spec: WorkloadSpec, launch: dict[str, Any]) -> dict[str, Any]: ...
+    def create_workload(self, cluster: str, spec: WorkloadSpec, launch: dict[str, Any]) -> WorkloadCreated: ...
 
     def dry_run(self, cluster: str | None, spec: WorkloadSpec, launch: dict[str, Any]) -> Any:
         """What ``workload create`` would do, as a document to print; changes nothing."""
@@ -91,9 +104,9 @@ class Backend(Protocol):
         (or pods) still stopping (``workload delete --wait``)."""
         ...
 
-    def list_workloads(self, cluster: str, status: str, job_filter: str | None) -> list[dict[str, Any]]: ...
+    def list_workloads(self, cluster: str, status: str, job_filter: str | None) -> list[WorkloadRow]: ...
 
-    def describe_workload(self, cluster: str, name: str) -> dict[str, Any]: ...
+    def describe_workload(self, cluster: str, name: str) -> WorkloadDescription: ...
 
     def logs(
         self, cluster: str, name: str, slice_: str | None, host: int, follow: bool, write: Callable[[bytes], None]
@@ -101,6 +114,6 @@ class Backend(Protocol):
         """Write one worker's log; return a note for stderr about where it came from, if any."""
         ...
 
-    def list_nodes(self, cluster: str) -> list[dict[str, Any]]: ...
+    def list_nodes(self, cluster: str) -> list[NodeRow]: ...
 
     def node_operation(self, cluster: str, operation: str, node: str | None, slice_: str | None) -> list[str]: ...

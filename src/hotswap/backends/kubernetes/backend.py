@@ -17,6 +17,7 @@ from hotswap.api import worker as contract
 from hotswap.api.catalog import get_device_type
 from hotswap.api.errors import CapacityError, ConflictError, InvalidInputError, NotFoundError
 from hotswap.api.spec import WorkloadSpec
+from hotswap.backends.capabilities import Capabilities
 from hotswap.backends.kubernetes import labels, log_archive
 from hotswap.backends.kubernetes.checkpoint_volume import parse_checkpoint_volume
 from hotswap.backends.kubernetes.clusters import BACKEND, cluster_summary, create_cluster
@@ -32,11 +33,34 @@ from hotswap.backends.kubernetes.views import (
     view_of,
     workers_view,
 )
-from hotswap.backends.views import FINISHED, matches
+from hotswap.backends.views import (
+    FINISHED,
+    CacheImageResult,
+    ClusterCreated,
+    ClusterDescription,
+    NodeRow,
+    SliceView,
+    WorkloadDescription,
+    WorkloadRow,
+    matches,
+)
 from hotswap.store import registry
 from hotswap.store.paths import ClusterPaths
 
 NODE_OPERATIONS = ("cordon", "uncordon", "drain")
+
+# Workers are pods: paths are inside their containers, dumps go to gs://, the API server is
+# looked at less often than a local database.
+KUBERNETES_CAPABILITIES = Capabilities(
+    workers_on_this_machine=False,
+    local_paths=False,
+    debug_dumps_to_directory=False,
+    runs_containers=True,
+    checkpoint_volumes=True,
+    dry_run_names_unrecorded_cluster=True,
+    dashboard_interval_s=2.0,
+    metrics_by_default=True,
+)
 
 
 def settings_of(cluster: str) -> KubeSettings:
@@ -57,6 +81,7 @@ def _volume(launch: dict[str, Any], settings: KubeSettings):
 
 class KubernetesBackend:
     name = BACKEND
+    capabilities = KUBERNETES_CAPABILITIES
 
     def _client(self, settings: KubeSettings):
         from hotswap.backends.kubernetes.client import KubeClient
@@ -73,7 +98,7 @@ class KubernetesBackend:
         force: bool,
         confirm: Callable[[str], bool],
         options: dict[str, Any],
-    ) -> dict[str, Any]:
+    ) -> ClusterCreated:
         """Record a Kubernetes cluster (see :func:`~hotswap.backends.kubernetes.clusters.create_cluster`)."""
         return create_cluster(self._client, cluster, device_type, num_slices, options)
 
@@ -83,7 +108,7 @@ class KubernetesBackend:
         settings_of(cluster)
         shutil.rmtree(ClusterPaths.of(cluster).root, ignore_errors=True)
 
-    def cache_image(self, cluster: str, image: str) -> dict[str, Any]:
+    def cache_image(self, cluster: str, image: str) -> CacheImageResult:
         settings = settings_of(cluster)
         client = self._client(settings)
         discovery = discover(client.list_nodes(), settings)
@@ -99,7 +124,7 @@ class KubernetesBackend:
             f" (watch it with `kubectl rollout status daemonset/{name} -n {settings.namespace}`)",
         }
 
-    def describe_cluster(self, cluster: str) -> dict[str, Any]:
+    def describe_cluster(self, cluster: str) -> ClusterDescription:
         found = registry.find(cluster)
         settings = settings_of(cluster)
         client = self._client(settings)
@@ -107,7 +132,7 @@ class KubernetesBackend:
         views = [view_of(read_jobset(obj), {}) for obj in client.list_jobsets(cluster)]
         holders = slice_holders(views)
         summary = cluster_summary(cluster, found.device_type if found else "", settings, discovery)
-        summary["slices"] = [
+        slices: list[SliceView] = [
             {
                 "name": s.name,
                 "device_type": s.device_type,
@@ -117,9 +142,8 @@ class KubernetesBackend:
             }
             for s in discovery.slices
         ]
-        summary["workloads"] = [{"name": v["name"], "status": v["status"], "slices": v["slices"]} for v in views]
-        summary["api_server"] = client.host
-        return summary
+        workloads = [{"name": v["name"], "status": v["status"], "slices": v["slices"]} for v in views]
+        return ClusterDescription(**summary, slices=slices, workloads=workloads, api_server=client.host)
 
     # ------------------------------------------------------------------ workloads
 
@@ -130,7 +154,7 @@ class KubernetesBackend:
         settings = KubeSettings.from_options(found.settings) if found and found.backend == BACKEND else KubeSettings()
         return render_jobset(spec, name, settings, _volume(launch, settings), launch.get("run"))
 
-    def create_workload(self, cluster: str, spec: WorkloadSpec, launch: dict[str, Any]) -> dict[str, Any]:
+    def create_workload(self, cluster: str, spec: WorkloadSpec, launch: dict[str, Any]) -> WorkloadRow:
         settings = settings_of(cluster)
         manifest = render_jobset(spec, cluster, settings, _volume(launch, settings), launch.get("run"))
         client = self._client(settings)
@@ -167,21 +191,21 @@ class KubernetesBackend:
     def _kueue(self, client: Any, settings: KubeSettings) -> dict[str, tuple[str, str]]:
         return kueue_status(client.list_kueue_workloads()) if settings.kueue else {}
 
-    def list_workloads(self, cluster: str, status: str, job_filter: str | None) -> list[dict[str, Any]]:
+    def list_workloads(self, cluster: str, status: str, job_filter: str | None) -> list[WorkloadRow]:
         settings = settings_of(cluster)
         client = self._client(settings)
         kueue = self._kueue(client, settings)
         views = [view_of(read_jobset(obj), kueue) for obj in client.list_jobsets(cluster)]
         return [v for v in views if matches(v, status, job_filter)]
 
-    def describe_workload(self, cluster: str, name: str) -> dict[str, Any]:
+    def describe_workload(self, cluster: str, name: str) -> WorkloadDescription:
         settings = settings_of(cluster)
         client = self._client(settings)
         obj = client.get_jobset(name)
         if obj is None:
             raise NotFoundError(f"no workload named {name} in cluster {cluster}")
         job = read_jobset(obj)
-        view = view_of(job, self._kueue(client, settings))
+        view: WorkloadDescription = view_of(job, self._kueue(client, settings))  # its row, described below
         spec = job.spec
         view["spec"] = spec.model_dump(mode="json") if spec else {}
         # What the workers were given (their own --checkpoint-volume, or the cluster's default).
@@ -235,7 +259,7 @@ class KubernetesBackend:
 
     # ------------------------------------------------------------------ nodes
 
-    def list_nodes(self, cluster: str) -> list[dict[str, Any]]:
+    def list_nodes(self, cluster: str) -> list[NodeRow]:
         settings = settings_of(cluster)
         client = self._client(settings)
         discovery = discover(client.list_nodes(), settings)

@@ -14,6 +14,7 @@ from hotswap.api.names import validate_cluster_name
 from hotswap.backends.kubernetes.discovery import Discovery, discover
 from hotswap.backends.kubernetes.render import render_kueue, render_priority_classes
 from hotswap.backends.kubernetes.settings import KubeSettings
+from hotswap.backends.views import ClusterCreated, ClusterSummary
 from hotswap.core.model import Node, Slice, Snapshot
 from hotswap.store import registry
 from hotswap.store.paths import ClusterPaths, private_dir
@@ -28,7 +29,7 @@ def create_cluster(
     device_type: str | None,
     num_slices: int | None,
     options: dict[str, Any],
-) -> dict[str, Any]:
+) -> ClusterCreated:
     """Record a Kubernetes cluster: check that JobSet (and Kueue) are installed at versions
     hotswap supports (:mod:`.versions`), find its slices, create xpk's PriorityClasses (and
     the Kueue queues). Re-run to refresh."""
@@ -67,8 +68,7 @@ def create_cluster(
             client.apply(manifest)
     write_record(cluster, wanted, settings, discovery, existing)
     summary = cluster_summary(cluster, wanted, settings, discovery)
-    summary["installed"] = [found.summary() for found in installed]
-    return summary
+    return ClusterCreated(**summary, installed=[found.summary() for found in installed])
 
 
 def write_record(cluster: str, device: str, settings: KubeSettings, discovery: Discovery, existing: ClusterRecord | None) -> None:
@@ -91,19 +91,19 @@ def write_record(cluster: str, device: str, settings: KubeSettings, discovery: D
         store.close()
 
 
-def cluster_summary(cluster: str, device_type: str, settings: KubeSettings, discovery: Discovery) -> dict[str, Any]:
+def cluster_summary(cluster: str, device_type: str, settings: KubeSettings, discovery: Discovery) -> ClusterSummary:
     """What ``cluster create`` and ``cluster describe`` print about a cluster."""
     device = get_device_type(device_type)
-    return {
-        "name": cluster,
-        "backend": BACKEND,
-        "device_type": device.name,
-        "hosts_per_slice": device.hosts_per_slice,
-        "chips_per_host": device.chips_per_host,
-        "num_slices": discovery.slices_by_type().get(device.name, 0),
-        "slices_by_type": discovery.slices_by_type(),
-        "context": settings.context,
-        "namespace": settings.namespace,
-        "kueue": settings.kueue,
-        "controller_pid": None,
-    }
+    return ClusterSummary(
+        name=cluster,
+        backend=BACKEND,
+        device_type=device.name,
+        hosts_per_slice=device.hosts_per_slice,
+        chips_per_host=device.chips_per_host,
+        num_slices=discovery.slices_by_type().get(device.name, 0),
+        slices_by_type=discovery.slices_by_type(),
+        context=settings.context,
+        namespace=settings.namespace,
+        kueue=settings.kueue,
+        controller_pid=None,
+    )

@@ -11,7 +11,7 @@ from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes.discovery import Discovery
 from hotswap.backends.kubernetes.kueue_mode import kueue_views
 from hotswap.backends.kubernetes.live_objects import LiveJobSet, LivePod, read_jobset
-from hotswap.backends.views import FINISHED, iso
+from hotswap.backends.views import FINISHED, GoodputView, PlacementRow, WorkerRow, WorkloadRow, iso
 
 
 def kueue_status(workloads: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
@@ -19,13 +19,13 @@ def kueue_status(workloads: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
     return {name: (view.status, view.message) for name, view in kueue_views(workloads).items()}
 
 
-def workload_view(obj: dict[str, Any], kueue: dict[str, tuple[str, str]] | None = None) -> dict[str, Any]:
+def workload_view(obj: dict[str, Any], kueue: dict[str, tuple[str, str]] | None = None) -> WorkloadRow:
     """One row of ``workload list --output json`` for a JobSet."""
     job = read_jobset(obj)
     return view_of(job, kueue or {})
 
 
-def view_of(job: LiveJobSet, kueue: dict[str, tuple[str, str]]) -> dict[str, Any]:
+def view_of(job: LiveJobSet, kueue: dict[str, tuple[str, str]]) -> WorkloadRow:
     spec = job.spec
     state = job.state or {}
     status, message, when = _status(job, kueue)
@@ -84,7 +84,7 @@ def _status(job: LiveJobSet, kueue: dict[str, tuple[str, str]]) -> tuple[str, st
     return str(state.get("phase", "QUEUED")), str(state.get("status_message", "")), state.get("status_time") or None
 
 
-def goodput_view(job: LiveJobSet, now: float) -> dict[str, Any]:
+def goodput_view(job: LiveJobSet, now: float) -> GoodputView:
     """Where the workload's time went, as the controller saw its phases. Coarser than the local
     backend's (startup and checkpoint time count as running: the workers' own goodput events
     stay in their pods)."""
@@ -104,12 +104,12 @@ def goodput_view(job: LiveJobSet, now: float) -> dict[str, Any]:
     }
 
 
-def slice_holders(views: list[dict[str, Any]]) -> dict[str, str]:
+def slice_holders(views: list[WorkloadRow]) -> dict[str, str]:
     """Slice -> the workload holding it, from ``workload list`` rows."""
     return {slice_name: view["name"] for view in views for slice_name in view["slices"]}
 
 
-def placement_view(replicas: list[str | None], discovery: Discovery) -> list[dict[str, Any]]:
+def placement_view(replicas: list[str | None], discovery: Discovery) -> list[PlacementRow]:
     """``describe``'s placement: each placed replica's slice and the state of its nodes."""
     return [
         {
@@ -122,7 +122,7 @@ def placement_view(replicas: list[str | None], discovery: Discovery) -> list[dic
     ]
 
 
-def workers_view(pods: list[LivePod], discovery: Discovery, attempt: int) -> list[dict[str, Any]]:
+def workers_view(pods: list[LivePod], discovery: Discovery, attempt: int) -> list[WorkerRow]:
     """``describe``'s workers: one row per pod, in replica and host order (the pod's name
     stands where the local backend shows a pid)."""
     return [

@@ -8,14 +8,37 @@ from typing import TYPE_CHECKING, Any
 
 from hotswap.api.catalog import get_device_type
 from hotswap.api.errors import InvalidInputError
+from hotswap.backends.capabilities import Capabilities
 from hotswap.backends.local import logs, operations
+from hotswap.backends.views import (
+    CacheImageResult,
+    ClusterCreated,
+    ClusterDescription,
+    NodeRow,
+    WorkloadCreated,
+    WorkloadDescription,
+    WorkloadRow,
+)
 
 if TYPE_CHECKING:  # pydantic loads only where specs are built or validated: reads stay fast
     from hotswap.api.spec import WorkloadSpec
 
+# Workers are processes of this machine, run where the user is: paths are this machine's.
+LOCAL_CAPABILITIES = Capabilities(
+    workers_on_this_machine=True,
+    local_paths=True,
+    debug_dumps_to_directory=True,
+    runs_containers=False,
+    checkpoint_volumes=False,
+    dry_run_names_unrecorded_cluster=False,
+    dashboard_interval_s=0.5,
+    metrics_by_default=False,
+)
+
 
 class LocalBackend:
     name = "local"
+    capabilities = LOCAL_CAPABILITIES
 
     def create_cluster(
         self,
@@ -25,7 +48,7 @@ class LocalBackend:
         force: bool,
         confirm: Callable[[str], bool],
         options: dict[str, Any],
-    ) -> dict[str, Any]:
+    ) -> ClusterCreated:
         options = dict(options)
         warm_workers = options.pop("warm_workers", None)
         gpus = options.pop("gpus", None)
@@ -40,10 +63,10 @@ class LocalBackend:
     def delete_cluster(self, cluster: str, confirm: Callable[[str], bool]) -> None:
         operations.delete_cluster(cluster, confirm)
 
-    def describe_cluster(self, cluster: str) -> dict[str, Any]:
+    def describe_cluster(self, cluster: str) -> ClusterDescription:
         return operations.describe_cluster(cluster)
 
-    def create_workload(self, cluster: str, spec: WorkloadSpec, launch: dict[str, Any]) -> dict[str, Any]:
+    def create_workload(self, cluster: str, spec: WorkloadSpec, launch: dict[str, Any]) -> WorkloadCreated:
         return operations.create_workload(cluster, spec, launch)
 
     def dry_run(self, cluster: str | None, spec: WorkloadSpec, launch: dict[str, Any]) -> Any:
@@ -58,7 +81,7 @@ class LocalBackend:
     def delete_workload(self, cluster: str, name: str) -> None:
         operations.delete_workload(cluster, name)
 
-    def cache_image(self, cluster: str, image: str) -> dict[str, Any]:
+    def cache_image(self, cluster: str, image: str) -> CacheImageResult:
         operations.existing(cluster)  # an unknown cluster is still an error
         return {
             "cluster": cluster,
@@ -71,10 +94,10 @@ class LocalBackend:
     def workload_gone(self, cluster: str, name: str) -> bool:
         return operations.workload_gone(cluster, name)
 
-    def list_workloads(self, cluster: str, status: str, job_filter: str | None) -> list[dict[str, Any]]:
+    def list_workloads(self, cluster: str, status: str, job_filter: str | None) -> list[WorkloadRow]:
         return operations.list_workloads(cluster, status, job_filter)
 
-    def describe_workload(self, cluster: str, name: str) -> dict[str, Any]:
+    def describe_workload(self, cluster: str, name: str) -> WorkloadDescription:
         return operations.describe_workload(cluster, name)
 
     def logs(
@@ -105,7 +128,7 @@ class LocalBackend:
         views = {v["name"]: v["status"] for v in operations.list_workloads(cluster, "EVERYTHING", None)}
         return views.get(name) in (None, "SUCCESSFUL", "FAILED")
 
-    def list_nodes(self, cluster: str) -> list[dict[str, Any]]:
+    def list_nodes(self, cluster: str) -> list[NodeRow]:
         return operations.list_nodes(cluster)
 
     def node_operation(self, cluster: str, operation: str, node: str | None, slice_: str | None) -> list[str]:

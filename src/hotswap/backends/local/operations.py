@@ -27,7 +27,9 @@ from hotswap.backends.local.protocol import MAX_LOCAL_SLICES, MAX_WARM_WORKERS, 
 from hotswap.backends.local.resize import resize_events
 from hotswap.backends.local.runs import run_view
 from hotswap.backends.local.views import gpu_health, gpu_views, node_reasons, workload_view
-from hotswap.backends.views import FINISHED, iso, matches
+from hotswap.backends.views import (
+    FINISHED, ClusterCreated, ClusterDescription, NodeRow, WorkloadCreated, WorkloadDescription, WorkloadRow, iso, matches,
+)
 from hotswap.store.paths import ClusterPaths, check_private, file_lock, private_dir
 from hotswap.store.registry import existing, record_of
 from hotswap.store.state import LIVE_WORKER_STATES, ClusterRecord, Store
@@ -55,7 +57,7 @@ def create_cluster(
     warm_preload: list[str] | None = None,
     hotswap: bool | None = None,
     gpus: str | None = None,
-) -> dict[str, Any]:
+) -> ClusterCreated:
     """Create a local cluster, or resize it when it exists (``cluster create`` re-run).
 
     ``warm_workers``: spare worker processes kept with PyTorch already imported, handed to
@@ -122,7 +124,7 @@ def _create_or_resize(
     warm_preload: list[str] | None,
     hotswap: bool | None,
     gpu_pool: list[GpuInfo] | None = None,
-) -> dict[str, Any]:
+) -> ClusterDescription:
     name = paths.name
     state = _state_of(paths)
     if state == "deleted":  # a `cluster delete` that was cut short: finish it first
@@ -215,7 +217,7 @@ def delete_cluster(name: str, confirm: Callable[[str], bool] = lambda _: True) -
     removal.delete_cluster(paths)
 
 
-def describe_cluster(name: str) -> dict[str, Any]:
+def describe_cluster(name: str) -> ClusterDescription:
     paths = existing(name)
     client.ensure_controller(paths, wait=False)
     with open_store(paths) as store:
@@ -265,7 +267,7 @@ def describe_cluster(name: str) -> dict[str, Any]:
 # ---------------------------------------------------------------------- workloads
 
 
-def create_workload(cluster: str, spec: WorkloadSpec, launch: dict[str, Any]) -> dict[str, Any]:
+def create_workload(cluster: str, spec: WorkloadSpec, launch: dict[str, Any]) -> WorkloadCreated:
     paths = existing(cluster)
     record = record_of(cluster)
     if spec.device_type != record.device_type:
@@ -321,7 +323,7 @@ def workload_gone(cluster: str, name: str) -> bool:
         return not recorded and not store.workers(states=LIVE_WORKER_STATES, workload=name)
 
 
-def list_workloads(cluster: str, status: str = "EVERYTHING", job_filter: str | None = None) -> list[dict[str, Any]]:
+def list_workloads(cluster: str, status: str = "EVERYTHING", job_filter: str | None = None) -> list[WorkloadRow]:
     paths = existing(cluster)
     with contextlib.suppress(client.ControllerUnavailable):
         client.ensure_controller(paths, wait=False)
@@ -338,7 +340,7 @@ def _record(paths: ClusterPaths, name: str) -> tuple[dict[str, Any], dict[str, A
     raise NotFoundError(f"no workload named {name} in cluster {paths.name}")
 
 
-def describe_workload(cluster: str, name: str, timeline: bool = True) -> dict[str, Any]:
+def describe_workload(cluster: str, name: str, timeline: bool = True) -> WorkloadDescription:
     from hotswap.backends.local.goodput import workload_goodput
 
     paths = existing(cluster)
@@ -350,7 +352,7 @@ def describe_workload(cluster: str, name: str, timeline: bool = True) -> dict[st
         slice_nodes: dict[str, list[str]] = {}
         for row in store.node_rows():
             slice_nodes.setdefault(row["slice"], []).append(row["name"])
-    view = workload_view(record)
+    view: WorkloadDescription = workload_view(record)  # its row, described below
     directory = paths.workload_dir(name, record["seq"])
     spec = record["spec"]
     view["spec"] = spec
@@ -389,7 +391,7 @@ def describe_workload(cluster: str, name: str, timeline: bool = True) -> dict[st
 # ---------------------------------------------------------------------- nodes
 
 
-def list_nodes(cluster: str) -> list[dict[str, Any]]:
+def list_nodes(cluster: str) -> list[NodeRow]:
     paths = existing(cluster)
     with contextlib.suppress(client.ControllerUnavailable):
         client.ensure_controller(paths, wait=False)

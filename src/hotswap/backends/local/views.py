@@ -13,11 +13,11 @@ from hotswap.api.priority import Priority
 from hotswap.api.xpk_status import with_xpk_words
 from hotswap.backends.local.gpus import Backing
 from hotswap.backends.local.timeline import NODE_ENTRY_KINDS
-from hotswap.backends.views import iso
+from hotswap.backends.views import GpuHealth, GpuView, WorkloadRow, iso
 from hotswap.store.state import Store
 
 
-def workload_view(record: dict[str, Any]) -> dict[str, Any]:
+def workload_view(record: dict[str, Any]) -> WorkloadRow:
     spec = record["spec"]
     return with_xpk_words({
         "name": spec["name"],
@@ -49,7 +49,7 @@ def node_reasons(store: Store) -> dict[str, str]:
     return reasons
 
 
-def gpu_views(backing: Backing | None, slice_name: str, host: int | None = None) -> list[dict[str, Any]]:
+def gpu_views(backing: Backing | None, slice_name: str, host: int | None = None) -> list[GpuView]:
     """The GPUs behind a slice (or one of its hosts): index, UUID and model."""
     if backing is None:
         return []
@@ -57,7 +57,7 @@ def gpu_views(backing: Backing | None, slice_name: str, host: int | None = None)
     return [{"index": g.index, "uuid": g.uuid, "name": g.name} for g in gpus]
 
 
-def gpu_health(store: Store) -> dict[str, Any] | None:
+def gpu_health(store: Store) -> GpuHealth | None:
     """The controller's latest word on GPU health (watching, or NVML unavailable)."""
     rows = store.cluster_entries(("gpu-health",))
     if not rows:
