@@ -7,7 +7,7 @@ The rows are the JSON contract of DESIGN.md (``name``, ``priority``, ``status``,
 xpk's ``xpk_status`` / ``xpk_status_message`` and hotswap's ``hotswap_state`` (the contract only
 grows).
 
-The views are :class:`~typing.TypedDict`\ s, not classes of their own, so that the CLI prints
+The views are typed dicts (:class:`~typing.TypedDict`), not classes of their own, so that the CLI prints
 them as the JSON it always has, key for key and in the same order. Keys one backend alone gives
 are not required (``total=False``) and say which backend gives them.
 """

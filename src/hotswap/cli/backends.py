@@ -33,6 +33,31 @@ def for_cluster(cluster: str) -> Backend:
     return named(registry.record_of(cluster).backend)
 
 
+def for_cluster_or_demo(cluster: str) -> Backend:
+    """The backend of a cluster, or, for one not created yet (a demo's), the local one that
+    will create it (the dashboard's page says so until it is)."""
+    from hotswap.api.errors import HotswapError
+
+    try:
+        return for_cluster(cluster)
+    except HotswapError:
+        return named("local")
+
+
+def for_controller(cluster: str, in_cluster: bool) -> Backend:
+    """The backend whose controller ``controller run`` runs: Kubernetes inside a cluster (where
+    there is no local record), else the cluster record's."""
+    return named("kubernetes") if in_cluster else for_cluster(cluster)
+
+
+def run_controller(backend: Backend, cluster: str, settings: dict[str, Any] | None, metrics_address: str | None) -> None:
+    """``controller run`` in the foreground (``settings``: a Kubernetes controller's, given in-cluster)."""
+    if backend.name == "kubernetes":
+        run_kubernetes_controller(cluster, settings, metrics_address)
+    else:
+        run_local_controller(cluster, metrics_address)
+
+
 def for_deletion(cluster: str) -> Backend:
     """The backend that deletes a cluster: its record's, or, when the record cannot be read
     (a corrupt database), the local one, which removes whatever is there (for a Kubernetes

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 
 from hotswap.api.errors import InvalidInputError
 from hotswap.cli.output import Format, document, note, table
+
+if TYPE_CHECKING:
+    from hotswap.backends.capabilities import Capabilities
+    from hotswap.backends.views import SliceView
 
 app = typer.Typer(help="Create, resize, inspect and delete clusters of slices.", no_args_is_help=True)
 
@@ -41,9 +47,10 @@ def create(
     from hotswap.api.catalog import get_device_type
     from hotswap.cli.backends import named
 
-    refuse_provisioning(backend, custom_tpu_nodepool_arguments=custom_tpu_nodepool_arguments,
+    chosen = named(backend)
+    refuse_provisioning(chosen.capabilities, custom_tpu_nodepool_arguments=custom_tpu_nodepool_arguments,
                         cluster_cpu_machine_type=cluster_cpu_machine_type)
-    if backend != "local" and device_type is not None and get_device_type(device_type).local_only:
+    if not chosen.capabilities.workers_on_this_machine and device_type is not None and get_device_type(device_type).local_only:
         raise InvalidInputError(f"{device_type} is a local-only device type (GPUs of this machine); use it with --backend local")
     given = {
         "context": context,
@@ -63,7 +70,7 @@ def create(
 
     from hotswap.cli.prompts import confirmation
 
-    summary = named(backend).create_cluster(cluster, device_type, num_slices, force, confirmation(force), options)
+    summary = chosen.create_cluster(cluster, device_type, num_slices, force, confirmation(force), options)
     if output is not Format.TABLE:
         document(summary, output)
         return
@@ -76,7 +83,7 @@ def create(
     )
 
 
-def refuse_provisioning(backend: str, **flags: str | None) -> None:
+def refuse_provisioning(capabilities: Capabilities, **flags: str | None) -> None:
     """xpk's node-pool flags: xpk provisions GKE node pools, hotswap never does (it uses the
     nodes a Kubernetes cluster has, or processes of this machine), so it refuses them rather
     than ignore them."""
@@ -84,7 +91,7 @@ def refuse_provisioning(backend: str, **flags: str | None) -> None:
     if not given:
         return
     flag = "--" + given[0].replace("_", "-")
-    if backend == "local":
+    if capabilities.workers_on_this_machine:
         raise InvalidInputError(f"{flag}: the local backend has no node pools (its slices are processes of this machine)")
     raise InvalidInputError(
         f"{flag}: hotswap creates no node pools; create them with gcloud or xpk, then run"
@@ -112,7 +119,7 @@ def cacheimage(
     note(done["message"])
 
 
-def _gpu_list(slice_: dict) -> str:
+def _gpu_list(slice_: SliceView) -> str:
     return "+".join(str(g["index"]) for g in slice_.get("gpus") or [])
 
 

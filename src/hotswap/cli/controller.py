@@ -25,24 +25,17 @@ def run(
     ),
 ) -> None:
     """Run the controller in the foreground (the CLI otherwise starts it in the background)."""
-    from hotswap.store import registry
+    import json
+
+    from hotswap.cli.backends import for_controller, run_controller
 
     in_cluster = os.environ.get(IN_CLUSTER_SETTINGS)
-    if in_cluster or registry.record_of(cluster).backend == "kubernetes":
-        import json
-
-        from hotswap.cli.backends import run_kubernetes_controller
-
-        address = DEFAULT_METRICS_ADDRESS if metrics_address is None else metrics_address
-        if address:
-            _check_address(address)
-        run_kubernetes_controller(cluster, json.loads(in_cluster) if in_cluster else None, address or None)
-        return
-    if metrics_address:
-        _check_address(metrics_address)
-    from hotswap.cli.backends import run_local_controller
-
-    run_local_controller(cluster, metrics_address or None)
+    chosen = for_controller(cluster, in_cluster=bool(in_cluster))
+    default = DEFAULT_METRICS_ADDRESS if chosen.capabilities.metrics_by_default else None
+    address = default if metrics_address is None else metrics_address
+    if address:
+        _check_address(address)
+    run_controller(chosen, cluster, json.loads(in_cluster) if in_cluster else None, address or None)
 
 
 def _check_address(address: str) -> None:

@@ -5,7 +5,6 @@ The web libraries are imported only once the command runs, so ``hotswap --help``
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -36,13 +35,7 @@ def start_dashboard(
     from hotswap.dashboard.source import ClusterSource
 
     require_libraries()
-    from hotswap.api.errors import HotswapError
-    from hotswap.store import registry
-
-    kind = "local"  # a cluster not created yet (a demo's) will be local; the page says so until it is
-    with contextlib.suppress(HotswapError):
-        kind = registry.record_of(cluster).backend
-    interval = interval_s if interval_s is not None else (0.5 if kind == "local" else 2.0)
+    interval = interval_s if interval_s is not None else backends.for_cluster_or_demo(cluster).capabilities.dashboard_interval_s
     source = ClusterSource(cluster, lambda: backends.for_cluster(cluster), interval_s=interval, log=log)
     return Dashboard(source, host, port, token)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -62,84 +61,44 @@ def create(
     timeout: float | None = typer.Option(None, "--timeout", help="With --wait: give up after this many seconds (exit 124); default: wait on."),
 ) -> None:
     """Submit a workload: it is queued by priority, then FIFO, and admitted onto whole slices."""
-    from hotswap.api.envfile import parse_env_pairs, read_env_file
-    from hotswap.api.errors import NotFoundError
-    from hotswap.api.limits import check_text
-    from hotswap.api.spec import workload_spec
-    from hotswap.backends.base import launch_record, new_run
-    from hotswap.cli.backends import named
-    from hotswap.store import registry
-    from hotswap.store.paths import ClusterPaths
+    from hotswap.cli.workload_request import CreateRequest, prepare, target_of, user_env_of
 
     check_timeout(timeout)
-    user_env = {}
-    if env_file is not None:
-        user_env.update(read_env_file(env_file, os.environ))
-    user_env.update(parse_env_pairs(env))
-    try:
-        record = registry.record_of(cluster)
-    except NotFoundError:
-        if not (dry_run and backend):
-            raise
-        record = None  # a dry run for a backend needs no cluster record
-    if record is not None and backend is not None and backend != record.backend:
-        raise InvalidInputError(f"cluster {cluster} uses the {record.backend} backend, not {backend}")
-    chosen = named(backend or record.backend)  # type: ignore[union-attr]
-    if checkpoint_volume is not None and chosen.name == "local":
-        raise InvalidInputError("--checkpoint-volume is only for --backend kubernetes (use --checkpoint-dir)")
-    debug_dump_gcs = _dump_location(debug_dump_gcs, chosen.name)
-    if docker_name is not None and chosen.name == "local":
-        raise InvalidInputError("--docker-name names the workers' container on Kubernetes; the local backend runs processes, not containers")
-    if device_type is None and record is None:
-        raise InvalidInputError("--device-type is needed when there is no cluster record to take it from")
-    if device_type is not None and not device_type.strip():
-        raise InvalidInputError("--device-type must not be empty (leave it out to use the cluster's)")
-    spec = workload_spec(
-        name=workload,
+    request = CreateRequest(
+        workload=workload,
+        cluster=cluster,
         command=command,
-        device_type=device_type or record.device_type,  # type: ignore[union-attr]
         num_slices=num_slices,
-        min_slices=min_slices,
+        device_type=device_type,
         priority=priority,
         max_restarts=max_restarts,
         restart_strategy=restart_strategy,
         restart_on_exit_codes=restart_on_exit_codes,
+        min_slices=min_slices,
         termination_grace_period_s=termination_grace_period,
         hang_timeout_s=hang_timeout,
         checkpoint_dir=checkpoint_dir,
-        env=user_env,
+        resume_from=resume_from,
+        fresh=fresh,
+        user_env=user_env_of(env, env_file),
         docker_image=docker_image,
         base_docker_image=base_docker_image,
         script_dir=script_dir,
         docker_name=docker_name,
         debug_dump_gcs=debug_dump_gcs,
+        checkpoint_volume=checkpoint_volume,
+        dry_run=dry_run,
+        backend=backend,
     )
-    workdir = os.path.abspath(script_dir) if script_dir else os.getcwd()
-    if script_dir and chosen.name == "local" and not os.path.isdir(workdir):
-        raise InvalidInputError(f"--script-dir {script_dir}: no such directory")
-    checkpoints = os.path.abspath(checkpoint_dir) if checkpoint_dir and chosen.name == "local" else (
-        checkpoint_dir or str(ClusterPaths.of(cluster).checkpoint_dir(workload))
-    )
-    from hotswap.api.worker import HOTSWAP_DEBUG_DUMP_TO
-
-    if fresh and resume_from is not None:
-        raise InvalidInputError("--fresh and --resume-from contradict each other: give one")
-    run = new_run(resume_from, fresh)
-    worker_env = {**user_env, HOTSWAP_DEBUG_DUMP_TO: debug_dump_gcs} if debug_dump_gcs and chosen.name == "local" else user_env
-    launch = launch_record(
-        environ=dict(os.environ), cwd=workdir, user_env=worker_env, checkpoint_dir=os.path.join(checkpoints, run["id"]), run=run
-    )
-    if checkpoint_volume is not None:
-        launch["checkpoint_volume"] = check_text("--checkpoint-volume", checkpoint_volume)
+    target = target_of(request)
+    chosen = target.backend
+    prepared = prepare(request, target.record, chosen.capabilities)
     if dry_run:
-        # A Kubernetes dry run renders for the named cluster even without a record of it.
-        target = cluster if record is not None or chosen.name != "local" else None
-        document(chosen.dry_run(target, spec, launch), Format.YAML if output is Format.TABLE else output)
+        document(chosen.dry_run(prepared.dry_run_cluster, prepared.spec, prepared.launch), Format.YAML if output is Format.TABLE else output)
         return
-    view = chosen.create_workload(cluster, spec, launch)
-    image = docker_image or base_docker_image
-    if image and chosen.name == "local":
-        note(f"image {image} recorded, not used: the local backend runs the command on this machine (it is used on Kubernetes)")
+    view = chosen.create_workload(cluster, prepared.spec, prepared.launch)
+    if prepared.unused_image:
+        note(f"image {prepared.unused_image} recorded, not used: the local backend runs the command on this machine (it is used on Kubernetes)")
     if wait:
         note(f"workload {workload} created: {view['status']} ({view['status_message']})")
         view = wait_for_state(lambda: chosen.describe_workload(cluster, workload), workload, until, timeout)
@@ -150,25 +109,6 @@ def create(
         return
     run = f"; run {view['run_id']} {run_origin(view)}" if view.get("run_id") else ""
     note(f"workload {workload} created: {view['status']} ({view['status_message']}){run}")
-
-
-def _dump_location(location: str | None, backend: str) -> str | None:
-    """--debug-dump-gcs for ``backend``: a gs:// path on Kubernetes (the pods copy with gsutil,
-    as xpk's do), an absolute directory of this machine locally."""
-    if location is None:
-        return None
-    if not location.strip():
-        raise InvalidInputError("--debug-dump-gcs must not be empty")
-    remote = location.startswith("gs://")
-    if backend == "local":
-        if remote or "://" in location:
-            raise InvalidInputError(
-                f"--debug-dump-gcs {location}: the local backend copies XLA dumps to a directory of this machine; give a path"
-            )
-        return os.path.abspath(os.path.expanduser(location))
-    if not remote or len(location) <= len("gs://"):
-        raise InvalidInputError(f"--debug-dump-gcs {location}: on Kubernetes give a gs://bucket[/path] for the pods to copy to")
-    return location
 
 
 @app.command("delete")
