@@ -94,7 +94,8 @@ class Backend(Protocol):
     def create_workload(self, cluster: str, spec: WorkloadSpec, launch: dict[str, Any]) -> WorkloadCreated: ...
 
     def dry_run(self, cluster: str | None, spec: WorkloadSpec, launch: dict[str, Any]) -> Any:
-        """What ``workload create`` would do, as a document to print; changes nothing."""
+        """What ``workload create`` would do, as a document to print; changes nothing. ``cluster``
+        is None for a cluster with no record unless ``dry_run_names_unrecorded_cluster``."""
         ...
 
     def delete_workload(self, cluster: str, name: str) -> None: ...

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -12,10 +13,13 @@ from hotswap.api.worker import DEFAULT_GRACE_PERIOD_S
 from hotswap.cli.output import Format, document, note, table
 from hotswap.cli.waiting import Until, check_timeout, wait_for_state, wait_until_gone, watch
 
+if TYPE_CHECKING:
+    from hotswap.backends.views import WorkloadRow
+
 app = typer.Typer(help="Submit, inspect and delete training workloads.", no_args_is_help=True)
 
 
-def run_origin(view: dict) -> str:
+def run_origin(view: WorkloadRow) -> str:
     """Where a run's state came from, in words (``resumed_from`` of its view)."""
     origin = view.get("resumed_from")
     if not origin:
