@@ -15,7 +15,7 @@ from k8s_fixtures.world.apiserver import Fault
 from hotswap.api.errors import HotswapError, NotFoundError
 from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes.client import ForbiddenError, UnreachableError
-from hotswap.backends.kubernetes.watch import Watcher
+from hotswap.backends.kubernetes.client.watch import Watcher
 from hotswap.backends.kubernetes.controller.loop import KubeController
 
 JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets"

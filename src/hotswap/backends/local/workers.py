@@ -15,7 +15,7 @@ on it commits it, and the exit code of a worker told to stop is never judged.
 On a GPU-backed slice a GPU is held by a process until it exits, as a Kubernetes device plugin
 holds it for a pod until the pod is gone: a worker whose node still runs another worker (a
 preempted job saving its state, the previous attempt) waits, committed but not started, until
-that one has exited. Never two processes on one GPU.
+that one has exited (``gpu_handover.py``). Never two processes on one GPU.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from collections.abc import Callable, Collection, Iterable
 from hotswap.api.times import iso_utc
 from hotswap.api.worker import HOTSWAP_EVENTS_FILE
 from hotswap.backends.local import launch as files
+from hotswap.backends.local.gpu_handover import GpuHandOver
 from hotswap.backends.local.spares import SpareGone, SparePool
 from hotswap.backends.local.supervisor import Supervisor, WorkerLaunch
 from hotswap.store import faults
@@ -59,9 +60,7 @@ class Workers:
         self.selector = selector
         self.grace_s = grace_s
         self.on_exit = on_exit
-        self.exclusive = exclusive
-        # Committed workers waiting for their node's previous worker to exit (exclusive slices).
-        self.waiting: dict[int, tuple[WorkerRow, WorkerLaunch | None]] = {}
+        self.hand_over = GpuHandOver(exclusive)
         self.supervisor = Supervisor(store)
         self.spares = SparePool(store, self.supervisor, paths.root, *spares)
         self.watched: dict[int, int] = {}  # pidfd -> worker id
@@ -156,7 +155,7 @@ class Workers:
     def _must_wait(self, row: WorkerRow, launch: WorkerLaunch | None) -> bool:
         """Hold the worker back while another process still runs on its exclusive node."""
         who = row.identity
-        if who.is_spare or not self.exclusive(who.slice):
+        if who.is_spare or not self.hand_over.exclusive(who.slice):
             return False
         holder = next(
             (
@@ -165,22 +164,12 @@ class Workers:
             ),
             None,
         )
-        if holder is None:
-            self.waiting.pop(row.id, None)
-            return False
-        if row.id not in self.waiting:
-            self.waiting[row.id] = (row, launch)
-            with contextlib.suppress(OSError), open((launch or WorkerLaunch.saved(row)).log, "a") as log:
-                log.write(
-                    f"--- hotswap: attempt {who.attempt} of {who.workload} waits for {holder.identity.workload}"
-                    f" (attempt {holder.identity.attempt}, pid {holder.pid}) to leave node {who.node}'s GPUs ---\n"
-                )
-        return True
+        return self.hand_over.wait_for(holder, row, launch)
 
     def start_waiting(self) -> None:
         """Start the waiting workers whose node is free now (after an exit)."""
-        if self.waiting:
-            self.spawn(list(self.waiting.values()))
+        if self.hand_over.waiting:
+            self.spawn(self.hand_over.pending())
 
     def _start_on_spare(self, row: WorkerRow, launch: WorkerLaunch) -> bool:
         """Hand the worker to a warm spare, if one fits and is ready."""
@@ -238,7 +227,7 @@ class Workers:
 
     def _never_started(self, row: WorkerRow) -> bool:
         """A waiting worker told to stop ends without having run (its exit is never judged)."""
-        if self.waiting.pop(row.id, None) is None:
+        if not self.hand_over.release(row.id):
             return False
         self.exited(dataclasses.replace(row, state="stopping"), 0)
         return True

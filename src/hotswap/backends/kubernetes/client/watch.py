@@ -1,4 +1,4 @@
-"""A watch that never dies: it tells the controller that something changed, and survives every
+"""Watches that never die: each tells the controller that something changed, and survives every
 answer an API server can give.
 
 The events are read as raw JSON lines (the client's own ``Watch`` raises ``KeyError`` on an
@@ -19,6 +19,9 @@ import json
 import threading
 from collections.abc import Callable
 from typing import Any
+
+from hotswap.backends.kubernetes import labels
+from hotswap.backends.kubernetes.client.calls import ApiCalls
 
 INITIAL_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 30.0
@@ -105,7 +108,7 @@ class Watcher:
             self.changed.set()
 
     def _failed(self, error: Exception) -> None:
-        from hotswap.backends.kubernetes.connection import api_error
+        from hotswap.backends.kubernetes.client.connection import api_error
 
         described = str(error) if isinstance(error, WatchFailed) else api_error(error, f"watch {self.kind}").message
         if described != self.last_error:
@@ -119,3 +122,29 @@ class Watcher:
         if self.last_error is not None:
             self.log(f"watch {self.kind}: working again")
         self.failures, self.last_error = 0, None
+
+
+class Watches(ApiCalls):
+    """The watches the controller keeps open, each run by a :class:`Watcher`."""
+
+    def watch_call(self, kind: str, cluster: str) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
+        """The list call a watch of ``kind`` (nodes, jobsets, pods) streams."""
+        calls: dict[str, tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = {
+            "nodes": (self.core.list_node, (), {}),
+            "pods": (self.core.list_namespaced_pod, (self.namespace,), {"label_selector": labels.WORKLOAD_LABEL}),
+            "jobsets": (
+                self.custom.list_namespaced_custom_object,
+                (labels.JOBSET_GROUP, labels.JOBSET_VERSION, self.namespace, labels.JOBSET_PLURAL),
+                {"label_selector": self._jobset_selector(cluster)},
+            ),
+        }
+        return calls[kind]
+
+    def watch(
+        self, kind: str, cluster: str, changed: threading.Event, stop: threading.Event, timeout_s: int = 300,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        """Set ``changed`` whenever an object of ``kind`` changes, until ``stop`` (a
+        :class:`Watcher`: it never dies of an error)."""
+        function, args, kwargs = self.watch_call(kind, cluster)
+        Watcher(kind, function, args, kwargs, changed, stop, timeout_s, log).run()

@@ -1,5 +1,5 @@
 """Reaching a Kubernetes API server, and what its errors mean: the kubeconfig (as kubectl finds
-it) and one actionable line per API error (:func:`api_error`). Used only by :mod:`.client`."""
+it) and one actionable line per API error (:func:`api_error`)."""
 
 from __future__ import annotations
 

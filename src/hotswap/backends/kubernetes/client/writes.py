@@ -1,0 +1,152 @@
+"""The writes hotswap makes: server-side apply of whole objects (field manager ``hotswap``),
+JSON merge patches of the few fields the controller changes, deletions, cordons, evictions,
+and Events on JobSets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hotswap.api.errors import NotFoundError
+from hotswap.api.times import iso_utc
+from hotswap.backends.kubernetes import labels
+from hotswap.backends.kubernetes.client.calls import APPLY, MERGE, client_module
+from hotswap.backends.kubernetes.client.reads import Reads
+
+
+class Writes(Reads):
+    """Built on :class:`Reads`: deleting a JobSet's Jobs lists them first."""
+
+    def deactivate_kueue_workload(self, name: str) -> None:
+        self._call(
+            f"deactivate Kueue Workload {name}",
+            self.custom.patch_namespaced_custom_object,
+            labels.KUEUE_GROUP,
+            labels.KUEUE_VERSION,
+            self.namespace,
+            labels.KUEUE_WORKLOADS,
+            name,
+            {"spec": {"active": False}},
+            _content_type=MERGE,
+            missing_api=labels.KUEUE_API_VERSION,
+            write=True,
+        )
+
+    def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Server-side apply of one object (field manager ``hotswap``, taking over conflicts)."""
+        kind = manifest["kind"]
+        name = manifest["metadata"]["name"]
+        group, _, version = manifest["apiVersion"].rpartition("/")
+        body = manifest  # sent as JSON, which is YAML: a valid apply-patch+yaml document
+        common = {"field_manager": labels.FIELD_MANAGER, "force": True, "_content_type": APPLY}
+        doing = f"apply {kind} {name}"
+        if kind == "PriorityClass":
+            return self._call(doing, self.scheduling.patch_priority_class, name, body, **common)
+        if kind == "DaemonSet":
+            apps = client_module().AppsV1Api(self.api_client)
+            return self._call(doing, apps.patch_namespaced_daemon_set, name, manifest["metadata"]["namespace"], body, **common)
+        plural = {"JobSet": labels.JOBSET_PLURAL, "LocalQueue": "localqueues", "ResourceFlavor": "resourceflavors", "ClusterQueue": "clusterqueues"}.get(kind)
+        if plural is None:
+            raise ValueError(f"hotswap does not apply {kind} objects")
+        api = f"{group}/{version}"
+        if "namespace" in manifest["metadata"]:
+            return self._call(doing, self.custom.patch_namespaced_custom_object, group, version, manifest["metadata"]["namespace"], plural, name, body, missing_api=api, **common)
+        return self._call(doing, self.custom.patch_cluster_custom_object, group, version, plural, name, body, missing_api=api, **common)
+
+    def patch_jobset(self, name: str, patch: dict[str, Any], resource_version: str | None = None) -> dict[str, Any]:
+        """A merge patch; with ``resource_version``, refused (ConflictError) if the JobSet
+        changed since it was read."""
+        if resource_version is not None:
+            patch = {**patch, "metadata": {**(patch.get("metadata") or {}), "resourceVersion": resource_version}}
+        return self._call(
+            f"update JobSet {name}",
+            self.custom.patch_namespaced_custom_object,
+            labels.JOBSET_GROUP,
+            labels.JOBSET_VERSION,
+            self.namespace,
+            labels.JOBSET_PLURAL,
+            name,
+            patch,
+            _content_type=MERGE,
+            missing_api=labels.JOBSET_API_VERSION,
+            write=True,
+        )
+
+    def delete_jobset(self, name: str) -> None:
+        self._call(
+            f"delete JobSet {name}",
+            self.custom.delete_namespaced_custom_object,
+            labels.JOBSET_GROUP,
+            labels.JOBSET_VERSION,
+            self.namespace,
+            labels.JOBSET_PLURAL,
+            name,
+            propagation_policy="Foreground",
+            missing_api=labels.JOBSET_API_VERSION,
+        )
+
+    def delete_jobs(self, jobset: str, replicas: tuple[int, ...] | None) -> list[str]:
+        """Delete a JobSet's child Jobs (in the background: JobSet recreates them at once)."""
+        deleted = []
+        for job in self.list_jobs(jobset):
+            meta = job["metadata"]
+            index = (meta.get("labels") or {}).get(labels.JOB_INDEX_LABEL)
+            if replicas is not None and (index is None or int(index) not in replicas):
+                continue
+            try:
+                self._call(f"delete Job {meta['name']}", self.batch.delete_namespaced_job, meta["name"], self.namespace,
+                           propagation_policy="Background", write=True)
+            except NotFoundError:
+                continue  # already gone: that is what we wanted
+            deleted.append(meta["name"])
+        return deleted
+
+    def force_delete_pod(self, name: str) -> None:
+        try:
+            self._call(f"delete pod {name}", self.core.delete_namespaced_pod, name, self.namespace, grace_period_seconds=0, write=True)
+        except NotFoundError:
+            pass
+
+    def patch_pod(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        return self._call(f"update pod {name}", self.core.patch_namespaced_pod, name, self.namespace, patch, _content_type=MERGE, write=True)
+
+    def set_unschedulable(self, node: str, unschedulable: bool) -> None:
+        self._call(
+            f"{'cordon' if unschedulable else 'uncordon'} node {node}",
+            self.core.patch_node,
+            node,
+            {"spec": {"unschedulable": unschedulable or None}},
+            _content_type=MERGE,
+        )
+
+    def evict(self, pod: str) -> None:
+        """Evict through the Eviction API, as ``kubectl drain`` does (honours PodDisruptionBudgets)."""
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": self.namespace}}
+        try:
+            self._call(f"evict pod {pod}", self.core.create_namespaced_pod_eviction, pod, self.namespace, body)
+        except NotFoundError:
+            pass
+
+    def record_event(self, jobset: dict[str, Any] | None, name: str, reason: str, message: str, warning: bool, now: float) -> None:
+        uid = ((jobset or {}).get("metadata") or {}).get("uid")
+        stamp = iso_utc(now, 6)
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{name}.", "namespace": self.namespace},
+            "involvedObject": {
+                "apiVersion": labels.JOBSET_API_VERSION,
+                "kind": "JobSet",
+                "name": name,
+                "namespace": self.namespace,
+                **({"uid": uid} if uid else {}),
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": "Warning" if warning else "Normal",
+            "source": {"component": labels.CONTROLLER_NAME},
+            "reportingComponent": labels.CONTROLLER_NAME,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        self._call(f"record an event on JobSet {name}", self.core.create_namespaced_event, self.namespace, body, write=True)
