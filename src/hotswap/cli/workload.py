@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -127,10 +128,10 @@ def create(
     run = new_run(resume_from, fresh)
     worker_env = {**user_env, HOTSWAP_DEBUG_DUMP_TO: debug_dump_gcs} if debug_dump_gcs and chosen.name == "local" else user_env
     launch = launch_record(
-        environ=dict(os.environ), cwd=workdir, user_env=worker_env, checkpoint_dir=os.path.join(checkpoints, run["id"]), run=run
+        environ=dict(os.environ), cwd=workdir, user_env=worker_env, checkpoint_dir=os.path.join(checkpoints, run.id), run=run
     )
     if checkpoint_volume is not None:
-        launch["checkpoint_volume"] = check_text("--checkpoint-volume", checkpoint_volume)
+        launch = dataclasses.replace(launch, checkpoint_volume=check_text("--checkpoint-volume", checkpoint_volume))
     if dry_run:
         # A Kubernetes dry run renders for the named cluster even without a record of it.
         target = cluster if record is not None or chosen.name != "local" else None
