@@ -283,3 +283,22 @@ def test_kubernetes_pods_learn_why_their_attempt_started(actions: str, state: di
         "none": [],
     }[actions]
     assert start_cause(made, state) == cause
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"environ": {"A": "1"}, "cwd": "/w", "user_env": {}, "checkpoint_dir": "/c"},  # a release without runs
+        {"environ": {}, "cwd": "/w", "user_env": {"U": "2"}, "checkpoint_dir": "/c/20260101-000000-aaaaaa",
+         "run": {"id": "20260101-000000-aaaaaa", "mode": "from", "source": "/elsewhere", "resume_from": "/elsewhere",
+                 "resumed_from": {"run": None, "path": "/elsewhere", "kind": "explicit"}},
+         "held_start_cause": {"attempt": 3, "cause": "hotswap"}},
+        {"environ": {}, "cwd": "/w", "user_env": {}, "checkpoint_dir": "/c/x", "checkpoint_volume": "pvc:ckpt",
+         "run": {"id": "20260101-000000-aaaaaa", "mode": "fresh", "resume_from": "", "resumed_from": None}, "later": [1]},
+    ],
+)
+def test_launch_records_of_existing_databases_read_back_and_write_the_same_json(record: dict) -> None:
+    from hotswap.api.launch import Launch
+
+    text = json.dumps(record, sort_keys=True)
+    assert Launch.from_json(text).to_json() == text
