@@ -42,7 +42,7 @@ class HangBench(Drill):
         self.submit(name, priority="medium", slices=1, max_restarts=1)  # restarted, never failed: the drill goes on
         self.wait_steps(name, max(10, int(8 / max(step_sleep, 0.05))))  # a step history to derive from
         with self.store() as store:
-            (worker,) = [w for w in store.workers(("running",)) if w.identity.workload == name]
+            (worker,) = [w for w in store.worker_rows.select(("running",)) if w.identity.workload == name]
         (process,) = (int(p) for p in Path(f"/proc/{worker.pid}/task/{worker.pid}/children").read_text().split())
         os.kill(process, signal.SIGSTOP)
         try:

@@ -57,7 +57,7 @@ class MttrBench(Drill):
     def _spares_ready(self) -> bool:
         store = operations.open_store(registry.existing(self.cluster))
         try:
-            spares = store.workers(("warm",))
+            spares = store.worker_rows.select(("warm",))
         finally:
             store.close()
         return len(spares) >= 2 and all(os.path.exists(os.path.join(s.dir, "ready")) for s in spares)

@@ -26,7 +26,7 @@ from hotswap.api.limits import check_text
 from hotswap.backends.local import client, protocol
 from hotswap.backends.local.protocol import RequestKind
 from hotswap.store.paths import ClusterPaths
-from hotswap.store.state import Store
+from hotswap.backends.local.tables import LocalStore
 
 EXAMPLES = int(os.environ.get("HOTSWAP_FUZZ_EXAMPLES", "150"))
 FUZZ = settings(
@@ -285,8 +285,8 @@ payloads = st.one_of(
 @given(st.sampled_from([k.value for k in RequestKind if k is not RequestKind.SHUTDOWN] + ["reboot", ""]), payloads)
 def test_a_malformed_request_row_is_refused_and_changes_nothing(cluster: Cluster, kind: str, payload: dict) -> None:
     before = cluster.settle()
-    with Store.open(cluster.paths.database) as store:
-        request_id = store.submit(kind, payload, time.time())
+    with LocalStore.open(cluster.paths.database) as store:
+        request_id = store.requests.submit(kind, payload, time.time())
 
     def served() -> tuple[str, str] | None:
         client.ping(cluster.paths)  # a connection wakes the controller, which then serves the row

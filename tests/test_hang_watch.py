@@ -14,7 +14,7 @@ from hotswap.backends.local.controller.hangs import CHECK_INTERVAL_S, HangWatch
 from hotswap.core import events as ev
 from hotswap.core.model import Snapshot
 from hotswap.store.paths import ClusterPaths
-from hotswap.store.state import WorkerIdentity, WorkerRow
+from hotswap.backends.local.tables import WorkerIdentity, WorkerRow
 
 
 def row(worker_id: int, attempt: int = 1, replica: int = 0) -> WorkerRow:

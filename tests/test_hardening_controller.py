@@ -22,7 +22,7 @@ from hotswap.backends.local import client, protocol
 from hotswap.backends.local.controller import rounds
 from hotswap.backends.local.controller.loop import LocalController
 from hotswap.store.paths import ClusterPaths
-from hotswap.store.state import Store
+from hotswap.backends.local.tables import LocalStore
 
 
 @pytest.fixture
@@ -110,8 +110,8 @@ def test_a_failed_node_is_committed_before_its_workers_are_touched(home: Path, s
     controller.start()
     try:
         def submit_fail() -> int:
-            with Store.open(home / "clusters" / "c" / "state.db") as store:
-                return store.submit("node", {"op": "fail", "nodes": [node]}, time.time())
+            with LocalStore.open(home / "clusters" / "c" / "state.db") as store:
+                return store.requests.submit("node", {"op": "fail", "nodes": [node]}, time.time())
 
         def outcome(request_id: int) -> tuple[str, str]:
             row = query(home, "c", "SELECT status, message FROM requests WHERE id = ?", (request_id,))[0]
@@ -129,7 +129,7 @@ def test_a_failed_node_is_committed_before_its_workers_are_touched(home: Path, s
         # The round cannot be committed (the disk is full): refused with the fault's own line.
         with monkeypatch.context() as patch:
             full = sqlite3.OperationalError("database or disk is full")
-            patch.setattr(Store, "save_snapshot", lambda *a: (_ for _ in ()).throw(full))
+            patch.setattr(LocalStore, "save_snapshot", lambda *a: (_ for _ in ()).throw(full))
             second = submit_fail()
             controller.step()
         assert outcome(second)[0] == "fault" and "is full" in outcome(second)[1]

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from hotswap.api import worker as contract
+from hotswap.api.launch import HELD_START_KEY
 from hotswap.api.membership import Membership
 from hotswap.api.spec import workload_spec
 from hotswap.backends.base import launch_record
@@ -23,7 +24,8 @@ from hotswap.core.workload import Workload
 from hotswap.backends.local.resize import resize_events
 from hotswap.store.codec import workload_to_json
 from hotswap.store.paths import ClusterPaths
-from hotswap.store.state import SPARE, ClusterRecord, Store, WorkerIdentity, WorkerRow
+from hotswap.backends.local.tables import SPARE, LocalStore, WorkerIdentity, WorkerRow
+from hotswap.store.state import ClusterRecord
 
 SLICES = ("s0", "s1", "s2")
 
@@ -130,10 +132,10 @@ def test_timeline_entries_of_inputs() -> None:
 
 def test_a_worker_row_and_its_launch_share_one_identity(tmp_path: Path) -> None:
     identity = WorkerIdentity("w", 4, 2, "s1", 1, 0, "s1-0")
-    with Store.open(tmp_path / "state.db", create=True) as store:
-        worker_id = store.add_worker(identity, dir=str(tmp_path), state="starting", started_at=1.0)
-        stored = store.worker(worker_id)
-        spare = store.worker(store.add_worker(SPARE, dir="", state="warm"))
+    with LocalStore.open(tmp_path / "state.db", create=True) as store:
+        worker_id = store.worker_rows.add(identity, dir=str(tmp_path), state="starting", started_at=1.0)
+        stored = store.worker_rows.get(worker_id)
+        spare = store.worker_rows.get(store.worker_rows.add(SPARE, dir="", state="warm"))
     assert stored.identity == identity and not stored.identity.is_spare and stored.state == "starting"
     assert spare.identity == SPARE and spare.identity.is_spare
     launch = WorkerLaunch(identity, tmp_path, tmp_path / "log", "python t.py", "/", {"A": "1"})
@@ -144,13 +146,13 @@ def test_a_worker_row_and_its_launch_share_one_identity(tmp_path: Path) -> None:
 def test_the_launcher_starts_a_plan_with_the_contract_environment(tmp_path: Path) -> None:
     paths = ClusterPaths("c", tmp_path / "c")
     elastic = workload(min_slices=1, slices=("s2", "s0"))
-    with Store.open(paths.database, create=True) as store:
+    with LocalStore.open(paths.database, create=True) as store:
         store.init_cluster(ClusterRecord("c", "local", "v5p-16", 0.0))
         launch = launch_record(environ={"PATH": "/bin"}, cwd="/", user_env={"U": "1"}, checkpoint_dir=str(tmp_path / "ck"))
-        store.add_workload("w", workload_to_json(elastic), launch)
+        store.launches.add("w", workload_to_json(elastic), launch)
         plan = effects.plan(act.ScaleUp("w", ("s0",), ("s2", "s0"), 3), elastic, ())
         launches = Launcher(store, paths).launches(elastic, plan, snapshot())
-        generation, port = store.membership("w")
+        generation, port = store.launches.membership("w")
     assert [(x.identity.slice, x.identity.replica, x.identity.host, x.identity.node) for x in launches] == [
         ("s0", 1, 0, "s0-0"), ("s0", 1, 1, "s0-1"),
     ]
@@ -166,16 +168,16 @@ def test_why_held_back_workers_start_survives_a_controller_restart(tmp_path: Pat
     workers why they start."""
     paths = ClusterPaths("c", tmp_path / "c")
     held = workload(attempt=3, slices=("s1", "s2"))
-    with Store.open(paths.database, create=True) as store:
+    with LocalStore.open(paths.database, create=True) as store:
         store.init_cluster(ClusterRecord("c", "local", "v5p-16", 0.0))
-        store.add_workload("w", workload_to_json(held), launch_record(environ={}, cwd="/", user_env={}, checkpoint_dir=str(tmp_path)))
+        store.launches.add("w", workload_to_json(held), launch_record(environ={}, cwd="/", user_env={}, checkpoint_dir=str(tmp_path)))
         assert Launcher(store, paths).launches(held, WorkerPlan(attempt=3, cause="hotswap"), snapshot()) == []
         start = effects.plan(act.StartWorkers("w", 3, ("s1", "s2")), held, ())
         assert start.cause is None  # the StartWorkers itself does not know why
         launches = Launcher(store, paths).launches(held, start, snapshot())  # as after a controller restart
-        left = store.launch("w")
+        left = store.launches.get("w")
     assert {x.env[contract.HOTSWAP_START_CAUSE] for x in launches} == {"hotswap"}
-    assert effects.HELD_CAUSE not in left  # used once: a later attempt does not inherit it
+    assert left.held_start is None and HELD_START_KEY not in left.to_dict()  # used once: a later attempt does not inherit it
 
 
 @pytest.mark.parametrize(("replica", "host", "hosts", "slices", "attempt"), [(0, 0, 1, 1, 1), (1, 1, 2, 3, 4), (2, 3, 4, 3, 1)])

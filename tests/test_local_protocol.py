@@ -17,7 +17,8 @@ from hotswap.backends.local import client, protocol
 from hotswap.backends.local.protocol import LineReader, NodeOperation, ProtocolError, RequestKind
 from hotswap.backends.local.controller.server import RequestServer
 from hotswap.store.paths import ClusterPaths
-from hotswap.store.state import ClusterRecord, Store
+from hotswap.backends.local.tables import LocalStore
+from hotswap.store.state import ClusterRecord
 
 
 def test_request_kinds_are_the_strings_in_the_database() -> None:
@@ -62,7 +63,7 @@ def test_a_line_past_the_limit_ends_the_stream_even_without_a_newline() -> None:
 @pytest.fixture
 def cluster(tmp_path: Path) -> ClusterPaths:
     paths = ClusterPaths("c", tmp_path / "c")
-    with Store.open(paths.database, create=True) as store:
+    with LocalStore.open(paths.database, create=True) as store:
         store.init_cluster(ClusterRecord("c", "local", "v6e-4", 0.0))
     return paths
 
@@ -75,17 +76,17 @@ def served(cluster: ClusterPaths) -> Iterator[ClusterPaths]:
 
     def serve() -> None:
         selector = selectors.DefaultSelector()
-        with Store.open(cluster.database) as store:
+        with LocalStore.open(cluster.database) as store:
             server = RequestServer(cluster, selector, store)
             server.open()
             ready.set()
             while not stop.is_set():
                 for key, _ in selector.select(0.02):
                     key.data(key.fileobj)
-                for request in store.pending_requests():
+                for request in store.requests.pending():
                     status = "rejected" if request.kind == RequestKind.DELETE else "done"
                     with store.transaction():
-                        store.finish_request(request.id, status, f"served {request.kind}")
+                        store.requests.finish(request.id, status, f"served {request.kind}")
                     server.answer(request.id)
             server.close()
 
@@ -109,5 +110,5 @@ def test_the_client_pings_queues_and_waits_through_the_server(served: ClusterPat
 def test_an_unknown_request_kind_is_refused_before_anything_is_queued(cluster: ClusterPaths) -> None:
     with pytest.raises(ValueError):
         client.request(cluster, "reboot", {})  # type: ignore[arg-type]
-    with Store.open(cluster.database) as store:
-        assert store.pending_requests() == []
+    with LocalStore.open(cluster.database) as store:
+        assert store.requests.pending() == []

@@ -19,7 +19,7 @@ from hotswap.backends.local.controller.recovery import recover
 from hotswap.backends.local.supervisor import WorkerLaunch
 from hotswap.backends.local.workers import Workers
 from hotswap.store.paths import ClusterPaths
-from hotswap.store.state import Store, WorkerIdentity, WorkerRow
+from hotswap.backends.local.tables import LocalStore, WorkerIdentity, WorkerRow
 
 IDENTITY = WorkerIdentity(workload="w", seq=1, attempt=0, slice="c-np-0", replica=0, host=0, node="c-np-0-0")
 
@@ -44,7 +44,7 @@ def resume(pid: int) -> None:
 
 
 def controller(paths: ClusterPaths) -> Workers:
-    store = Store.open(paths.database, create=not paths.database.exists())
+    store = LocalStore.open(paths.database, create=not paths.database.exists())
     return Workers(store, paths, selectors.DefaultSelector(), (0, ()), lambda _: 3.0, lambda row, code: None)
 
 
@@ -72,7 +72,7 @@ def test_a_worker_started_but_never_recorded_is_adopted_not_started_again(tmp_pa
         recover(second)
         releasing.join()
         assert shims_of(Path(row.dir)) == [pid]
-        assert second.store.worker(row.id).pid == pid
+        assert second.store.worker_rows.get(row.id).pid == pid
     finally:
         for shim in shims_of(Path(row.dir)):
             os.killpg(shim, signal.SIGKILL)
@@ -86,7 +86,7 @@ def test_a_worker_whose_shim_died_before_writing_its_pid_is_started_again(tmp_pa
     second = controller(paths)
     try:
         recover(second)
-        started = second.store.worker(row.id).pid
+        started = second.store.worker_rows.get(row.id).pid
         assert started is not None and started != pid
         assert shims_of(Path(row.dir)) == [started]
     finally:

@@ -16,6 +16,7 @@ from train_harness import TRAIN_EXAMPLE
 from hotswap.api import worker as contract
 from hotswap.api.runs import RESUME_AUTO, RUN_DONE, RUN_RESUME, RUN_RUNNING, RUN_SIGNAL_FILE, is_run_id
 from hotswap.api.worker_output import RESTORE_SOURCES, parse_fields, restore_source, restored_line
+from hotswap.api.launch import Run
 from hotswap.backends.local.runs import resolve
 
 pytest.importorskip("torch")
@@ -159,9 +160,9 @@ def test_only_the_newest_started_run_is_resumed_and_only_after_sigterm(tmp_path:
     for name, signal in runs.items():
         _run_dir(tmp_path, name, signal)
     (tmp_path / "step-0000000010").mkdir()  # a checkpoint of an earlier release's layout: never resumed
-    resolved = resolve({"id": "20260103-000000-cccccc", "mode": "auto"}, tmp_path, lambda: True, 0)
-    assert (resolved["resumed_from"] or {}).get("run") == expected
-    assert resolved["resume_from"] == (str(tmp_path / expected) if expected else "")
+    resolved = resolve(Run.from_dict({"id": "20260103-000000-cccccc", "mode": "auto"}), tmp_path, lambda: True, 0)
+    assert (resolved.resumed_from or {}).get("run") == expected
+    assert resolved.resume_from == (str(tmp_path / expected) if expected else "")
 
 
 def test_a_hotswap_restore_says_so(home: Path) -> None:
@@ -216,7 +217,7 @@ def test_kubernetes_jobsets_carry_the_run(mode: str, extra: dict, resume: str, k
 
     run = {"id": "20260102-000000-bbbbbb", "mode": mode, **extra}
     spec = workload_spec(name="w", command="python3 train.py", device_type="v6e-16", num_slices=1)
-    jobset = render_jobset(spec, "c", KubeSettings(), CheckpointVolume("pvc", "ckpt"), run)
+    jobset = render_jobset(spec, "c", KubeSettings(), CheckpointVolume("pvc", "ckpt"), Run.from_dict(run))
     assert jobset["metadata"]["labels"][labels.RUN_ID_LABEL] == run["id"]
     container = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
     env = {item["name"]: item.get("value") for item in container["env"]}
@@ -282,3 +283,22 @@ def test_kubernetes_pods_learn_why_their_attempt_started(actions: str, state: di
         "none": [],
     }[actions]
     assert start_cause(made, state) == cause
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"environ": {"A": "1"}, "cwd": "/w", "user_env": {}, "checkpoint_dir": "/c"},  # a release without runs
+        {"environ": {}, "cwd": "/w", "user_env": {"U": "2"}, "checkpoint_dir": "/c/20260101-000000-aaaaaa",
+         "run": {"id": "20260101-000000-aaaaaa", "mode": "from", "source": "/elsewhere", "resume_from": "/elsewhere",
+                 "resumed_from": {"run": None, "path": "/elsewhere", "kind": "explicit"}},
+         "held_start_cause": {"attempt": 3, "cause": "hotswap"}},
+        {"environ": {}, "cwd": "/w", "user_env": {}, "checkpoint_dir": "/c/x", "checkpoint_volume": "pvc:ckpt",
+         "run": {"id": "20260101-000000-aaaaaa", "mode": "fresh", "resume_from": "", "resumed_from": None}, "later": [1]},
+    ],
+)
+def test_launch_records_of_existing_databases_read_back_and_write_the_same_json(record: dict) -> None:
+    from hotswap.api.launch import Launch
+
+    text = json.dumps(record, sort_keys=True)
+    assert Launch.from_json(text).to_json() == text

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from hotswap.api.launch import RUN_AUTO, RUN_FRESH, RUN_FROM, Launch, Run
+
 if TYPE_CHECKING:  # pydantic loads only where specs are built or validated: reads stay fast
     from hotswap.api.spec import WorkloadSpec
     from hotswap.backends.capabilities import Capabilities
@@ -28,19 +30,16 @@ if TYPE_CHECKING:  # pydantic loads only where specs are built or validated: rea
 
 
 def launch_record(
-    *, environ: dict[str, str], cwd: str, user_env: dict[str, str], checkpoint_dir: str, run: dict[str, Any] | None = None
-) -> dict[str, Any]:
+    *, environ: dict[str, str], cwd: str, user_env: dict[str, str], checkpoint_dir: str, run: Run | None = None
+) -> Launch:
     """How to start a workload's workers, as ``workload create`` hands it to a backend: the
     creator's environment and directory, the user's variables, where this run's checkpoints go,
-    the run (:func:`new_run`; a backend resolves what it resumes from). A backend may add keys
-    of its own, such as ``checkpoint_volume``."""
-    record: dict[str, Any] = {"environ": environ, "cwd": cwd, "user_env": user_env, "checkpoint_dir": checkpoint_dir}
-    if run is not None:
-        record["run"] = run
-    return record
+    the run (:func:`new_run`; a backend resolves what it resumes from). A backend may set
+    entries of its own, such as ``checkpoint_volume`` (``dataclasses.replace``)."""
+    return Launch(environ=environ, cwd=cwd, user_env=user_env, checkpoint_dir=checkpoint_dir, run=run)
 
 
-def new_run(resume_from: str | None, fresh: bool) -> dict[str, Any]:
+def new_run(resume_from: str | None, fresh: bool) -> Run:
     """A new run of ``workload create``: its id, and what the user asked it to resume from
     (``--resume-from``: a run id or a directory; ``--fresh``: nothing; neither: a pending
     migration checkpoint of its predecessor, if any)."""
@@ -50,18 +49,11 @@ def new_run(resume_from: str | None, fresh: bool) -> dict[str, Any]:
     from hotswap.api.limits import check_text
 
     run_id = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + os.urandom(3).hex()  # api.runs.is_run_id
-    run: dict[str, Any] = {"id": run_id, "mode": RUN_AUTO}
     if fresh:
-        run["mode"] = RUN_FRESH
-    elif resume_from is not None:
-        run.update(mode=RUN_FROM, source=check_text("--resume-from", resume_from))
-    return run
-
-
-# What a new run asked to resume from (``new_run``'s ``mode``).
-RUN_AUTO = "auto"  # a pending migration checkpoint of its predecessor, if any
-RUN_FRESH = "fresh"  # nothing
-RUN_FROM = "from"  # ``source``: a run id under the checkpoint root, or a checkpoint directory
+        return Run(run_id, RUN_FRESH)
+    if resume_from is not None:
+        return Run(run_id, RUN_FROM, source=check_text("--resume-from", resume_from))
+    return Run(run_id, RUN_AUTO)
 
 
 class Backend(Protocol):
@@ -91,9 +83,9 @@ class Backend(Protocol):
         returns what was done (``message``, and the objects applied, if any)."""
         ...
 
-    def create_workload(self, cluster: str, spec: WorkloadSpec, launch: dict[str, Any]) -> WorkloadCreated: ...
+    def create_workload(self, cluster: str, spec: WorkloadSpec, launch: Launch) -> WorkloadCreated: ...
 
-    def dry_run(self, cluster: str | None, spec: WorkloadSpec, launch: dict[str, Any]) -> Any:
+    def dry_run(self, cluster: str | None, spec: WorkloadSpec, launch: Launch) -> Any:
         """What ``workload create`` would do, as a document to print; changes nothing. ``cluster``
         is None for a cluster with no record unless ``dry_run_names_unrecorded_cluster``."""
         ...

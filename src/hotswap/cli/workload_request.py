@@ -8,14 +8,16 @@ The checks run in this order, each with its own one line: the messages are what 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hotswap.api.errors import InvalidInputError
 
 if TYPE_CHECKING:  # pydantic loads only where specs are built: reads stay fast
+    from hotswap.api.launch import Launch
     from hotswap.api.spec import WorkloadSpec
     from hotswap.backends.base import Backend
     from hotswap.backends.capabilities import Capabilities
@@ -93,7 +95,7 @@ class PreparedWorkload:
     the cluster a dry run renders for, and an image given that the backend will not use."""
 
     spec: WorkloadSpec
-    launch: Any
+    launch: Launch
     dry_run_cluster: str | None
     unused_image: str | None
 
@@ -151,10 +153,10 @@ def prepare(request: CreateRequest, record: ClusterRecord | None, capabilities: 
         {**user_env, HOTSWAP_DEBUG_DUMP_TO: debug_dump_gcs} if debug_dump_gcs and capabilities.debug_dumps_to_directory else user_env
     )
     launch = launch_record(
-        environ=dict(os.environ), cwd=workdir, user_env=worker_env, checkpoint_dir=os.path.join(checkpoints, run["id"]), run=run
+        environ=dict(os.environ), cwd=workdir, user_env=worker_env, checkpoint_dir=os.path.join(checkpoints, run.id), run=run
     )
     if request.checkpoint_volume is not None:
-        launch["checkpoint_volume"] = check_text("--checkpoint-volume", request.checkpoint_volume)
+        launch = dataclasses.replace(launch, checkpoint_volume=check_text("--checkpoint-volume", request.checkpoint_volume))
     image = request.docker_image or request.base_docker_image
     return PreparedWorkload(
         spec=spec,

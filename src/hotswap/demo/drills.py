@@ -31,7 +31,7 @@ from hotswap.demo.observe import Trace, log_lines, read_trace
 from hotswap.demo.view import DemoView
 from hotswap.store import registry
 from hotswap.store.paths import home
-from hotswap.store.state import Store
+from hotswap.backends.local.tables import LocalStore
 
 DEVICE = EMULATED_DEVICE
 
@@ -98,9 +98,9 @@ class Drill(abc.ABC):
             jobs.append({**job, "step": trace.last_step if trace else None, "loss": trace.latest_loss() if trace else None})
         return {"slices": cluster["slices"], "jobs": jobs}
 
-    def store(self) -> Store:
+    def store(self) -> LocalStore:
         """The drill cluster's database (close it: use ``with``)."""
-        return Store.open(registry.existing(self.cluster).database)
+        return LocalStore.open(registry.existing(self.cluster).database)
 
     def event(self, message: str) -> None:
         self.view.event(message)
@@ -165,7 +165,7 @@ class Drill(abc.ABC):
         run = new_run(None, fresh=False)  # as `workload create` does: a new run, resuming a pending migration
         launch = launch_record(
             environ=dict(os.environ), cwd=str(self.workdir), user_env={"OMP_NUM_THREADS": "1"},
-            checkpoint_dir=str(registry.existing(self.cluster).checkpoint_dir(name) / run["id"]), run=run,
+            checkpoint_dir=str(registry.existing(self.cluster).checkpoint_dir(name) / run.id), run=run,
         )
         t = time.time()
         view = operations.create_workload(self.cluster, spec, launch)
@@ -182,7 +182,7 @@ class Drill(abc.ABC):
     def workload_dir(self, name: str) -> Path | None:
         paths = registry.existing(self.cluster)
         with self.store() as store:
-            seq = next((r["seq"] for r, _ in store.workload_records() if r["spec"]["name"] == name), None)
+            seq = next((r["seq"] for r in store.workload_records() if r["spec"]["name"] == name), None)
         return None if seq is None else paths.workload_dir(name, seq)
 
     def trace(self, name: str) -> Trace | None:

@@ -13,7 +13,7 @@ from hotswap.backends.local import operations
 from hotswap.demo.drills import Drill
 from hotswap.demo.gpu_drill import GpuDrill
 from hotswap.demo.observe import log_lines, read_trace, slice_count_changes, survivor_stall
-from hotswap.store.state import LIVE_WORKER_STATES
+from hotswap.backends.local.tables import LIVE_WORKER_STATES
 
 REPAIR_BASELINE_S = 600.0  # GKE's node repair, what a job waits without hotswap
 
@@ -119,7 +119,7 @@ class HotswapDrill(Drill):
 
     def _spares_ready(self) -> bool:
         with self.store() as store:
-            spares = store.workers(("warm",))
+            spares = store.worker_rows.select(("warm",))
         return len(spares) >= 2 and all((Path(s.dir) / "ready").exists() for s in spares)
 
 
@@ -234,7 +234,7 @@ class MigrationDrill(Drill):
 
     def _live(self, name: str) -> bool:
         with self.store() as store:
-            return any(w.identity.workload == name for w in store.workers(LIVE_WORKER_STATES))
+            return any(w.identity.workload == name for w in store.worker_rows.select(LIVE_WORKER_STATES))
 
 
 SEED_001_AWK = Path(__file__).with_name("seed001_slice_changes.awk")

@@ -59,3 +59,14 @@ def workload_from_json(text: str) -> Workload:
         status_message=data["status_message"],
         status_time=data["status_time"],
     )
+
+
+def json_object(text: str) -> dict[str, Any]:
+    """A JSON object stored in a row (ValueError for anything else)."""
+    try:
+        value = json.loads(text)
+    except (TypeError, RecursionError) as error:
+        raise ValueError(f"not JSON text ({error.__class__.__name__})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"not a JSON object: {str(text)[:40]!r}")
+    return value

@@ -18,6 +18,10 @@ from hotswap.store.paths import private_dir
 
 BUSY_TIMEOUT_MS = 30_000
 
+# The whole schema, the local backend's tables (requests, workers, workloads' launch columns) too:
+# one migration history per database file. Existing databases have run these scripts under
+# ``user_version``; split by owner, they would need a second version counter and a migration of
+# their own (hotswap.backends.local.tables reads and writes those tables).
 MIGRATIONS: list[str] = [
     # 1: the first schema.
     """

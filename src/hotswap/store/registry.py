@@ -88,7 +88,7 @@ def summaries() -> list[ClusterSummary]:
         try:
             with Store.open(paths.database) as store:
                 record = store.cluster()
-                phases = [WorkloadPhase(r["phase"]) for r, _ in store.workload_records()]
+                phases = [WorkloadPhase(r["phase"]) for r in store.workload_records()]
                 slices = len(store.slice_rows())
         except Exception as error:  # one unreadable cluster must not hide the others
             if not (faults.is_fault(error) or faults.unreadable(error)):

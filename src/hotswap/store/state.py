@@ -1,7 +1,9 @@
-"""Reading and writing a cluster's state: the core's snapshot, the timeline, requests, workers.
+"""Reading and writing a cluster's state: its record, the core's snapshot, the timeline.
 
-Only the cluster's controller writes the snapshot, the timeline and the workers; CLI processes
-read them, and write only new requests (and the cluster record when they create a cluster).
+Every backend keeps these. The local backend's own tables (requests, worker rows, launch
+records) are read and written by :mod:`hotswap.backends.local.tables`, over the same connection.
+Only the cluster's controller writes the snapshot and the timeline; CLI processes read them (and
+write the cluster record when they create a cluster).
 """
 
 from __future__ import annotations
@@ -13,18 +15,15 @@ import os
 import sqlite3
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from hotswap.api.cluster import NodeState
 from hotswap.core.model import Node, Slice, Snapshot
 from hotswap.core.workload import Workload
 from hotswap.store import db
-from hotswap.store.codec import workload_from_json, workload_to_json
+from hotswap.store.codec import json_object, workload_from_json, workload_to_json
 from hotswap.api.errors import StateError
 from hotswap.store.faults import CorruptState
-
-
-LIVE_WORKER_STATES = ("starting", "running", "stopping")  # a process that is, or may be, alive
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,63 +35,16 @@ class ClusterRecord:
     settings: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
-@dataclasses.dataclass(frozen=True)
-class Request:
-    id: int
-    t: float
-    kind: str
-    payload: dict[str, Any] | None  # None: the row's payload is not a JSON object
-    status: str
-    message: str
-
-
-@dataclasses.dataclass(frozen=True)
-class WorkerIdentity:
-    """Which worker a process is: host ``host`` (node ``node``) of replica ``replica`` (on slice
-    ``slice``) in attempt ``attempt`` of workload ``workload`` (its creation ``seq``). A worker's
-    row and the launch that starts it carry the same identity."""
-
-    workload: str
-    seq: int
-    attempt: int
-    slice: str
-    replica: int
-    host: int
-    node: str
-
-    @property
-    def is_spare(self) -> bool:
-        return not self.workload
-
-
-SPARE = WorkerIdentity(workload="", seq=0, attempt=0, slice="", replica=-1, host=-1, node="")  # serves no workload yet
-_IDENTITY_COLUMNS = tuple(field.name for field in dataclasses.fields(WorkerIdentity))
-
-
-@dataclasses.dataclass(frozen=True)
-class WorkerRow:
-    id: int
-    identity: WorkerIdentity
-    dir: str
-    pid: int | None
-    start_ticks: int | None
-    state: str
-    exit_code: int | None
-    started_at: float | None
-    stop_requested_at: float | None
-    kill_at: float | None
-    ended_at: float | None
-
-
 class Store:
-    """A cluster's database. One class on purpose, though long: its tables share one connection
-    and one transaction at a time; each section below is one table's reads and writes."""
+    """A cluster's database: its record, the core's snapshot and the timeline; each section below
+    is one table's reads and writes. A backend's own tables share its connection and transaction
+    (:class:`~hotswap.backends.local.tables.LocalStore`)."""
 
     def __init__(self, connection: sqlite3.Connection) -> None:
         self.connection = connection
 
     @classmethod
-    def open(cls, path: Path, create: bool = False) -> Store:
+    def open(cls, path: Path, create: bool = False) -> Self:
         return cls(db.connect(path, create=create))
 
     def close(self) -> None:
@@ -115,7 +67,7 @@ class Store:
                 " (list, describe, logs) still work; make it writable to change anything"
             )
 
-    def __enter__(self) -> Store:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -148,11 +100,11 @@ class Store:
         if value is None:
             raise LookupError("cluster record missing")
         try:
-            return ClusterRecord(**_object(value))
+            return ClusterRecord(**json_object(value))
         except (TypeError, ValueError) as error:
-            raise self._corrupt("the cluster record", error) from None
+            raise self.corrupt("the cluster record", error) from None
 
-    def _corrupt(self, what: str, error: Exception) -> CorruptState:
+    def corrupt(self, what: str, error: Exception) -> CorruptState:
         database = getattr(self.connection, "database", "the database")
         return CorruptState(
             f"the database {database} is corrupt ({what} is unreadable: {str(error)[:120]}); restore it"
@@ -180,7 +132,7 @@ class Store:
         """(pid, kernel start time) of the last controller that held the cluster."""
         value = self._meta("controller")
         try:
-            record = _object(value) if value is not None else None
+            record = json_object(value) if value is not None else None
             return (int(record["pid"]), record.get("start_ticks")) if record else None
         except (KeyError, TypeError, ValueError):
             return None
@@ -258,57 +210,19 @@ class Store:
         try:
             return workload_from_json(record)
         except (KeyError, TypeError, ValueError) as error:  # pydantic's ValidationError is a ValueError
-            raise self._corrupt(f"the record of workload {name}", error) from None
-
-    def add_workload(self, name: str, record_json: str, launch: dict[str, Any]) -> None:
-        """Register a workload's launch data before the core's record of it is saved."""
-        self.connection.execute(
-            "INSERT OR REPLACE INTO workloads (name, record, launch) VALUES (?, ?, ?)",
-            (name, record_json, json.dumps(launch, sort_keys=True)),
-        )
-
-    def launch(self, name: str) -> dict[str, Any]:
-        row = self.connection.execute("SELECT launch FROM workloads WHERE name = ?", (name,)).fetchone()
-        if row is None:
-            raise LookupError(name)
-        try:
-            return _object(row[0])
-        except ValueError as error:
-            raise self._corrupt(f"the launch record of workload {name}", error) from None
-
-    def set_launch_entry(self, name: str, key: str, value: Any) -> None:
-        """Set (or, with ``None``, remove) one entry of a workload's launch record."""
-        launch = self.launch(name)
-        if value is None:
-            launch.pop(key, None)
-        else:
-            launch[key] = value
-        self.connection.execute(
-            "UPDATE workloads SET launch = ? WHERE name = ?", (json.dumps(launch, sort_keys=True), name)
-        )
-
-    def membership(self, name: str) -> tuple[int, int]:
-        row = self.connection.execute(
-            "SELECT generation, master_port FROM workloads WHERE name = ?", (name,)
-        ).fetchone()
-        return (row[0], row[1]) if row else (0, 0)
-
-    def set_membership(self, name: str, generation: int, master_port: int) -> None:
-        self.connection.execute(
-            "UPDATE workloads SET generation = ?, master_port = ? WHERE name = ?", (generation, master_port, name)
-        )
+            raise self.corrupt(f"the record of workload {name}", error) from None
 
     # ------------------------------------------------------------------ read-only views for the CLI
 
-    def workload_records(self) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-        """(record, launch) of every workload as plain dicts, without building pydantic models."""
-        rows = self.connection.execute("SELECT name, record, launch FROM workloads").fetchall()
+    def workload_records(self) -> list[dict[str, Any]]:
+        """The record of every workload as a plain dict, without building pydantic models."""
+        rows = self.connection.execute("SELECT record FROM workloads").fetchall()
         try:
-            pairs = [(_object(r[1]), _object(r[2])) for r in rows]
-            pairs.sort(key=lambda pair: pair[0]["seq"])
+            records = [json_object(r[0]) for r in rows]
+            records.sort(key=lambda record: record["seq"])
         except (KeyError, TypeError, ValueError) as error:
-            raise self._corrupt("a workload record", error) from None
-        return pairs
+            raise self.corrupt("a workload record", error) from None
+        return records
 
     def node_rows(self) -> list[sqlite3.Row]:
         return self.connection.execute(
@@ -352,94 +266,3 @@ class Store:
         return self.connection.execute(
             "SELECT * FROM events WHERE workload = ? AND seq = ? ORDER BY id", (workload, seq)
         ).fetchall()
-
-    # ------------------------------------------------------------------ requests (CLI -> controller)
-
-    def submit(self, kind: str, payload: dict[str, Any], t: float) -> int:
-        with self.transaction():
-            cursor = self.connection.execute(
-                "INSERT INTO requests (t, kind, payload) VALUES (?, ?, ?)", (t, kind, json.dumps(payload, sort_keys=True))
-            )
-        return int(cursor.lastrowid)
-
-    def pending_requests(self) -> list[Request]:
-        rows = self.connection.execute("SELECT * FROM requests WHERE status = 'pending' ORDER BY id").fetchall()
-        return [self._request(r) for r in rows]
-
-    def request(self, request_id: int) -> Request | None:
-        row = self.connection.execute("SELECT * FROM requests WHERE id = ?", (request_id,)).fetchone()
-        return None if row is None else self._request(row)
-
-    def finish_request(self, request_id: int, status: str, message: str = "") -> None:
-        self.connection.execute(
-            "UPDATE requests SET status = ?, message = ? WHERE id = ?", (status, message, request_id)
-        )
-
-    def is_pending(self, request_id: int) -> bool:
-        row = self.connection.execute("SELECT status FROM requests WHERE id = ?", (request_id,)).fetchone()
-        return row is not None and row[0] == "pending"
-
-    def withdraw(self, request_id: int, message: str) -> bool:
-        """Refuse a request nobody has served yet (its submitter gave up on it); False when it
-        was served first."""
-        with self.transaction():
-            changed = self.connection.execute(
-                "UPDATE requests SET status = 'rejected', message = ? WHERE id = ? AND status = 'pending'",
-                (message, request_id),
-            ).rowcount
-        return bool(changed)
-
-    @staticmethod
-    def _request(row: sqlite3.Row) -> Request:
-        try:
-            payload: dict[str, Any] | None = _object(row["payload"])
-        except ValueError:
-            payload = None
-        return Request(row["id"], row["t"], str(row["kind"]), payload, row["status"], str(row["message"]))
-
-    # ------------------------------------------------------------------ workers (the supervisor's table)
-
-    def add_worker(self, identity: WorkerIdentity, **fields: Any) -> int:
-        fields = {**dataclasses.asdict(identity), **fields}
-        columns = ", ".join(fields)
-        marks = ", ".join("?" for _ in fields)
-        cursor = self.connection.execute(f"INSERT INTO workers ({columns}) VALUES ({marks})", tuple(fields.values()))
-        return int(cursor.lastrowid)
-
-    def update_worker(self, worker_id: int, **fields: Any) -> None:
-        assignments = ", ".join(f"{key} = ?" for key in fields)
-        self.connection.execute(f"UPDATE workers SET {assignments} WHERE id = ?", (*fields.values(), worker_id))
-
-    def workers(self, states: Sequence[str] | None = None, workload: str | None = None) -> list[WorkerRow]:
-        query = "SELECT * FROM workers"
-        clauses, args = [], []
-        if states is not None:
-            clauses.append(f"state IN ({', '.join('?' for _ in states)})")
-            args.extend(states)
-        if workload is not None:
-            clauses.append("workload = ?")
-            args.append(workload)
-        if clauses:
-            query += " WHERE " + " AND ".join(clauses)
-        rows = self.connection.execute(query + " ORDER BY id", args).fetchall()
-        return [_worker_row(r) for r in rows]
-
-    def worker(self, worker_id: int) -> WorkerRow:
-        return _worker_row(self.connection.execute("SELECT * FROM workers WHERE id = ?", (worker_id,)).fetchone())
-
-
-def _object(text: str) -> dict[str, Any]:
-    """A JSON object stored in a row (ValueError for anything else)."""
-    try:
-        value = json.loads(text)
-    except (TypeError, RecursionError) as error:
-        raise ValueError(f"not JSON text ({error.__class__.__name__})") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"not a JSON object: {str(text)[:40]!r}")
-    return value
-
-
-def _worker_row(row: sqlite3.Row) -> WorkerRow:
-    columns = dict(row)
-    identity = WorkerIdentity(**{name: columns.pop(name) for name in _IDENTITY_COLUMNS})
-    return WorkerRow(identity=identity, **columns)

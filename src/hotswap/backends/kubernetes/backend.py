@@ -15,6 +15,7 @@ from typing import Any
 
 from hotswap.api import worker as contract
 from hotswap.api.catalog import get_device_type
+from hotswap.api.launch import Launch
 from hotswap.api.errors import CapacityError, ConflictError, InvalidInputError, NotFoundError
 from hotswap.api.spec import WorkloadSpec
 from hotswap.backends.capabilities import Capabilities
@@ -74,8 +75,8 @@ def settings_of(cluster: str) -> KubeSettings:
     return KubeSettings.from_options(found.settings)
 
 
-def _volume(launch: dict[str, Any], settings: KubeSettings):
-    text = launch.get("checkpoint_volume") or settings.checkpoint_volume
+def _volume(launch: Launch, settings: KubeSettings):
+    text = launch.checkpoint_volume or settings.checkpoint_volume
     return parse_checkpoint_volume(text) if text else None
 
 
@@ -147,16 +148,16 @@ class KubernetesBackend:
 
     # ------------------------------------------------------------------ workloads
 
-    def dry_run(self, cluster: str | None, spec: WorkloadSpec, launch: dict[str, Any]) -> Any:
+    def dry_run(self, cluster: str | None, spec: WorkloadSpec, launch: Launch) -> Any:
         """The JobSet ``workload create`` would apply, exactly; no API server is needed."""
         name = cluster or "cluster"
         found = registry.find(name) if cluster else None
         settings = KubeSettings.from_options(found.settings) if found and found.backend == BACKEND else KubeSettings()
-        return render_jobset(spec, name, settings, _volume(launch, settings), launch.get("run"))
+        return render_jobset(spec, name, settings, _volume(launch, settings), launch.run)
 
-    def create_workload(self, cluster: str, spec: WorkloadSpec, launch: dict[str, Any]) -> WorkloadRow:
+    def create_workload(self, cluster: str, spec: WorkloadSpec, launch: Launch) -> WorkloadRow:
         settings = settings_of(cluster)
-        manifest = render_jobset(spec, cluster, settings, _volume(launch, settings), launch.get("run"))
+        manifest = render_jobset(spec, cluster, settings, _volume(launch, settings), launch.run)
         client = self._client(settings)
         counts = discover(client.list_nodes(), settings).slices_by_type()
         have = counts.get(spec.device_type, 0)

@@ -14,7 +14,7 @@ from typing import Any
 from hotswap.api.errors import InvalidInputError
 from hotswap.api.spec import WorkloadSpec
 from hotswap.api.runs import RESUME_AUTO, is_run_id
-from hotswap.backends.base import RUN_AUTO, RUN_FRESH, RUN_FROM
+from hotswap.api.launch import RUN_FRESH, RUN_FROM, Run
 from hotswap.backends.kubernetes import labels
 
 _CLAIM = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -57,20 +57,19 @@ def checkpoint_dir(spec: WorkloadSpec, cluster: str, volume: CheckpointVolume | 
     return None
 
 
-def resume_value(run: dict[str, Any], root: str) -> str:
+def resume_value(run: Run, root: str) -> str:
     """HOTSWAP_RESUME_FROM of a run whose checkpoint root (in the pod) is ``root``: only the
     pods see the volume, so an automatic choice is the workers' (``auto``); a run id names a
     directory next to the run's own; any other value is a path in the pod."""
-    mode = run.get("mode", RUN_AUTO)
-    if mode == RUN_FRESH:
+    if run.mode == RUN_FRESH:
         return ""
-    if mode == RUN_FROM:
-        source = str(run["source"])
+    if run.mode == RUN_FROM:
+        source = str(run.source)
         return f"{root}/{source}" if is_run_id(source) else source
     return RESUME_AUTO
 
 
-def resumed_from(run: dict[str, Any], root: str | None) -> dict[str, Any] | None:
+def resumed_from(run: Run, root: str | None) -> dict[str, Any] | None:
     """What the run resumes from, for people (``workload describe``), as the local backend says it."""
     value = resume_value(run, root) if root else ""
     if not value:

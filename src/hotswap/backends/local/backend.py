@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from hotswap.api.catalog import get_device_type
 from hotswap.api.errors import InvalidInputError
+from hotswap.api.launch import Launch
 from hotswap.backends.capabilities import Capabilities
 from hotswap.backends.local import logs, operations
 from hotswap.backends.views import (
@@ -66,15 +67,15 @@ class LocalBackend:
     def describe_cluster(self, cluster: str) -> ClusterDescription:
         return operations.describe_cluster(cluster)
 
-    def create_workload(self, cluster: str, spec: WorkloadSpec, launch: dict[str, Any]) -> WorkloadCreated:
+    def create_workload(self, cluster: str, spec: WorkloadSpec, launch: Launch) -> WorkloadCreated:
         return operations.create_workload(cluster, spec, launch)
 
-    def dry_run(self, cluster: str | None, spec: WorkloadSpec, launch: dict[str, Any]) -> Any:
+    def dry_run(self, cluster: str | None, spec: WorkloadSpec, launch: Launch) -> Any:
         return {
             "spec": spec.model_dump(mode="json"),
             "cluster": cluster,
-            "workdir": launch["cwd"],
-            "checkpoint_dir": launch["checkpoint_dir"],
+            "workdir": launch.cwd,
+            "checkpoint_dir": launch.checkpoint_dir,
             "workers": spec.num_slices * get_device_type(spec.device_type).hosts_per_slice,
         }
 

@@ -28,7 +28,7 @@ from hotswap.backends.local.controller.entry import main as controller_main
 from hotswap.backends.local.protocol import RequestKind
 from hotswap.store import faults
 from hotswap.store.paths import ClusterPaths, new_dirs_private, open_private
-from hotswap.store.state import Request, Store
+from hotswap.backends.local.tables import LocalStore, Request
 
 CONTROLLER_START_TIMEOUT_S = 20.0  # for a controller to answer once nothing stops it any more
 CONTROLLER_BUSY_TIMEOUT_S = 300.0  # for a controller process that lives but does not answer yet
@@ -167,7 +167,7 @@ def _held(paths: ClusterPaths) -> bool:
 def _deleted(paths: ClusterPaths) -> bool:
     """Whether the cluster is gone or being deleted (a controller then exits at once)."""
     try:
-        with Store.open(paths.database) as store:
+        with LocalStore.open(paths.database) as store:
             return store.deleted()
     except FileNotFoundError:
         return True
@@ -204,12 +204,12 @@ def request(paths: ClusterPaths, kind: RequestKind, payload: dict[str, Any]) -> 
     """Queue a request and wait until the controller has committed its outcome."""
     kind = RequestKind(kind)  # an unknown kind fails here, before anything is queued
     protocol.check_payload(kind, payload)
-    store = Store.open(paths.database)
+    store = LocalStore.open(paths.database)
     try:
         store.check_writable()
         if store.deleted():
             raise being_deleted(paths)
-        request_id = store.submit(kind, payload, time.time())
+        request_id = store.requests.submit(kind, payload, time.time())
         try:
             return _served(paths, store, request_id)
         except KeyboardInterrupt:
@@ -219,9 +219,9 @@ def request(paths: ClusterPaths, kind: RequestKind, payload: dict[str, Any]) -> 
         store.close()
 
 
-def _served(paths: ClusterPaths, store: Store, request_id: int) -> Request:
+def _served(paths: ClusterPaths, store: LocalStore, request_id: int) -> Request:
     while True:
-        found = store.request(request_id)
+        found = store.requests.get(request_id)
         assert found is not None
         if found.status != "pending":
             return _outcome(found)
@@ -236,11 +236,11 @@ def _served(paths: ClusterPaths, store: Store, request_id: int) -> Request:
             return _give_up(store, request_id, StateError(str(answer.get("message"))))
 
 
-def _give_up(store: Store, request_id: int, problem: HotswapError) -> Request:
+def _give_up(store: LocalStore, request_id: int, problem: HotswapError) -> Request:
     """Withdraw the request, then report ``problem``; or, if the controller served it first,
     return how it was served."""
     try:
-        withdrawn = store.withdraw(request_id, f"withdrawn: {problem}")
+        withdrawn = store.requests.withdraw(request_id, f"withdrawn: {problem}")
     except Exception as error:
         if not faults.is_fault(error):
             raise
@@ -249,7 +249,7 @@ def _give_up(store: Store, request_id: int, problem: HotswapError) -> Request:
             " can serve it"
         ) from None
     if not withdrawn:
-        found = store.request(request_id)
+        found = store.requests.get(request_id)
         if found is not None and found.status != "pending":
             return _outcome(found)
     raise type(problem)(f"{problem}; nothing was changed")

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from hotswap.api import worker as contract
+from hotswap.api.launch import HeldStart, Launch, Run
 from hotswap.api.membership import Membership
 from hotswap.api.runs import START_CAUSES
 from hotswap.api.catalog import AcceleratorKind, get_device_type
@@ -26,10 +27,7 @@ from hotswap.core import actions as act
 from hotswap.core.model import Snapshot
 from hotswap.core.workload import Workload
 from hotswap.store.paths import ClusterPaths, new_dirs_private
-from hotswap.store.state import Store, WorkerIdentity, WorkerRow
-
-# The launch record's entry that keeps why a held-back restart's workers will start.
-HELD_CAUSE = "held_start_cause"
+from hotswap.backends.local.tables import LocalStore, WorkerIdentity, WorkerRow
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,7 +110,7 @@ class Launcher:
     """The launches of a plan's starts, built in the round's open transaction. On a GPU-backed
     cluster (``backing``) each host's worker sees only its GPUs and runs a process per GPU."""
 
-    def __init__(self, store: Store, paths: ClusterPaths, backing: Callable[[], Backing | None] = lambda: None) -> None:
+    def __init__(self, store: LocalStore, paths: ClusterPaths, backing: Callable[[], Backing | None] = lambda: None) -> None:
         self.store = store
         self.paths = paths
         self.backing = backing
@@ -122,16 +120,16 @@ class Launcher:
             self._publish(workload, plan.generation, snapshot)
         if not plan.start:
             if plan.cause is not None:  # a restart whose workers are held back (BlockingRecreate, a repair)
-                self.store.set_launch_entry(workload.name, HELD_CAUSE, {"attempt": plan.attempt, "cause": plan.cause})
+                self.store.launches.set_held_start(workload.name, HeldStart(plan.attempt, plan.cause))
             return []
-        _, port = self.store.membership(workload.name)
-        launch = self.store.launch(workload.name)
-        run = launch.get("run")
+        _, port = self.store.launches.membership(workload.name)
+        launch = self.store.launches.get(workload.name)
+        run = launch.run
         cause = plan.cause or _held_cause(launch, plan.attempt)
-        if HELD_CAUSE in launch:
-            self.store.set_launch_entry(workload.name, HELD_CAUSE, None)
+        if launch.held_start is not None:
+            self.store.launches.set_held_start(workload.name, None)
         run_env = _run_environment(run, _start_cause(cause, run))
-        self._checkpoint_dir(workload, Path(launch["checkpoint_dir"]))
+        self._checkpoint_dir(workload, Path(launch.checkpoint_dir))
         directory = self.paths.workload_dir(workload.name, workload.seq)
         elastic = workload.spec.min_slices is not None
         tpu = get_device_type(workload.spec.device_type).kind is AcceleratorKind.TPU
@@ -144,8 +142,8 @@ class Launcher:
                 gpus = tuple(g.index for g in backing.host_gpus(slice_, host)) if backing else ()
                 log = files.log_path(directory, replica, host)
                 env = files.worker_environment(
-                    base=launch["environ"],
-                    user=launch["user_env"],
+                    base=launch.environ,
+                    user=launch.user_env,
                     cluster=self.paths.name,
                     workload=workload.name,
                     slices=plan.slices,
@@ -155,7 +153,7 @@ class Launcher:
                     hosts_per_slice=len(nodes),
                     attempt=plan.attempt,
                     master_port=port,
-                    checkpoint_dir=launch["checkpoint_dir"],
+                    checkpoint_dir=launch.checkpoint_dir,
                     events_file=None,  # one per worker process, set with its row
                     grace_s=workload.spec.termination_grace_period_s,
                     membership_file=files.membership_path(directory) if elastic else None,
@@ -174,7 +172,7 @@ class Launcher:
                         dir=directory / "workers",  # one per worker process, set with its row
                         log=log,
                         command=workload.spec.command,
-                        cwd=launch["cwd"],
+                        cwd=launch.cwd,
                         env=env,
                         local=others,
                     )
@@ -193,10 +191,10 @@ class Launcher:
 
     def _publish(self, workload: Workload, slices: tuple[str, ...], snapshot: Snapshot) -> None:
         """A new membership generation with its own rendezvous port (the file: elastic workloads)."""
-        generation, _ = self.store.membership(workload.name)
+        generation, _ = self.store.launches.membership(workload.name)
         port = files.free_port()
         generation += 1
-        self.store.set_membership(workload.name, generation, port)
+        self.store.launches.set_membership(workload.name, generation, port)
         if workload.spec.min_slices is not None:
             hosts = len(snapshot.slices[slices[0]].nodes) if slices else 1
             backing = self.backing()
@@ -210,25 +208,25 @@ class Launcher:
             )
 
 
-def _held_cause(launch: dict, attempt: int) -> str | None:
+def _held_cause(launch: Launch, attempt: int) -> str | None:
     """The cause a held-back restart recorded for ``attempt`` (committed with its round, so a
     controller restarted before the workers start still knows why they start)."""
-    held = launch.get(HELD_CAUSE) or {}
-    return held.get("cause") if held.get("attempt") == attempt else None
+    held = launch.held_start
+    return held.cause if held is not None and held.attempt == attempt else None
 
 
-def _start_cause(cause: str | None, run: dict | None) -> str | None:
+def _start_cause(cause: str | None, run: Run | None) -> str | None:
     """Why this generation of workers starts (``HOTSWAP_START_CAUSE``): a run's first start
     that takes its state from elsewhere resumes."""
-    if cause == "start" and run and run.get("resume_from"):
+    if cause == "start" and run and run.resume_from:
         return "resume"
     return cause
 
 
-def _run_environment(run: dict | None, cause: str | None) -> dict[str, str]:
+def _run_environment(run: Run | None, cause: str | None) -> dict[str, str]:
     """The run's part of the worker contract (none for a workload of an earlier release)."""
     env = {contract.HOTSWAP_START_CAUSE: cause} if cause else {}
     if run:
-        env[contract.HOTSWAP_RUN_ID] = run["id"]
-        env[contract.HOTSWAP_RESUME_FROM] = run.get("resume_from", "")
+        env[contract.HOTSWAP_RUN_ID] = run.id
+        env[contract.HOTSWAP_RESUME_FROM] = run.resume_from or ""
     return env

@@ -8,6 +8,7 @@ changes no state; requests that change the cluster go through the controller (se
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import sqlite3
 import time
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hotswap.api.catalog import DeviceType, get_device_type
+from hotswap.api.launch import Launch
 from hotswap.api.errors import ConflictError, Declined, InvalidInputError, NotFoundError
 from hotswap.api.limits import check_text
 from hotswap.api.names import validate_cluster_name
@@ -32,7 +34,8 @@ from hotswap.backends.views import (
 )
 from hotswap.store.paths import ClusterPaths, check_private, file_lock, private_dir
 from hotswap.store.registry import existing, record_of
-from hotswap.store.state import LIVE_WORKER_STATES, ClusterRecord, Store
+from hotswap.backends.local.tables import LIVE_WORKER_STATES, LocalStore
+from hotswap.store.state import ClusterRecord
 
 if TYPE_CHECKING:  # pydantic loads only where specs are built or validated: reads stay fast
     from hotswap.api.spec import WorkloadSpec
@@ -40,8 +43,8 @@ if TYPE_CHECKING:  # pydantic loads only where specs are built or validated: rea
 BACKEND = "local"
 
 
-def open_store(paths: ClusterPaths) -> Store:
-    return Store.open(paths.database)
+def open_store(paths: ClusterPaths) -> LocalStore:
+    return LocalStore.open(paths.database)
 
 
 # ---------------------------------------------------------------------- clusters
@@ -133,7 +136,7 @@ def _create_or_resize(
     if fresh:
         private_dir(paths.root)
         settings = {} if gpu_pool is None else {"gpus": Backing(gpus_per_host(device)).to_settings()}
-        with Store.open(paths.database, create=True) as store:
+        with LocalStore.open(paths.database, create=True) as store:
             store.init_cluster(ClusterRecord(name, BACKEND, device.name, time.time(), settings))
     else:
         record = record_of(name)
@@ -162,9 +165,9 @@ def _create_or_resize(
     return describe_cluster(name)
 
 
-def _holders(store: Store) -> dict[str, str]:
+def _holders(store: LocalStore) -> dict[str, str]:
     """slice -> the workload holding it."""
-    return {s: record["spec"]["name"] for record, _ in store.workload_records() for s in record["slices"]}
+    return {s: record["spec"]["name"] for record in store.workload_records() for s in record["slices"]}
 
 
 def _state_of(paths: ClusterPaths) -> str:
@@ -209,7 +212,7 @@ def delete_cluster(name: str, confirm: Callable[[str], bool] = lambda _: True) -
     with contextlib.suppress(Exception):  # an unreadable or half-deleted cluster: nothing to list, remove it
         with open_store(paths) as store:
             if not store.deleted():
-                unfinished = [v for v in (workload_view(r) for r, _ in store.workload_records()) if v["status"] not in FINISHED]
+                unfinished = [v for v in (workload_view(r) for r in store.workload_records()) if v["status"] not in FINISHED]
     question = [f"delete cluster {name}? {len(unfinished)} workload(s) have not finished and are stopped:"]
     question += [f"  {v['name']} {v['status']}" + (f" on {', '.join(v['slices'])}" if v["slices"] else "") for v in unfinished]
     if unfinished and not confirm("\n".join(question)):
@@ -241,7 +244,7 @@ def describe_cluster(name: str) -> ClusterDescription:
             }
             for row in store.slice_rows()
         ]
-        workloads = [workload_view(r) for r, _ in store.workload_records()]
+        workloads = [workload_view(r) for r in store.workload_records()]
         health = gpu_health(store) if backing is not None else None
     device = get_device_type(record.device_type)
     return {
@@ -267,7 +270,7 @@ def describe_cluster(name: str) -> ClusterDescription:
 # ---------------------------------------------------------------------- workloads
 
 
-def create_workload(cluster: str, spec: WorkloadSpec, launch: dict[str, Any]) -> WorkloadCreated:
+def create_workload(cluster: str, spec: WorkloadSpec, launch: Launch) -> WorkloadCreated:
     paths = existing(cluster)
     record = record_of(cluster)
     if spec.device_type != record.device_type:
@@ -277,14 +280,14 @@ def create_workload(cluster: str, spec: WorkloadSpec, launch: dict[str, Any]) ->
     with open_store(paths) as store:
         store.check_writable()  # said first: the checkpoint directory is often inside the state
     # The root the user named (or the default) is checked: the run's directory inside it is ours.
-    root = str(Path(launch["checkpoint_dir"]).parent) if "run" in launch else launch["checkpoint_dir"]
+    root = str(Path(launch.checkpoint_dir).parent) if launch.run is not None else launch.checkpoint_dir
     _check_checkpoint_dir(root, "--checkpoint-dir" if spec.checkpoint_dir else "the checkpoint directory")
-    if "run" in launch:
+    if launch.run is not None:
         with contextlib.suppress(NotFoundError):  # said at once, not after waiting on its workers
             _record(paths, spec.name)
             raise ConflictError(f"a workload named {spec.name} already exists")  # the core's words
-        launch = {**launch, "run": runs.resolve_new(paths, spec, launch)}
-    outcome = client.request(paths, RequestKind.CREATE, {"spec": spec.model_dump(mode="json"), "launch": launch})
+        launch = dataclasses.replace(launch, run=runs.resolve_new(paths, spec, launch))
+    outcome = client.request(paths, RequestKind.CREATE, {"spec": spec.model_dump(mode="json"), "launch": launch.to_dict()})
     if outcome.status != "done":
         raise ConflictError(outcome.message)
     try:
@@ -319,8 +322,8 @@ def delete_workload(cluster: str, name: str) -> None:
 def workload_gone(cluster: str, name: str) -> bool:
     paths = existing(cluster)
     with open_store(paths) as store:
-        recorded = any(record["spec"]["name"] == name for record, _ in store.workload_records())
-        return not recorded and not store.workers(states=LIVE_WORKER_STATES, workload=name)
+        recorded = any(record["spec"]["name"] == name for record in store.workload_records())
+        return not recorded and not store.worker_rows.select(states=LIVE_WORKER_STATES, workload=name)
 
 
 def list_workloads(cluster: str, status: str = "EVERYTHING", job_filter: str | None = None) -> list[WorkloadRow]:
@@ -328,13 +331,13 @@ def list_workloads(cluster: str, status: str = "EVERYTHING", job_filter: str | N
     with contextlib.suppress(client.ControllerUnavailable):
         client.ensure_controller(paths, wait=False)
     with open_store(paths) as store:
-        views = [{**workload_view(r), **run_view(launch)} for r, launch in store.workload_records()]
+        views = [{**workload_view(r), **run_view(launch)} for r, launch in store.launches.with_records()]
     return [v for v in views if matches(v, status, job_filter)]
 
 
-def _record(paths: ClusterPaths, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def _record(paths: ClusterPaths, name: str) -> tuple[dict[str, Any], Launch]:
     with open_store(paths) as store:
-        for record, launch in store.workload_records():
+        for record, launch in store.launches.with_records():
             if record["spec"]["name"] == name:
                 return record, launch
     raise NotFoundError(f"no workload named {name} in cluster {paths.name}")
@@ -347,7 +350,7 @@ def describe_workload(cluster: str, name: str, timeline: bool = True) -> Workloa
     record, launch = _record(paths, name)
     with open_store(paths) as store:
         events = store.timeline(name, record["seq"]) if timeline else []
-        workers = [w for w in store.workers(workload=name) if w.identity.seq == record["seq"]]
+        workers = [w for w in store.worker_rows.select(workload=name) if w.identity.seq == record["seq"]]
         nodes = {row["name"]: row["state"] for row in store.node_rows()}
         slice_nodes: dict[str, list[str]] = {}
         for row in store.node_rows():
@@ -356,9 +359,9 @@ def describe_workload(cluster: str, name: str, timeline: bool = True) -> Workloa
     directory = paths.workload_dir(name, record["seq"])
     spec = record["spec"]
     view["spec"] = spec
-    view["checkpoint_dir"] = launch["checkpoint_dir"]
+    view["checkpoint_dir"] = launch.checkpoint_dir
     view.update(run_view(launch))
-    view["workdir"] = launch["cwd"]
+    view["workdir"] = launch.cwd
     view["placement"] = [
         {
             "replica": index,

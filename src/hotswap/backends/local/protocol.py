@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from hotswap.api.errors import HotswapError
+from hotswap.api.launch import Launch
 from hotswap.api.limits import MAX_ARGUMENT_LENGTH, check_text
 from hotswap.api.names import validate_workload_name
 from hotswap.api.runs import is_run_id
@@ -192,6 +193,7 @@ def _check_create(payload: dict[str, Any]) -> None:
         resume_from = run.get("resume_from", "")
         if not isinstance(resume_from, str) or "\0" in resume_from:
             raise ValueError("the run's resume_from is not a path")
+    Launch.from_dict(launch)  # what the controller reads it as
 
 
 def _check_delete(payload: dict[str, Any]) -> None:

@@ -31,7 +31,7 @@ from hotswap.backends.local.protocol import DONE, RequestKind
 from hotswap.backends.local.supervisor import start_ticks
 from hotswap.store import faults
 from hotswap.store.paths import ClusterPaths
-from hotswap.store.state import LIVE_WORKER_STATES, Store
+from hotswap.backends.local.tables import LIVE_WORKER_STATES, LocalStore
 
 TOMBSTONE_PREFIX = ".deleted-"
 MAX_CONTROLLER_RUNS = 3
@@ -53,7 +53,7 @@ def delete_cluster(paths: ClusterPaths) -> None:
 
 def _begin(paths: ClusterPaths) -> bool:
     """Step 1, unless an earlier `cluster delete` took it; False if the database is unreadable."""
-    with Store.open(paths.database) as store:
+    with LocalStore.open(paths.database) as store:
         store.cluster()  # a cluster without a readable record is removed the hard way
         if store.deleted():
             return True
@@ -98,14 +98,14 @@ def _claimed(paths: ClusterPaths, timeout: float):
 
 
 def _longest_grace(paths: ClusterPaths) -> float:
-    with Store.open(paths.database) as store:
-        return max((float(r["spec"]["termination_grace_period_s"]) for r, _ in store.workload_records()), default=0.0)
+    with LocalStore.open(paths.database) as store:
+        return max((float(r["spec"]["termination_grace_period_s"]) for r in store.workload_records()), default=0.0)
 
 
 def _anything_alive(paths: ClusterPaths) -> bool:
     """Whether a worker or spare of the cluster may still run (by the database's account)."""
-    with Store.open(paths.database) as store:
-        return bool(store.workers((*LIVE_WORKER_STATES, "warm")))
+    with LocalStore.open(paths.database) as store:
+        return bool(store.worker_rows.select((*LIVE_WORKER_STATES, "warm")))
 
 
 def _remove_directory(paths: ClusterPaths) -> None:

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hotswap.api.errors import InvalidInputError
+from hotswap.api.launch import RUN_FRESH, RUN_FROM, Launch, Run
 from hotswap.api.runs import RUN_SIGNAL_FILE, is_run_id, pending_migration
-from hotswap.backends.base import RUN_AUTO, RUN_FRESH, RUN_FROM
 from hotswap.store.paths import ClusterPaths, check_private
-from hotswap.store.state import LIVE_WORKER_STATES, Store
+from hotswap.backends.local.tables import LIVE_WORKER_STATES, LocalStore
 
 if TYPE_CHECKING:  # pydantic loads only where specs are built or validated: reads stay fast
     from hotswap.api.spec import WorkloadSpec
@@ -30,30 +30,30 @@ _MAX_SIGNAL_BYTES = 64
 PREDECESSOR_EXIT_SLACK_S = 5.0  # beyond its grace period, for a deleted predecessor's workers to exit
 
 
-def resolve_new(paths: ClusterPaths, spec: WorkloadSpec, launch: dict[str, Any]) -> dict[str, Any]:
+def resolve_new(paths: ClusterPaths, spec: WorkloadSpec, launch: Launch) -> Run:
     """:func:`resolve` for ``workload create``: the checkpoint root is the parent of the run's
     directory; a predecessor of the same name still saving on SIGTERM is waited for, at most its
     grace period and a little."""
 
     def predecessor_stopped() -> bool:
-        with Store.open(paths.database) as store:
-            return not store.workers(LIVE_WORKER_STATES, workload=spec.name)
+        with LocalStore.open(paths.database) as store:
+            return not store.worker_rows.select(LIVE_WORKER_STATES, workload=spec.name)
 
     wait_s = spec.termination_grace_period_s + PREDECESSOR_EXIT_SLACK_S
-    return resolve(launch["run"], Path(launch["checkpoint_dir"]).parent, predecessor_stopped, wait_s)
+    assert launch.run is not None
+    return resolve(launch.run, Path(launch.checkpoint_dir).parent, predecessor_stopped, wait_s)
 
 
-def resolve(run: dict[str, Any], root: Path, predecessor_stopped: Callable[[], bool], wait_s: float) -> dict[str, Any]:
+def resolve(run: Run, root: Path, predecessor_stopped: Callable[[], bool], wait_s: float) -> Run:
     """``run`` (from ``new_run``) with ``resume_from`` (the directory its workers restore from
     while they have no checkpoint of their own, "" for none) and ``resumed_from`` (for people:
     run, path, kind; None for a fresh start). ``predecessor_stopped`` says whether the workers
     of the last workload of this name have all exited; a migration save ends with their exit,
     so an automatic choice waits for it (at most ``wait_s``)."""
-    mode = run.get("mode", RUN_AUTO)
-    if mode == RUN_FRESH:
-        return {**run, "resume_from": "", "resumed_from": None}
-    if mode == RUN_FROM:
-        source = str(run["source"])
+    if run.mode == RUN_FRESH:
+        return run.resolved("", None)
+    if run.mode == RUN_FROM:
+        source = str(run.source)
         path = root / source if is_run_id(source) else Path(source).expanduser().absolute()
         if not path.is_dir():
             raise InvalidInputError(
@@ -63,15 +63,15 @@ def resolve(run: dict[str, Any], root: Path, predecessor_stopped: Callable[[], b
         # Its checkpoints are restored into the job: nobody else may be able to write them.
         check_private(path, "--resume-from", remedy="use a directory of yours", error=InvalidInputError)
         origin = {"run": path.name if is_run_id(path.name) else None, "path": str(path), "kind": "explicit"}
-        return {**run, "resume_from": str(path), "resumed_from": origin}
+        return run.resolved(str(path), origin)
     deadline = time.monotonic() + wait_s
     while not predecessor_stopped() and time.monotonic() < deadline:
         time.sleep(0.1)
-    pending = pending_migration(_signals(root, exclude=str(run["id"])))
+    pending = pending_migration(_signals(root, exclude=run.id))
     if pending is None:
-        return {**run, "resume_from": "", "resumed_from": None}
+        return run.resolved("", None)
     path = root / pending
-    return {**run, "resume_from": str(path), "resumed_from": {"run": pending, "path": str(path), "kind": "migration"}}
+    return run.resolved(str(path), {"run": pending, "path": str(path), "kind": "migration"})
 
 
 def _signals(root: Path, exclude: str) -> dict[str, str | None]:
@@ -89,8 +89,10 @@ def _signals(root: Path, exclude: str) -> dict[str, str | None]:
     return signals
 
 
-def run_view(launch: dict[str, Any]) -> dict[str, Any]:
+def run_view(launch: Launch) -> dict[str, Any]:
     """The run fields of a workload's JSON (``run_id``, ``resumed_from``); None for a workload
     created by a release without runs."""
-    run = launch.get("run") or {}
-    return {"run_id": run.get("id"), "resumed_from": run.get("resumed_from")}
+    run = launch.run
+    if run is None:
+        return {"run_id": None, "resumed_from": None}
+    return {"run_id": run.id, "resumed_from": None if run.resumed_from is None else dict(run.resumed_from)}

@@ -27,7 +27,7 @@ from pathlib import Path
 from hotswap.api.worker import CUDA_VISIBLE_DEVICES
 from hotswap.backends.local.supervisor import Supervisor, WorkerLaunch
 from hotswap.store.paths import new_dirs_private, write_private
-from hotswap.store.state import SPARE, Store, WorkerRow
+from hotswap.backends.local.tables import SPARE, LocalStore, WorkerRow
 
 WARM = Path(__file__).with_name("warm.py")
 SPARE_POINTER = "spare"  # in a worker's directory: the spare that runs it
@@ -64,7 +64,7 @@ def preload_modules(requested: tuple[str, ...] = DEFAULT_PRELOAD) -> list[str]:
 
 class SparePool:
     def __init__(
-        self, store: Store, supervisor: Supervisor, root: Path, size: int, preload: tuple[str, ...] = DEFAULT_PRELOAD
+        self, store: LocalStore, supervisor: Supervisor, root: Path, size: int, preload: tuple[str, ...] = DEFAULT_PRELOAD
     ) -> None:
         self.store = store
         self.supervisor = supervisor
@@ -76,7 +76,7 @@ class SparePool:
         self.closed = False  # the cluster is going away: no new spares
 
     def rows(self) -> list[WorkerRow]:
-        return self.store.workers(("warm",))
+        return self.store.worker_rows.select(("warm",))
 
     def wanted(self) -> int:
         if self.size <= 0 or self.failures >= 3:
@@ -117,9 +117,9 @@ class SparePool:
     def new_spare(self, now: float) -> tuple[WorkerRow, WorkerLaunch]:
         """A row (committed) and the launch of a new spare; the caller spawns and watches it."""
         with self.store.transaction():
-            spare_id = self.store.add_worker(SPARE, dir="", state="warm", started_at=now)
+            spare_id = self.store.worker_rows.add(SPARE, dir="", state="warm", started_at=now)
             directory = self.root / "spares" / str(spare_id)
-            self.store.update_worker(spare_id, dir=str(directory))
+            self.store.worker_rows.update(spare_id, dir=str(directory))
         new_dirs_private(directory)
         fifo = directory / "assignment"
         if not fifo.exists():
@@ -130,7 +130,7 @@ class SparePool:
         environment = {**os.environ, CUDA_VISIBLE_DEVICES: ""}
         write_private(directory / "env.json", json.dumps(environment))  # may hold secrets
         launch = WorkerLaunch(SPARE, directory, directory / "spare.log", command, str(directory), environment)
-        return self.store.worker(spare_id), launch
+        return self.store.worker_rows.get(spare_id), launch
 
     def argv_for(self, launch: WorkerLaunch) -> list[str] | None:
         """The worker's argv if a spare can run it: ``python <script.py> ...`` with our Python,
@@ -189,8 +189,8 @@ class SparePool:
         finally:
             os.close(channel)
         with self.store.transaction():
-            self.store.update_worker(spare.id, state="assigned")
-            self.store.update_worker(
+            self.store.worker_rows.update(spare.id, state="assigned")
+            self.store.worker_rows.update(
                 worker.id, pid=spare.pid, start_ticks=spare.start_ticks, dir=spare.dir, state="running"
             )
         self.supervisor.adopt(spare.id, worker.id)
@@ -207,8 +207,8 @@ class SparePool:
         except FileNotFoundError:
             return worker
         with self.store.transaction():
-            for spare in self.store.workers(("warm",)):
+            for spare in self.store.worker_rows.select(("warm",)):
                 if spare.dir == spare_dir:
-                    self.store.update_worker(spare.id, state="assigned")
-            self.store.update_worker(worker.id, dir=spare_dir)
-        return self.store.worker(worker.id)
+                    self.store.worker_rows.update(spare.id, state="assigned")
+            self.store.worker_rows.update(worker.id, dir=spare_dir)
+        return self.store.worker_rows.get(worker.id)

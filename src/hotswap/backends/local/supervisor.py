@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from hotswap.store.paths import write_private
-from hotswap.store.state import Store, WorkerIdentity, WorkerRow
+from hotswap.backends.local.tables import LocalStore, WorkerIdentity, WorkerRow
 
 SHIM = Path(__file__).with_name("shim.py")
 KILLED_EXIT_CODE = 128 + signal.SIGKILL
@@ -89,7 +89,7 @@ def start_ticks(pid: int) -> int | None:
 
 
 class Supervisor:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: LocalStore) -> None:
         self.store = store
         self.children: dict[int, subprocess.Popen[bytes]] = {}  # worker id -> our child
 

@@ -36,7 +36,7 @@ from hotswap.backends.local.spares import SpareGone, SparePool
 from hotswap.backends.local.supervisor import Supervisor, WorkerLaunch
 from hotswap.store import faults
 from hotswap.store.paths import ClusterPaths, new_dirs_private, open_private
-from hotswap.store.state import LIVE_WORKER_STATES, Store, WorkerRow
+from hotswap.backends.local.tables import LIVE_WORKER_STATES, LocalStore, WorkerRow
 
 CANNOT_START_EXIT_CODE = 127  # what a shell reports for a command it cannot run
 
@@ -44,7 +44,7 @@ CANNOT_START_EXIT_CODE = 127  # what a shell reports for a command it cannot run
 class Workers:
     def __init__(
         self,
-        store: Store,
+        store: LocalStore,
         paths: ClusterPaths,
         selector: selectors.BaseSelector,
         spares: tuple[int, tuple[str, ...]],
@@ -73,21 +73,21 @@ class Workers:
         """The workload's workers that are, or may be, alive (and not seen ended)."""
         return [
             w
-            for w in self.store.workers(LIVE_WORKER_STATES, workload)
+            for w in self.store.worker_rows.select(LIVE_WORKER_STATES, workload)
             if w.identity.seq == seq
             and (attempt is None or w.identity.attempt == attempt)
             and w.id not in self.pending_exits
         ]
 
     def on_nodes(self, nodes: Collection[str]) -> list[WorkerRow]:
-        return [w for w in self.store.workers(LIVE_WORKER_STATES) if w.identity.node in nodes]
+        return [w for w in self.store.worker_rows.select(LIVE_WORKER_STATES) if w.identity.node in nodes]
 
     def all_gone(self) -> bool:
-        return not self.store.workers(LIVE_WORKER_STATES) and not self.spares.rows()
+        return not self.store.worker_rows.select(LIVE_WORKER_STATES) and not self.spares.rows()
 
     def next_deadline(self, now: float) -> float | None:
         """Seconds until something is due: a SIGKILL at the end of a grace period, or a refill."""
-        deadlines = [w.kill_at for w in self.store.workers(("stopping",)) if w.kill_at is not None]
+        deadlines = [w.kill_at for w in self.store.worker_rows.select(("stopping",)) if w.kill_at is not None]
         if self.spares.refill_at is not None:
             deadlines.append(self.spares.refill_at)
         return max(0.0, min(deadlines) - now) if deadlines else None
@@ -98,7 +98,7 @@ class Workers:
         """The worker's row (in the caller's transaction), and its launch with a directory and
         events file of its own (two workers of one attempt may share a replica index: a
         scale-up onto a slice whose old worker is still stopping)."""
-        worker_id = self.store.add_worker(
+        worker_id = self.store.worker_rows.add(
             launch.identity, dir=str(launch.dir), state="starting", started_at=now
         )
         who = launch.identity
@@ -113,11 +113,11 @@ class Workers:
                 for rank, p in enumerate(launch.local, start=1)
             ),
         )
-        self.store.update_worker(worker_id, dir=str(launch.dir))
+        self.store.worker_rows.update(worker_id, dir=str(launch.dir))
         for needed in (launch.dir, launch.log.parent, events.parent):
             new_dirs_private(needed)
         launch.save()
-        return self.store.worker(worker_id), launch
+        return self.store.worker_rows.get(worker_id), launch
 
     def spawn(self, rows: Iterable[tuple[WorkerRow, WorkerLaunch | None]]) -> None:
         """Start the processes of committed worker rows (on warm spares where one fits; a row
@@ -143,7 +143,7 @@ class Workers:
             started.append((row, pid, ticks))
         with self.store.transaction():
             for row, pid, ticks in started:
-                self.store.update_worker(row.id, pid=pid, start_ticks=ticks, state=_started_state(row))
+                self.store.worker_rows.update(row.id, pid=pid, start_ticks=ticks, state=_started_state(row))
         for row, pid, ticks in started:
             current = dataclasses.replace(row, pid=pid, start_ticks=ticks, state=_started_state(row))
             pidfd = self.supervisor.pidfd(current)
@@ -159,7 +159,7 @@ class Workers:
             return False
         holder = next(
             (
-                w for w in self.store.workers(LIVE_WORKER_STATES)
+                w for w in self.store.worker_rows.select(LIVE_WORKER_STATES)
                 if w.identity.node == who.node and w.id != row.id and w.pid is not None and w.id not in self.pending_exits
             ),
             None,
@@ -190,7 +190,7 @@ class Workers:
     def _cannot_start(self, row: WorkerRow, launch: WorkerLaunch | None, error: Exception) -> None:
         if row.identity.is_spare:  # the pool refills later
             with self.store.transaction():
-                self.store.update_worker(row.id, state="exited", exit_code=CANNOT_START_EXIT_CODE)
+                self.store.worker_rows.update(row.id, state="exited", exit_code=CANNOT_START_EXIT_CODE)
             return
         if launch is not None:
             with contextlib.suppress(OSError), os.fdopen(open_private(launch.log), "a") as log:
@@ -205,7 +205,7 @@ class Workers:
         :meth:`terminate` (or :meth:`kill`) them once it is committed."""
         for row in rows:
             grace = self.grace_s(row.identity.workload) if grace_s is None else grace_s
-            self.store.update_worker(row.id, state="stopping", stop_requested_at=now, kill_at=now + grace)
+            self.store.worker_rows.update(row.id, state="stopping", stop_requested_at=now, kill_at=now + grace)
 
     def terminate(self, rows: Iterable[WorkerRow]) -> None:
         for row in rows:
@@ -234,15 +234,15 @@ class Workers:
 
     def expire_grace_periods(self) -> None:
         now = time.time()
-        for row in self.store.workers(("stopping",)):
+        for row in self.store.worker_rows.select(("stopping",)):
             if row.kill_at is not None and row.kill_at <= now:
                 self.supervisor.signal(row, signal.SIGKILL)
                 with self.store.transaction():
-                    self.store.update_worker(row.id, kill_at=None)
+                    self.store.worker_rows.update(row.id, kill_at=None)
 
     def stop_everything(self, now: float) -> None:
         """The cluster is being deleted: stop every worker and spare, start no new spare."""
-        self.stop(self.store.workers(("starting", "running")), now)
+        self.stop(self.store.worker_rows.select(("starting", "running")), now)
         self.terminate(self.spares.close())
 
     # ------------------------------------------------------------------ ending
@@ -255,10 +255,10 @@ class Workers:
         worker_id = self.watched.pop(pidfd)
         self.selector.unregister(pidfd)
         os.close(pidfd)
-        row = self.store.worker(worker_id)
+        row = self.store.worker_rows.get(worker_id)
         if row.state == "warm":  # a spare died before it was used
             with self.store.transaction():
-                self.store.update_worker(row.id, state="exited", exit_code=self.supervisor.exit_code(row), ended_at=time.time())
+                self.store.worker_rows.update(row.id, state="exited", exit_code=self.supervisor.exit_code(row), ended_at=time.time())
             self.spares.died()
             return
         self.exited(row, self.supervisor.exit_code(row))
@@ -273,7 +273,7 @@ class Workers:
         hand to :meth:`exits_committed` once that transaction has committed (an exit whose
         write was rolled back stays pending)."""
         for worker_id, (code, ended_at) in self.pending_exits.items():
-            self.store.update_worker(worker_id, state="exited", exit_code=code, ended_at=ended_at)
+            self.store.worker_rows.update(worker_id, state="exited", exit_code=code, ended_at=ended_at)
         return list(self.pending_exits)
 
     def exits_committed(self, worker_ids: Iterable[int]) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from hotswap.api import worker as contract
 from hotswap.api.catalog import AcceleratorKind, DeviceType
+from hotswap.api.launch import Run
 from hotswap.api.spec import WorkloadSpec
 from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes.checkpoint_volume import CheckpointVolume, checkpoint_dir, resume_value
@@ -44,7 +45,7 @@ def _field(path: str) -> dict[str, Any]:
 
 
 def worker_env(
-    spec: WorkloadSpec, cluster: str, device: DeviceType, volume: CheckpointVolume | None, run: dict[str, Any] | None = None
+    spec: WorkloadSpec, cluster: str, device: DeviceType, volume: CheckpointVolume | None, run: Run | None = None
 ) -> list[dict[str, Any]]:
     """The worker environment of :mod:`hotswap.api.worker`: JobSet's indices from the pod's labels
     through the downward API, the rest as values. The user's variables come first so that the
@@ -85,9 +86,9 @@ def worker_env(
         contract_env.append((contract.TPU_WORKER_HOSTNAMES, contract.slice_hostnames(spec.name, f"$({contract.JOB_INDEX})", hosts)))
     directory = checkpoint_dir(spec, cluster, volume)
     if run is not None:
-        contract_env.append((contract.HOTSWAP_RUN_ID, run["id"]))
+        contract_env.append((contract.HOTSWAP_RUN_ID, run.id))
     if directory is not None and run is not None:
-        contract_env.append((contract.HOTSWAP_CHECKPOINT_DIR, f"{directory}/{run['id']}"))
+        contract_env.append((contract.HOTSWAP_CHECKPOINT_DIR, f"{directory}/{run.id}"))
         contract_env.append((contract.HOTSWAP_RESUME_FROM, resume_value(run, directory)))
     elif directory is not None:
         contract_env.append((contract.HOTSWAP_CHECKPOINT_DIR, directory))
@@ -134,7 +135,7 @@ def run_command(spec: WorkloadSpec) -> str:
 
 
 def worker_container(
-    spec: WorkloadSpec, cluster: str, device: DeviceType, volume: CheckpointVolume | None, run: dict[str, Any] | None = None
+    spec: WorkloadSpec, cluster: str, device: DeviceType, volume: CheckpointVolume | None, run: Run | None = None
 ) -> dict[str, Any]:
     """The pod's one container: the user's image and command, the contract's environment, the
     host's accelerators."""

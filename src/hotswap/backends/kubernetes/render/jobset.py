@@ -38,6 +38,7 @@ from typing import Any
 
 from hotswap.api import worker as contract
 from hotswap.api.catalog import AcceleratorKind, DeviceType, get_device_type
+from hotswap.api.launch import Run
 from hotswap.api.errors import InvalidInputError
 from hotswap.api.spec import WorkloadSpec
 from hotswap.backends.kubernetes import labels
@@ -68,10 +69,10 @@ def render_jobset(
     cluster: str,
     settings: KubeSettings,
     volume: CheckpointVolume | None = None,
-    run: dict[str, Any] | None = None,
+    run: Run | None = None,
 ) -> Manifest:
     """The JobSet of a workload: the exact object ``workload create`` applies. ``run``: the
-    run it starts (``backends.base.new_run``), None for a render without one."""
+    run it starts (:class:`~hotswap.api.launch.Run`), None for a render without one."""
     device = get_device_type(spec.device_type)
     if device.local_only:
         raise InvalidInputError(
@@ -94,9 +95,9 @@ def render_jobset(
         job_labels[labels.QUEUE_NAME_LABEL] = settings.local_queue
     annotations = {labels.SPEC_ANNOTATION: spec_annotation(spec)}
     if run is not None:
-        job_labels[labels.RUN_ID_LABEL] = run["id"]
+        job_labels[labels.RUN_ID_LABEL] = run.id
         annotations[labels.RUN_ANNOTATION] = json.dumps(
-            {"id": run["id"], "resumed_from": resumed_from(run, checkpoint_dir(spec, cluster, volume))},
+            {"id": run.id, "resumed_from": resumed_from(run, checkpoint_dir(spec, cluster, volume))},
             sort_keys=True, separators=(",", ":"),
         )
     pod_labels = {labels.WORKLOAD_LABEL: spec.name, labels.CLUSTER_LABEL: cluster}

@@ -29,7 +29,7 @@ from hotswap.core.hang import WINDOW_STEPS, HangLimits, RankProgress, judge
 from hotswap.core.model import Snapshot
 from hotswap.core.workload import Workload
 from hotswap.store.paths import ClusterPaths
-from hotswap.store.state import WorkerRow
+from hotswap.backends.local.tables import WorkerRow
 
 CHECK_INTERVAL_S = 0.5  # how often running workloads' events are read (hangs are declared >= 4 s)
 

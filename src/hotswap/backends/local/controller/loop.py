@@ -57,7 +57,7 @@ from hotswap.core import events as ev
 from hotswap.core.model import Snapshot
 from hotswap.store import faults
 from hotswap.store.paths import ClusterPaths
-from hotswap.store.state import Store
+from hotswap.backends.local.tables import LocalStore
 
 
 class AlreadyRunning(Exception):
@@ -105,7 +105,7 @@ class LocalController(RequestServing):
             self.claim = Claim.take(self.paths)
         except AlreadyClaimed:
             raise AlreadyRunning(self.paths.name) from None
-        self.store = Store.open(self.paths.database)
+        self.store = LocalStore.open(self.paths.database)
         self.claim.announce(self.store)
         self.cluster = self.store.cluster()
         self.config = scheduler_config(self.cluster)

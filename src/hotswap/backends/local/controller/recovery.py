@@ -15,12 +15,12 @@ from pathlib import Path
 
 from hotswap.backends.local.supervisor import Supervisor
 from hotswap.backends.local.workers import Workers
-from hotswap.store.state import LIVE_WORKER_STATES, Store, WorkerRow
+from hotswap.backends.local.tables import LIVE_WORKER_STATES, LocalStore, WorkerRow
 
 
 def recover(workers: Workers) -> None:
     store, supervisor, spares = workers.store, workers.supervisor, workers.spares
-    for row in store.workers(LIVE_WORKER_STATES):
+    for row in store.worker_rows.select(LIVE_WORKER_STATES):
         if row.pid is None:  # its start was not recorded: handed to a spare, or started, or neither
             row = _adopt_from_pid_file(store, spares.adopt_after_crash(row))
         if row.pid is None and supervisor.started_unrecorded(row):
@@ -35,8 +35,8 @@ def recover(workers: Workers) -> None:
         workers.watch(pidfd, row.id)
         if row.state == "starting":
             with store.transaction():
-                store.update_worker(row.id, state="running")
-    workers.terminate(store.workers(("stopping",)))  # the signal may never have been sent
+                store.worker_rows.update(row.id, state="running")
+    workers.terminate(store.worker_rows.select(("stopping",)))  # the signal may never have been sent
     for row in spares.rows():
         if row.pid is None:
             row = _adopt_from_pid_file(store, row)
@@ -45,27 +45,27 @@ def recover(workers: Workers) -> None:
         pidfd = supervisor.pidfd(row) if row.pid is not None else None
         if pidfd is None:
             with store.transaction():
-                store.update_worker(row.id, state="exited", ended_at=time.time())
+                store.worker_rows.update(row.id, state="exited", ended_at=time.time())
         else:
             workers.watch(pidfd, row.id)
     spares.refill_after(0.0)
 
 
-def _adopt_from_pid_file(store: Store, row: WorkerRow) -> WorkerRow:
+def _adopt_from_pid_file(store: LocalStore, row: WorkerRow) -> WorkerRow:
     """The row with the pid its shim wrote, for a worker whose start was never recorded."""
     try:
         pid_text, ticks_text = (Path(row.dir) / "pid").read_text().split()
     except (FileNotFoundError, ValueError):
         return row
     with store.transaction():
-        store.update_worker(row.id, pid=int(pid_text), start_ticks=int(ticks_text))
-    return store.worker(row.id)
+        store.worker_rows.update(row.id, pid=int(pid_text), start_ticks=int(ticks_text))
+    return store.worker_rows.get(row.id)
 
 
 PID_FILE_WAIT_S = 60.0  # a shim writes its pid file first thing; only a stopped one takes longer
 
 
-def _await_pid_file(store: Store, supervisor: Supervisor, row: WorkerRow) -> WorkerRow:
+def _await_pid_file(store: LocalStore, supervisor: Supervisor, row: WorkerRow) -> WorkerRow:
     """The row of a worker whose shim lives but has not written its pid file yet, once it has
     (or, if the shim ended first, as it is: then it is started again)."""
     deadline = time.monotonic() + PID_FILE_WAIT_S

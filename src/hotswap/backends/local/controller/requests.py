@@ -19,7 +19,8 @@ from hotswap.backends.local.protocol import NodeOperation, RequestKind
 from hotswap.backends.local.resize import resize_events
 from hotswap.core import events as ev
 from hotswap.core.model import Snapshot
-from hotswap.store.state import ClusterRecord, Request, WorkerRow
+from hotswap.backends.local.tables import Request, WorkerRow
+from hotswap.store.state import ClusterRecord
 
 NODE_EVENTS: dict[NodeOperation, Callable[[str], ev.Event]] = {
     NodeOperation.FAIL: ev.NodeFailed,

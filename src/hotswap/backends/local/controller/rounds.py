@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
+from hotswap.api.launch import Launch
 from hotswap.backends.local import effects, protocol, timeline
 from hotswap.backends.local.claim import Claim
 from hotswap.backends.local.controller.gpu_health import GpuHealthMonitor
@@ -24,7 +25,8 @@ from hotswap.core.model import Snapshot
 from hotswap.core.policy import SchedulerConfig
 from hotswap.core.scheduler import decide
 from hotswap.store.codec import workload_to_json
-from hotswap.store.state import ClusterRecord, Request, Store, WorkerRow
+from hotswap.backends.local.tables import LocalStore, Request, WorkerRow
+from hotswap.store.state import ClusterRecord
 
 
 class Withdrawn(Exception):
@@ -44,7 +46,7 @@ class RoundRunner:
     :meth:`~hotswap.backends.local.controller.loop.LocalController.start`)."""
 
     claim: Claim | None
-    store: Store
+    store: LocalStore
     cluster: ClusterRecord
     config: SchedulerConfig
     backing: Backing | None  # None: an emulated cluster
@@ -85,7 +87,7 @@ class RoundRunner:
         to_stop: list[WorkerRow] = []
         with self.store.transaction():
             self.claim.verify()  # under the database's write lock: nobody else acts meanwhile
-            if request is not None and not self.store.is_pending(request.id):
+            if request is not None and not self.store.requests.is_pending(request.id):
                 raise Withdrawn()
             if cluster is not None:
                 self.store.update_cluster(cluster)
@@ -109,7 +111,7 @@ class RoundRunner:
             started = [self.workers.add(launch, now) for launch in to_start]
             exits = self.workers.commit_exits()
             if request is not None:
-                self.store.finish_request(request.id, outcome.status, outcome.message)
+                self.store.requests.finish(request.id, outcome.status, outcome.message)
         self.workers.exits_committed(exits)
         self.pending_events = []
         self.snapshot = new
@@ -141,7 +143,9 @@ class RoundRunner:
             if isinstance(event, ev.WorkloadCreated) and event.spec.name in new.workloads:
                 created = new.workloads[event.spec.name]
                 if old.workloads.get(event.spec.name) is not created:
-                    self.store.add_workload(event.spec.name, workload_to_json(created), request.payload["launch"])
+                    self.store.launches.add(
+                        event.spec.name, workload_to_json(created), Launch.from_dict(request.payload["launch"])
+                    )
 
     def _commit_exits(self) -> None:
         with self.store.transaction():

@@ -23,7 +23,7 @@ from typing import Any
 from hotswap.backends.local import protocol
 from hotswap.store import faults
 from hotswap.store.paths import ClusterPaths
-from hotswap.store.state import Store
+from hotswap.backends.local.tables import LocalStore
 
 MAX_CONNECTIONS = 512
 MAX_WAITS = 64  # per connection
@@ -31,7 +31,7 @@ RECEIVE_BYTES = 65536
 
 
 class RequestServer:
-    def __init__(self, paths: ClusterPaths, selector: selectors.BaseSelector, store: Store) -> None:
+    def __init__(self, paths: ClusterPaths, selector: selectors.BaseSelector, store: LocalStore) -> None:
         self.paths = paths
         self.selector = selector
         self.store = store
@@ -90,7 +90,7 @@ class RequestServer:
 
     def answer(self, request_id: int) -> None:
         """Tell whoever waits for the request its committed outcome."""
-        request = self.store.request(request_id)
+        request = self.store.requests.get(request_id)
         if request is None:
             return
         for connection in self.waiters.pop(request_id, []):
@@ -157,7 +157,7 @@ class RequestServer:
 
     def _wait(self, connection: socket.socket, request_id: int) -> None:
         try:
-            request = self.store.request(request_id)
+            request = self.store.requests.get(request_id)
         except Exception as problem:  # the database failed us: say so, keep serving
             if not faults.is_fault(problem):
                 raise

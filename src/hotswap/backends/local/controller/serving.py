@@ -13,7 +13,7 @@ from hotswap.backends.local.controller.rounds import Outcome, RoundRunner, Withd
 from hotswap.backends.local.protocol import RequestKind
 from hotswap.core import events as ev
 from hotswap.store import faults
-from hotswap.store.state import Request
+from hotswap.backends.local.tables import Request
 
 RETRY_S = 1.0  # after a fault of the machine (a full disk), try the round again
 
@@ -29,7 +29,7 @@ class RequestServing(RoundRunner):
 
     def _work(self) -> None:
         """Serve pending requests one per round, then any remaining worker events."""
-        for request in self.store.pending_requests():
+        for request in self.store.requests.pending():
             if self.deleting:
                 self._finish(request, Outcome(protocol.REJECTED, f"cluster {self.cluster.name} is being deleted"))
                 continue
@@ -91,8 +91,8 @@ class RequestServing(RoundRunner):
         faults.log(f"hotswap: request {request.id} ({request.kind}): {message}")
         try:
             with self.store.transaction():
-                if self.store.is_pending(request.id):
-                    self.store.finish_request(request.id, protocol.FAULT, message)
+                if self.store.requests.is_pending(request.id):
+                    self.store.requests.finish(request.id, protocol.FAULT, message)
         except Exception as error:
             if not faults.is_fault(error):
                 raise
@@ -106,19 +106,19 @@ class RequestServing(RoundRunner):
         from now on finishes the job, and a re-run of the command can), answer, then stop every
         worker; the loop ends once they are all gone."""
         with self.store.transaction():
-            if not self.store.is_pending(request.id):
+            if not self.store.requests.is_pending(request.id):
                 raise Withdrawn()
             self.store.mark_deleted()
-            self.store.finish_request(request.id, protocol.DONE, "stopping every worker")
+            self.store.requests.finish(request.id, protocol.DONE, "stopping every worker")
         self.server.answer(request.id)
         self.deleting = True
         self.workers.stop_everything(time.time())
 
     def _finish(self, request: Request, outcome: Outcome) -> None:
         with self.store.transaction():
-            if not self.store.is_pending(request.id):
+            if not self.store.requests.is_pending(request.id):
                 return  # withdrawn meanwhile: its submitter has its answer
-            self.store.finish_request(request.id, outcome.status, outcome.message)
+            self.store.requests.finish(request.id, outcome.status, outcome.message)
             if outcome.status == protocol.REJECTED:
                 self.store.record_event(time.time(), "rejected", f"{request.kind}: {outcome.message}")
         self.server.answer(request.id)

@@ -1,0 +1,154 @@
+"""How to start a workload's workers (:class:`Launch`) and the run a ``workload create`` starts
+(:class:`Run`), as frozen records.
+
+``workload create`` builds them (``backends.base.launch_record``/``new_run``), the local backend
+sends the launch to its controller in a request and keeps it with the workload in its database,
+the Kubernetes backend renders the run into its JobSet. Their JSON (``to_dict``/``to_json``) is
+exactly the objects of earlier releases, so records of existing databases read back, and a record
+read and written again is unchanged (keys this release does not know are kept, in ``extra``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Any
+
+# What a new run asked to resume from (``Run.mode``).
+RUN_AUTO = "auto"  # a pending migration checkpoint of its predecessor, if any
+RUN_FRESH = "fresh"  # nothing
+RUN_FROM = "from"  # ``source``: a run id under the checkpoint root, or a checkpoint directory
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Run:
+    """A run of ``workload create``: its id and what the user asked it to resume from. The local
+    backend resolves it once (``resume_from``: the directory its workers restore from, "" for
+    none; ``resumed_from``: the same for people, run/path/kind, None for a fresh start); an
+    unresolved run has ``resume_from`` None and neither key in its JSON."""
+
+    id: str
+    mode: str = RUN_AUTO
+    source: str | None = None  # RUN_FROM's run id or directory
+    resume_from: str | None = None
+    resumed_from: Mapping[str, Any] | None = None
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # keys of other releases, kept
+
+    def resolved(self, resume_from: str, resumed_from: Mapping[str, Any] | None) -> Run:
+        return dataclasses.replace(self, resume_from=resume_from, resumed_from=resumed_from)
+
+    def to_dict(self) -> dict[str, Any]:
+        value: dict[str, Any] = {**self.extra, "id": self.id, "mode": self.mode}
+        if self.source is not None:
+            value["source"] = self.source
+        if self.resume_from is not None:
+            value["resume_from"] = self.resume_from
+            value["resumed_from"] = None if self.resumed_from is None else dict(self.resumed_from)
+        return value
+
+    @classmethod
+    def from_dict(cls, value: Mapping[str, Any]) -> Run:
+        """A run's JSON object (TypeError/ValueError/KeyError for anything else)."""
+        if not isinstance(value, Mapping):
+            raise TypeError("a run is not an object")
+        known = {"id", "mode", "source", "resume_from", "resumed_from"}
+        resumed_from = value.get("resumed_from")
+        return cls(
+            id=_text(value["id"], "the run's id"),
+            mode=_text(value.get("mode", RUN_AUTO), "the run's mode"),
+            source=None if value.get("source") is None else str(value["source"]),
+            resume_from=None if value.get("resume_from") is None else _text(value["resume_from"], "the run's resume_from"),
+            resumed_from=dict(resumed_from) if isinstance(resumed_from, Mapping) else None,
+            extra={key: item for key, item in value.items() if key not in known},
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HeldStart:
+    """Why the held-back workers of ``attempt`` start, once they do (the local backend: a restart
+    whose workers wait, committed with its round so a restarted controller still knows)."""
+
+    attempt: int
+    cause: str
+
+
+HELD_START_KEY = "held_start_cause"  # HeldStart's key in a launch's JSON
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Launch:
+    """How to start a workload's workers: the creator's environment and directory, the user's
+    variables, where this run's checkpoints go, the run (None: a workload of a release without
+    runs). A backend may set entries of its own: ``checkpoint_volume`` (Kubernetes: the volume
+    the user named), ``held_start`` (local: a held-back restart's cause)."""
+
+    environ: Mapping[str, str]
+    cwd: str
+    user_env: Mapping[str, str]
+    checkpoint_dir: str
+    run: Run | None = None
+    checkpoint_volume: str | None = None
+    held_start: HeldStart | None = None
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # keys of other releases, kept
+
+    def to_dict(self) -> dict[str, Any]:
+        value: dict[str, Any] = {
+            **self.extra,
+            "environ": dict(self.environ),
+            "cwd": self.cwd,
+            "user_env": dict(self.user_env),
+            "checkpoint_dir": self.checkpoint_dir,
+        }
+        if self.run is not None:
+            value["run"] = self.run.to_dict()
+        if self.checkpoint_volume is not None:
+            value["checkpoint_volume"] = self.checkpoint_volume
+        if self.held_start is not None:
+            value[HELD_START_KEY] = {"attempt": self.held_start.attempt, "cause": self.held_start.cause}
+        return value
+
+    def to_json(self) -> str:
+        """The JSON text the local backend stores (keys sorted, as always)."""
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, value: Mapping[str, Any]) -> Launch:
+        """A launch's JSON object (TypeError/ValueError/KeyError for anything else)."""
+        if not isinstance(value, Mapping):
+            raise TypeError("a launch is not an object")
+        known = {"environ", "cwd", "user_env", "checkpoint_dir", "run", "checkpoint_volume", HELD_START_KEY}
+        run, volume, held = value.get("run"), value.get("checkpoint_volume"), value.get(HELD_START_KEY)
+        return cls(
+            environ=_mapping(value["environ"], "the environment"),
+            cwd=_text(value["cwd"], "cwd"),
+            user_env=_mapping(value["user_env"], "the user's environment"),
+            checkpoint_dir=_text(value["checkpoint_dir"], "checkpoint_dir"),
+            run=None if run is None else Run.from_dict(run),
+            checkpoint_volume=None if volume is None else _text(volume, "checkpoint_volume"),
+            held_start=_held_start(held),
+            extra={key: item for key, item in value.items() if key not in known},
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> Launch:
+        return cls.from_dict(json.loads(text))
+
+
+def _held_start(value: Any) -> HeldStart | None:
+    """A held start cause as it was stored; an unreadable one is no cause (it was only a hint)."""
+    if not isinstance(value, Mapping) or not isinstance(value.get("attempt"), int) or not isinstance(value.get("cause"), str):
+        return None
+    return HeldStart(value["attempt"], value["cause"])
+
+
+def _text(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{what} is not text")
+    return value
+
+
+def _mapping(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{what} is not an object")
+    return dict(value)
