@@ -116,7 +116,7 @@ class PlacementRow(TypedDict):
     nodes: list[NodeState]
 
 
-class WorkerRow(TypedDict):
+class WorkerView(TypedDict):
     attempt: int
     replica: int | None
     host: int | None
@@ -148,7 +148,7 @@ class _WorkloadDescribed(WorkloadRow):
     checkpoint_dir: str
     workdir: str | None
     placement: list[PlacementRow]
-    workers: list[WorkerRow]
+    workers: list[WorkerView]
     logs: str
     main_log: str
 

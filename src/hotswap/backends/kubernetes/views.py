@@ -11,7 +11,7 @@ from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes.discovery import Discovery
 from hotswap.backends.kubernetes.kueue_mode import kueue_views
 from hotswap.backends.kubernetes.live_objects import LiveJobSet, LivePod, read_jobset
-from hotswap.backends.views import FINISHED, GoodputView, PlacementRow, WorkerRow, WorkloadRow, iso
+from hotswap.backends.views import FINISHED, GoodputView, PlacementRow, WorkerView, WorkloadRow, iso
 
 
 def kueue_status(workloads: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
@@ -122,7 +122,7 @@ def placement_view(replicas: list[str | None], discovery: Discovery) -> list[Pla
     ]
 
 
-def workers_view(pods: list[LivePod], discovery: Discovery, attempt: int) -> list[WorkerRow]:
+def workers_view(pods: list[LivePod], discovery: Discovery, attempt: int) -> list[WorkerView]:
     """``describe``'s workers: one row per pod, in replica and host order (the pod's name
     stands where the local backend shows a pid)."""
     return [

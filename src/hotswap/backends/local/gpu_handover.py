@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import Callable
 
 from hotswap.backends.local.supervisor import WorkerLaunch
-from hotswap.store.state import WorkerRow
+from hotswap.backends.local.tables import WorkerRow
 
 
 class GpuHandOver:
