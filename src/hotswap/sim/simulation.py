@@ -92,6 +92,7 @@ class PolicySimulation:
         self.heap: list[tuple[float, int, _Timer, tuple]] = []
         self._seq = itertools.count()
         self.jobs: dict[str, Job] = {}
+        self.response = _JobResponse(self)
         # Sent with the next round: deletions of finished jobs, and the checkpoint schedule of
         # jobs that started making progress (they save every checkpoint_interval_s from then on).
         self.later_events: list[ev.Event] = []
@@ -208,10 +209,11 @@ class PolicySimulation:
         decision = decide(self.snapshot, events, self.now, self.scheduler)
         self.counts.decisions += 1
         self.snapshot = decision.snapshot
+        respond = self.response.enact
         for action in decision.actions:
             job = self.jobs.get(action.workload)
             if job is not None:
-                _JobResponse(self, job).enact(effect_of(action))
+                respond(job, effect_of(action))
         # Workers told to stop are gone stop_s later (they save a checkpoint on SIGTERM first).
         # Only a BlockingRecreate workload waits for that to start again, so only its stop is a
         # timer of its own; the others are reported with the first round after it (the core
@@ -324,48 +326,48 @@ class PolicySimulation:
 
 
 class _JobResponse:
-    """What the simulated world does when the core acts on one job: it enacts the action's
-    :class:`~hotswap.core.effects.ActionEffect` (its workers start, stop, or re-form)."""
+    """What the simulated world does when the core acts on a job: it enacts the action's
+    :class:`~hotswap.core.effects.ActionEffect` (the job's workers start, stop, or re-form).
+    One per simulation: the hot path allocates nothing but the effect."""
 
-    __slots__ = ("sim", "job", "main")
+    __slots__ = ("sim",)
 
-    def __init__(self, simulation: PolicySimulation, job: Job) -> None:
+    def __init__(self, simulation: PolicySimulation) -> None:
         self.sim = simulation
-        self.job = job
-        self.main = job.stream is None
 
-    def enact(self, effect: ActionEffect) -> None:
+    def enact(self, job: Job, effect: ActionEffect) -> None:
+        main = job.stream is None
         if effect.outcome is not None:
-            self._end(effect.outcome == "completed")
+            self._end(job, effect.outcome == "completed")
         elif effect.placement == SHRINK:
-            self._shrink(effect)
+            self._shrink(job, effect, main)
         elif effect.placement == GROW:
-            self._grow(effect)
+            self._grow(job, effect, main)
         elif effect.replaced or effect.preemption:
             # The simulator injects only node failures, so every replacement follows a hard stop.
-            counts = self.sim.counts
+            sim = self.sim
             if not effect.graceful:
-                counts.main_restarts += self.main
+                sim.counts.main_restarts += main
             if effect.preemption:
-                counts.preemptions += 1
-            self.job.stop(self.sim.now, self.sim.config, not effect.graceful)
+                sim.counts.preemptions += 1
+            job.stop(sim.now, sim.config, not effect.graceful)
             if effect.placement == PLACE:
-                self._start(effect)
+                self._start(job, effect)
             else:
-                self.job.active = 0
-                self.sim._set_mode(self.job, QUEUED)
+                job.active = 0
+                sim._set_mode(job, QUEUED)
         elif effect.replicas:
-            self._start(effect)
+            self._start(job, effect)
 
-    def _start(self, effect: ActionEffect) -> None:
-        self.job.active = len(effect.replicas)
-        self.sim._set_mode(self.job, WAITING if effect.held else STARTING)
+    def _start(self, job: Job, effect: ActionEffect) -> None:
+        job.active = len(effect.replicas)
+        self.sim._set_mode(job, WAITING if effect.held else STARTING)
 
-    def _shrink(self, effect: ActionEffect) -> None:
+    def _shrink(self, job: Job, effect: ActionEffect, main: bool) -> None:
         # Survivors keep running. After a failure they go back to their last in-memory snapshot;
         # a shrink that gives slices to higher-priority work is coordinated and loses nothing.
-        job, sim = self.job, self.sim
-        sim.counts.main_reconfigurations += self.main
+        sim = self.sim
+        sim.counts.main_reconfigurations += main
         if effect.graceful:
             job.account(sim.now, sim.config)
         else:
@@ -376,10 +378,10 @@ class _JobResponse:
         if job.mode in (RUNNING, RECONFIGURING):
             sim._set_mode(job, RECONFIGURING)
 
-    def _grow(self, effect: ActionEffect) -> None:
+    def _grow(self, job: Job, effect: ActionEffect, main: bool) -> None:
         # New workers start first; they join (and everyone re-forms) once they are up.
-        job, sim = self.job, self.sim
-        sim.counts.main_reconfigurations += self.main
+        sim = self.sim
+        sim.counts.main_reconfigurations += main
         job.account(sim.now, sim.config)
         if job.mode in (STARTING, WAITING, QUEUED):
             job.active = len(effect.replicas)
@@ -388,8 +390,8 @@ class _JobResponse:
             job.join_token += 1
             sim._at(sim.now + sim.config.startup_s, _JOINED, (job.spec.name, job.join_token))
 
-    def _end(self, completed: bool) -> None:
-        job, sim = self.job, self.sim
+    def _end(self, job: Job, completed: bool) -> None:
+        sim = self.sim
         sim._retire(job)
         if not completed:
             return
