@@ -17,7 +17,6 @@ from pathlib import Path
 
 from hotswap.api import worker as contract
 from hotswap.api.membership import Membership
-from hotswap.api.runs import START_CAUSES
 from hotswap.api.catalog import AcceleratorKind, get_device_type
 from hotswap.backends.local import launch as files
 from hotswap.backends.local.gpus import Backing
