@@ -12,6 +12,8 @@ What each action asks of the workers:
   attempt on ``added``. Both publish membership generation ``membership`` (``slices`` is the new
   active list); surviving workers keep running.
 - ``Complete``, ``Reject``: nothing to stop.
+
+The same, as data that the backends and the simulator enact: :func:`hotswap.core.effects.effect_of`.
 """
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ import math
 from collections.abc import Callable
 
 from hotswap.api.phases import WorkloadPhase
-from hotswap.core import actions as act
 from hotswap.core import events as ev
+from hotswap.core.effects import GROW, PLACE, SHRINK, ActionEffect, effect_of
 from hotswap.core.model import Snapshot
 from hotswap.core.policy import SchedulerConfig
 from hotswap.core.round_state import BLOCKING_RECREATE
@@ -92,6 +92,7 @@ class PolicySimulation:
         self.heap: list[tuple[float, int, _Timer, tuple]] = []
         self._seq = itertools.count()
         self.jobs: dict[str, Job] = {}
+        self.response = _JobResponse(self)
         # Sent with the next round: deletions of finished jobs, and the checkpoint schedule of
         # jobs that started making progress (they save every checkpoint_interval_s from then on).
         self.later_events: list[ev.Event] = []
@@ -208,10 +209,11 @@ class PolicySimulation:
         decision = decide(self.snapshot, events, self.now, self.scheduler)
         self.counts.decisions += 1
         self.snapshot = decision.snapshot
+        respond = self.response.enact
         for action in decision.actions:
             job = self.jobs.get(action.workload)
             if job is not None:
-                act.dispatch(action, _JobResponse(self, job))
+                respond(job, effect_of(action))
         # Workers told to stop are gone stop_s later (they save a checkpoint on SIGTERM first).
         # Only a BlockingRecreate workload waits for that to start again, so only its stop is a
         # timer of its own; the others are reported with the first round after it (the core
@@ -324,87 +326,77 @@ class PolicySimulation:
 
 
 class _JobResponse:
-    """What the simulated world does when the core acts on one job (an
-    :class:`~hotswap.core.actions.ActionHandler`): its workers start, stop, or re-form."""
+    """What the simulated world does when the core acts on a job: it enacts the action's
+    :class:`~hotswap.core.effects.ActionEffect` (the job's workers start, stop, or re-form).
+    One per simulation: the hot path allocates nothing but the effect."""
 
-    def __init__(self, simulation: PolicySimulation, job: Job) -> None:
+    __slots__ = ("sim",)
+
+    def __init__(self, simulation: PolicySimulation) -> None:
         self.sim = simulation
-        self.job = job
-        self.main = job.stream is None
 
-    def _start(self, slices: tuple[str, ...], start: bool) -> None:
-        self.job.active = len(slices)
-        self.sim._set_mode(self.job, STARTING if start else WAITING)
+    def enact(self, job: Job, effect: ActionEffect) -> None:
+        main = job.stream is None
+        if effect.outcome is not None:
+            self._end(job, effect.outcome == "completed")
+        elif effect.placement == SHRINK:
+            self._shrink(job, effect, main)
+        elif effect.placement == GROW:
+            self._grow(job, effect, main)
+        elif effect.replaced or effect.preemption:
+            # The simulator injects only node failures, so every replacement follows a hard stop.
+            sim = self.sim
+            if not effect.graceful:
+                sim.counts.main_restarts += main
+            if effect.preemption:
+                sim.counts.preemptions += 1
+            job.stop(sim.now, sim.config, not effect.graceful)
+            if effect.placement == PLACE:
+                self._start(job, effect)
+            else:
+                job.active = 0
+                sim._set_mode(job, QUEUED)
+        elif effect.replicas:
+            self._start(job, effect)
 
-    def _stop(self, hard: bool) -> None:
-        self.job.stop(self.sim.now, self.sim.config, hard)
+    def _start(self, job: Job, effect: ActionEffect) -> None:
+        job.active = len(effect.replicas)
+        self.sim._set_mode(job, WAITING if effect.held else STARTING)
 
-    def _to_queue(self) -> None:
-        self.job.active = 0
-        self.sim._set_mode(self.job, QUEUED)
-
-    def on_admit(self, action: act.Admit) -> None:
-        self._start(action.slices, action.start)
-
-    def on_start_workers(self, action: act.StartWorkers) -> None:
-        self._start(action.slices, start=True)
-
-    def on_restart(self, action: act.Restart) -> None:
-        # The simulator injects only node failures, so every restart follows a hard stop.
-        self.sim.counts.main_restarts += self.main
-        self._stop(hard=True)
-        self._start(action.slices, action.start)
-
-    def on_preempt(self, action: act.Preempt) -> None:
-        self.sim.counts.preemptions += 1
-        self._stop(hard=False)
-        self._to_queue()
-
-    def on_requeue(self, action: act.Requeue) -> None:
-        self.sim.counts.main_restarts += self.main
-        self._stop(hard=True)
-        self._to_queue()
-
-    def on_scale_down(self, action: act.ScaleDown) -> None:
+    def _shrink(self, job: Job, effect: ActionEffect, main: bool) -> None:
         # Survivors keep running. After a failure they go back to their last in-memory snapshot;
         # a shrink that gives slices to higher-priority work is coordinated and loses nothing.
-        job, sim = self.job, self.sim
-        sim.counts.main_reconfigurations += self.main
-        if action.preemptor is None:
-            job.lose_slices(sim.now, sim.config)
-        else:
+        sim = self.sim
+        sim.counts.main_reconfigurations += main
+        if effect.graceful:
             job.account(sim.now, sim.config)
-        job.joining = max(0, min(job.joining, len(action.slices) - job.active))
-        job.active = min(job.active, len(action.slices) - job.joining)
+        else:
+            job.lose_slices(sim.now, sim.config)
+        active = len(effect.generation or ())
+        job.joining = max(0, min(job.joining, active - job.active))
+        job.active = min(job.active, active - job.joining)
         if job.mode in (RUNNING, RECONFIGURING):
             sim._set_mode(job, RECONFIGURING)
 
-    def on_scale_up(self, action: act.ScaleUp) -> None:
+    def _grow(self, job: Job, effect: ActionEffect, main: bool) -> None:
         # New workers start first; they join (and everyone re-forms) once they are up.
-        job, sim = self.job, self.sim
-        sim.counts.main_reconfigurations += self.main
+        sim = self.sim
+        sim.counts.main_reconfigurations += main
         job.account(sim.now, sim.config)
         if job.mode in (STARTING, WAITING, QUEUED):
-            job.active = len(action.slices)
+            job.active = len(effect.replicas)
         else:
-            job.joining = len(action.slices) - job.active
+            job.joining = len(effect.replicas) - job.active
             job.join_token += 1
             sim._at(sim.now + sim.config.startup_s, _JOINED, (job.spec.name, job.join_token))
 
-    def on_complete(self, action: act.Complete) -> None:
-        job, sim = self.job, self.sim
+    def _end(self, job: Job, completed: bool) -> None:
+        sim = self.sim
         sim._retire(job)
+        if not completed:
+            return
         sim.later_events.append(ev.WorkloadDeleted(job.spec.name))
         sim.counts.completed += 1
         if job.stream is not None:
             think = sim.fillers.job(job.stream, job.index).think_s
             sim._at(sim.now + think, _ARRIVAL, (job.stream, job.index + 1))
-
-    def on_fail(self, action: act.Fail) -> None:
-        self.sim._retire(self.job)
-
-    def on_reject(self, action: act.Reject) -> None:
-        self.sim._retire(self.job)
-
-    def on_remove(self, action: act.Remove) -> None:
-        self.sim._retire(self.job)

@@ -46,6 +46,7 @@ from hotswap.backends.kubernetes.operations import (
 )
 from hotswap.backends.kubernetes.state_annotation import Released, encode_state, released_of, state_of
 from hotswap.core import actions as act
+from hotswap.core.effects import GROW, PARK, PLACE, SHRINK, STOP_REMOVED, ActionEffect, effect_of
 from hotswap.core.workload import Workload
 from hotswap.core.scheduler import Decision
 
@@ -115,9 +116,10 @@ def _released(observation: Observation, job: LiveJobSet, workload: Workload, act
     """The workers of the running attempt whose pods were released, by current Job: the
     record's, and those seen released (the round after the release, so that the record never
     claims one that did not happen)."""
-    if workload.phase is not WorkloadPhase.RUNNING or any(isinstance(a, (act.Restart, act.Requeue)) for a in actions):
+    effects = [effect_of(a) for a in actions]
+    if workload.phase is not WorkloadPhase.RUNNING or any(e.replaced for e in effects):
         return {}
-    recreated = {i for a in actions if isinstance(a, act.ScaleDown) for i, s in enumerate(observation.replicas.get(job.name, [])) if s in a.removed}
+    recreated = _recreated(observation.replicas.get(job.name, []), effects)
     pods = observation.pods_of(job.name)
     dropped = {p.owner_uid for p in pods if p.replica in recreated}
     released = {uid: set(hosts) for uid, hosts in released_of(job.state).items() if uid in observation.job_uids and uid not in dropped}
@@ -125,6 +127,11 @@ def _released(observation: Observation, job: LiveJobSet, workload: Workload, act
         if pod.attempt == workload.attempt and pod.owner_uid in observation.job_uids and pod.owner_uid not in dropped and pod.host is not None:
             released.setdefault(pod.owner_uid, set()).add(pod.host)
     return {uid: frozenset(hosts) for uid, hosts in released.items()}
+
+
+def _recreated(previous: Sequence[str | None], effects: Sequence[ActionEffect]) -> set[int]:
+    """The replica indexes whose Jobs are recreated: those on slices a scale-down removed."""
+    return {i for e in effects if e.stop == STOP_REMOVED for i, s in enumerate(previous) if s in e.removed}
 
 
 def _stuck_pods(observation: Observation, name: str, workload: Workload) -> list[Operation]:
@@ -149,8 +156,9 @@ def _release(
     name = job.name
     hosts = get_device_type(job.spec.device_type).hosts_per_slice
     membership = elastic_membership(name, workload, replicas, hosts).to_json() if job.spec.elastic else None
-    recreated = {i for a in actions if isinstance(a, act.ScaleDown) for i, s in enumerate(observation.replicas.get(name, [])) if s in a.removed}
-    if any(isinstance(a, (act.Restart, act.Requeue)) for a in actions):
+    effects = [effect_of(a) for a in actions]
+    recreated = _recreated(observation.replicas.get(name, []), effects)
+    if any(e.replaced for e in effects):
         return []  # its Jobs are being replaced
     failed = {
         (p.owner_uid, p.replica, p.host) for p in observation.pods_of(name)
@@ -193,12 +201,7 @@ def start_cause(actions: Sequence[act.Action], state: dict[str, Any] | None) -> 
     else what the state record remembers."""
     cause = (state or {}).get("start_cause")
     for action in actions:
-        if isinstance(action, act.Admit):
-            cause = "start" if action.attempt == 1 else "preemption"
-        elif isinstance(action, act.Restart):
-            cause = "failure" if action.charged else "hotswap"
-        elif isinstance(action, act.ScaleUp):
-            cause = "elastic"
+        cause = effect_of(action).cause or cause
     return cause if cause in START_CAUSES else None
 
 
@@ -217,67 +220,33 @@ def elastic_membership(name: str, workload: Workload, replicas: Sequence[str | N
     )
 
 
-class ReplicaMap:
-    """Which slice each replica index runs on (None: parked), as the actions change it: an
-    :class:`~hotswap.core.actions.ActionHandler` that updates :attr:`slices` in place."""
-
-    def __init__(self, replicas: Sequence[str | None], num_slices: int) -> None:
-        self.num_slices = num_slices
-        self.slices = list(replicas) + [None] * (num_slices - len(replicas))
-
-    def _placed(self, slices: tuple[str, ...]) -> None:
-        self.slices = list(slices) + [None] * (self.num_slices - len(slices))
-
-    def _parked(self) -> None:
-        self.slices = [None] * self.num_slices
-
-    def on_admit(self, action: act.Admit) -> None:
-        self._placed(action.slices)
-
-    def on_restart(self, action: act.Restart) -> None:
-        self._placed(action.slices)
-
-    def on_scale_down(self, action: act.ScaleDown) -> None:
-        self.slices = [None if s in action.removed else s for s in self.slices]
-
-    def on_scale_up(self, action: act.ScaleUp) -> None:
-        added = iter(action.added)
-        self.slices = [next(added, None) if s is None else s for s in self.slices]
-
-    def on_preempt(self, action: act.Preempt) -> None:
-        self._parked()
-
-    def on_requeue(self, action: act.Requeue) -> None:
-        self._parked()
-
-    def on_fail(self, action: act.Fail) -> None:
-        self._parked()
-
-    def on_complete(self, action: act.Complete) -> None:
-        self._parked()
-
-    # These change no placement.
-    def on_reject(self, action: act.Reject) -> None:
-        pass
-
-    def on_start_workers(self, action: act.StartWorkers) -> None:
-        pass
-
-    def on_remove(self, action: act.Remove) -> None:
-        pass
-
-
 def replicas_after(actions: Sequence[act.Action], replicas: list[str | None], num_slices: int) -> list[str | None]:
-    """The slice of each replica index once ``actions`` are enacted (the state annotation's map)."""
-    replica_map = ReplicaMap(replicas, num_slices)
+    """The slice of each replica index once ``actions`` are enacted (the state annotation's map):
+    each action's effect's placement, in order."""
+    slices = list(replicas) + [None] * (num_slices - len(replicas))
     for action in actions:
-        act.dispatch(action, replica_map)
-    return replica_map.slices[:num_slices]
+        effect = effect_of(action)
+        if effect.placement == PLACE:
+            slices = list(effect.replicas) + [None] * (num_slices - len(effect.replicas))
+        elif effect.placement == PARK:
+            slices = [None] * num_slices
+        elif effect.placement == SHRINK:
+            slices = [None if s in effect.removed else s for s in slices]
+        elif effect.placement == GROW:
+            added = iter(effect.start)
+            slices = [next(added, None) if s is None else s for s in slices]
+    return slices[:num_slices]
+
+
+def _said(action: act.Action) -> str:
+    """An Event's message: the action's text, the same as in a local timeline."""
+    return effect_of(action).message
 
 
 class Enactment:
     """Edge-triggered operations of one action of one JobSet (suspension and pod release are
-    level-triggered in :func:`plan`): an :class:`~hotswap.core.actions.ActionHandler`. A
+    level-triggered in :func:`plan`): an :class:`~hotswap.core.actions.ActionHandler` that gives
+    each effect its Event reason (the message is the effect's, as in a local timeline). A
     rejection's annotation is collected in :attr:`annotations` for the JobSet's one patch."""
 
     def __init__(self, observation: Observation, job: LiveJobSet) -> None:
@@ -293,36 +262,33 @@ class Enactment:
 
     def on_reject(self, action: act.Reject) -> list[Operation]:
         self.annotations[labels.REJECTED_ANNOTATION] = action.reason
-        return [RecordEvent(self.name, "Rejected", action.reason, warning=True)]
+        return [RecordEvent(self.name, "Rejected", _said(action), warning=True)]
 
     def on_admit(self, action: act.Admit) -> list[Operation]:
-        return [RecordEvent(self.name, "Admitted", f"admitted onto {', '.join(action.slices)}")]
+        return [RecordEvent(self.name, "Admitted", _said(action))]
 
     def on_preempt(self, action: act.Preempt) -> list[Operation]:
-        return [*self._stop(), RecordEvent(self.name, "Preempted", action.reason, warning=True)]
+        return [*self._stop(), RecordEvent(self.name, "Preempted", _said(action), warning=True)]
 
     def on_scale_up(self, action: act.ScaleUp) -> list[Operation]:
-        return [RecordEvent(self.name, "ScaledUp", f"grew onto {', '.join(action.added)}")]
+        return [RecordEvent(self.name, "ScaledUp", _said(action))]
 
     def on_start_workers(self, action: act.StartWorkers) -> list[Operation]:
         return []  # the workers start when their pods are released (level-triggered)
 
     def on_requeue(self, action: act.Requeue) -> list[Operation]:
-        return [*self._stop(), RecordEvent(self.name, "Requeued", action.reason, warning=True)]
+        return [*self._stop(), RecordEvent(self.name, "Requeued", _said(action), warning=True)]
 
     def on_restart(self, action: act.Restart) -> list[Operation]:
-        return [RecreateJobs(self.name), RecordEvent(self.name, "Restarted", f"{action.reason}; restarting on {', '.join(action.slices)}")]
+        return [RecreateJobs(self.name), RecordEvent(self.name, "Restarted", _said(action))]
 
     def on_scale_down(self, action: act.ScaleDown) -> list[Operation]:
-        previous = self.observation.replicas.get(self.name, [])
-        lost = tuple(i for i, s in enumerate(previous) if s in action.removed)
-        return [
-            RecreateJobs(self.name, lost),
-            RecordEvent(self.name, "ScaledDown", f"{action.reason}; running on {len(action.slices)} slice(s)", warning=True),
-        ]
+        effect = effect_of(action)
+        lost = tuple(sorted(_recreated(self.observation.replicas.get(self.name, []), [effect])))
+        return [RecreateJobs(self.name, lost), RecordEvent(self.name, "ScaledDown", effect.message, warning=True)]
 
     def on_fail(self, action: act.Fail) -> list[Operation]:
-        return [RecordEvent(self.name, "Failed", action.reason, warning=True)]
+        return [RecordEvent(self.name, "Failed", _said(action), warning=True)]
 
     def on_complete(self, action: act.Complete) -> list[Operation]:
         return []  # JobSet detects and reports completion itself

@@ -18,12 +18,12 @@ from pathlib import Path
 from hotswap.api import worker as contract
 from hotswap.api.launch import HeldStart, Launch, Run
 from hotswap.api.membership import Membership
-from hotswap.api.runs import START_CAUSES
 from hotswap.api.catalog import AcceleratorKind, get_device_type
 from hotswap.backends.local import launch as files
 from hotswap.backends.local.gpus import Backing
 from hotswap.backends.local.supervisor import LocalProcess, WorkerLaunch
 from hotswap.core import actions as act
+from hotswap.core.effects import STOP_NONE, STOP_OLDER, STOP_REMOVED, ActionEffect, effect_of, with_resume
 from hotswap.core.model import Snapshot
 from hotswap.core.workload import Workload
 from hotswap.store.paths import ClusterPaths, new_dirs_private
@@ -43,67 +43,30 @@ class WorkerPlan:
 
 
 def plan(action: act.Action, workload: Workload, live: Sequence[WorkerRow]) -> WorkerPlan:
-    """The worker effects of ``action`` on ``workload``, whose live workers are ``live``."""
-    return act.dispatch(action, _Planner(workload, live))
+    """The worker effects of ``action`` on ``workload``, whose live workers are ``live``: the
+    core's :func:`~hotswap.core.effects.effect_of`, on these rows."""
+    effect = effect_of(action)
+    return WorkerPlan(
+        stop=_stopping(effect, live),
+        generation=effect.generation,
+        start=effect.start,
+        slices=effect.replicas if effect.start else (),
+        attempt=effect.attempt if effect.attempt is not None else workload.attempt if effect.start else 0,
+        cause=effect.cause,  # a held-back restart's: the Launcher keeps it for the StartWorkers to come
+    )
 
 
-class _Planner:
-    """The :class:`~hotswap.core.actions.ActionHandler` behind :func:`plan` (see the effects each
-    action asks for in :mod:`hotswap.core.actions`)."""
-
-    def __init__(self, workload: Workload, live: Sequence[WorkerRow]) -> None:
-        self.workload = workload
-        self.live = live
-
-    def _stopping(self, which: Callable[[WorkerRow], bool] = lambda _: True) -> tuple[WorkerRow, ...]:
-        """The live workers ``which`` selects, except those already told to stop."""
-        return tuple(w for w in self.live if w.state != "stopping" and which(w))
-
-    def _new_attempt(self, attempt: int, slices: tuple[str, ...], start: bool, cause: str) -> WorkerPlan:
-        older = self._stopping(lambda w: w.identity.attempt < attempt)
-        if not start:  # held back; the Launcher keeps the cause for the StartWorkers to come
-            return WorkerPlan(stop=older, attempt=attempt, cause=cause)
-        return WorkerPlan(stop=older, generation=slices, start=slices, slices=slices, attempt=attempt, cause=cause)
-
-    def on_reject(self, action: act.Reject) -> WorkerPlan:
-        return WorkerPlan()
-
-    def on_complete(self, action: act.Complete) -> WorkerPlan:
-        return WorkerPlan()
-
-    def on_admit(self, action: act.Admit) -> WorkerPlan:
-        # A first admission starts the run; a later one follows a preemption (requeued).
-        return self._new_attempt(action.attempt, action.slices, action.start, "start" if action.attempt == 1 else "preemption")
-
-    def on_restart(self, action: act.Restart) -> WorkerPlan:
-        # Charged: the workers failed (an exit code, a hang); not: the infrastructure did.
-        return self._new_attempt(action.attempt, action.slices, action.start, "failure" if action.charged else "hotswap")
-
-    def on_start_workers(self, action: act.StartWorkers) -> WorkerPlan:
-        # Workers held back by BlockingRecreate or a repair: the cause is the restart's (the Launcher's).
-        slices = action.slices
-        return WorkerPlan(generation=slices, start=slices, slices=slices, attempt=action.attempt)
-
-    def on_preempt(self, action: act.Preempt) -> WorkerPlan:
-        return WorkerPlan(stop=self._stopping())
-
-    def on_requeue(self, action: act.Requeue) -> WorkerPlan:
-        return WorkerPlan(stop=self._stopping())
-
-    def on_fail(self, action: act.Fail) -> WorkerPlan:
-        return WorkerPlan(stop=self._stopping())
-
-    def on_remove(self, action: act.Remove) -> WorkerPlan:
-        return WorkerPlan(stop=self._stopping())
-
-    def on_scale_down(self, action: act.ScaleDown) -> WorkerPlan:
-        removed = set(action.removed)
-        return WorkerPlan(stop=self._stopping(lambda w: w.identity.slice in removed), generation=action.slices)
-
-    def on_scale_up(self, action: act.ScaleUp) -> WorkerPlan:
-        return WorkerPlan(
-            generation=action.slices, start=action.added, slices=action.slices, attempt=self.workload.attempt, cause="elastic"
-        )
+def _stopping(effect: ActionEffect, live: Sequence[WorkerRow]) -> tuple[WorkerRow, ...]:
+    """The live workers the effect stops, except those already told to stop."""
+    if effect.stop == STOP_NONE:
+        return ()
+    if effect.stop == STOP_OLDER:
+        attempt = effect.attempt or 0
+        return tuple(w for w in live if w.state != "stopping" and w.identity.attempt < attempt)
+    if effect.stop == STOP_REMOVED:
+        removed = set(effect.removed)
+        return tuple(w for w in live if w.state != "stopping" and w.identity.slice in removed)
+    return tuple(w for w in live if w.state != "stopping")
 
 
 class Launcher:
@@ -218,9 +181,7 @@ def _held_cause(launch: Launch, attempt: int) -> str | None:
 def _start_cause(cause: str | None, run: Run | None) -> str | None:
     """Why this generation of workers starts (``HOTSWAP_START_CAUSE``): a run's first start
     that takes its state from elsewhere resumes."""
-    if cause == "start" and run and run.resume_from:
-        return "resume"
-    return cause
+    return with_resume(cause, bool(run and run.resume_from))
 
 
 def _run_environment(run: Run | None, cause: str | None) -> dict[str, str]:

@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 
 from hotswap.core import actions as act
 from hotswap.core import events as ev
+from hotswap.core.effects import effect_of
 from hotswap.core.model import Snapshot
 
 _NODE_VERBS: dict[type, str] = {
@@ -82,48 +83,9 @@ def input_entries(inputs: list[ev.Event], old: Snapshot, new: Snapshot, now: flo
 
 
 def action_entry(action: act.Action, old: Snapshot, new: Snapshot) -> Entry:
-    """The action, in words, in the timeline of the workload it concerns (a rejected workload
-    has none: its entry is the cluster's)."""
+    """The action, in words (its effect's message), in the timeline of the workload it concerns
+    (a rejected workload has none: its entry is the cluster's)."""
+    effect = effect_of(action)
     workload = new.workloads.get(action.workload) or old.workloads.get(action.workload)
-    seq = workload.seq if workload is not None and not isinstance(action, act.Reject) else None
-    message = act.dispatch(action, _Messages())
-    return Entry(type(action).__name__.lower(), message, action.workload, seq, dataclasses.asdict(action))
-
-
-class _Messages:
-    """What each action says in the timeline (an :class:`~hotswap.core.actions.ActionHandler`)."""
-
-    def on_reject(self, action: act.Reject) -> str:
-        return f"rejected: {action.reason}"
-
-    def on_admit(self, action: act.Admit) -> str:
-        waiting = "" if action.start else "; waiting for old workers"
-        return f"admitted on {', '.join(action.slices)} (attempt {action.attempt}){waiting}"
-
-    def on_preempt(self, action: act.Preempt) -> str:
-        return action.reason
-
-    def on_restart(self, action: act.Restart) -> str:
-        waiting = "" if action.start else "; waiting to start"
-        return f"restarted on {', '.join(action.slices)} (attempt {action.attempt}): {action.reason}{waiting}"
-
-    def on_start_workers(self, action: act.StartWorkers) -> str:
-        return f"workers started on {', '.join(action.slices)} (attempt {action.attempt})"
-
-    def on_requeue(self, action: act.Requeue) -> str:
-        return f"requeued: {action.reason}"
-
-    def on_scale_down(self, action: act.ScaleDown) -> str:
-        return f"scaled down to {len(action.slices)} slice(s), without {', '.join(action.removed)}: {action.reason}"
-
-    def on_scale_up(self, action: act.ScaleUp) -> str:
-        return f"scaled up to {len(action.slices)} slice(s), adding {', '.join(action.added)}"
-
-    def on_fail(self, action: act.Fail) -> str:
-        return f"failed: {action.reason}"
-
-    def on_complete(self, action: act.Complete) -> str:
-        return "completed: every worker exited 0"
-
-    def on_remove(self, action: act.Remove) -> str:
-        return "deleted"
+    seq = workload.seq if workload is not None and effect.outcome != "rejected" else None
+    return Entry(type(action).__name__.lower(), effect.message, action.workload, seq, dataclasses.asdict(action))

@@ -24,8 +24,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from hotswap.api.catalog import get_device_type
 from hotswap.api.errors import ConflictError, HotswapError
+from hotswap.backends.kit.figures import RecoveryFigures
 from hotswap.backends.kit.metrics import ControllerMetrics
 from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes import operations as ops
@@ -36,9 +36,9 @@ from hotswap.backends.kubernetes.observation import Observation
 from hotswap.backends.kubernetes.observation import observe as observe_cluster
 from hotswap.backends.kubernetes.planning import plan
 from hotswap.backends.kubernetes.settings import KubeSettings
-from hotswap.core import actions as act
 from hotswap.core.policy import SchedulerConfig
 from hotswap.core.scheduler import Decision, decide
+from hotswap.core.workload import Workload
 
 RESYNC_EVERY_S = 30.0
 DEBOUNCE_S = 0.1  # let a burst of watch events (a drained pool) become one reconcile
@@ -64,7 +64,7 @@ class KubeController:
         self.may_act = may_act or (lambda: True)
         self.log = log
         self.wake_at: float | None = None  # the last round asked to be run again by then
-        self.recovering: dict[str, tuple[float, int]] = {}  # workload -> (loss began, attempt restarted into)
+        self.figures = RecoveryFigures(metrics) if metrics is not None else None
 
     def observe(self) -> Observation:
         client = self.client
@@ -142,34 +142,19 @@ class KubeController:
             client.record_event(raw.get(op.jobset), op.jobset, op.reason, op.message, op.warning, now)
 
     def _account(self, observation: Observation, decision: Decision) -> None:
-        """The figures of this round: hotswaps, preemptions, recoveries completed."""
-        now = observation.now
-        for action in decision.actions:
-            if isinstance(action, act.Restart) and not action.charged:
-                began = observation.loss_since.get(action.workload, now)
-                self.recovering[action.workload] = (min(began, self.recovering.get(action.workload, (began, 0))[0]), action.attempt)
-                if self.metrics is not None:
-                    self.metrics.hotswapped()
-        preempted = 0
-        for name, job in observation.jobsets.items():
-            workload = decision.snapshot.workloads.get(name) or observation.outside.get(name)
-            before = (job.state or {}).get("preemptions")
-            if workload is not None and isinstance(before, int) and workload.preemptions > before:
-                preempted += workload.preemptions - before
-        if preempted and self.metrics is not None:
-            self.metrics.preempted(preempted)
-        for name, (began, attempt) in list(self.recovering.items()):
-            job = observation.jobsets.get(name)
-            workload = decision.snapshot.workloads.get(name)
-            if job is None or job.spec is None or workload is None or workload.phase.terminal:
-                del self.recovering[name]
-                continue
-            expected = job.spec.num_slices * get_device_type(job.spec.device_type).hosts_per_slice
-            running = [p for p in observation.pods_of(name) if p.running and p.attempt is not None and p.attempt >= attempt]
-            if len(running) >= expected:
-                del self.recovering[name]
-                if self.metrics is not None:
-                    self.metrics.recovered(max(0.0, now - began))
+        """The figures of this round (:mod:`hotswap.backends.kit.figures`)."""
+        if self.figures is None:
+            return
+        before = {name: (job.state or {}).get("preemptions") for name, job in observation.jobsets.items()}
+        after = {name: decision.snapshot.workloads.get(name) or observation.outside.get(name) for name in observation.jobsets}
+        self.figures.round_done(decision.actions, before, after, observation.now, observation.loss_since)
+        managed = {name: w for name, w in decision.snapshot.workloads.items() if name in observation.jobsets}
+
+        def running(workload: Workload) -> int:
+            """How many pods of the workload's current attempt run."""
+            return sum(1 for p in observation.pods_of(workload.name) if p.running and p.attempt == workload.attempt)
+
+        self.figures.check_recoveries(managed, running, observation.now)
 
     # ------------------------------------------------------------------ the loop
 

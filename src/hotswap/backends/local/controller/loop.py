@@ -40,11 +40,11 @@ from collections.abc import Callable
 from typing import Any
 
 from hotswap.api.worker import DEFAULT_GRACE_PERIOD_S
+from hotswap.backends.kit.figures import RecoveryFigures
 from hotswap.backends.kit.metrics import ControllerMetrics
 from hotswap.backends.local.claim import AlreadyClaimed, Claim
 from hotswap.backends.local.controller.gpu_health import GpuHealthMonitor
 from hotswap.backends.local.controller.hangs import HangWatch
-from hotswap.backends.local.controller.metrics import LocalFigures
 from hotswap.backends.local.controller.recovery import recover
 from hotswap.backends.local.controller.rounds import scheduler_config
 from hotswap.backends.local.controller.server import RequestServer
@@ -70,7 +70,7 @@ MAX_SLEEP_S = 3600.0  # select() must never get a timeout it cannot hold
 class LocalController(RequestServing):
     def __init__(self, paths: ClusterPaths, metrics: ControllerMetrics | None = None) -> None:
         self.paths = paths
-        self.figures = LocalFigures(metrics) if metrics is not None else None  # Prometheus, when served
+        self.figures = RecoveryFigures(metrics) if metrics is not None else None  # Prometheus, when served
         self.claim: Claim | None = None
         self.selector = selectors.DefaultSelector()  # each registration's data is its callback
         self.pending_events: list[ev.Event] = []
@@ -148,7 +148,7 @@ class LocalController(RequestServing):
                 self.pending_events += self.hangs.check(self.snapshot, now)
             self._work()
             if self.figures is not None:
-                self.figures.check_recoveries(self.snapshot, self._running, time.time())
+                self.figures.check_recoveries(self.snapshot.workloads, self._running, time.time())
             self.retry_at = None
         except Exception as error:
             if not faults.is_fault(error):

@@ -8,24 +8,25 @@ import dataclasses
 import time
 
 from hotswap.api.launch import Launch
+from hotswap.backends.kit.figures import RecoveryFigures
 from hotswap.backends.local import effects, protocol, timeline
 from hotswap.backends.local.claim import Claim
 from hotswap.backends.local.controller.gpu_health import GpuHealthMonitor
-from hotswap.backends.local.controller.metrics import LocalFigures
 from hotswap.backends.local.controller.requests import RoundInputs
 from hotswap.backends.local.controller.server import RequestServer
 from hotswap.backends.local.effects import Launcher
 from hotswap.backends.local.gpus import Backing
 from hotswap.backends.local.protocol import RequestKind
 from hotswap.backends.local.supervisor import WorkerLaunch
+from hotswap.backends.local.tables import LocalStore, Request, WorkerRow
 from hotswap.backends.local.workers import Workers
-from hotswap.core import actions as act
 from hotswap.core import events as ev
+from hotswap.core.effects import effect_of
 from hotswap.core.model import Snapshot
 from hotswap.core.policy import SchedulerConfig
 from hotswap.core.scheduler import decide
+from hotswap.core.workload import Workload
 from hotswap.store.codec import workload_to_json
-from hotswap.backends.local.tables import LocalStore, Request, WorkerRow
 from hotswap.store.state import ClusterRecord
 
 
@@ -52,7 +53,7 @@ class RoundRunner:
     backing: Backing | None  # None: an emulated cluster
     snapshot: Snapshot
     pending_events: list[ev.Event]
-    figures: LocalFigures | None
+    figures: RecoveryFigures | None
     server: RequestServer
     workers: Workers
     launcher: Launcher
@@ -97,8 +98,9 @@ class RoundRunner:
             for entry in timeline.input_entries(events, old, new, now):
                 self.store.record_event(now, *entry)
             for action in decision.actions:
-                if isinstance(action, act.Reject) and request is not None and request.kind == RequestKind.CREATE:
-                    outcome = Outcome(protocol.REJECTED, f"workload {action.workload} rejected: {action.reason}")
+                effect = effect_of(action)
+                if effect.outcome == "rejected" and request is not None and request.kind == RequestKind.CREATE:
+                    outcome = Outcome(protocol.REJECTED, f"workload {action.workload} {effect.message}")
                 self.store.record_event(now, *timeline.action_entry(action, old, new))
                 workload = new.workloads.get(action.workload) or old.workloads.get(action.workload)
                 if workload is None:
@@ -131,10 +133,14 @@ class RoundRunner:
         self.workers.spawn(started)
         if self.figures is not None:
             writes = len(started) + len({r.id for r in to_stop + hit})
-            self.figures.round_done(decision.actions, new, now, time.perf_counter() - began, writes)
+            self.figures.metrics.reconciled(time.perf_counter() - began, writes)
+            before = {name: workload.preemptions for name, workload in old.workloads.items()}
+            self.figures.round_done(decision.actions, before, new.workloads, now)
+            self.figures.metrics.observed(new)
 
-    def _running(self, workload: str, seq: int, attempt: int) -> int:
-        return sum(1 for row in self.workers.live(workload, seq, attempt) if row.pid is not None)
+    def _running(self, workload: Workload) -> int:
+        """How many workers of the workload's current attempt run."""
+        return sum(1 for row in self.workers.live(workload.name, workload.seq, workload.attempt) if row.pid is not None)
 
     def _register_created(self, inputs: list[ev.Event], old: Snapshot, new: Snapshot, request: Request) -> None:
         """Store the launch record of a workload this round created (before its record)."""

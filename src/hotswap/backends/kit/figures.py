@@ -1,0 +1,80 @@
+"""The recovery figures both controllers count, one definition of each (the metrics they feed
+are :mod:`hotswap.backends.kit.metrics`'s):
+
+- a *hotswap*: an action whose effect counts as one (a restart on other capacity, never charged);
+- a *preemption*: one more in a workload's preemption count than was recorded before the round
+  (the core's preemptions and, under Kueue, Kueue's evictions alike);
+- a *recovery*: from the loss that caused a hotswap (or the hotswap, when the loss's time is
+  not known) until every worker of the workload's attempt runs: :func:`expected_workers`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+from hotswap.api.catalog import get_device_type
+from hotswap.backends.kit.metrics import ControllerMetrics
+from hotswap.core import actions as act
+from hotswap.core.effects import effect_of
+from hotswap.core.workload import Workload
+
+
+def expected_workers(workload: Workload) -> int:
+    """How many workers a running workload has: one per host of each of its active slices."""
+    return len(workload.slices) * get_device_type(workload.device_type).hosts_per_slice
+
+
+def preemptions_between(before: Mapping[str, object], after: Mapping[str, Workload | None]) -> int:
+    """Preemptions that happened between two records of the workloads' preemption counts
+    (a workload with no count before, new or of an earlier release, counts none)."""
+    count = 0
+    for name, workload in after.items():
+        previous = before.get(name)
+        if workload is not None and isinstance(previous, int) and workload.preemptions > previous:
+            count += workload.preemptions - previous
+    return count
+
+
+class RecoveryFigures:
+    """Hotswaps, preemptions and recovery times, counted into ``metrics``."""
+
+    def __init__(self, metrics: ControllerMetrics) -> None:
+        self.metrics = metrics
+        self.recovering: dict[str, tuple[float, int]] = {}  # workload -> (loss began, attempt restarted into)
+
+    def round_done(
+        self,
+        actions: Iterable[act.Action],
+        preemptions_before: Mapping[str, object],
+        after: Mapping[str, Workload | None],
+        now: float,
+        loss_since: Mapping[str, float] | None = None,
+    ) -> None:
+        """Count a round's hotswaps (their recoveries begin: at ``loss_since[workload]`` when the
+        loss's time is known) and its preemptions (``preemptions_before``: each workload's count
+        before the round; ``after``: the workloads after it)."""
+        for action in actions:
+            effect = effect_of(action)
+            if effect.hotswap and effect.attempt is not None:
+                name = action.workload
+                began = min((loss_since or {}).get(name, now), self.recovering.get(name, (now, 0))[0])
+                self.recovering[name] = (began, effect.attempt)
+                self.metrics.hotswapped()
+        preempted = preemptions_between(preemptions_before, after)
+        if preempted:
+            self.metrics.preempted(preempted)
+
+    def check_recoveries(self, workloads: Mapping[str, Workload], running: Callable[[Workload], int], now: float) -> None:
+        """End the recoveries whose workloads now run all their workers (``running(workload)``:
+        how many workers of the workload's current attempt run)."""
+        for name, (began, attempt) in list(self.recovering.items()):
+            workload = workloads.get(name)
+            if workload is None or workload.phase.terminal:
+                del self.recovering[name]
+                continue
+            if workload.attempt < attempt:
+                continue
+            expected = expected_workers(workload)
+            if expected and running(workload) >= expected:
+                del self.recovering[name]
+                self.metrics.recovered(max(0.0, now - began))

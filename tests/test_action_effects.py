@@ -1,0 +1,161 @@
+"""What each action does to a workload's workers (``hotswap.core.effects``): one pure account,
+which the local backend, the Kubernetes backend and the simulator only enact; and nothing
+outside ``core/actions.py`` branches on action types itself."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from hotswap.api.runs import START_CAUSES
+from hotswap.core import actions as act
+from hotswap.core import effects
+from hotswap.core.effects import effect_of
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "hotswap"
+ACTION_NAMES = {cls.__name__ for cls in act.ACTION_TYPES}
+
+
+def _type_names(node: ast.expr) -> list[str]:
+    """The class names an isinstance's second argument or a class pattern names."""
+    if isinstance(node, ast.Tuple):
+        return [name for element in node.elts for name in _type_names(element)]
+    if isinstance(node, ast.Attribute):
+        return [node.attr]
+    if isinstance(node, ast.Name):
+        return [node.id]
+    return []
+
+
+def _imports_actions(tree: ast.Module) -> bool:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "hotswap.core" and any(a.name == "actions" for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and node.module == "hotswap.core.actions":
+            return True
+        if isinstance(node, ast.Import) and any(a.name == "hotswap.core.actions" for a in node.names):
+            return True
+    return False
+
+
+def test_no_branching_on_action_types_outside_the_actions_module() -> None:
+    """Enacting an action goes through ``actions.dispatch`` or its effect's fields, so a new
+    action type is a missing handler method everywhere at once, not a forgotten branch."""
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        if path == SRC / "core" / "actions.py":
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        if not _imports_actions(tree):
+            continue
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "isinstance" and len(node.args) == 2:
+                names = _type_names(node.args[1])
+            elif isinstance(node, ast.MatchClass):
+                names = _type_names(node.cls)
+            if ACTION_NAMES & set(names):
+                found.append(f"{path.relative_to(SRC)}:{node.lineno}")
+    assert not found, f"branching on action types outside core/actions.py: {found}"
+
+
+def test_the_effects_and_messages_handle_every_action_type() -> None:
+    for handler in (effects._Effects, effects._Messages):
+        assert all(callable(getattr(handler, method, None)) for method in act.HANDLER_METHODS.values()), handler
+
+
+def test_a_hotswap_restart_stops_the_old_attempt_and_starts_the_new_one_on_the_new_slices() -> None:
+    effect = effect_of(act.Restart("w", 3, ("x", "b"), "node lost", charged=False))
+    assert (effect.stop, effect.attempt) == (effects.STOP_OLDER, 3)  # workers of attempts before 3
+    assert effect.start == effect.replicas == effect.generation == ("x", "b")
+    assert effect.cause == "hotswap" and effect.hotswap and effect.replaced and not effect.graceful
+    assert not effect.preemption and not effect.held and effect.placement == effects.PLACE
+
+
+def test_a_charged_restart_is_a_failure_not_a_hotswap() -> None:
+    effect = effect_of(act.Restart("w", 2, ("a",), "exit code 42", charged=True))
+    assert effect.cause == "failure" and not effect.hotswap and effect.replaced
+
+
+def test_a_held_back_restart_starts_nothing_until_its_workers_are_started() -> None:
+    held = effect_of(act.Restart("w", 2, ("a", "b"), "lost", charged=False, start=False))
+    assert held.held and held.start == () and held.generation is None and held.replicas == ("a", "b")
+    assert held.stop == effects.STOP_OLDER and held.cause == "hotswap"
+    started = effect_of(act.StartWorkers("w", 2, ("a", "b")))
+    assert started.start == started.generation == ("a", "b") and started.attempt == 2
+    assert started.stop == effects.STOP_NONE and started.cause is None  # the restart's cause, kept by the backend
+
+
+def test_admission_starts_the_run_and_a_later_one_follows_a_preemption() -> None:
+    first = effect_of(act.Admit("w", 1, ("a", "b")))
+    assert first.cause == "start" and first.start == ("a", "b") and first.stop == effects.STOP_OLDER and not first.replaced
+    assert effect_of(act.Admit("w", 2, ("a",))).cause == "preemption"
+    assert effect_of(act.Admit("w", 1, ("a",), start=False)).held
+
+
+def test_a_scale_down_stops_only_the_removed_slices_workers() -> None:
+    lost = effect_of(act.ScaleDown("w", ("b",), ("a", "c"), 2, "node lost"))
+    assert (lost.stop, lost.removed, lost.generation, lost.start) == (effects.STOP_REMOVED, ("b",), ("a", "c"), ())
+    assert not lost.graceful and not lost.replaced and lost.placement == effects.SHRINK
+    given = effect_of(act.ScaleDown("w", ("b",), ("a", "c"), 2, "gave 1 slice(s) to h", preemptor="h"))
+    assert given.graceful  # coordinated: nothing is lost
+
+
+def test_a_scale_up_starts_workers_on_the_added_slices_only() -> None:
+    effect = effect_of(act.ScaleUp("w", ("c",), ("a", "b", "c"), 3))
+    assert effect.start == ("c",) and effect.replicas == effect.generation == ("a", "b", "c")
+    assert effect.stop == effects.STOP_NONE and effect.cause == "elastic" and effect.attempt is None
+
+
+@pytest.mark.parametrize(
+    ("action", "preemption", "replaced", "outcome"),
+    [
+        (act.Preempt("w", "h", "preempted by h"), True, False, None),
+        (act.Requeue("w", "no capacity"), False, True, None),
+        (act.Fail("w", "too many restarts"), False, False, "failed"),
+        (act.Remove("w"), False, False, "deleted"),
+    ],
+)
+def test_stopping_a_workload_stops_every_worker(action: act.Action, preemption: bool, replaced: bool, outcome: str | None) -> None:
+    effect = effect_of(action)
+    assert effect.stop == effects.STOP_ALL and effect.start == () and effect.cause is None
+    assert (effect.preemption, effect.replaced, effect.outcome) == (preemption, replaced, outcome)
+
+
+def test_completion_and_rejection_stop_nothing() -> None:
+    assert effect_of(act.Complete("w")).stop == effects.STOP_NONE and effect_of(act.Complete("w")).outcome == "completed"
+    rejected = effect_of(act.Reject("w", "too big"))
+    assert rejected.stop == effects.STOP_NONE and rejected.outcome == "rejected"
+
+
+def test_every_start_cause_is_a_published_one() -> None:
+    for action in (act.Admit("w", 1, ("a",)), act.Admit("w", 2, ("a",)), act.ScaleUp("w", ("b",), ("a", "b"), 1),
+                   act.Restart("w", 2, ("a",), "x", charged=True), act.Restart("w", 2, ("a",), "x", charged=False)):
+        assert effect_of(action).cause in START_CAUSES
+    assert effects.with_resume("start", resumes=True) == "resume" in START_CAUSES
+    assert effects.with_resume("hotswap", resumes=True) == "hotswap"
+
+
+@pytest.mark.parametrize(
+    ("action", "message"),
+    [
+        (act.Reject("w", "too big"), "rejected: too big"),
+        (act.Admit("w", 1, ("a", "b")), "admitted on a, b (attempt 1)"),
+        (act.Admit("w", 2, ("a",), start=False), "admitted on a (attempt 2); waiting for old workers"),
+        (act.Preempt("w", "h", "preempted by h (priority high)"), "preempted by h (priority high)"),
+        (act.Restart("w", 2, ("x",), "node lost", charged=False), "restarted on x (attempt 2): node lost"),
+        (act.Restart("w", 2, ("x",), "lost", charged=False, start=False), "restarted on x (attempt 2): lost; waiting to start"),
+        (act.StartWorkers("w", 2, ("x",)), "workers started on x (attempt 2)"),
+        (act.Requeue("w", "no capacity"), "requeued: no capacity"),
+        (act.ScaleDown("w", ("b",), ("a",), 2, "lost"), "scaled down to 1 slice(s), without b: lost"),
+        (act.ScaleUp("w", ("b",), ("a", "b"), 3), "scaled up to 2 slice(s), adding b"),
+        (act.Fail("w", "boom"), "failed: boom"),
+        (act.Complete("w"), "completed: every worker exited 0"),
+        (act.Remove("w"), "deleted"),
+    ],
+)
+def test_one_message_per_action(action: act.Action, message: str) -> None:
+    """The local timeline's entry and the Kubernetes Event's message."""
+    assert effect_of(action).message == message
