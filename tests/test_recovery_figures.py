@@ -20,6 +20,8 @@ class Recorded:
     def __init__(self) -> None:
         self.hotswaps = self.preemptions = 0
         self.recoveries: list[float] = []
+        self.rounds: list[tuple[float, int]] = []
+        self.snapshot: object = None
 
     def hotswapped(self, count: int = 1) -> None:
         self.hotswaps += count
@@ -29,6 +31,12 @@ class Recorded:
 
     def recovered(self, seconds: float) -> None:
         self.recoveries.append(seconds)
+
+    def reconciled(self, seconds: float, writes: int) -> None:
+        self.rounds.append((seconds, writes))
+
+    def observed(self, snapshot: object) -> None:
+        self.snapshot = snapshot
 
 
 def running_on(slices: tuple[str, ...], attempt: int) -> Workload:
@@ -58,3 +66,16 @@ def test_a_hotswap_recovers_when_every_worker_of_its_attempt_runs() -> None:
     assert metrics.recoveries == []  # one of the 8 workers is not running yet
     figures.check_recoveries({"w": workload}, lambda w: 8, now=140.0)
     assert metrics.recoveries == [50.0] and not figures.recovering  # from the loss, not the restart
+
+
+def test_a_round_is_reported_in_one_shape_on_both_backends() -> None:
+    """What each controller reports of a round: its time and writes, what it counted, and the
+    state after it, through one call (both controllers make it)."""
+    metrics = Recorded()
+    figures = RecoveryFigures(metrics)  # type: ignore[arg-type]
+    preempted = dataclasses.replace(running_on((), 1), preemptions=1)
+    snapshot = object()
+    restart = act.Restart("w", 2, ("x",), "node lost", charged=False)
+    figures.account_round([restart], {"w": 0}, {"w": preempted}, snapshot, 5.0, seconds=0.25, writes=3)  # type: ignore[arg-type]
+    assert metrics.rounds == [(0.25, 3)] and metrics.snapshot is snapshot
+    assert metrics.hotswaps == 1 and metrics.preemptions == 1

@@ -1,1 +1,2 @@
-"""What both backends' controllers share (the Prometheus metrics); it imports neither backend."""
+"""What both backends' controllers share: the Prometheus metrics (``metrics.py``) and one
+definition of each figure a round reports (``figures.py``); it imports neither backend."""

@@ -16,6 +16,7 @@ from hotswap.api.catalog import get_device_type
 from hotswap.backends.kit.metrics import ControllerMetrics
 from hotswap.core import actions as act
 from hotswap.core.effects import effect_of
+from hotswap.core.model import Snapshot
 from hotswap.core.workload import Workload
 
 
@@ -41,6 +42,25 @@ class RecoveryFigures:
     def __init__(self, metrics: ControllerMetrics) -> None:
         self.metrics = metrics
         self.recovering: dict[str, tuple[float, int]] = {}  # workload -> (loss began, attempt restarted into)
+
+    def account_round(
+        self,
+        actions: Iterable[act.Action],
+        preemptions_before: Mapping[str, object],
+        after: Mapping[str, Workload | None],
+        snapshot: Snapshot,
+        now: float,
+        *,
+        seconds: float,
+        writes: int,
+        loss_since: Mapping[str, float] | None = None,
+    ) -> None:
+        """Everything a controller reports of one round, in the same shape on both backends: how
+        long it took and how many writes it made, what it decided (:meth:`round_done`), and the
+        cluster's state after it (``snapshot``)."""
+        self.metrics.reconciled(seconds, writes)
+        self.round_done(actions, preemptions_before, after, now, loss_since)
+        self.metrics.observed(snapshot)
 
     def round_done(
         self,

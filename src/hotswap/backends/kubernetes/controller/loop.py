@@ -91,10 +91,7 @@ class KubeController:
             self.log(line)
         self.enact(operations, observation)
         self.wake_at = observation.wake_at
-        self._account(observation, decision)
-        if self.metrics is not None:
-            self.metrics.reconciled(time.perf_counter() - started, self.client.writes - writes)
-            self.metrics.observed(decision.snapshot)
+        self._account(observation, decision, time.perf_counter() - started, self.client.writes - writes)
         return operations
 
     def enact(self, operations: list[ops.Operation], observation: Observation) -> None:
@@ -141,13 +138,16 @@ class KubeController:
         elif isinstance(op, ops.RecordEvent):
             client.record_event(raw.get(op.jobset), op.jobset, op.reason, op.message, op.warning, now)
 
-    def _account(self, observation: Observation, decision: Decision) -> None:
+    def _account(self, observation: Observation, decision: Decision, seconds: float, writes: int) -> None:
         """The figures of this round (:mod:`hotswap.backends.kit.figures`)."""
         if self.figures is None:
             return
         before = {name: (job.state or {}).get("preemptions") for name, job in observation.jobsets.items()}
         after = {name: decision.snapshot.workloads.get(name) or observation.outside.get(name) for name in observation.jobsets}
-        self.figures.round_done(decision.actions, before, after, observation.now, observation.loss_since)
+        self.figures.account_round(
+            decision.actions, before, after, decision.snapshot, observation.now,
+            seconds=seconds, writes=writes, loss_since=observation.loss_since,
+        )
         managed = {name: w for name, w in decision.snapshot.workloads.items() if name in observation.jobsets}
 
         def running(workload: Workload) -> int:

@@ -133,10 +133,10 @@ class RoundRunner:
         self.workers.spawn(started)
         if self.figures is not None:
             writes = len(started) + len({r.id for r in to_stop + hit})
-            self.figures.metrics.reconciled(time.perf_counter() - began, writes)
             before = {name: workload.preemptions for name, workload in old.workloads.items()}
-            self.figures.round_done(decision.actions, before, new.workloads, now)
-            self.figures.metrics.observed(new)
+            self.figures.account_round(
+                decision.actions, before, new.workloads, new, now, seconds=time.perf_counter() - began, writes=writes
+            )
 
     def _running(self, workload: Workload) -> int:
         """How many workers of the workload's current attempt run."""
