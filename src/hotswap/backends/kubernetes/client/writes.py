@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hotswap.api.errors import NotFoundError
+from hotswap.api.errors import ConflictError, NotFoundError
 from hotswap.api.times import iso_utc
 from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes.client.calls import APPLY, MERGE, client_module
@@ -99,6 +99,20 @@ class Writes(Reads):
                 continue  # already gone: that is what we wanted
             deleted.append(meta["name"])
         return deleted
+
+    def delete_job(self, name: str, uid: str) -> bool:
+        """Delete one Job in the background, only if it still is the one of ``uid`` (a
+        precondition: JobSet may have recreated it under the same name). False: it was gone,
+        or it is another Job now."""
+        options = client_module().V1DeleteOptions(preconditions=client_module().V1Preconditions(uid=uid), propagation_policy="Background")
+        try:
+            self._call(f"delete Job {name}", self.batch.delete_namespaced_job, name, self.namespace, body=options, write=True)
+        except (NotFoundError, ConflictError):
+            return False  # already gone, or recreated: that Job is not ours to delete
+        return True
+
+    def patch_job(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        return self._call(f"update Job {name}", self.batch.patch_namespaced_job, name, self.namespace, patch, _content_type=MERGE, write=True)
 
     def force_delete_pod(self, name: str) -> None:
         try:

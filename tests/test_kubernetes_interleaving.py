@@ -1,0 +1,56 @@
+"""The controller against a world whose JobSet and Job controllers react between its writes, as
+the real ones do within milliseconds (issue 23): one failure is one hotswap, and a Job that
+creates no pods is repaired."""
+
+from __future__ import annotations
+
+import pytest
+from k8s_fixtures.scenario import events, make_controller, make_world, run_until, running, submit
+from k8s_fixtures.world import World
+from k8s_fixtures.world.store import JOBS
+
+from hotswap.backends.kit.metrics import ControllerMetrics
+from hotswap.backends.kubernetes.child_jobs import STALL_S
+from test_kubernetes_metrics import sample
+
+
+@pytest.fixture
+def world() -> World:
+    world = make_world(interleave=True)
+    yield world
+    world.close()
+
+
+def jobs_created(world: World, jobset: str, since: int) -> list[str]:
+    """UIDs of the Jobs of a JobSet created after revision ``since``."""
+    return [
+        e.obj["metadata"]["uid"] for e in world.store.history
+        if e.revision > since and e.resource is JOBS and e.type == "ADDED"
+        and (e.obj["metadata"].get("labels") or {}).get("jobset.sigs.k8s.io/jobset-name") == jobset
+    ]
+
+
+def test_one_node_failure_is_one_hotswap_though_jobset_recreates_jobs_between_the_writes(world: World) -> None:
+    """JobSet recreates a deleted Job and writes the JobSet's status before the controller's next
+    write. The hotswap is still carried out once: one Restarted event, one generation of new
+    Jobs, counted once, and the lower-priority workload beside it is left alone."""
+    metrics = ControllerMetrics()
+    controller = make_controller(world, metrics=metrics)
+    submit(world, "low", "low", 1)
+    submit(world, "high", "high", 1)
+    run_until(world, controller, lambda: running(world, "high") == 4 and running(world, "low") == 4)
+    mark = world.store.revision
+    requests = len(world.api.requests)
+    world.fail_node(world.nodes_of_pool(world.pools_of("high")[0])[0])
+    run_until(world, controller, lambda: running(world, "high", attempt=2) == 4, limit_s=300)
+    world.advance(60, controller)
+    assert [r for _, r, _ in events(world, "high")].count("Restarted") == 1
+    assert len(jobs_created(world, "high", mark)) == 1  # one new Job, for its one replica
+    deletes = [r for r in world.api.requests[requests:] if r.method == "DELETE" and "/jobs/" in r.path]
+    assert len(deletes) == 1
+    assert sample(metrics.exposition(), "hotswap_hotswaps_total") == 1
+    state = world.state("high")
+    assert (state["attempt"], state["disruptions"], state.get("retiring")) == (2, 1, None)
+    low = world.state("low")
+    assert (low["phase"], low["preemptions"], low["attempt"]) == ("RUNNING", 0, 1)
+    assert running(world, "low", attempt=1) == 4 and not world.jobset("low")["spec"].get("suspend")
