@@ -54,3 +54,34 @@ def test_one_node_failure_is_one_hotswap_though_jobset_recreates_jobs_between_th
     low = world.state("low")
     assert (low["phase"], low["preemptions"], low["attempt"]) == ("RUNNING", 0, 1)
     assert running(world, "low", attempt=1) == 4 and not world.jobset("low")["spec"].get("suspend")
+
+
+def test_a_job_that_creates_no_pods_is_touched_once_and_its_workers_start(world: World) -> None:
+    """A Job deleted and recreated under the same name before the Job controller saw the pods it
+    had created for the middle one: the Job controller's expectations for that name are never
+    met, and it creates no pods for the new Job until the Job is updated (or five minutes
+    later). The controller notices a RUNNING workload whose Job has no pods and touches it, with
+    one Event; its workers run again well before the Job controller would have recovered alone."""
+    controller = make_controller(world)
+    submit(world, "w", "high", 1)
+    run_until(world, controller, lambda: running(world, "w") == 4)
+    (job,) = [j for j in world.store.list(JOBS) if j["metadata"]["labels"].get("jobset.sigs.k8s.io/jobset-name") == "w"]
+    namespace, name = job["metadata"]["namespace"], job["metadata"]["name"]
+    with world.store.lock:  # two deletions within milliseconds, between two passes of the Job controller
+        world.store.delete(JOBS, namespace, name, "Background")
+        world.jobsets.reconcile_all()
+        world.jobs.reconcile_all()  # the pods of the middle Job: created, not yet seen by its informer
+        world.store.delete(JOBS, namespace, name, "Background")
+    world.settle()
+    (current,) = [j["metadata"]["uid"] for j in world.store.list(JOBS) if j["metadata"]["name"] == name]
+    assert not world.pods_of("w")
+
+    def started() -> bool:
+        mine = [p for p in world.running("w") if p["metadata"]["ownerReferences"][0]["uid"] == current]
+        return len(mine) == 4
+
+    run_until(world, controller, started, limit_s=STALL_S + 30)  # alone, the Job controller waits 300 s
+    stalled = [m for _, r, m in events(world, "w") if r == "JobStalled"]
+    assert len(stalled) == 1 and name in stalled[0] and "touched" in stalled[0]
+    world.advance(2 * STALL_S, controller)
+    assert [r for _, r, _ in events(world, "w")].count("JobStalled") == 1 and started()

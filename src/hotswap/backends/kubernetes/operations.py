@@ -107,10 +107,11 @@ Operation = (
 # was accepted (:meth:`KubeController.enact`). JobSet recreating a deleted Job and writing its
 # status between two of these writes cannot make the controller take the decision again, and a
 # controller that dies after the record finds it and completes the deletes it lists
-# (:mod:`.child_jobs`). Events last: one per committed decision.
+# (:mod:`.child_jobs`). The Events right after the record: one per committed decision, even
+# if the controller dies before the side effects.
 _ORDER = {
-    PatchJobSet: 0, RecreateJobs: 1, DeleteJob: 2, TouchJob: 3, ForceDeletePod: 4, DeactivateKueueWorkload: 5,
-    RecordEvent: 6, PlacePod: 7, AnnotatePod: 8,
+    PatchJobSet: 0, RecordEvent: 1, RecreateJobs: 2, DeleteJob: 3, TouchJob: 4, ForceDeletePod: 5, DeactivateKueueWorkload: 6,
+    PlacePod: 7, AnnotatePod: 8,
 }
 
 
