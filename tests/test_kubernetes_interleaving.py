@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from k8s_fixtures.scenario import events, make_controller, make_world, run_until, running, submit
 from k8s_fixtures.world import World
+from k8s_fixtures.world.apiserver import Fault
 from k8s_fixtures.world.store import JOBS
 
 from hotswap.backends.kit.metrics import ControllerMetrics
@@ -85,3 +86,21 @@ def test_a_job_that_creates_no_pods_is_touched_once_and_its_workers_start(world:
     assert len(stalled) == 1 and name in stalled[0] and "touched" in stalled[0]
     world.advance(2 * STALL_S, controller)
     assert [r for _, r, _ in events(world, "w")].count("JobStalled") == 1 and started()
+
+
+def test_a_pod_whose_release_keeps_failing_is_recreated_once(world: World) -> None:
+    """One pod of a RUNNING workload cannot be released (every update of it is refused). After
+    the stall time its pod is recreated, with one Event, and the new pod is released: all
+    workers run."""
+    controller = make_controller(world)
+    submit(world, "w", "high", 1)
+    controller.reconcile()  # admitted: JobSet resumes, the Job creates its pods, gated
+    first = sorted(p["metadata"]["name"] for p in world.pods_of("w"))[0]
+    world.api.faults.append(Fault("PATCH", f"/api/v1/namespaces/{world.namespace}/pods/{first}", 500))
+    run_until(world, controller, lambda: running(world, "w") == 3)
+    took = run_until(world, controller, lambda: running(world, "w") == 4, limit_s=STALL_S + 30)
+    assert took > 0 and first not in {p["metadata"]["name"] for p in world.pods_of("w")}
+    stalled = [m for _, r, m in events(world, "w") if r == "PodStalled"]
+    assert len(stalled) == 1 and first in stalled[0]
+    world.advance(2 * STALL_S, controller)
+    assert [r for _, r, _ in events(world, "w")].count("PodStalled") == 1 and running(world, "w") == 4

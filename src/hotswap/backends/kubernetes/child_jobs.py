@@ -19,6 +19,10 @@ Job is deleted and recreated under the same name, and then creates no pods until
 updated or its expectations expire, five minutes later) is touched: an annotation bump that
 makes the Job controller sync it again. If it still has none :data:`STALL_S` after the touch,
 it is deleted (by UID) and JobSet recreates it. Each repair leaves one Event on the JobSet.
+
+Stalled pods: a pod of a RUNNING workload that should be released but is still behind its gate
+:data:`STALL_S` after it was created (or the workload started running) and whose release fails
+again is deleted (by UID) for its Job to create a new one, with one Event.
 """
 
 from __future__ import annotations
@@ -29,8 +33,8 @@ from typing import Any
 
 from hotswap.api.times import iso_utc, parse_iso_utc
 from hotswap.backends.kubernetes import labels
-from hotswap.backends.kubernetes.live_objects import metadata
-from hotswap.backends.kubernetes.operations import DeleteJob, Operation, RecordEvent, RecreateJobs, TouchJob
+from hotswap.backends.kubernetes.live_objects import LivePod, metadata
+from hotswap.backends.kubernetes.operations import DeleteJob, Operation, RecordEvent, RecreateGatedPod, RecreateJobs, TouchJob
 from hotswap.backends.kubernetes.state_annotation import Retiring, retiring_of
 
 STALL_S = 30.0  # a Job with no pod this long after its creation (or touch) is repaired
@@ -151,3 +155,13 @@ def repairs(jobset: str, jobs: list[ChildJob], current: frozenset[str], pod_owne
             message = f"job {job.name} has created no pods in {waited} s, even after a touch: recreating it"
         operations.append(RecordEvent(jobset, "JobStalled", message, warning=True))
     return operations
+
+
+def gated_too_long(jobset: str, pod: LivePod, running_since: float | None, now: float) -> list[Operation]:
+    """The repair of a pod whose release keeps failing (enacted only if this round's release
+    of it fails too)."""
+    since = max(pod.created, running_since or 0.0)
+    if not pod.uid or not pod.created or now - since < STALL_S:
+        return []
+    message = f"pod {pod.name} has been waiting for its release for {int(now - since)} s: recreating it"
+    return [RecreateGatedPod(jobset, pod.name, pod.uid, message)]

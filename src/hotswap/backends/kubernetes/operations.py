@@ -74,6 +74,18 @@ class PlacePod:
 
 
 @dataclasses.dataclass(frozen=True)
+class RecreateGatedPod:
+    """A pod of a RUNNING workload left behind its gate for :data:`~.child_jobs.STALL_S`: if
+    its release (the :class:`PlacePod` before it) fails again, delete it (by UID; it is
+    unscheduled, so it goes at once) for its Job to create a new one, and record why."""
+
+    jobset: str
+    pod: str
+    uid: str
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
 class AnnotatePod:
     pod: str
     annotations: dict[str, str]
@@ -99,7 +111,8 @@ class RecordEvent:
 
 
 Operation = (
-    PatchJobSet | RecreateJobs | DeleteJob | TouchJob | ForceDeletePod | PlacePod | AnnotatePod | DeactivateKueueWorkload | RecordEvent
+    PatchJobSet | RecreateJobs | DeleteJob | TouchJob | ForceDeletePod | PlacePod | RecreateGatedPod | AnnotatePod
+    | DeactivateKueueWorkload | RecordEvent
 )
 
 # The record first: the JobSet's patch (guarded by the resourceVersion the decision was taken
@@ -111,7 +124,7 @@ Operation = (
 # if the controller dies before the side effects.
 _ORDER = {
     PatchJobSet: 0, RecordEvent: 1, RecreateJobs: 2, DeleteJob: 3, TouchJob: 4, ForceDeletePod: 5, DeactivateKueueWorkload: 6,
-    PlacePod: 7, AnnotatePod: 8,
+    PlacePod: 7, RecreateGatedPod: 8, AnnotatePod: 9,
 }
 
 

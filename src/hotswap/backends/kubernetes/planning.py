@@ -199,6 +199,7 @@ def _release(
                 annotations[labels.MEMBERSHIP_ANNOTATION] = membership
             gates = tuple(g for g in pod.gates if g != labels.PLACEMENT_GATE)
             operations.append(PlacePod(pod.name, selector, annotations, gates))
+            operations.extend(child_jobs.gated_too_long(name, pod, workload.running_since, observation.now))
         elif membership is not None and pod.annotations.get(labels.MEMBERSHIP_ANNOTATION) != membership:
             operations.append(AnnotatePod(pod.name, {labels.MEMBERSHIP_ANNOTATION: membership}))
     return operations

@@ -111,6 +111,16 @@ class Writes(Reads):
             return False  # already gone, or recreated: that Job is not ours to delete
         return True
 
+    def delete_pod(self, name: str, uid: str) -> bool:
+        """Delete one pod (its default grace), only if it still has ``uid``. False: it was
+        gone, or it is another pod now."""
+        options = client_module().V1DeleteOptions(preconditions=client_module().V1Preconditions(uid=uid))
+        try:
+            self._call(f"delete pod {name}", self.core.delete_namespaced_pod, name, self.namespace, body=options, write=True)
+        except (NotFoundError, ConflictError):
+            return False
+        return True
+
     def patch_job(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         return self._call(f"update Job {name}", self.batch.patch_namespaced_job, name, self.namespace, patch, _content_type=MERGE, write=True)
 

@@ -102,12 +102,15 @@ class KubeController:
         objects). Returns the JobSets whose record was refused."""
         raw = {name: {"metadata": {"uid": job.uid}} for name, job in observation.jobsets.items()}
         refused: set[str] = set()
+        unreleased: set[str] = set()  # pods whose release failed this round
         for op in operations:
             if not self.may_act():
                 self.log("warning: no longer the leader: the rest of this round is left to the next leader")
                 return refused
             if getattr(op, "jobset", None) in refused:
                 continue
+            if isinstance(op, ops.RecreateGatedPod) and op.pod not in unreleased:
+                continue  # released after all
             try:
                 self._enact_one(op, raw, observation.now)
             except UnreachableError:
@@ -117,10 +120,12 @@ class KubeController:
                 self.log(f"{what} changed meanwhile: its update was refused; the next round decides again")
                 if isinstance(op, ops.PatchJobSet):
                     refused.add(op.jobset)
+                unreleased.update([op.pod] if isinstance(op, ops.PlacePod) else [])
             except HotswapError as error:
                 self.log(f"warning: {error}")
                 if isinstance(op, ops.PatchJobSet):
                     refused.add(op.jobset)
+                unreleased.update([op.pod] if isinstance(op, ops.PlacePod) else [])
         return refused
 
     def _enact_one(self, op: ops.Operation, raw: dict[str, Any], now: float) -> None:
@@ -145,6 +150,9 @@ class KubeController:
             if op.node_selector:
                 spec["nodeSelector"] = op.node_selector
             client.patch_pod(op.pod, {"metadata": {"annotations": op.annotations}, "spec": spec})
+        elif isinstance(op, ops.RecreateGatedPod):
+            if client.delete_pod(op.pod, op.uid):
+                client.record_event(raw.get(op.jobset), op.jobset, "PodStalled", op.message, True, now)
         elif isinstance(op, ops.AnnotatePod):
             client.patch_pod(op.pod, {"metadata": {"annotations": op.annotations}})
         elif isinstance(op, ops.DeactivateKueueWorkload):
