@@ -104,3 +104,18 @@ def test_a_pod_whose_release_keeps_failing_is_recreated_once(world: World) -> No
     assert len(stalled) == 1 and first in stalled[0]
     world.advance(2 * STALL_S, controller)
     assert [r for _, r, _ in events(world, "w")].count("PodStalled") == 1 and running(world, "w") == 4
+
+
+def test_a_job_recreated_under_the_same_name_is_never_deleted_for_its_predecessor(world: World) -> None:
+    """The controller deletes a retired Job by name with its UID as a precondition: once JobSet
+    has recreated it, the delete is refused and the new Job stays."""
+    controller = make_controller(world)
+    submit(world, "w", "high", 1)
+    run_until(world, controller, lambda: running(world, "w") == 4)
+    (job,) = [j for j in world.store.list(JOBS) if j["metadata"]["labels"].get("jobset.sigs.k8s.io/jobset-name") == "w"]
+    name, old = job["metadata"]["name"], job["metadata"]["uid"]
+    assert controller.client.delete_job(name, old) is True  # JobSet recreates it at once (interleaved)
+    (new,) = [j["metadata"]["uid"] for j in world.store.list(JOBS) if j["metadata"]["name"] == name]
+    assert new != old
+    assert controller.client.delete_job(name, old) is False
+    assert [j["metadata"]["uid"] for j in world.store.list(JOBS) if j["metadata"]["name"] == name] == [new]

@@ -14,7 +14,7 @@ from hotswap.backends.kubernetes.client.reads import Reads
 
 
 class Writes(Reads):
-    """Built on :class:`Reads`: deleting a JobSet's Jobs lists them first."""
+    """Built on :class:`Reads`."""
 
     def deactivate_kueue_workload(self, name: str) -> None:
         self._call(
@@ -83,22 +83,6 @@ class Writes(Reads):
             propagation_policy="Foreground",
             missing_api=labels.JOBSET_API_VERSION,
         )
-
-    def delete_jobs(self, jobset: str, replicas: tuple[int, ...] | None) -> list[str]:
-        """Delete a JobSet's child Jobs (in the background: JobSet recreates them at once)."""
-        deleted = []
-        for job in self.list_jobs(jobset):
-            meta = job["metadata"]
-            index = (meta.get("labels") or {}).get(labels.JOB_INDEX_LABEL)
-            if replicas is not None and (index is None or int(index) not in replicas):
-                continue
-            try:
-                self._call(f"delete Job {meta['name']}", self.batch.delete_namespaced_job, meta["name"], self.namespace,
-                           propagation_policy="Background", write=True)
-            except NotFoundError:
-                continue  # already gone: that is what we wanted
-            deleted.append(meta["name"])
-        return deleted
 
     def delete_job(self, name: str, uid: str) -> bool:
         """Delete one Job in the background, only if it still is the one of ``uid`` (a
