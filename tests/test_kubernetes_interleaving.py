@@ -119,3 +119,22 @@ def test_a_job_recreated_under_the_same_name_is_never_deleted_for_its_predecesso
     assert new != old
     assert controller.client.delete_job(name, old) is False
     assert [j["metadata"]["uid"] for j in world.store.list(JOBS) if j["metadata"]["name"] == name] == [new]
+
+
+def test_one_node_failure_is_one_shrink_of_an_elastic_workload(world: World) -> None:
+    """Elastic: the lost replica's Job alone is recreated, once, and the shrink is recorded
+    once, though JobSet recreates it before the controller's next write."""
+    controller = make_controller(world)
+    submit(world, "el", "high", 3, min_slices=2)
+    run_until(world, controller, lambda: running(world, "el") == 12)
+    pools = world.pools_of("el")
+    mark = world.store.revision
+    requests = len(world.api.requests)
+    world.fail_node(world.nodes_of_pool(pools[2])[0])
+    run_until(world, controller, lambda: world.state("el")["membership"] == 1, limit_s=300)
+    world.advance(60, controller)
+    assert [r for _, r, _ in events(world, "el")].count("ScaledDown") == 1
+    assert len(jobs_created(world, "el", mark)) == 1
+    assert len([r for r in world.api.requests[requests:] if r.method == "DELETE" and "/jobs/" in r.path]) == 1
+    state = world.state("el")
+    assert (state["membership"], state.get("retiring")) == (1, None) and world.pools_of("el") == [pools[0], pools[1], None]
