@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 from k8s_fixtures.scenario import events, make_controller, make_world, run_until, running, submit
 from k8s_fixtures.world import World
+from k8s_fixtures.world.admission import JOBSET_NAME
+from k8s_fixtures.world.store import JOBS
 
 from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes.pod_signals import EXIT_HOLD_S
@@ -132,9 +134,9 @@ def test_elastic_scale_down_completes_without_its_parked_replica_and_frees_every
 
 
 def test_the_controller_killed_mid_hotswap_is_completed_by_a_fresh_one(world: World) -> None:
-    """The controller dies after it deleted the Jobs (the restart) but before it recorded the
-    decision. A new one, knowing nothing, repeats the decision on the live objects: the same
-    hotswap, counted once."""
+    """The controller dies after it recorded the decision (with the Jobs it retires) but before
+    it deleted them. A new one, knowing nothing, finds the record and deletes the Jobs it lists:
+    the same hotswap, decided once."""
 
     class Killed(BaseException):
         pass
@@ -143,23 +145,27 @@ def test_the_controller_killed_mid_hotswap_is_completed_by_a_fresh_one(world: Wo
     high, low = seed_000(world, first)
     world.fail_node(world.nodes_of_pool(high[0])[0])
     world.advance(world.nodes.grace_s + 1)
-    original = first.client.patch_jobset
+    old_jobs = {j["metadata"]["uid"] for j in world.store.list(JOBS) if j["metadata"]["labels"].get(JOBSET_NAME) == "high-jax-trillium"}
+    original = first.client.delete_job
 
     def die(*args, **kwargs):
         raise Killed()
 
-    first.client.patch_jobset = die  # the process dies at its first JobSet write of the round
+    first.client.delete_job = die  # the process dies at its first Job deletion of the round
     with pytest.raises(Killed):
         first.reconcile()
-    first.client.patch_jobset = original
-    assert world.state("high-jax-trillium")["attempt"] == 1  # nothing was recorded
-    assert len([e for e in world.api.requests if e.method == "DELETE" and "/jobs/" in e.path]) == 2  # its Jobs were deleted
+    first.client.delete_job = original
+    state = world.state("high-jax-trillium")
+    assert state["attempt"] == 2 and set(state["retiring"]) == old_jobs  # recorded, with the Jobs it retires
+    assert not [e for e in world.api.requests if e.method == "DELETE" and "/jobs/" in e.path]  # none deleted yet
     second = make_controller(world)
     run_until(world, second, lambda: running(world, "high-jax-trillium", attempt=2) == 8)
     state = world.state("high-jax-trillium")
-    assert (state["disruptions"], state["restarts"], state["attempt"]) == (1, 0, 2)
+    assert (state["disruptions"], state["restarts"], state["attempt"], state.get("retiring")) == (1, 0, 2, None)
+    assert len([e for e in world.api.requests if e.method == "DELETE" and "/jobs/" in e.path]) == 2  # each old Job once
     assert world.pools_of("high-jax-trillium") == [low, high[1]]
     assert world.state("low-jax-trillium")["preemptions"] == 1
+    assert [r for _, r, _ in events(world, "high-jax-trillium")].count("Restarted") == 1
 
 
 def test_other_owners_pods_occupy_slices(world: World) -> None:

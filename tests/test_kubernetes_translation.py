@@ -187,14 +187,17 @@ def test_elastic_membership_is_coordinated_by_the_first_active_replica() -> None
 # ---------------------------------------------------------------------- operations
 
 
-def test_side_effects_come_before_the_record_of_them() -> None:
+def test_the_record_commits_a_decision_before_its_side_effects() -> None:
+    """The JobSet's record (guarded by its resourceVersion) first: JobSet reacting to a Job's
+    deletion can then never make the controller take the decision again (issue 23)."""
     record = ops.PatchJobSet("w", True, {labels.STATE_ANNOTATION: "{}"}, "41")
-    planned = [ops.PlacePod("p", {}, {labels.SLICE_ANNOTATION: "a"}, ()), record, ops.ForceDeletePod("q"), ops.RecreateJobs("w")]
-    assert ops.in_order(planned) == [ops.RecreateJobs("w"), ops.ForceDeletePod("q"), record, planned[0]]
+    delete = ops.DeleteJob("w", "w-slice-0", "uid-1")
+    planned = [ops.PlacePod("p", {}, {labels.SLICE_ANNOTATION: "a"}, ()), delete, record, ops.ForceDeletePod("q"), ops.RecreateJobs("w")]
+    assert ops.in_order(planned) == [record, ops.RecreateJobs("w"), delete, ops.ForceDeletePod("q"), planned[0]]
     assert ops.decisions_summary(ops.in_order(planned)) == [
+        "suspend jobset/w",
         "recreate all jobs of jobset/w",
         "force-delete pod/q (its node is gone)",
-        "suspend jobset/w",
         "release pod/p on a",
     ]
 

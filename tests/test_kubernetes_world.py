@@ -17,7 +17,7 @@ NODE_SELECTOR = {"cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice", "cloud
 
 @pytest.fixture
 def world() -> World:
-    world = make_world()
+    world = make_world(interleave=False)  # the world's own steps, one settle at a time
     yield world
     world.close()
 
@@ -225,7 +225,7 @@ def test_kube_scheduler_preempts_lower_priority_pods_with_a_disruption_condition
 
 
 def test_kueue_admits_by_priority_and_preempts_within_the_cluster_queue() -> None:
-    world = make_world(kueue=True)
+    world = make_world(kueue=True, interleave=False)
     try:
         def queued(name: str, priority: str, replicas: int) -> None:
             obj = jobset(name, replicas=replicas, priority=priority)

@@ -19,11 +19,12 @@ CLUSTER = "c"
 POOLS = ["tpu-v6e-np-0", "tpu-v6e-np-1", "tpu-v6e-np-2"]
 
 
-def make_world(kueue: bool = False, nodes: str | list[dict[str, Any]] = "gke_v6e16_nodes.yaml", **options: Any) -> World:
+def make_world(kueue: bool = False, nodes: str | list[dict[str, Any]] = "gke_v6e16_nodes.yaml", interleave: bool = True, **options: Any) -> World:
     """A cluster as ``hotswap cluster create --backend kubernetes [--kueue]`` leaves it (nodes:
-    a fixture's file name, or Node objects)."""
+    a fixture's file name, or Node objects). Its controllers react to each write of the
+    controller under test before the next one (``interleave``), as on a real control plane."""
     node_objects = load_nodes(nodes) if isinstance(nodes, str) else nodes
-    world = World(node_objects, kueue=kueue, **options)
+    world = World(node_objects, kueue=kueue, interleave=interleave, **options)
     world.install_priority_classes(render_priority_classes())
     if kueue:
         settings = KubeSettings(kueue=True)

@@ -70,6 +70,9 @@ class ApiServer:
         self.store = store
         self.schemas = schemas or {}  # "group/version/plural" -> openAPIV3Schema
         self.admission: list[Admission] = []
+        # Run after each accepted write of a client, before it is answered: what the cluster's
+        # controllers do in reaction lands before that client's next request (see World.interleave).
+        self.after_write: list[Callable[[Request], None]] = []
         self.faults: list[Fault] = []
         self.requests: list[Request] = []
         self.watch_timeout_cap_s = 2.0  # real seconds a watch stays open at most (tests stay fast)
@@ -149,6 +152,9 @@ class ApiServer:
                 self._watch(handler, url.path, query)
                 return
             status, answer = self._route(handler.command, url.path, query, body, content_type)
+            if request.write and status < 300 and "/leases" not in url.path and "/events" not in url.path:
+                for hook in self.after_write:
+                    hook(request)
         except ApiError as error:
             status, answer = error.code, error.status()
         except _NoSuchPath:
@@ -236,6 +242,13 @@ class ApiServer:
             if propagation is None and resource.group == "batch":
                 propagation = "Orphan"  # batch/v1 Jobs default to orphaning (pkg/registry/batch/job/strategy.go, DefaultGarbageCollectionPolicy)
             before = self.store.get(resource, ns, name)
+            wanted_uid = (options.get("preconditions") or {}).get("uid")
+            if before is not None and wanted_uid and wanted_uid != before["metadata"].get("uid"):
+                # apiserver pkg/storage/interfaces.go, Preconditions.Check, answered as a 409
+                # Conflict by the registry (pkg/registry/generic/registry/store.go, Delete).
+                group = f".{resource.group}" if resource.group else ""
+                raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {resource.plural}{group} "{name}": Precondition failed: '
+                               f'UID in precondition: {wanted_uid}, UID in object meta: {before["metadata"].get("uid")}', name, resource.plural)
             remaining = self.store.delete(resource, ns, name, propagation, None if grace is None else int(grace))
             return 200, remaining or before  # the object, as the API server answers a delete
         raise ApiError(405, "MethodNotAllowed", f"{method} is not supported here")

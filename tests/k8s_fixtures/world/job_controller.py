@@ -23,6 +23,23 @@ BACKOFF_BASE_S = 10.0  # job_controller.go, DefaultJobPodFailureBackOff
 BACKOFF_MAX_S = 600.0  # MaxJobPodFailureBackOff
 API_BACKOFF_S = 1.0  # DefaultJobApiBackOff
 API_BACKOFF_MAX_S = 60.0  # MaxJobApiBackOff
+EXPECTATIONS_TIMEOUT_S = 300.0  # controller_utils.go, ExpectationsTimeout
+
+
+@dataclasses.dataclass
+class _Expectations:
+    """controller_utils.go ``ControlleeExpectations`` of one Job key (namespace/name, not UID):
+    the pod creations ``manageJob`` raised, lowered as the pod informer sees each pod (``addPod``
+    -> ``CreationObserved``). ``addPod`` first resolves the pod's controller reference by name
+    and drops a pod whose owner UID is not the UID of the Job now cached under that name
+    (``resolveControllerRef``), so the creations of a Job deleted and recreated under the same
+    name before its pods were seen are never observed: the new Job's sync skips ``manageJob``
+    (``SatisfiedExpectations`` false) until they expire, or (as seen on a real control plane,
+    issue 23 C) until an update of the Job reaches ``updateJob``."""
+
+    uid: str  # the Job they were raised for
+    pending: dict[str, int]  # pod name -> the pass of the controller that created it
+    raised_at: float
 
 
 @dataclasses.dataclass
@@ -54,10 +71,44 @@ class JobController:
         self.admit = admit  # the API server's admission of a pod create
         self.ledgers: dict[str, _Ledger] = {}
         self._suffixes = itertools.count(1)
+        self.expectations: dict[tuple[str, str], _Expectations] = {}
+        self._seen: dict[str, str] = {}  # Job uid -> the resourceVersion its last sync left
+        self._pass = 0
 
     def reconcile_all(self) -> None:
+        self._pass += 1
+        self._observe_creations()
         for job in list(self.store.items(JOBS)):
             self.sync(job)
+
+    def _observe_creations(self) -> None:
+        """The pod informer delivers the pods created in an earlier pass (``addPod``)."""
+        for key, expected in list(self.expectations.items()):
+            current = self.store.peek(JOBS, *key)
+            if current is None:
+                del self.expectations[key]  # syncJob of a Job that is gone: DeleteExpectations
+                continue
+            if current["metadata"]["uid"] != expected.uid:
+                continue  # resolveControllerRef: the pods' owner is not the Job cached under this name
+            for name, created in list(expected.pending.items()):
+                if created < self._pass:
+                    del expected.pending[name]
+            if not expected.pending:
+                del self.expectations[key]
+
+    def _satisfied(self, job: Obj) -> bool:
+        """``SatisfiedExpectations`` of the Job's key; an update of a Job under a name whose
+        expectations were raised for another UID drops them (see :class:`_Expectations`)."""
+        meta = job["metadata"]
+        key = (meta["namespace"], meta["name"])
+        expected = self.expectations.get(key)
+        if expected is None:
+            return True
+        updated = self._seen.get(meta["uid"]) not in (None, meta.get("resourceVersion"))
+        if self.clock.now - expected.raised_at >= EXPECTATIONS_TIMEOUT_S or (updated and expected.uid != meta["uid"]):
+            del self.expectations[key]
+            return True
+        return False
 
     # ------------------------------------------------------------------ syncJob
 
@@ -84,6 +135,7 @@ class JobController:
         status["terminating"] = sum(1 for p in pods if not is_terminal(p) and "deletionTimestamp" in p["metadata"])
         if status != before:
             self.store.write(JOBS, job)
+        self._seen[job["metadata"]["uid"]] = job["metadata"].get("resourceVersion", "")
 
     def _suspend(self, job: Obj, pods: list[Obj], ledger: _Ledger) -> None:
         """A suspended Job's running pods are deleted and not counted as failures (``manageJob``
@@ -159,7 +211,7 @@ class JobController:
             for p in pods
             if not is_terminal(p) and ("deletionTimestamp" not in p["metadata"] or replace_failed_only)
         }
-        if self.clock.now < ledger.retry_at:
+        if self.clock.now < ledger.retry_at or not self._satisfied(job):
             return
         if ledger.last_failure is not None and ledger.failures_after_success:
             delay = min(BACKOFF_BASE_S * 2 ** (ledger.failures_after_success - 1), BACKOFF_MAX_S)
@@ -204,6 +256,11 @@ class JobController:
             "status": {"phase": "Pending"},
         }
         self.admit(pod)
+        key = (job["metadata"]["namespace"], name)
+        expected = self.expectations.get(key)
+        if expected is None or expected.uid != job["metadata"]["uid"]:
+            expected = self.expectations[key] = _Expectations(job["metadata"]["uid"], {}, self.clock.now)  # ExpectCreations
+        expected.pending[pod["metadata"]["name"]] = self._pass
         self.store.create(PODS, pod)
 
 

@@ -122,7 +122,12 @@ class World:
         kueue: bool = False,
         jobset_version: str | None = JOBSET_VERSION,
         kueue_version: str = KUEUE_VERSION,
+        interleave: bool = False,
     ) -> None:
+        """``interleave``: the cluster's controllers react to each write of a client (the
+        controller under test) before its next request, as the real ones do within milliseconds
+        (JobSet recreates a deleted Job and writes its status in 10-20 ms), not only between
+        reconciles."""
         self.clock = Clock()
         self.namespace = namespace
         resources: list[Resource] = [*BUILTIN]
@@ -153,6 +158,9 @@ class World:
             self._deployment("jobset-system", "jobset-controller-manager", f"registry.k8s.io/jobset/jobset:{jobset_version}")
         if kueue:
             self._deployment("kueue-system", "kueue-controller-manager", f"registry.k8s.io/kueue/kueue:{kueue_version}")
+        self.interleaving = interleave
+        if interleave:
+            self.api.after_write.append(lambda _request: self.settle())
         self._reconciled_at = -1.0
         self._reconciled_revision = -1
         self._kubeconfig = tempfile.NamedTemporaryFile("w", suffix=".kubeconfig", delete=False)
@@ -226,10 +234,13 @@ class World:
                 or (wake is not None and self.clock.now >= wake)
             )
             if due:
+                seen = self.store.revision
                 controller.reconcile()
                 self._reconciled_at = self.clock.now
-                # What the cluster does in answer is news for the next tick (a watch event).
-                self._reconciled_revision = self.store.revision
+                # What the cluster does in answer is news for the next tick (a watch event);
+                # interleaved, the cluster answered during the round, and its own writes too
+                # reach its watches.
+                self._reconciled_revision = seen if self.interleaving else self.store.revision
                 self.settle()
 
     # ------------------------------------------------------------------ what people and machines do

@@ -64,6 +64,7 @@ SLICE_ANNOTATION = "hotswap.dev/slice"  # on a pod: the slice the controller pla
 MEMBERSHIP_ANNOTATION = "hotswap.dev/membership"  # on a pod: the elastic membership record (JSON)
 ATTEMPT_ANNOTATION = "hotswap.dev/attempt"  # on a pod: the worker generation it belongs to
 RESTART_COUNT_ANNOTATION = "hotswap.dev/restart-count"  # on a pod: HOTSWAP_RESTART_COUNT of its worker
+TOUCHED_ANNOTATION = "hotswap.dev/touched"  # on a Job: when the controller touched it because it created no pods
 START_CAUSE_ANNOTATION = "hotswap.dev/start-cause"  # on a pod: HOTSWAP_START_CAUSE of its worker
 # Every pod waits behind this gate until the controller releases it: pinned to the slice the
 # core chose for its replica (a gated pod may gain nodeSelector entries: KEP-3838, Kubernetes

@@ -57,6 +57,8 @@ class LivePod:
     finished_at: float | None = None
     disruption: str | None = None  # the reason of a DisruptionTarget condition
     unschedulable_since: float | None = None  # PodScheduled=False (Unschedulable) since
+    uid: str = ""
+    created: float = 0.0  # its creationTimestamp
 
     @property
     def gated(self) -> bool:
@@ -209,6 +211,8 @@ def read_pod(obj: dict[str, Any]) -> LivePod | None:
         finished_at=finished_at,
         disruption=disruption,
         unschedulable_since=unschedulable,
+        uid=str(meta.get("uid") or ""),
+        created=_time(meta.get("creationTimestamp")) or 0.0,
     )
 
 

@@ -39,6 +39,7 @@ from hotswap.api.catalog import get_device_type
 from hotswap.api.cluster import NodeState
 from hotswap.api.phases import WorkloadPhase
 from hotswap.api.spec import WorkloadSpec
+from hotswap.backends.kubernetes.child_jobs import ChildJob, read_child_jobs, retired_uids, stall_deadline
 from hotswap.backends.kubernetes.discovery import Discovery, discover
 from hotswap.backends.kubernetes.kueue_mode import KueueView, kueue_queued, kueue_views, terminal_workload
 from hotswap.backends.kubernetes.live_objects import LiveJobSet, LivePod, metadata, read_jobset, read_occupant, read_pod
@@ -68,6 +69,7 @@ class Observation:
     outside: dict[str, Workload] = dataclasses.field(default_factory=dict)  # Kueue: workloads the core does not schedule
     kueue: dict[str, KueueView] = dataclasses.field(default_factory=dict)  # Kueue: JobSet -> its Workload
     wake_at: float | None = None  # when to reconcile again even if nothing changes
+    child_jobs: dict[str, list[ChildJob]] = dataclasses.field(default_factory=dict)  # JobSet -> its Jobs
     _by_workload: dict[str, list[LivePod]] | None = dataclasses.field(default=None, repr=False)
 
     @property
@@ -122,7 +124,8 @@ def observe(
     ours = frozenset((settings.namespace, p.name) for p in pod_list)  # any other pod is another owner's
     occupants = [o for o in (read_occupant(obj, ours) for obj in others) if o is not None]
     job_list = list(jobs)
-    job_uids = frozenset(metadata(obj).get("uid", "") for obj in job_list)
+    # The Jobs a committed decision retires count as gone (:mod:`.child_jobs`).
+    job_uids = frozenset(metadata(obj).get("uid", "") for obj in job_list) - retired_uids(j.state for j in live)
     failing = frozenset(metadata(obj).get("uid", "") for obj in job_list if _failing(obj))
     observation = Observation(
         now=now,
@@ -136,6 +139,7 @@ def observe(
         events=[],
         replicas={},
         unmanaged=[j.name for j in live if j.spec is None],
+        child_jobs=read_child_jobs(job_list),
     )
     if settings.kueue:
         observation.kueue = kueue_views(kueue_objects)
@@ -145,9 +149,25 @@ def observe(
     workloads = _exclusive(workloads)
     released = {j.name: released_of(j.state) for j in live}
     signals = read_signals(workloads, observation.pods_of, job_uids, failing, discovery, occupants, now, released, observation.replicas)
-    observation.wake_at = signals.wake_at
+    observation.wake_at = _earliest(signals.wake_at, _stall_check(observation))
     observation.snapshot, observation.events = _snapshot(observation, workloads, created, signals)
     return observation
+
+
+def _earliest(*times: float | None) -> float | None:
+    known = [t for t in times if t is not None]
+    return min(known) if known else None
+
+
+def _stall_check(observation: Observation) -> float | None:
+    """When a current Job that has no pod yet is due to be checked (:mod:`.child_jobs`)."""
+    owners = {p.owner_uid for p in observation.pods}
+    due = [
+        stall_deadline(job) for jobs in observation.child_jobs.values() for job in jobs
+        if job.uid in observation.job_uids and job.uid not in owners and not (job.deleting or job.suspended or job.finished)
+    ]
+    due = [t for t in due if t > observation.now]  # one past due is acted on now, or waits for the resync
+    return min(due) if due else None
 
 
 def _failing(job: dict[str, Any]) -> bool:

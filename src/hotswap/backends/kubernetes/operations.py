@@ -25,11 +25,34 @@ class PatchJobSet:
 
 @dataclasses.dataclass(frozen=True)
 class RecreateJobs:
-    """Delete child Jobs (all, or the given replica indices) in the background; JobSet recreates
-    them with fresh pods, which wait behind the placement gate."""
+    """The decision to replace child Jobs (all, or the given replica indices): JobSet recreates
+    them with fresh pods, which wait behind the placement gate. Committed in the state record's
+    ``retiring`` (the Jobs' UIDs) by the JobSet's patch, carried out by :class:`DeleteJob`
+    (:mod:`.child_jobs`); nothing to write of its own."""
 
     jobset: str
     replicas: tuple[int, ...] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class DeleteJob:
+    """Delete one child Job by name, only if it is still the one of this UID (a precondition: a
+    Job JobSet recreated under the same name is never deleted), in the background."""
+
+    jobset: str
+    name: str
+    uid: str
+    why: str = "retired"  # for the log: "retired" (replaced by a decision), "stalled" (no pods)
+
+
+@dataclasses.dataclass(frozen=True)
+class TouchJob:
+    """Bump an annotation of a Job that has created no pods, so that the Job controller syncs it
+    again (:mod:`.child_jobs`)."""
+
+    jobset: str
+    name: str
+    stamp: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +71,18 @@ class PlacePod:
     node_selector: dict[str, str]
     annotations: dict[str, str]
     gates: tuple[str, ...]  # the scheduling gates that remain
+
+
+@dataclasses.dataclass(frozen=True)
+class RecreateGatedPod:
+    """A pod of a RUNNING workload left behind its gate for :data:`~.child_jobs.STALL_S`: if
+    its release (the :class:`PlacePod` before it) fails again, delete it (by UID; it is
+    unscheduled, so it goes at once) for its Job to create a new one, and record why."""
+
+    jobset: str
+    pod: str
+    uid: str
+    message: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,11 +110,22 @@ class RecordEvent:
     warning: bool = False
 
 
-Operation = PatchJobSet | RecreateJobs | ForceDeletePod | PlacePod | AnnotatePod | DeactivateKueueWorkload | RecordEvent
+Operation = (
+    PatchJobSet | RecreateJobs | DeleteJob | TouchJob | ForceDeletePod | PlacePod | RecreateGatedPod | AnnotatePod
+    | DeactivateKueueWorkload | RecordEvent
+)
 
-# Side effects before the record of them: a controller that dies in between finds the old
-# record and repeats the decision, rather than a record of a move that never happened.
-_ORDER = {RecreateJobs: 0, ForceDeletePod: 1, DeactivateKueueWorkload: 2, PatchJobSet: 3, RecordEvent: 4, PlacePod: 5, AnnotatePod: 6}
+# The record first: the JobSet's patch (guarded by the resourceVersion the decision was taken
+# on) commits the decision, with the Jobs it retires; the side effects follow, and only if it
+# was accepted (:meth:`KubeController.enact`). JobSet recreating a deleted Job and writing its
+# status between two of these writes cannot make the controller take the decision again, and a
+# controller that dies after the record finds it and completes the deletes it lists
+# (:mod:`.child_jobs`). The Events right after the record: one per committed decision, even
+# if the controller dies before the side effects.
+_ORDER = {
+    PatchJobSet: 0, RecordEvent: 1, RecreateJobs: 2, DeleteJob: 3, TouchJob: 4, ForceDeletePod: 5, DeactivateKueueWorkload: 6,
+    PlacePod: 7, RecreateGatedPod: 8, AnnotatePod: 9,
+}
 
 
 def in_order(operations: Iterable[Operation]) -> list[Operation]:
@@ -97,6 +143,10 @@ def decisions_summary(operations: Iterable[Operation]) -> list[str]:
         elif isinstance(op, RecreateJobs):
             which = "all jobs" if op.replicas is None else f"jobs of replicas {list(op.replicas)}"
             lines.append(f"recreate {which} of jobset/{op.jobset}")
+        elif isinstance(op, DeleteJob) and op.why != "retired":
+            lines.append(f"recreate job/{op.name} of jobset/{op.jobset} ({op.why})")
+        elif isinstance(op, TouchJob):
+            lines.append(f"touch job/{op.name} of jobset/{op.jobset} (it has created no pods)")
         elif isinstance(op, ForceDeletePod):
             lines.append(f"force-delete pod/{op.pod} (its node is gone)")
         elif isinstance(op, PlacePod):

@@ -30,7 +30,7 @@ from hotswap.api.catalog import get_device_type
 from hotswap.api.cluster import NodeState
 from hotswap.api.phases import WorkloadPhase
 from hotswap.api.membership import Membership
-from hotswap.backends.kubernetes import labels
+from hotswap.backends.kubernetes import child_jobs, labels
 from hotswap.backends.kubernetes.live_objects import LiveJobSet
 from hotswap.backends.kubernetes.observation import Observation
 from hotswap.backends.kubernetes.operations import (
@@ -44,7 +44,7 @@ from hotswap.backends.kubernetes.operations import (
     RecreateJobs,
     in_order,
 )
-from hotswap.backends.kubernetes.state_annotation import Released, encode_state, released_of, state_of
+from hotswap.backends.kubernetes.state_annotation import Released, Retiring, encode_state, released_of, state_of
 from hotswap.core import actions as act
 from hotswap.core.effects import GROW, PARK, PLACE, SHRINK, STOP_REMOVED, ActionEffect, effect_of
 from hotswap.core.workload import Workload
@@ -62,14 +62,17 @@ def plan(observation: Observation, decision: Decision) -> list[Operation]:
             continue
         actions = by_workload.get(name, [])
         enactment = Enactment(observation, job)
-        for action in actions:
-            operations.extend(act.dispatch(action, enactment))
+        decided = [op for action in actions for op in act.dispatch(action, enactment)]
+        operations.extend(decided)
         if actions:
             operations.extend(RecordEvent(name, "SliceLost", cause, warning=True) for cause in observation.causes.get(name, []))
         workload = _record(observation, decision, name)
-        patch = _jobset_patch(observation, job, workload, actions, enactment.annotations)
+        jobs = observation.child_jobs.get(name, [])
+        retiring = child_jobs.retiring_after(job.state, jobs, decided) if workload is not None else {}
+        patch = _jobset_patch(observation, job, workload, actions, enactment.annotations, retiring)
         if patch is not None:
             operations.append(patch)
+        operations.extend(child_jobs.deletes(name, jobs, retiring))  # after the record (operations.in_order)
         if workload is None:
             continue
         operations.extend(_stuck_pods(observation, name, workload))
@@ -79,6 +82,9 @@ def plan(observation: Observation, decision: Decision) -> list[Operation]:
         if not observation.managed_admission and workload.phase is WorkloadPhase.FAILED and not job.suspended and view and view.active:
             operations.append(DeactivateKueueWorkload(name, view.name))
         if workload.phase is WorkloadPhase.RUNNING:
+            if not decided:
+                owners = {p.owner_uid for p in observation.pods_of(name)}
+                operations.extend(child_jobs.repairs(name, jobs, observation.job_uids, owners, observation.now))
             replicas = replicas_after(actions, observation.replicas.get(name, []), job.spec.num_slices)
             operations.extend(_release(observation, job, workload, replicas, actions))
     return in_order(operations)
@@ -90,9 +96,11 @@ def _record(observation: Observation, decision: Decision, name: str) -> Workload
 
 
 def _jobset_patch(
-    observation: Observation, job: LiveJobSet, workload: Workload | None, actions: list[act.Action], annotations: dict[str, str | None]
+    observation: Observation, job: LiveJobSet, workload: Workload | None, actions: list[act.Action], annotations: dict[str, str | None],
+    retiring: Retiring,
 ) -> PatchJobSet | None:
-    """The state record and (without Kueue) the suspension, level-triggered, in one patch."""
+    """The state record (with the Jobs it retires) and (without Kueue) the suspension,
+    level-triggered, in one patch."""
     assert job.spec is not None
     annotations = dict(annotations)
     suspend = None
@@ -100,7 +108,7 @@ def _jobset_patch(
         replicas = replicas_after(actions, observation.replicas.get(job.name, []), job.spec.num_slices)
         state = state_of(
             workload, replicas, job.state, observation.now, _released(observation, job, workload, actions),
-            start_cause(actions, job.state),
+            start_cause(actions, job.state), retiring,
         )
         if state != job.state:
             annotations[labels.STATE_ANNOTATION] = encode_state(state)
@@ -191,6 +199,7 @@ def _release(
                 annotations[labels.MEMBERSHIP_ANNOTATION] = membership
             gates = tuple(g for g in pod.gates if g != labels.PLACEMENT_GATE)
             operations.append(PlacePod(pod.name, selector, annotations, gates))
+            operations.extend(child_jobs.gated_too_long(name, pod, workload.running_since, observation.now))
         elif membership is not None and pod.annotations.get(labels.MEMBERSHIP_ANNOTATION) != membership:
             operations.append(AnnotatePod(pod.name, {labels.MEMBERSHIP_ANNOTATION: membership}))
     return operations

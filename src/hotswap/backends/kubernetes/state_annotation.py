@@ -8,8 +8,10 @@ spec (the spec has its own annotation), plus keys of the Kubernetes backend: the
 the seconds spent in each phase (for ``describe``'s goodput), and the workers whose pods the
 controller has released for the current attempt, by child Job and completion index (``{"<job
 uid>": "0-3"}``): a gated pod for one of those replaces a worker that is gone, even if its pod
-vanished while no controller was looking; and why the current attempt started (``start_cause``,
-given to its pods when they are released).
+vanished while no controller was looking; why the current attempt started (``start_cause``,
+given to its pods when they are released); and the child Jobs of an earlier attempt that a
+restart, preemption or scale-down retires (``retiring``: ``{"<job uid>": "<job name>"}``),
+recorded in the same write as the decision and deleted after it, by UID (:mod:`.child_jobs`).
 """
 
 from __future__ import annotations
@@ -24,15 +26,16 @@ from hotswap.api.spec import WorkloadSpec
 from hotswap.core.workload import Workload
 from hotswap.store.codec import workload_from_json, workload_to_dict
 
-_EXTRA_STATE = ("replicas", "phase_seconds", "phase_since", "released_jobs", "start_cause")
+_EXTRA_STATE = ("replicas", "phase_seconds", "phase_since", "released_jobs", "start_cause", "retiring")
 
 
 Released = dict[str, frozenset[int]]  # child Job uid -> completion indexes released
+Retiring = dict[str, str]  # child Job uid -> its name: Jobs of an earlier attempt, to delete
 
 
 def state_of(
     workload: Workload, replicas: Sequence[str | None], previous: dict[str, Any] | None, now: float,
-    released: Released | None = None, start_cause: str | None = None,
+    released: Released | None = None, start_cause: str | None = None, retiring: Retiring | None = None,
 ) -> dict[str, Any]:
     """What the state annotation holds: the core's record without the spec, the replica map,
     and the seconds spent in each phase so far (closed at every phase change, so the annotation
@@ -44,6 +47,8 @@ def state_of(
         record["start_cause"] = start_cause  # why the current attempt started (HOTSWAP_START_CAUSE)
     if released:
         record["released_jobs"] = {uid: _ranges(sorted(hosts)) for uid, hosts in sorted(released.items()) if hosts}
+    if retiring:
+        record["retiring"] = dict(sorted(retiring.items()))
     previous = previous or {}
     ledger = previous.get("phase_seconds")
     ledger = {k: float(v) for k, v in ledger.items() if isinstance(v, (int, float))} if isinstance(ledger, dict) else {}
@@ -90,6 +95,14 @@ def released_of(state: dict[str, Any] | None) -> Released:
     if not isinstance(jobs, dict):
         return {}
     return {uid: _indexes(text) for uid, text in jobs.items() if isinstance(uid, str) and isinstance(text, str)}
+
+
+def retiring_of(state: dict[str, Any] | None) -> Retiring:
+    """The Jobs the record says belong to an earlier attempt: uid -> name."""
+    jobs = (state or {}).get("retiring")
+    if not isinstance(jobs, dict):
+        return {}
+    return {uid: name for uid, name in jobs.items() if isinstance(uid, str) and isinstance(name, str)}
 
 
 def _ranges(indexes: list[int]) -> str:

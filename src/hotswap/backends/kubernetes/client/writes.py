@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hotswap.api.errors import NotFoundError
+from hotswap.api.errors import ConflictError, NotFoundError
 from hotswap.api.times import iso_utc
 from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes.client.calls import APPLY, MERGE, client_module
@@ -14,7 +14,7 @@ from hotswap.backends.kubernetes.client.reads import Reads
 
 
 class Writes(Reads):
-    """Built on :class:`Reads`: deleting a JobSet's Jobs lists them first."""
+    """Built on :class:`Reads`."""
 
     def deactivate_kueue_workload(self, name: str) -> None:
         self._call(
@@ -84,21 +84,29 @@ class Writes(Reads):
             missing_api=labels.JOBSET_API_VERSION,
         )
 
-    def delete_jobs(self, jobset: str, replicas: tuple[int, ...] | None) -> list[str]:
-        """Delete a JobSet's child Jobs (in the background: JobSet recreates them at once)."""
-        deleted = []
-        for job in self.list_jobs(jobset):
-            meta = job["metadata"]
-            index = (meta.get("labels") or {}).get(labels.JOB_INDEX_LABEL)
-            if replicas is not None and (index is None or int(index) not in replicas):
-                continue
-            try:
-                self._call(f"delete Job {meta['name']}", self.batch.delete_namespaced_job, meta["name"], self.namespace,
-                           propagation_policy="Background", write=True)
-            except NotFoundError:
-                continue  # already gone: that is what we wanted
-            deleted.append(meta["name"])
-        return deleted
+    def delete_job(self, name: str, uid: str) -> bool:
+        """Delete one Job in the background, only if it still is the one of ``uid`` (a
+        precondition: JobSet may have recreated it under the same name). False: it was gone,
+        or it is another Job now."""
+        options = client_module().V1DeleteOptions(preconditions=client_module().V1Preconditions(uid=uid), propagation_policy="Background")
+        try:
+            self._call(f"delete Job {name}", self.batch.delete_namespaced_job, name, self.namespace, body=options, write=True)
+        except (NotFoundError, ConflictError):
+            return False  # already gone, or recreated: that Job is not ours to delete
+        return True
+
+    def delete_pod(self, name: str, uid: str) -> bool:
+        """Delete one pod (its default grace), only if it still has ``uid``. False: it was
+        gone, or it is another pod now."""
+        options = client_module().V1DeleteOptions(preconditions=client_module().V1Preconditions(uid=uid))
+        try:
+            self._call(f"delete pod {name}", self.core.delete_namespaced_pod, name, self.namespace, body=options, write=True)
+        except (NotFoundError, ConflictError):
+            return False
+        return True
+
+    def patch_job(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        return self._call(f"update Job {name}", self.batch.patch_namespaced_job, name, self.namespace, patch, _content_type=MERGE, write=True)
 
     def force_delete_pod(self, name: str) -> None:
         try:

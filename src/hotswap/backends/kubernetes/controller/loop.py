@@ -89,20 +89,28 @@ class KubeController:
         operations = plan(observation, decision)
         for line in ops.decisions_summary(operations):
             self.log(line)
-        self.enact(operations, observation)
+        refused = self.enact(operations, observation)
         self.wake_at = observation.wake_at
-        self._account(observation, decision, time.perf_counter() - started, self.client.writes - writes)
+        self._account(observation, decision, refused, time.perf_counter() - started, self.client.writes - writes)
         return operations
 
-    def enact(self, operations: list[ops.Operation], observation: Observation) -> None:
+    def enact(self, operations: list[ops.Operation], observation: Observation) -> set[str]:
         """Apply operations in order while this controller may act; one failing does not stop
         the others (the next reconcile retries whatever is still out of line), except an
-        unreachable API server."""
+        unreachable API server, and a JobSet's refused record: its decision was not committed,
+        so nothing else of that JobSet is done this round (the next one decides again on fresh
+        objects). Returns the JobSets whose record was refused."""
         raw = {name: {"metadata": {"uid": job.uid}} for name, job in observation.jobsets.items()}
+        refused: set[str] = set()
+        unreleased: set[str] = set()  # pods whose release failed this round
         for op in operations:
             if not self.may_act():
                 self.log("warning: no longer the leader: the rest of this round is left to the next leader")
-                return
+                return refused
+            if getattr(op, "jobset", None) in refused:
+                continue
+            if isinstance(op, ops.RecreateGatedPod) and op.pod not in unreleased:
+                continue  # released after all
             try:
                 self._enact_one(op, raw, observation.now)
             except UnreachableError:
@@ -110,8 +118,15 @@ class KubeController:
             except ConflictError:
                 what = getattr(op, "jobset", None) or getattr(op, "pod", "an object")
                 self.log(f"{what} changed meanwhile: its update was refused; the next round decides again")
+                if isinstance(op, ops.PatchJobSet):
+                    refused.add(op.jobset)
+                unreleased.update([op.pod] if isinstance(op, ops.PlacePod) else [])
             except HotswapError as error:
                 self.log(f"warning: {error}")
+                if isinstance(op, ops.PatchJobSet):
+                    refused.add(op.jobset)
+                unreleased.update([op.pod] if isinstance(op, ops.PlacePod) else [])
+        return refused
 
     def _enact_one(self, op: ops.Operation, raw: dict[str, Any], now: float) -> None:
         client = self.client
@@ -123,7 +138,11 @@ class KubeController:
                 patch["metadata"] = {"annotations": op.annotations}
             client.patch_jobset(op.jobset, patch, op.resource_version)
         elif isinstance(op, ops.RecreateJobs):
-            client.delete_jobs(op.jobset, op.replicas)
+            pass  # committed by the JobSet's record (its retiring Jobs), carried out by DeleteJob
+        elif isinstance(op, ops.DeleteJob):
+            client.delete_job(op.name, op.uid)
+        elif isinstance(op, ops.TouchJob):
+            client.patch_job(op.name, {"metadata": {"annotations": {labels.TOUCHED_ANNOTATION: op.stamp}}})
         elif isinstance(op, ops.ForceDeletePod):
             client.force_delete_pod(op.pod)
         elif isinstance(op, ops.PlacePod):
@@ -131,6 +150,9 @@ class KubeController:
             if op.node_selector:
                 spec["nodeSelector"] = op.node_selector
             client.patch_pod(op.pod, {"metadata": {"annotations": op.annotations}, "spec": spec})
+        elif isinstance(op, ops.RecreateGatedPod):
+            if client.delete_pod(op.pod, op.uid):
+                client.record_event(raw.get(op.jobset), op.jobset, "PodStalled", op.message, True, now)
         elif isinstance(op, ops.AnnotatePod):
             client.patch_pod(op.pod, {"metadata": {"annotations": op.annotations}})
         elif isinstance(op, ops.DeactivateKueueWorkload):
@@ -138,14 +160,17 @@ class KubeController:
         elif isinstance(op, ops.RecordEvent):
             client.record_event(raw.get(op.jobset), op.jobset, op.reason, op.message, op.warning, now)
 
-    def _account(self, observation: Observation, decision: Decision, seconds: float, writes: int) -> None:
-        """The figures of this round (:mod:`hotswap.backends.kit.figures`)."""
+    def _account(self, observation: Observation, decision: Decision, refused: set[str], seconds: float, writes: int) -> None:
+        """The figures of this round (:mod:`hotswap.backends.kit.figures`). A decision whose
+        record was refused was not carried out: it is not counted (the round that commits it is)."""
         if self.figures is None:
             return
-        before = {name: (job.state or {}).get("preemptions") for name, job in observation.jobsets.items()}
-        after = {name: decision.snapshot.workloads.get(name) or observation.outside.get(name) for name in observation.jobsets}
+        actions = [a for a in decision.actions if a.workload not in refused]
+        counted = [name for name in observation.jobsets if name not in refused]
+        before = {name: (observation.jobsets[name].state or {}).get("preemptions") for name in counted}
+        after = {name: decision.snapshot.workloads.get(name) or observation.outside.get(name) for name in counted}
         self.figures.account_round(
-            decision.actions, before, after, decision.snapshot, observation.now,
+            actions, before, after, decision.snapshot, observation.now,
             seconds=seconds, writes=writes, loss_since=observation.loss_since,
         )
         managed = {name: w for name, w in decision.snapshot.workloads.items() if name in observation.jobsets}

@@ -24,7 +24,7 @@ def controller_rules(settings: KubeSettings) -> tuple[list[dict[str, Any]], list
     ]
     namespaced = [
         {"apiGroups": [labels.JOBSET_GROUP], "resources": [labels.JOBSET_PLURAL], "verbs": ["get", "list", "watch", "patch"]},
-        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch", "delete"]},
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch", "patch", "delete"]},  # patch: touch a Job that creates no pods
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch", "delete"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
