@@ -65,7 +65,7 @@ def test_the_dashboard_is_read_only() -> None:
 def test_an_exposed_dashboard_needs_the_flag_and_a_token_and_checks_it(home: Path, tmp_path: Path) -> None:
     with pytest.raises(InvalidInputError, match="add --expose"):
         check_binding("0.0.0.0", expose=False, token=None)
-    with pytest.raises(InvalidInputError, match="--token of at least 16"):
+    with pytest.raises(InvalidInputError, match="--token is 5 characters: a dashboard token must be at least 16"):
         check_binding("0.0.0.0", expose=True, token="short")
     check_binding("0.0.0.0", expose=True, token="x" * 16)
     check_binding("::1", expose=False, token=None)

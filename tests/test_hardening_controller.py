@@ -85,6 +85,27 @@ def test_removing_the_socket_and_pid_file_never_lets_a_second_controller_act(hom
     wait_until(lambda: controllers(root) == first, what="only the first controller to be left")
 
 
+def test_a_second_controller_run_by_hand_exits_when_the_socket_and_pid_file_are_gone(home: Path, sleeper: str) -> None:
+    """``hotswap controller run`` started by hand once the socket and pid file were deleted:
+    it names the running controller (from the database's record), exits at once with a
+    conflict, and the first one stays the only one, serving again."""
+    make_cluster(home, slices=1)
+    root = home / "clusters" / "c"
+    first = controllers(root)
+    assert len(first) == 1
+    (root / "controller.sock").unlink()
+    (root / "controller.lock").unlink()
+    second = hotswap(home, "controller", "run", "--cluster", "c", timeout=30)
+    lines = second.stderr.strip().splitlines()
+    assert second.returncode == 4 and len(lines) == 1, second.stderr
+    assert f"already running (pid {first[0]})" in lines[0], lines[0]
+    assert controllers(root) == first
+    wait_until(lambda: (root / "controller.sock").exists(), what="the first controller to listen again")
+    assert create(home, "a", sleeper).returncode == 0
+    wait_until(lambda: running(home, "a"), what="a running")
+    assert controllers(root) == first
+
+
 def test_a_controller_reads_the_cluster_only_once_it_holds_it(home: Path, sleeper: str) -> None:
     """A controller that read the state before taking the lock would miss what its predecessor
     committed meanwhile (a workload it would then create twice, or call unknown)."""

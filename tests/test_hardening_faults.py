@@ -131,6 +131,45 @@ def test_a_corrupt_database_is_one_line_and_the_cluster_can_still_be_deleted(hom
     assert [c["name"] for c in json.loads(hotswap(home, "cluster", "list", "-o", "json", check=True).stdout)] == ["ok"]
 
 
+@pytest.mark.parametrize("content", ["empty", "foreign"])
+def test_a_database_without_hotswap_tables_is_one_line_and_spares_the_other_clusters(home: Path, content: str) -> None:
+    """A zero-length state.db (a crash while the cluster was created, an empty file copied in)
+    or an SQLite file of something else: one line for that cluster's commands, and
+    ``cluster list`` lists the others with that one marked unreadable."""
+    for name in ("c", "ok"):
+        hotswap(home, "cluster", "create", "--cluster", name, "--device-type", "v6e-4", "--num-slices", "1", check=True)
+    root = home / "clusters" / "c"
+    for pid in controllers(root):
+        os.kill(pid, signal.SIGKILL)
+    for suffix in ("-wal", "-shm"):
+        (root / f"state.db{suffix}").unlink(missing_ok=True)
+    (root / "state.db").write_bytes(b"")
+    if content == "foreign":
+        other = sqlite3.connect(root / "state.db")
+        other.execute("CREATE TABLE notes (text TEXT)")
+        other.commit()
+        other.close()
+    before = digest(root / "state.db")
+    word = "is empty" if content == "empty" else "holds no hotswap tables"
+    for args in (
+        ("workload", "list", "--cluster", "c"),
+        ("workload", "create", "--cluster", "c", "--workload", "b", "--command", "true"),
+        ("node", "fail", "--cluster", "c", "--node", "c-np-0-0"),
+        ("cluster", "describe", "--cluster", "c"),
+    ):
+        result = hotswap(home, *args)
+        one_line(result, word, "cluster delete --cluster c")
+        assert result.returncode == 6
+    assert digest(root / "state.db") == before  # nothing was changed, not even a header written
+    table = hotswap(home, "cluster", "list")
+    assert table.returncode == 0 and not table.stderr, table.stderr
+    listing = {c["name"]: c for c in json.loads(hotswap(home, "cluster", "list", "-o", "json", check=True).stdout)}
+    assert listing["ok"]["backend"] == "local" and "unreadable" in listing["c"]["device_type"]
+    deleted = hotswap(home, "cluster", "delete", "--cluster", "c", "--force")
+    assert deleted.returncode == 0, deleted.stderr
+    assert [c["name"] for c in json.loads(hotswap(home, "cluster", "list", "-o", "json", check=True).stdout)] == ["ok"]
+
+
 def test_a_locked_database_is_one_line_and_reads_still_work(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cluster_with_a_workload(home, write_sleeper(tmp_path))
     monkeypatch.setattr(db, "BUSY_TIMEOUT_MS", 300)

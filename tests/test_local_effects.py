@@ -4,6 +4,8 @@ environment the local launcher derives from the contract."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from pathlib import Path
 
 import pytest
@@ -60,11 +62,11 @@ def snapshot() -> Snapshot:
         (act.Remove("w"), WorkerPlan(stop=LIVE[1:])),
         (
             act.Restart("w", 3, ("s1", "s2"), "node failed", charged=False),
-            WorkerPlan(stop=LIVE[1:], generation=("s1", "s2"), start=("s1", "s2"), slices=("s1", "s2"), attempt=3, cause="hotswap"),
+            WorkerPlan(stop=LIVE[1:], generation=("s1", "s2"), start=("s1", "s2"), slices=("s1", "s2"), indexes=(0, 1), attempt=3, cause="hotswap"),
         ),
         (
             act.Restart("w", 3, ("s1", "s2"), "exit 42", charged=True),
-            WorkerPlan(stop=LIVE[1:], generation=("s1", "s2"), start=("s1", "s2"), slices=("s1", "s2"), attempt=3, cause="failure"),
+            WorkerPlan(stop=LIVE[1:], generation=("s1", "s2"), start=("s1", "s2"), slices=("s1", "s2"), indexes=(0, 1), attempt=3, cause="failure"),
         ),
         (
             act.Restart("w", 3, ("s1", "s2"), "waiting", charged=False, start=False),
@@ -72,27 +74,39 @@ def snapshot() -> Snapshot:
         ),
         (
             act.Admit("w", 3, ("s0", "s1")),
-            WorkerPlan(stop=LIVE[1:], generation=("s0", "s1"), start=("s0", "s1"), slices=("s0", "s1"), attempt=3, cause="preemption"),
+            WorkerPlan(stop=LIVE[1:], generation=("s0", "s1"), start=("s0", "s1"), slices=("s0", "s1"), indexes=(0, 1), attempt=3, cause="preemption"),
         ),
         (
             act.Admit("w", 1, ("s0", "s1")),
-            WorkerPlan(stop=(), generation=("s0", "s1"), start=("s0", "s1"), slices=("s0", "s1"), attempt=1, cause="start"),
+            WorkerPlan(stop=(), generation=("s0", "s1"), start=("s0", "s1"), slices=("s0", "s1"), indexes=(0, 1), attempt=1, cause="start"),
         ),
         (act.Admit("w", 2, ("s0", "s1"), start=False), WorkerPlan(attempt=2, cause="preemption")),  # this attempt's workers are kept
         (
             act.StartWorkers("w", 3, ("s0", "s1")),
-            WorkerPlan(generation=("s0", "s1"), start=("s0", "s1"), slices=("s0", "s1"), attempt=3),
+            WorkerPlan(generation=("s0", "s1"), start=("s0", "s1"), slices=("s0", "s1"), indexes=(0, 1), attempt=3),
         ),
         (act.ScaleDown("w", ("s1",), ("s0",), 2, "node failed"), WorkerPlan(stop=(LIVE[2],), generation=("s0",))),
         (
-            act.ScaleUp("w", ("s2",), ("s0", "s1", "s2"), 3),
-            WorkerPlan(generation=("s0", "s1", "s2"), start=("s2",), slices=("s0", "s1", "s2"), attempt=2, cause="elastic"),
+            act.ScaleUp("w", ("s1",), ("s0", "s1"), 3),  # s1's worker is the joiner's predecessor's row
+            WorkerPlan(generation=("s0", "s1"), start=("s1",), slices=("s0", "s1"), indexes=(1,), attempt=2, cause="elastic"),
         ),
     ],
     ids=lambda value: type(value).__name__ if not isinstance(value, WorkerPlan) else "",
 )
 def test_plan_of_each_action(action: act.Action, expected: WorkerPlan) -> None:
     assert effects.plan(action, workload(), LIVE) == expected
+
+
+def test_a_joiner_takes_the_parked_index_of_the_lost_replica_and_survivors_keep_theirs() -> None:
+    """Replicas 0, 1, 2 on s0, s1, s2; s1 was lost (the core's list is now s0, s2) and comes
+    back: its joiner is replica 1 again, not 2 (the survivor on s2's), as on Kubernetes."""
+    grown = workload(min_slices=2, slices=("s0", "s2", "s1"))
+    grown = dataclasses.replace(grown, spec=grown.spec.model_copy(update={"num_slices": 3}))
+    survivors = (row(2, 2, "s0"), row(4, 2, "s2"), row(3, 2, "s1", "stopping"))
+    plan = effects.plan(act.ScaleUp("w", ("s1",), ("s0", "s2", "s1"), 4), grown, survivors)
+    assert plan.start == ("s1",) and plan.indexes == (1,)
+    two = effects.plan(act.ScaleUp("w", ("s1", "s0"), ("s2", "s1", "s0"), 4), grown, (row(4, 2, "s2"),))
+    assert two.indexes == (0, 1)  # the parked indexes, in order
 
 
 def test_every_action_type_is_planned_and_has_a_timeline_message() -> None:
@@ -150,7 +164,8 @@ def test_the_launcher_starts_a_plan_with_the_contract_environment(tmp_path: Path
         store.init_cluster(ClusterRecord("c", "local", "v5p-16", 0.0))
         launch = launch_record(environ={"PATH": "/bin"}, cwd="/", user_env={"U": "1"}, checkpoint_dir=str(tmp_path / "ck"))
         store.launches.add("w", workload_to_json(elastic), launch)
-        plan = effects.plan(act.ScaleUp("w", ("s0",), ("s2", "s0"), 3), elastic, ())
+        survivor = WorkerRow(1, WorkerIdentity("w", 4, 2, "s2", 0, 0, "s2-0"), "/w/1", 101, 1, "running", None, 0.0, None, None, None)
+        plan = effects.plan(act.ScaleUp("w", ("s0",), ("s2", "s0"), 3), elastic, (survivor,))
         launches = Launcher(store, paths).launches(elastic, plan, snapshot())
         generation, port = store.launches.membership("w")
     assert [(x.identity.slice, x.identity.replica, x.identity.host, x.identity.node) for x in launches] == [

@@ -7,7 +7,8 @@ by the vendored uPlot: no CDN, it works offline); ``/api/state`` the current doc
 and a ping every second, so the page can tell a silent server from a quiet cluster.
 
 Bound to loopback unless ``expose`` is given; exposed, every request needs the token (a
-``?token=`` on the first visit sets a cookie; scripts send ``Authorization: Bearer``).
+``?token=`` on the first visit sets a cookie; scripts send ``Authorization: Bearer``). On
+loopback, a request whose Host is not a loopback name is refused (DNS rebinding).
 """
 
 from __future__ import annotations
@@ -44,14 +45,48 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+MIN_TOKEN = 16
+
+
+def check_token(token: str | None, given_as: str = "--token") -> None:
+    """A token, wherever it came from, is 16+ visible characters: a blank one (an empty
+    HOTSWAP_DASHBOARD_TOKEN, 16 spaces) would protect nothing."""
+    if token is None:
+        return
+    if not token.strip():
+        raise InvalidInputError(f"{given_as} is blank: a dashboard token must be {MIN_TOKEN}+ visible characters (unset it to serve loopback without one)")
+    if any(c.isspace() or not c.isprintable() for c in token):
+        raise InvalidInputError(f"{given_as} contains whitespace or control characters: a dashboard token must be {MIN_TOKEN}+ visible characters")
+    if len(token) < MIN_TOKEN:
+        raise InvalidInputError(f"{given_as} is {len(token)} characters: a dashboard token must be at least {MIN_TOKEN}")
+
+
 def check_binding(host: str, expose: bool, token: str | None) -> None:
-    """Loopback needs nothing; any other address needs ``--expose`` and a token."""
+    """Loopback needs nothing; any other address needs ``--expose`` and a real token."""
+    check_token(token)
     if is_loopback(host):
         return
     if not expose:
-        raise InvalidInputError(f"--host {host} is not loopback: add --expose (and a --token) to serve beyond this machine")
-    if not token or len(token) < 16:
-        raise InvalidInputError("--expose needs a --token of at least 16 characters (or HOTSWAP_DASHBOARD_TOKEN)")
+        raise InvalidInputError(f"--host {host} is not loopback: add --expose (and a token) to serve beyond this machine")
+    if not token:
+        raise InvalidInputError(
+            f"--expose needs a token of at least {MIN_TOKEN} characters (--token-file FILE, or HOTSWAP_DASHBOARD_TOKEN)"
+        )
+
+
+def host_name(header: str) -> str:
+    """The name in a Host header, without its port (``[::1]:8787`` -> ``::1``)."""
+    if header.startswith("["):
+        return header[1:].partition("]")[0]
+    return header.rpartition(":")[0] if header.count(":") == 1 else header
+
+
+def loopback_host(header: str | None) -> bool:
+    """Whether a request's Host names this machine's loopback: a page served on loopback
+    answers no other name, so a site that points its own name at 127.0.0.1 (DNS rebinding)
+    cannot read it through the visitor's browser."""
+    name = host_name(header or "").lower().rstrip(".")
+    return name == "localhost" or name.endswith(".localhost") or is_loopback(name)
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -68,7 +103,8 @@ def bind(host: str, port: int) -> socket.socket:
         raise InvalidInputError(f"cannot listen on {host}:{port}: {error.strerror}") from None
 
 
-def create_app(source: ClusterSource, token: str | None = None) -> Any:
+def create_app(source: ClusterSource, token: str | None = None, loopback: bool = True) -> Any:
+    """The app; ``loopback``: served on a loopback address, so it answers loopback Host names only."""
     from starlette.applications import Starlette
     from starlette.middleware import Middleware
     from starlette.middleware.base import BaseHTTPMiddleware
@@ -95,6 +131,8 @@ def create_app(source: ClusterSource, token: str | None = None) -> Any:
         return hmac.compare_digest(given.encode(), token.encode())
 
     async def guard(request: Request, call_next: Any) -> Response:
+        if loopback and not loopback_host(request.headers.get("host")):
+            return PlainTextResponse("hotswap dashboard: served on loopback; this Host is not a loopback name\n", 403)
         if not authorised(request):
             return PlainTextResponse("hotswap dashboard: a token is required (open the URL printed at start)\n", 401)
         response = await call_next(request)
@@ -153,7 +191,7 @@ class Dashboard:
         shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
         self.url = f"http://{shown}:{bound[1]}/" + (f"?token={token}" if token else "")
         config = uvicorn.Config(
-            create_app(source, token), log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=2
+            create_app(source, token, loopback=is_loopback(host)), log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=2
         )
         self.server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None

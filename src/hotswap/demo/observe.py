@@ -130,3 +130,42 @@ def slice_count_changes(lines: list[str]) -> list[tuple[int, int, int]]:
             changes.append((int(fields.get("step", "0")), previous, count))
         previous = count
     return changes
+
+
+IDENTITY = ("JOB_INDEX", "RANK", "MEGASCALE_SLICE_ID")  # one worker's own, never another live one's
+
+
+def process_environment(pid: int) -> dict[str, str]:
+    """The environment a live worker runs with (its first child's, under the shim), as the
+    kernel shows it; empty when the process is gone."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        raw = Path(f"/proc/{int(children[0]) if children else pid}/environ").read_bytes()
+    except (OSError, ValueError):
+        return {}
+    return dict(item.decode(errors="replace").partition("=")[::2] for item in raw.split(b"\0") if b"=" in item)
+
+
+def shared_identities(environments: list[dict[str, str]]) -> list[str]:
+    """Each index that more than one live worker holds (``JOB_INDEX=2 x2``); none when every
+    worker has its own replica index, rank and slice id."""
+    shared = []
+    for name in IDENTITY:
+        values = [env.get(name, "?") for env in environments]
+        shared += [f"{name}={value} x{values.count(value)}" for value in sorted(set(values)) if values.count(value) > 1]
+    return shared
+
+
+def repeated_steps(lines: list[str]) -> list[int]:
+    """Steps that one log reports more than once: two workers appending to the same file (a
+    worker's own log never repeats a step without a restart, and an elastic drill has none)."""
+    seen: set[int] = set()
+    repeated = []
+    for line in lines:
+        if "step=" not in line or "elastic_manager.good_slice_count=" not in line:
+            continue
+        step = int(parse_fields(line).get("step", "-1"))
+        if step in seen:
+            repeated.append(step)
+        seen.add(step)
+    return repeated

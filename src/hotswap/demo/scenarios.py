@@ -12,7 +12,15 @@ from typing import Any
 from hotswap.backends.local import operations
 from hotswap.demo.drills import Drill
 from hotswap.demo.gpu_drill import GpuDrill
-from hotswap.demo.observe import log_lines, read_trace, slice_count_changes, survivor_stall
+from hotswap.demo.observe import (
+    log_lines,
+    process_environment,
+    read_trace,
+    repeated_steps,
+    shared_identities,
+    slice_count_changes,
+    survivor_stall,
+)
 from hotswap.backends.local.tables import LIVE_WORKER_STATES
 
 REPAIR_BASELINE_S = 600.0  # GKE's node repair, what a job waits without hotswap
@@ -166,6 +174,7 @@ class ElasticDrill(Drill):
         self.check("the returning replica got its state from a peer", joined is not None and joined.source == "peer",
                    f"restore source {joined.source if joined else '-'} at step {joined.step if joined else '-'}")
         self.wait_steps("elastic", back.step + 20)
+        self._check_one_replica_each("elastic")
         # What the survivors lived through, from their own step times (replica 0 survives).
         trace = self.trace("elastic")
         stall_down = survivor_stall(trace, 0, 3, 2, t_fail) if trace else None
@@ -193,6 +202,23 @@ class ElasticDrill(Drill):
             "awk_output": awk,
             "goodput": {"elastic": self.goodput("elastic")},
         }
+
+
+    def _check_one_replica_each(self, name: str) -> None:
+        """From the workers' own environments and logs: no two live workers share a replica
+        index, rank or slice id, and no replica's log has two writers (a step twice)."""
+        with self.store() as store:
+            pids = [w.pid for w in store.worker_rows.select(LIVE_WORKER_STATES, name) if w.pid is not None and w.state != "stopping"]
+        environments = [env for env in (process_environment(pid) for pid in pids) if env]
+        shared = shared_identities(environments)
+        self.check("every live worker has its own replica index and rank", len(environments) == 3 and not shared,
+                   f"{len(environments)} live workers; " + (", ".join(shared) or "all distinct"))
+        directory = self.workload_dir(name)
+        logs = sorted((directory / "logs").glob("slice-*-host-*.log")) if directory else []
+        repeated = {log.name: repeated_steps(log_lines(log)) for log in logs}
+        twice = {log: steps for log, steps in repeated.items() if steps}
+        self.check("each replica's log has one writer", not twice,
+                   "; ".join(f"{log} repeats steps {steps[:5]}" for log, steps in twice.items()) or f"{len(logs)} logs, no step twice")
 
 
 class MigrationDrill(Drill):

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from hotswap.store.faults import DATABASE_ATTRIBUTE, kind_of
+from hotswap.store.faults import DATABASE_ATTRIBUTE, CorruptState, kind_of
 from hotswap.store.paths import private_dir
 
 BUSY_TIMEOUT_MS = 30_000
@@ -107,6 +107,8 @@ def connect(path: Path, create: bool = False) -> sqlite3.Connection:
             os.close(os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600))
     elif not path.exists():
         raise FileNotFoundError(path)
+    elif path.stat().st_size == 0:  # checked before SQLite opens it: opening writes a header
+        raise _no_cluster(path, "is empty")
     try:
         connection = _open(str(path), path, uri=False)
         connection.execute("PRAGMA journal_mode = WAL")
@@ -118,7 +120,27 @@ def connect(path: Path, create: bool = False) -> sqlite3.Connection:
     connection.execute("PRAGMA foreign_keys = ON")
     if create:
         migrate(connection)
+    else:
+        _check_schema(connection, path)
     return connection
+
+
+def _check_schema(connection: sqlite3.Connection, path: Path) -> None:
+    """A database that no migration ever ran on holds no cluster: unreadable, like a corrupt
+    one (one line; ``cluster list`` marks it; ``cluster delete`` removes it)."""
+    if connection.execute("PRAGMA user_version").fetchone()[0] == 0:
+        connection.close()
+        raise _no_cluster(path, "holds no hotswap tables")
+
+
+def _no_cluster(path: Path, what: str) -> CorruptState:
+    error = CorruptState(
+        f"the database {path} {what} (a crash while the cluster was created, or a file copied in);"
+        f" nothing was changed: restore it from a backup, or remove the cluster with"
+        f" `hotswap cluster delete --cluster {path.parent.name}`"
+    )
+    setattr(error, DATABASE_ATTRIBUTE, path)
+    return error
 
 
 def _open(address: str, path: Path, uri: bool) -> _Connection:

@@ -71,11 +71,24 @@ SLICE_STATES = ("held", "spare", "unhealthy")
 
 
 def parse_address(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:9090`` for IPv6) as (host, port); raises ValueError."""
+    """``HOST:PORT`` (``[::1]:9090`` for IPv6) as (host, port); raises ValueError. ``:PORT``
+    is every interface (0.0.0.0), which ``controller run`` allows only with --expose-metrics."""
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError(f"{text!r} is not HOST:PORT")
     return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a parsed address's) is this machine's loopback only."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class ControllerMetrics:

@@ -96,6 +96,17 @@ class Claim:
             self.descriptor = -1
 
 
+def holder_pid(store: Store) -> int | None:
+    """The pid of the controller the database records, if that very process still runs (its
+    kernel start time matches): a pid file can be deleted, the database record cannot."""
+    holder = store.controller()
+    if holder is None or holder[0] <= 0:
+        return None
+    pid, ticks = holder
+    now = start_ticks(pid)
+    return pid if now is not None and (ticks is None or now == ticks) else None
+
+
 def wake_holder(store: Store) -> bool:
     """Ask the recorded controller, if it is alive, to listen on its socket again (SIGUSR1):
     the CLI found no socket to talk to although a controller holds the cluster."""

@@ -23,7 +23,7 @@ from hotswap.backends.local import launch as files
 from hotswap.backends.local.gpus import Backing
 from hotswap.backends.local.supervisor import LocalProcess, WorkerLaunch
 from hotswap.core import actions as act
-from hotswap.core.effects import STOP_NONE, STOP_OLDER, STOP_REMOVED, ActionEffect, effect_of, with_resume
+from hotswap.core.effects import GROW, STOP_NONE, STOP_OLDER, STOP_REMOVED, ActionEffect, effect_of, with_resume
 from hotswap.core.model import Snapshot
 from hotswap.core.workload import Workload
 from hotswap.store.paths import ClusterPaths, new_dirs_private
@@ -37,7 +37,8 @@ class WorkerPlan:
     stop: tuple[WorkerRow, ...] = ()  # gracefully: SIGTERM, SIGKILL after the grace period
     generation: tuple[str, ...] | None = None  # a new membership generation of these active slices
     start: tuple[str, ...] = ()  # slices whose workers start...
-    slices: tuple[str, ...] = ()  # ...as replicas of this list (replica i on slices[i])
+    slices: tuple[str, ...] = ()  # ...in a workload running on these slices
+    indexes: tuple[int, ...] = ()  # ...the replica index of each started slice (JOB_INDEX)
     attempt: int = 0  # ...in this attempt
     cause: str | None = None  # ...because of this (START_CAUSES), None when not known
 
@@ -51,9 +52,25 @@ def plan(action: act.Action, workload: Workload, live: Sequence[WorkerRow]) -> W
         generation=effect.generation,
         start=effect.start,
         slices=effect.replicas if effect.start else (),
+        indexes=_indexes(effect, live, workload.spec.num_slices),
         attempt=effect.attempt if effect.attempt is not None else workload.attempt if effect.start else 0,
         cause=effect.cause,  # a held-back restart's: the Launcher keeps it for the StartWorkers to come
     )
+
+
+def _indexes(effect: ActionEffect, live: Sequence[WorkerRow], num_slices: int) -> tuple[int, ...]:
+    """The replica index of each slice ``effect`` starts. A placement puts replica i on
+    ``replicas[i]``; a grow-back's joiners fill the parked indexes (those no surviving worker
+    holds) in order, as the Kubernetes backend's replica map does (``replicas_after``): the
+    survivors keep the indexes they were started with, so no two live workers share one."""
+    if effect.placement != GROW:
+        return tuple(contract.replica_index(effect.replicas, slice_) for slice_ in effect.start)
+    joining = set(effect.start)
+    kept = {w.identity.replica for w in live if w.state != "stopping" and w.identity.slice not in joining}
+    parked = [index for index in range(num_slices) if index not in kept]
+    if len(parked) < len(effect.start):  # cannot be: the core grows only below num_slices
+        raise AssertionError(f"no parked replica index left for {effect.start} (held: {sorted(kept)})")
+    return tuple(parked[: len(effect.start)])
 
 
 def _stopping(effect: ActionEffect, live: Sequence[WorkerRow]) -> tuple[WorkerRow, ...]:
@@ -98,8 +115,7 @@ class Launcher:
         tpu = get_device_type(workload.spec.device_type).kind is AcceleratorKind.TPU
         backing = self.backing()
         launches = []
-        for slice_ in plan.start:
-            replica = contract.replica_index(plan.slices, slice_)
+        for slice_, replica in zip(plan.start, plan.indexes, strict=True):
             nodes = snapshot.slices[slice_].nodes
             for host, node in enumerate(nodes):
                 gpus = tuple(g.index for g in backing.host_gpus(slice_, host)) if backing else ()
@@ -112,6 +128,7 @@ class Launcher:
                     slices=plan.slices,
                     num_slices=workload.spec.num_slices,
                     replica=replica,
+                    slice_name=slice_,
                     host=host,
                     hosts_per_slice=len(nodes),
                     attempt=plan.attempt,

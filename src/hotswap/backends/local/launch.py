@@ -89,12 +89,14 @@ def worker_environment(
     membership_file: Path | None,
     gpus: tuple[int, ...] = (),
     tpu: bool = False,
+    slice_name: str | None = None,
 ) -> dict[str, str]:
     """The full environment of one worker (its local rank 0): the creator's, the user's, then
     the contract's (the indices, and RANK and HOTSWAP_ATTEMPT computed from them by the
     contract's formulas). ``gpus``: the NVML indices of the host's GPUs on a GPU-backed slice,
     one process each (see :func:`local_process_environment`); none on an emulated one. ``tpu``:
-    a TPU device type (GKE's TPU worker variables)."""
+    a TPU device type (GKE's TPU worker variables). ``slice_name``: the slice replica ``replica``
+    runs on (default ``slices[replica]``; an elastic joiner's index is a parked one)."""
     env = dict(base)
     env.update(user)
     local_world_size = max(1, len(gpus))
@@ -120,7 +122,7 @@ def worker_environment(
         contract.HOTSWAP_CLUSTER: cluster,
         contract.HOTSWAP_WORKLOAD: workload,
         contract.HOTSWAP_CHECKPOINT_DIR: checkpoint_dir,
-        contract.HOTSWAP_SLICE: slices[replica],
+        contract.HOTSWAP_SLICE: slice_name if slice_name is not None else slices[replica],
         contract.HOTSWAP_TERMINATION_GRACE_S: grace_s,
     }
     if events_file is not None:

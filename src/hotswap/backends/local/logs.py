@@ -17,7 +17,7 @@ from hotswap.api.errors import NotFoundError
 from hotswap.api.limits import check_text
 from hotswap.api.names import validate_workload_name
 from hotswap.backends.local import launch as files
-from hotswap.backends.local.operations import _record
+from hotswap.backends.local.operations import _record, open_store
 from hotswap.backends.local.views import workload_view
 from hotswap.backends.views import FINISHED
 from hotswap.store.paths import ClusterPaths
@@ -34,7 +34,7 @@ def log_file(cluster: str, name: str, slice_: str | None, host: int, follow: boo
     except NotFoundError:
         return _deleted_log(paths, name, slice_, host)
     spec = record["spec"]
-    replica = _replica(slice_, list(record["slices"]), spec["num_slices"], name)
+    replica = _replica(slice_, list(record["slices"]), spec["num_slices"], name, _indexes(paths, name, record["seq"]))
     hosts = get_device_type(spec["device_type"]).hosts_per_slice
     if not 0 <= host < hosts:
         raise NotFoundError(f"{spec['device_type']} has hosts 0-{hosts - 1}, not {host}")
@@ -45,14 +45,22 @@ def log_file(cluster: str, name: str, slice_: str | None, host: int, follow: boo
     return path
 
 
-def _replica(slice_: str | None, slices: list[str], num_slices: int, name: str) -> int:
+def _indexes(paths: ClusterPaths, name: str, seq: int) -> dict[str, int]:
+    """The replica index of each slice's newest worker: an elastic joiner runs under the
+    parked index of the replica it replaced, not at its slice's position in the list."""
+    with open_store(paths) as store:
+        rows = [w.identity for w in store.worker_rows.select(workload=name) if w.identity.seq == seq]
+    return {identity.slice: identity.replica for identity in rows}  # oldest first: the newest wins
+
+
+def _replica(slice_: str | None, slices: list[str], num_slices: int, name: str, indexes: dict[str, int]) -> int:
     replica = 0
     if slice_ is not None:
         check_text("--slice", slice_)
         if slice_.isascii() and slice_.isdigit() and len(slice_) < 10:
             replica = int(slice_)
         elif slice_ in slices:
-            replica = slices.index(slice_)
+            replica = indexes.get(slice_, slices.index(slice_))
         else:
             raise NotFoundError(
                 f"workload {name} does not run on slice {slice_}; give a replica index"

@@ -362,9 +362,10 @@ def describe_workload(cluster: str, name: str, timeline: bool = True) -> Workloa
     view["checkpoint_dir"] = launch.checkpoint_dir
     view.update(run_view(launch))
     view["workdir"] = launch.cwd
+    replicas = {w.identity.slice: w.identity.replica for w in workers}  # oldest first: the newest wins
     view["placement"] = [
         {
-            "replica": index,
+            "replica": replicas.get(slice_name, index),  # an elastic joiner's: the parked index it took
             "slice": slice_name,
             "nodes": [{"name": n, "state": nodes.get(n)} for n in slice_nodes.get(slice_name, [])],
         }

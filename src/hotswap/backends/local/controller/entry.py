@@ -10,6 +10,10 @@ from __future__ import annotations
 import contextlib
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hotswap.store.paths import ClusterPaths
 
 
 def run_local_controller(cluster: str, metrics_address: str | None = None) -> None:
@@ -27,14 +31,26 @@ def run_local_controller(cluster: str, metrics_address: str | None = None) -> No
     try:
         LocalController(paths, metrics).run()
     except AlreadyRunning:
-        raise ConflictError(
-            f"the controller of cluster {cluster} is already running (pid {paths.controller_pid()})"
-        ) from None
+        raise ConflictError(_already_running(paths)) from None
     except LostClaim as lost:
         raise ConflictError(f"{lost}; this controller stopped and left the workers alone") from None
     finally:
         if metrics is not None:
             metrics.close()
+
+
+def _already_running(paths: ClusterPaths) -> str:
+    """Who holds the cluster, from the database's record (its pid file may have been removed);
+    the holder is woken to listen on its socket again, in case that was removed too."""
+    from hotswap.backends.local.claim import holder_pid, wake_holder
+    from hotswap.store.state import Store
+
+    pid = None
+    with contextlib.suppress(Exception), Store.open(paths.database) as store:
+        pid = holder_pid(store)
+        wake_holder(store)
+    held = f"pid {pid}" if pid is not None else "held by another process: a controller, or a `cluster delete`"
+    return f"the controller of cluster {paths.name} is already running ({held}); only one runs per cluster"
 
 
 def main(argv: list[str] | None = None) -> int:
