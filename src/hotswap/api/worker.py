@@ -155,8 +155,9 @@ def visible_devices(indices: Sequence[int]) -> str:
 
 
 def replica_index(slices: tuple[str, ...] | list[str], slice_name: str) -> int:
-    """Replica index (JOB_INDEX) of the worker on ``slice_name``: its position in the
-    workload's slice list, which the core keeps in replica order."""
+    """Replica index (JOB_INDEX) of the worker on ``slice_name`` when a placement starts every
+    replica: its position in the slice list. An elastic grow-back's joiner does not use this: it
+    takes the parked index of the replica that was lost (survivors keep theirs)."""
     return list(slices).index(slice_name)
 
 

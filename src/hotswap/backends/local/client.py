@@ -238,21 +238,24 @@ def _served(paths: ClusterPaths, store: LocalStore, request_id: int) -> Request:
 
 def _give_up(store: LocalStore, request_id: int, problem: HotswapError) -> Request:
     """Withdraw the request, then report ``problem``; or, if the controller served it first,
-    return how it was served."""
+    return how it was served. The report says exactly one of "nothing was changed" (withdrawn)
+    and "stays queued" (the withdrawal itself failed: a nearly full disk)."""
+    what, _, advice = str(problem).partition("; nothing was changed")  # a fault's line says it already
+    advice = advice.removeprefix(":").strip()
     try:
-        withdrawn = store.requests.withdraw(request_id, f"withdrawn: {problem}")
+        withdrawn = store.requests.withdraw(request_id, f"withdrawn: {what}")
     except Exception as error:
         if not faults.is_fault(error):
             raise
         raise type(problem)(
-            f"{problem}; the request (id {request_id}) stays queued and is carried out when a controller"
-            " can serve it"
+            f"{what}; the request (id {request_id}) could not be withdrawn either, so it stays queued and is"
+            " carried out once a controller can serve it: do not repeat it"
         ) from None
     if not withdrawn:
         found = store.requests.get(request_id)
         if found is not None and found.status != "pending":
             return _outcome(found)
-    raise type(problem)(f"{problem}; nothing was changed")
+    raise type(problem)(f"{what}; nothing was changed" + (f": {advice}" if advice else ""))
 
 
 def _outcome(request: Request) -> Request:
