@@ -46,7 +46,8 @@ def run(
 
 def _check_address(address: str, expose: bool) -> None:
     from hotswap.api.errors import InvalidInputError
-    from hotswap.backends.kit.metrics import is_loopback, parse_address
+    from hotswap.api.addresses import is_loopback
+    from hotswap.backends.kit.metrics import parse_address
 
     try:
         host, _ = parse_address(address)

@@ -16,12 +16,12 @@ from __future__ import annotations
 import asyncio
 import errno
 import hmac
-import ipaddress
 import socket
 import threading
 from importlib import resources
 from typing import Any
 
+from hotswap.api.addresses import is_loopback
 from hotswap.api.errors import ConflictError, InvalidInputError
 from hotswap.dashboard.source import ClusterSource
 
@@ -34,15 +34,6 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
 }
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 MIN_TOKEN = 16

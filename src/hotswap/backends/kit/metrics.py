@@ -79,18 +79,6 @@ def parse_address(text: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (a parsed address's) is this machine's loopback only."""
-    import ipaddress
-
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 class ControllerMetrics:
     """The metrics of one controller process, in their own registry."""
 
