@@ -1,4 +1,4 @@
-"""``hotswap demo [hotswap|elastic|migration] [--framework torch|jax]``: the main job, a real drill on this machine."""
+"""``hotswap demo [hotswap|elastic|migration|shrink] [--framework torch|jax]``: the main job, a real drill on this machine."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ class Scenario(str, enum.Enum):
     ELASTIC = "elastic"
     MIGRATION = "migration"
     GPU = "gpu"
+    SHRINK = "shrink"
 
 
 class Framework(str, enum.Enum):
@@ -30,7 +31,7 @@ class Framework(str, enum.Enum):
 
 
 def demo(
-    scenario: Scenario = typer.Argument(Scenario.HOTSWAP, help="hotswap (seed 000), elastic (seed 001), migration (seed 004) or gpu (GPU state saved on preemption, resumed bit for bit)."),
+    scenario: Scenario = typer.Argument(Scenario.HOTSWAP, help="hotswap (seed 000), elastic (seed 001), migration (seed 004), gpu (GPU state saved on preemption, resumed bit for bit) or shrink (a high-priority job shrinks an elastic low-priority one instead of evicting it)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object on stdout."),
     plot: Path | None = typer.Option(None, "--plot", help="Write a timeline (slices over time, failures and repairs) to this PNG.", dir_okay=False),
     keep: bool = typer.Option(False, "--keep", help="Keep the drill's cluster, logs and checkpoints for inspection."),
@@ -153,6 +154,7 @@ def _print_summary(summary: dict[str, Any]) -> None:
         label = (
             "MTTR (failure -> first training step), cold restart" if "mttr_warm_s" in summary
             else "MTTR (created again -> first training step)" if summary["scenario"] == "migration"
+            else "high's MTTR (submitted -> first training step; low shrank for it)" if summary["scenario"] == "shrink"
             else "MTTR (failure -> first training step)"
         )
         table.add_row(label, f"{summary['mttr_s']:.2f} s")
@@ -167,6 +169,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
         )
     if summary.get("wait_for_repair_s") is not None:
         table.add_row("waiting for a 10-minute repair instead", f"about {summary['wait_for_repair_s']:.0f} s down")
+    if summary.get("low_slices"):
+        table.add_row("low's slices (shrunk for high, grown back)", " -> ".join(str(k) for k in summary["low_slices"]))
     if summary.get("steps_lost") is not None:
         table.add_row("steps lost", str(summary["steps_lost"]))
     table.add_row("preempted", ", ".join(summary.get("preempted") or []) or "none")

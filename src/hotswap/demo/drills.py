@@ -151,11 +151,12 @@ class Drill(abc.ABC):
         self.event(f"cluster {self.cluster}: {slices} x {self.device} (1 host per slice, {where}), controller started")
 
     def submit(
-        self, name: str, *, priority: str, slices: int, steps: int = 1_000_000, script: str | None = None,
+        self, name: str, *, priority: str, slices: int, steps: int = 1_000_000, script: str | Path | None = None,
         args: str = "", **flags: Any,
     ) -> None:
+        path = script if isinstance(script, Path) else example_script(script or self.script)  # a Path: a script of the caller's
         command = (
-            f"{sys.executable} {example_script(script or self.script)} --steps {steps} --step-sleep {self.options.step_sleep}"
+            f"{sys.executable} {path} --steps {steps} --step-sleep {self.options.step_sleep}"
             f" --checkpoint-every 50 {args}"
         ).rstrip()
         spec = workload_spec(

@@ -21,6 +21,8 @@ MARK_STYLES = {
     "uncordon": ("green", "node repaired"),
     "delete": ("darkorange", "deleted (SIGTERM: checkpoint)"),
     "create": ("purple", "created again"),
+    "submit": ("purple", "submitted"),
+    "complete": ("teal", "completed"),
 }
 OUTAGE_LABEL = "slice out of service"
 

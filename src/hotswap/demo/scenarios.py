@@ -12,6 +12,7 @@ from typing import Any
 from hotswap.backends.local import operations
 from hotswap.demo.drills import Drill
 from hotswap.demo.gpu_drill import GpuDrill
+from hotswap.demo.shrink import ShrinkDrill
 from hotswap.demo.observe import (
     log_lines,
     process_environment,
@@ -279,4 +280,4 @@ def _in_order(text: str, first: str, second: str) -> bool:
     return first in text and second in text and text.index(first) < text.index(second)
 
 
-DRILLS = {"hotswap": HotswapDrill, "elastic": ElasticDrill, "migration": MigrationDrill, "gpu": GpuDrill}
+DRILLS = {"hotswap": HotswapDrill, "elastic": ElasticDrill, "migration": MigrationDrill, "gpu": GpuDrill, "shrink": ShrinkDrill}
