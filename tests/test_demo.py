@@ -75,3 +75,15 @@ def test_migration_drill(home: Path) -> None:
     summary = demo(home, "migration")
     assert summary["steps_lost"] == 0
     assert any(c["name"] == "restored from the migration checkpoint" and c["passed"] for c in summary["checks"])
+
+
+def test_shrink_drill(home: Path, tmp_path: Path) -> None:
+    """A high-priority job shrinks the elastic low one instead of evicting it (PyTorch workers)."""
+    chart = tmp_path / "shrink.png"
+    summary = demo(home, "shrink", "--plot", str(chart))
+    assert summary["preempted"] == [] and summary["shrunk"] == ["low"]
+    assert summary["steps_lost"] == 0 and summary["low_steps_skipped"] == 0
+    assert summary["low_slices"] == [3, 2, 3] and summary["mttr_s"] > 0
+    assert [(old, new) for _, old, new in summary["slice_count_changes"]] == [(3, 2), (2, 3)]
+    assert set(summary["goodput"]) == {"high", "low"}
+    assert chart.read_bytes()[:4] == b"\x89PNG"
