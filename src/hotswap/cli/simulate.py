@@ -49,6 +49,11 @@ def simulate(
     jobs: int | None = typer.Option(
         None, "--jobs", "-j", help="Worker processes (default: one per run when runs <= 2x CPUs, else one per CPU)."
     ),
+    compare_victims: bool = typer.Option(
+        False, "--compare-victims",
+        help="Run one policy (default hotswap) twice on the same failures and jobs: victims chosen by least lost"
+        " work (hotswap) and newest first (Kueue), victims losing the work since their last checkpoint.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object on stdout."),
     plot: Path | None = typer.Option(None, "--plot", help="Write a chart to this PNG file.", dir_okay=False),
 ) -> None:
@@ -89,7 +94,11 @@ def simulate(
         elastic_snapshot_s=elastic_snapshot_minutes * 60.0,
         policies=tuple(policy) if policy else tuple(POLICIES),
     )
-    if compare:
+    if compare_victims:
+        from hotswap.cli.simulate_victims import run_victims
+
+        run_victims(config, compare, plot, policy, as_json)
+    elif compare:
         _compare(config, _sizes(sizes, config), 5 if seeds is None else seeds, jobs, as_json, plot)
     else:
         _single(config, jobs, as_json, plot)

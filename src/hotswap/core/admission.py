@@ -15,7 +15,8 @@ from hotswap.core.demands import Demand, DemandQueue
 from hotswap.core.workload import HOLDING, Workload
 from hotswap.core.ordering import DemandKind
 from hotswap.core.placement import fill_positions, give_up_last, reclaim_target
-from hotswap.core.preemption import RankedCandidates, plan_reclaim
+from hotswap.core.policy import VictimOrder
+from hotswap.core.preemption import Candidates, NewestFirstCandidates, RankedCandidates, plan_reclaim
 from hotswap.core.round_state import BLOCKING_RECREATE, QUEUED, RESTARTING, RUNNING, RoundState
 
 # Enum members as module constants: on Python 3.11 each ``Enum.MEMBER`` read goes through the
@@ -115,7 +116,8 @@ def _serve(state: RoundState, demand: Demand) -> None:
 
 def _reclaim(state: RoundState, workload: Workload, target: int) -> list[str]:
     """Free ``target`` slices of lower-priority work and take them."""
-    candidates = RankedCandidates(state.capacity, state.index, workload, state.now, state.config.elastic)
+    ranked = RankedCandidates(state.capacity, state.index, workload, state.now, state.config.elastic)
+    candidates: Candidates = NewestFirstCandidates(ranked) if state.config.victims is VictimOrder.NEWEST_FIRST else ranked
     plan = plan_reclaim(target, candidates)
     if plan is None:  # cannot happen: the held slices counted cover the target
         return []

@@ -50,6 +50,15 @@ def candidates_ordering(workload: Workload, now: float) -> tuple[int, float, flo
     return (int(workload.priority), at_risk(workload, now), -workload.running_since, -workload.seq)
 
 
+def newest_first_ordering(workload: Workload) -> tuple[int, float, int]:
+    """Kueue's order of preemption candidates, for comparison (``VictimOrder.NEWEST_FIRST``):
+    lowest priority first, then the most recently admitted (here: whose workers started last;
+    one whose workers have not started yet was admitted last), then the newest workload. What a
+    stop would throw away plays no part."""
+    started = workload.running_since
+    return (int(workload.priority), -math.inf if started is None else -started, -workload.seq)
+
+
 def at_risk(workload: Workload, now: float) -> float:
     """Seconds of progress a hard stop at ``now`` would lose: since its start or last save.
 

@@ -54,6 +54,23 @@ class FailurePolicy:
         return ExitVerdict.RESTART, f"restart {restarts_so_far + 1} of {self.max_restarts}"
 
 
+class VictimOrder(str, enum.Enum):
+    """Which lower-priority holder is evicted first within one priority level, when shrinking
+    elastic work is not enough (priority always comes first).
+
+    ``least-lost-work`` is hotswap's rule (:func:`hotswap.core.ordering.candidates_ordering`):
+    the holder that loses the least progress since its last checkpoint, as Kueue's issue 477
+    ("Use information about last checkpoint on preemption") proposes. ``newest-first`` is what
+    Kueue does today: the most recently admitted first, whatever it would lose (kueue
+    pkg/scheduler/preemption, ``CandidatesOrdering``; site/content/en/docs/concepts/
+    cluster_queue.md, "Workloads which got admitted the most recently"). Only the simulator's
+    comparison (``hotswap simulate --compare-victims``) selects it.
+    """
+
+    LEAST_LOST_WORK = "least-lost-work"
+    NEWEST_FIRST = "newest-first"
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class SchedulerConfig:
     """Which recovery mechanisms the core uses (the simulator compares them).
@@ -61,11 +78,13 @@ class SchedulerConfig:
     ``hotswap``: a workload that loses a slice is placed at once on free healthy slices or on
     slices taken from lower-priority work; without it, it waits holding its slices until the
     broken ones are repaired. ``elastic``: workloads with ``min_slices`` scale down and up
-    instead of restarting.
+    instead of restarting. ``victims``: which holder of a priority level is evicted first
+    (:class:`VictimOrder`).
     """
 
     hotswap: bool = True
     elastic: bool = True
+    victims: VictimOrder = VictimOrder.LEAST_LOST_WORK
 
 
 DEFAULT_CONFIG = SchedulerConfig()

@@ -21,6 +21,7 @@ from typing import Protocol
 
 from hotswap.core.capacity import Capacity
 from hotswap.core.index import INF, SHRINKABLE, RankKey, WorkloadIndex, shrink_room
+from hotswap.core.ordering import newest_first_ordering
 from hotswap.core.workload import Workload
 
 
@@ -181,6 +182,27 @@ class RankedCandidates:
                 candidate = self._candidate(name)
                 if candidate.shrinkable > 0:
                     yield candidate
+
+
+class NewestFirstCandidates:
+    """The same holders as ``ranked``, offered for eviction newest first within a priority level
+    (Kueue's order, :func:`hotswap.core.ordering.newest_first_ordering`) instead of least lost
+    work first. Shrinking is offered as before. For the comparison of the two rules only
+    (``SchedulerConfig.victims``): it reads every candidate and sorts them, where the ranking
+    reads a few."""
+
+    def __init__(self, ranked: RankedCandidates) -> None:
+        self._ranked = ranked
+
+    @property
+    def shrink_pool(self) -> int:
+        return self._ranked.shrink_pool
+
+    def in_order(self) -> Iterator[Candidate]:
+        return iter(sorted(self._ranked.in_order(), key=lambda c: newest_first_ordering(c.workload)))
+
+    def shrinkable_in_order(self) -> Iterator[Candidate]:
+        return self._ranked.shrinkable_in_order()
 
 
 def _rotated(entries: tuple | list, period: float, now: float) -> Iterator[tuple[tuple[float, float, int], str]]:

@@ -86,6 +86,10 @@ class SimConfig:
     checkpoint_block_s: float = 5.0
     # Time for workers to stop after SIGTERM (they save a checkpoint first).
     stop_s: float = 10.0
+    # Whether a preempted job saves on SIGTERM (loses nothing). False: it loses the progress since
+    # its last checkpoint (a job without a SIGTERM save, or one whose save outlasts its grace
+    # period), which is when the choice of victims matters (``hotswap simulate --compare-victims``).
+    preemption_saves: bool = True
     # Re-forming the process group after an elastic scale-down or scale-up.
     elastic_reconfigure_s: float = 20.0
     # An elastic job that loses a slice goes back to its last in-memory snapshot: the steps

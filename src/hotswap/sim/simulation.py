@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 from hotswap.api.phases import WorkloadPhase
 from hotswap.core import events as ev
+from hotswap.core.goodput import Category
 from hotswap.core.effects import GROW, PLACE, SHRINK, ActionEffect, effect_of
 from hotswap.core.model import Snapshot
 from hotswap.core.policy import SchedulerConfig
@@ -47,6 +48,7 @@ class Counts:
     events: int = 0  # timers fired
     main_restarts: int = 0  # restarts of the main job's workers (hotswap, repair, requeue)
     main_reconfigurations: int = 0  # elastic scale-downs and scale-ups of the main job
+    preemption_lost_s: float = 0.0  # slice-seconds of progress preempted jobs threw away
 
 
 @dataclasses.dataclass
@@ -72,6 +74,7 @@ class _Timer(enum.Enum):
 # As module constants: enum member reads are slow on Python 3.11 (see hotswap.core.admission).
 _ARRIVAL, _FAILURE, _REPAIR, _READY = _Timer.ARRIVAL, _Timer.FAILURE, _Timer.REPAIR, _Timer.READY
 _RECONFIGURED, _FINISHED, _STOPPED, _JOINED = _Timer.RECONFIGURED, _Timer.FINISHED, _Timer.STOPPED, _Timer.JOINED
+_WASTED = Category.WASTED_PROGRESS
 _COLLECT_EVERY = 1000  # decisions between runs of the cyclic garbage collector (see run)
 
 
@@ -350,7 +353,13 @@ class _JobResponse:
                 sim.counts.main_restarts += main
             if effect.preemption:
                 sim.counts.preemptions += 1
-            job.stop(sim.now, sim.config, not effect.graceful)
+                # A victim saves on SIGTERM unless the config says it cannot (then it loses the
+                # progress since its last checkpoint: what the choice of victims decides).
+                wasted = job.ledger.seconds[_WASTED]
+                job.stop(sim.now, sim.config, not (effect.graceful and sim.config.preemption_saves))
+                sim.counts.preemption_lost_s += job.ledger.seconds[_WASTED] - wasted
+            else:
+                job.stop(sim.now, sim.config, not effect.graceful)
             if effect.placement == PLACE:
                 self._start(job, effect)
             else:
