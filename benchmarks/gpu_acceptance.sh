@@ -8,7 +8,7 @@
 # so a run writes at most 8 files):
 #   nvml        nvml_health.json     every GPU and its NVML health reading (the probe's --once)
 #   gpu-tests   pytest_gpu.txt       python -m pytest -m gpu (the real-GPU tests)
-#   demo        demo.json            hotswap demo hotswap|elastic|migration --json, GPUs visible
+#   demo        demo.json            hotswap demo hotswap|elastic|migration|shrink --json, GPUs visible
 #   drill       gpu_drill.json       hotswap demo gpu --backing gpu --json (>= 1 GB on the GPU)
 #   bench       bench_checkpoint.json  python benchmarks/bench_checkpoint.py --device cuda --state-gb 4 --json
 #   full-suite  pytest_full.txt      python -m pytest -q, with the GPU visible
@@ -100,15 +100,15 @@ for part in $PARTS; do
         nvml) run nvml nvml_health.json "$PYTHON" -m hotswap.backends.local.gpu_probe --once ;;
         gpu-tests) run gpu-tests pytest_gpu.txt "$PYTHON" -m pytest -q -m gpu -p no:cacheprovider ;;
         demo)
-            # The three drills with the GPU visible (auto: GPU-backed slices when enough are free).
-            for scenario in hotswap elastic migration; do
+            # The four drills with the GPU visible (auto: GPU-backed slices when enough are free).
+            for scenario in hotswap elastic migration shrink; do
                 run "demo-$scenario" "demo-$scenario.json" "$PYTHON" -m hotswap demo "$scenario" --json
             done
             "$PYTHON" - "$OUT" <<'EOF'
 import json, pathlib, sys
 out = pathlib.Path(sys.argv[1])
 merged = {}
-for scenario in ("hotswap", "elastic", "migration"):
+for scenario in ("hotswap", "elastic", "migration", "shrink"):
     path = out / f"demo-{scenario}.json"
     try:
         merged[scenario] = json.loads(path.read_text())
