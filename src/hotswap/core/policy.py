@@ -61,9 +61,9 @@ class VictimOrder(str, enum.Enum):
     ``least-lost-work`` is hotswap's rule (:func:`hotswap.core.ordering.candidates_ordering`):
     the holder that loses the least progress since its last checkpoint, as Kueue's issue 477
     ("Use information about last checkpoint on preemption") proposes. ``newest-first`` is what
-    Kueue does today: the most recently admitted first, whatever it would lose (kueue
-    pkg/scheduler/preemption, ``CandidatesOrdering``; site/content/en/docs/concepts/
-    cluster_queue.md, "Workloads which got admitted the most recently"). Only the simulator's
+    Kueue does today: within a priority level, the most recently admitted first, whatever it
+    would lose (kubernetes-sigs/kueue pkg/scheduler/preemption/common, ``CandidatesOrdering``:
+    lower priority first, then the later ``quotaReservationTime`` first). Only the simulator's
     comparison (``hotswap simulate --compare-victims``) selects it.
     """
 
