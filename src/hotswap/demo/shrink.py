@@ -122,6 +122,9 @@ class ShrinkDrill(Drill):
 
     def completed_at(self, name: str) -> float | None:
         """When the controller recorded the job's completion (its timeline), None before."""
+        record = self.record(name)
+        if record is None or record["status"] != "SUCCESSFUL":
+            return None  # (the timeline is read once the job is done, not at every poll)
         return next((float(r["t"]) for r in self.timeline() if r["kind"] == "complete" and r["workload"] == name), None)
 
     # ------------------------------------------------------------------ the drill
