@@ -249,7 +249,8 @@ def test_an_index_that_this_release_did_not_write_is_refused(
     with caplog.at_level(logging.WARNING, logger="hotswap.train"):
         _, found = saver.restore_latest()
     assert found.step == 1
-    assert f"skipping checkpoint {info.path}: it cannot be loaded" in caplog.text and complaint in caplog.text
+    assert f"damaged checkpoint {info.path}: it cannot be loaded" in caplog.text and complaint in caplog.text
+    assert not info.path.exists() and [p.name[:15] for p in (tmp_path / "damaged").iterdir()] == ["step-0000000002"]
 
 
 def test_a_data_file_of_the_wrong_size_is_skipped(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
