@@ -116,8 +116,9 @@ def test_a_planted_checkpoint_in_the_previous_format_does_not_run(
     with caplog.at_level(logging.WARNING, logger="hotswap.train"):
         _, info = saver.restore_latest()
     assert info.step == 1
-    assert f"skipping checkpoint {planted}: it cannot be loaded" in caplog.text
+    assert f"damaged checkpoint {planted}: it cannot be loaded" in caplog.text
     assert "earlier release" in caplog.text
+    assert not planted.exists() and len(list((checkpoints / "damaged").iterdir())) == 1  # set aside
 
 
 def test_a_checkpoint_of_the_previous_release_is_still_restored(tmp_path: Path) -> None:

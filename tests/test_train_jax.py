@@ -216,3 +216,35 @@ def test_a_survivor_hands_over_the_last_computed_state_when_the_live_one_failed(
     assert handed.counters is not None and handed.counters["step"] == 4
     assert handed.objects == {"data": {"offset": 4}}
     assert handed.shards is not None and float(next(iter(handed.shards[0].values()))[0]) == 4.0
+
+
+def test_a_damaged_step_is_named_set_aside_and_its_step_saved_again(jax, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:  # type: ignore[no-untyped-def]
+    """Issue 24 item 3, JAX: a step whose metadata is damaged is skipped with one line naming it
+    and moved into ``damaged/`` (kept, never read again), so a later save of that step works
+    (orbax refused it: StepAlreadyExistsError)."""
+    import logging
+
+    import jax.numpy as jnp
+
+    state = {"w": jnp.arange(4.0)}
+    counters = {"step": 1, "elastic_down_events": 0}
+    store = checkpoints(tmp_path)
+    store.save(1, state, {}, counters, "periodic", wait=True)
+    store.save(2, {"w": state["w"] + 1}, {}, {**counters, "step": 2}, "periodic", wait=True)
+    store.close()
+    (tmp_path / "2" / "state" / "_METADATA").write_text("garbage")
+
+    store = checkpoints(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="hotswap.train"):
+        restored = store.restore_latest({"w": jnp.zeros(4)})
+    assert restored is not None and restored.step == 1
+    said = [r.getMessage() for r in caplog.records if r.name == "hotswap.train"]
+    [aside] = (tmp_path / "damaged").iterdir()
+    assert len(said) == 1 and said[0].startswith(f"hotswap: damaged checkpoint {tmp_path / '2'}: its metadata cannot be read")
+    assert f"moved to {aside}" in said[0] and aside.name.startswith("2-") and not (tmp_path / "2").exists()
+
+    store.save(2, {"w": state["w"] + 5}, {}, {**counters, "step": 2}, "final", wait=True)
+    store.close()
+    again = checkpoints(tmp_path).restore_latest({"w": jnp.zeros(4)})
+    assert again is not None and again.step == 2 and again.reason == "final"
+    assert bool((again.state["w"] == state["w"] + 5).all())

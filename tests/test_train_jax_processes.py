@@ -186,3 +186,44 @@ def test_a_pathwaysutils_style_loop_saves_on_sigterm_and_resumes_its_snapshot(tm
         assert f"resumed step={saved} seen={saved}" in second.lines()
         assert restored(second) == (saved, "migration")
         assert float(second.steps()[saved + 1]["w"]) == saved + 1
+
+
+def test_only_damaged_checkpoints_or_a_refused_directory_stop_the_job_in_one_line(tmp_path: Path) -> None:
+    """Issue 24 item 3, JAX: with every step damaged the job exits 65 (a workload error) with
+    one line instead of starting again from step 0; HOTSWAP_ALLOW_FRESH_START=1 lets it. A
+    checkpoint directory others can write to: one line, exit 65, no traceback."""
+    from hotswap.api import worker as contract
+
+    checkpoints = tmp_path / "checkpoints"
+    args = ["--steps", "4", "--checkpoint-every", "2", "--step-sleep", "0"]
+    with Workers(tmp_path) as workers:
+        [first] = start_job(workers, "first", 1, checkpoints, args)
+        assert first.wait(TIMEOUT) == 0, first.stderr()
+        steps = sorted(p.name for p in checkpoints.iterdir() if p.name.isdigit())
+        assert steps == ["2", "4"]
+        for step in steps:
+            (checkpoints / step / "state" / "_METADATA").write_text("garbage")
+
+        [second] = start_job(workers, "second", 1, checkpoints, args)
+        assert second.wait(TIMEOUT) == contract.CHECKPOINTS_UNUSABLE_EXIT_CODE, second.stderr()
+        # (JAX's logging prefixes the warnings with "WARNING:hotswap.train:")
+        errors = [line for line in second.stderr().splitlines() if "hotswap: " in line or "Traceback" in line]
+        assert len(errors) == 3 and errors[-1].startswith("hotswap: no usable checkpoint: 2 damaged one(s) were set aside"), errors
+        assert all("hotswap: damaged checkpoint " in line and "moved to" in line for line in errors[:2]), errors
+        assert not any(line.startswith("step=") for line in second.lines())
+
+        port = free_port()
+        env = worker_env(rank=0, world_size=1, port=port, checkpoint_dir=checkpoints)
+        allowed = workers.start("allowed", HARNESS, args, {**env, contract.HOTSWAP_ALLOW_FRESH_START: "1"})
+        assert allowed.wait(TIMEOUT) == 0, allowed.stderr()
+        assert sorted(allowed.steps()) == [1, 2, 3, 4] and (checkpoints / "4").is_dir()
+
+        shared = tmp_path / "shared"
+        shared.mkdir()
+        shared.chmod(0o777)
+        [refused] = start_job(workers, "refused", 1, shared, args)
+        assert refused.wait(TIMEOUT) == contract.CHECKPOINTS_UNUSABLE_EXIT_CODE, refused.stderr()
+        assert [line for line in refused.stderr().splitlines() if "hotswap" in line or "Traceback" in line] == [
+            f"hotswap: refusing checkpoint directory {shared}: it is writable by others (mode 0777), who could plant "
+            f"a checkpoint; make it private (chmod go-w {shared}) or use another directory"
+        ], refused.stderr()

@@ -249,7 +249,8 @@ def test_an_index_that_this_release_did_not_write_is_refused(
     with caplog.at_level(logging.WARNING, logger="hotswap.train"):
         _, found = saver.restore_latest()
     assert found.step == 1
-    assert f"skipping checkpoint {info.path}: it cannot be loaded" in caplog.text and complaint in caplog.text
+    assert f"damaged checkpoint {info.path}: it cannot be loaded" in caplog.text and complaint in caplog.text
+    assert not info.path.exists() and [p.name[:15] for p in (tmp_path / "damaged").iterdir()] == ["step-0000000002"]
 
 
 def test_a_data_file_of_the_wrong_size_is_skipped(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -296,3 +297,50 @@ def test_staging_moves_every_byte_in_order_whatever_the_chunk(device: str, chunk
 
     staging.read_into(targets, read)
     assert all(torch.equal(a.cpu(), b) for a, b in zip(targets, host, strict=True)) and not stream
+
+
+
+class _SeemsOnGpu(torch.Tensor):
+    """A CPU tensor that says it lives on a CUDA GPU (``is_cuda``), as a GPU parameter does:
+    what a checkpoint records of where a tensor lived is checked without a GPU."""
+
+    @property
+    def is_cuda(self) -> bool:  # type: ignore[override]
+        return True
+
+
+def test_an_asynchronous_save_records_where_each_tensor_lived_not_its_host_copy(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 24 item 4: an asynchronous save copies GPU tensors to host buffers before writing;
+    its index must still say "cuda" for them, as a synchronous save's does, or a restore puts
+    the GPU state on the CPU. Restored on a machine without a GPU, they come back on the CPU
+    with one warning naming the checkpoint. (The GPU test of the same is in
+    test_train_checkpoint_gpu.py.)"""
+    from hotswap.train.torch import snapshot
+    from hotswap.train.torch.codec import spec_of
+
+    weight = torch.arange(12.0).reshape(3, 4)
+    real_encode = snapshot.encode
+
+    def encode_with_weight_on_the_gpu(tree: Any) -> Any:  # what encode gives for a GPU weight
+        encoded = real_encode(tree)
+        encoded.arrays = [a.as_subclass(_SeemsOnGpu) if a is weight else a for a in encoded.arrays]
+        return encoded
+
+    monkeypatch.setattr(snapshot, "encode", encode_with_weight_on_the_gpu)
+    tree = {"weight": weight, "count": torch.tensor([7]), "rng": numpy.arange(3, dtype=numpy.uint8)}
+    saver = checkpointer(tmp_path)
+    saver.save_async(5, tree, "periodic")
+    info = saver.wait()
+    assert info is not None
+    index = json.loads((info.path / tensorfiles.INDEX_FILE).read_text())
+    assert spec_of(weight.as_subclass(_SeemsOnGpu)).device == "cuda"  # the synchronous save's record
+    assert [entry["device"] for entry in index["arrays"]] == ["cuda", "cpu", "cpu"]
+    if torch.cuda.is_available():
+        return  # restored to the GPU there: test_train_checkpoint_gpu.py
+    with caplog.at_level(logging.WARNING, logger="hotswap.train"):
+        restored = tensorfiles.TensorFiles(2).read(info.path, info.files)
+    assert restored["weight"].device.type == "cpu" and torch.equal(restored["weight"], weight)
+    said = [r.getMessage() for r in caplog.records if "no GPU" in r.getMessage()]
+    assert len(said) == 1 and "step-0000000005" in said[0] and "restored on the CPU" in said[0], said

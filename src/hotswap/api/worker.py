@@ -66,12 +66,22 @@ HOTSWAP_HOSTS_PER_SLICE = "HOTSWAP_HOSTS_PER_SLICE"
 HOTSWAP_MEMBERSHIP_FILE = "HOTSWAP_MEMBERSHIP_FILE"  # elastic workloads only
 HOTSWAP_EVENTS_FILE = "HOTSWAP_EVENTS_FILE"  # JSON lines of goodput events, one file per worker
 HOTSWAP_TERMINATION_GRACE_S = "HOTSWAP_TERMINATION_GRACE_S"
+# Set by the user (`workload create --env HOTSWAP_ALLOW_FRESH_START=1`), never by a backend: a
+# worker that finds no usable checkpoint but damaged ones it set aside may start from step 0.
+# Without it, it exits with CHECKPOINTS_UNUSABLE_EXIT_CODE instead of silently losing the steps.
+HOTSWAP_ALLOW_FRESH_START = "HOTSWAP_ALLOW_FRESH_START"
+_TRUE = ("1", "true", "yes", "on")
 
 CHECKPOINTED_EXIT_CODE = 143
 # The worker cannot go on for a reason outside the training code (a non-elastic group lost a
 # peer, no membership came, the rendezvous failed): restart it. It is in xpk's default restart
 # codes, and hotswap's. The worker saves what it holds first.
 RESTART_EXIT_CODE = 42
+# The job's checkpoints cannot be used: a refused checkpoint directory (another user's, or
+# writable by others), or only damaged checkpoints and no HOTSWAP_ALLOW_FRESH_START. A workload
+# error, not an infrastructure one: it is outside the default restart codes (sysexits' EX_DATAERR),
+# so the workload fails with it instead of restarting into the same refusal.
+CHECKPOINTS_UNUSABLE_EXIT_CODE = 65
 
 REPLICATED_JOB = "slice"  # the one replicated job of a hotswap JobSet
 
@@ -203,6 +213,7 @@ class WorkerEnv:
     membership_file: str | None = None
     events_file: str | None = None
     grace_period_s: float = DEFAULT_GRACE_PERIOD_S
+    allow_fresh_start: bool = False  # HOTSWAP_ALLOW_FRESH_START
 
     @classmethod
     def from_environ(cls, env: Mapping[str, str]) -> WorkerEnv:
@@ -237,6 +248,7 @@ class WorkerEnv:
             membership_file=env.get(HOTSWAP_MEMBERSHIP_FILE) or None,
             events_file=env.get(HOTSWAP_EVENTS_FILE) or None,
             grace_period_s=float(env.get(HOTSWAP_TERMINATION_GRACE_S) or DEFAULT_GRACE_PERIOD_S),
+            allow_fresh_start=env.get(HOTSWAP_ALLOW_FRESH_START, "").strip().lower() in _TRUE,
         )
 
     @property

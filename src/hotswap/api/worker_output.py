@@ -65,8 +65,9 @@ EVENT_CHECKPOINT_BEGIN = "checkpoint_begin"
 EVENT_CHECKPOINT_RESTORE = "checkpoint_restore"  # {"step", "duration_s", "source"}
 EVENT_ELASTIC = "elastic"  # membership change applied: {"generation", "slices", "duration_s"}
 EVENT_STOP = "stop"  # the worker leaves: {"step", "reason", "exit_code"}; reasons: complete,
-# terminated, removed, peer_lost, no_membership, rendezvous_failed. checkpoint_save reasons:
-# periodic, termination, final, recovery (only the writing rank records saves).
+# terminated, removed, peer_lost, no_membership, rendezvous_failed, checkpoints_unusable.
+# checkpoint_save reasons: periodic, termination, final, recovery (only the writing rank records
+# saves).
 EVENT_KINDS = (
     EVENT_START,
     EVENT_STEP,

@@ -14,8 +14,10 @@ it would restore as data, never as code (``codec.py``).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import stat
+import uuid
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -28,7 +30,12 @@ except ImportError:
 crc32: Callable[..., int] = _fast_crc32 or zlib.crc32
 """CRC-32 (zlib's polynomial) of a buffer, continuing from a previous value."""
 
+log = logging.getLogger("hotswap.train")
+
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+# Where damaged checkpoints are moved, inside the checkpoint directory: kept for inspection,
+# never read again, and out of the way of a later save of the same step.
+DAMAGED_DIR = "damaged"
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
@@ -38,6 +45,52 @@ class CheckpointDirectoryRefused(PermissionError):
 
 class CheckpointDamaged(Exception):
     """A committed checkpoint that cannot be used; the message says why, in one line."""
+
+
+class FreshStartRefused(Exception):
+    """No usable checkpoint is left, but damaged ones were set aside, and the user did not allow
+    a fresh start (HOTSWAP_ALLOW_FRESH_START): starting from step 0 would silently lose the
+    steps. The message is one line; the worker exits with CHECKPOINTS_UNUSABLE_EXIT_CODE."""
+
+
+def set_aside(path: Path, why: str) -> Path | None:
+    """Move the damaged checkpoint ``path`` into the ``damaged`` directory beside it, with one
+    warning naming it and why; where it went (None when it was gone already, or could not be
+    moved: then it is only skipped)."""
+    aside = path.parent / DAMAGED_DIR
+    target = aside / f"{path.name}-{uuid.uuid4().hex[:8]}"
+    try:
+        aside.mkdir(mode=0o700, exist_ok=True)
+        os.rename(path, target)
+    except FileNotFoundError:
+        return None  # another reader moved it, or a writer's prune removed it
+    except OSError as error:
+        log.warning("hotswap: skipping damaged checkpoint %s: %s (it cannot be moved aside: %s)", path, why, error.strerror)
+        return None
+    log.warning("hotswap: damaged checkpoint %s: %s; moved to %s (kept for inspection, never read again)", path, why, target)
+    return target
+
+
+def damaged_checkpoints(root: Path) -> list[Path]:
+    """What :func:`set_aside` moved out of the checkpoint directory ``root``, by name."""
+    try:
+        return sorted(Path(entry.path) for entry in os.scandir(root / DAMAGED_DIR))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def fresh_start_refusal(roots: list[Path], allowed: bool) -> FreshStartRefused | None:
+    """Why a worker that found no usable checkpoint in ``roots`` must not start from step 0
+    (damaged ones were set aside there and the user did not allow it), or None."""
+    damaged = [path for root in roots for path in damaged_checkpoints(root)]
+    if allowed or not damaged:
+        return None
+    return FreshStartRefused(
+        f"hotswap: no usable checkpoint: {len(damaged)} damaged one(s) were set aside in "
+        f"{damaged[-1].parent} (newest: {damaged[-1].name}); refusing to start again from step 0 and lose "
+        "their steps: repair or restore a checkpoint, or set HOTSWAP_ALLOW_FRESH_START=1 "
+        "(workload create --env HOTSWAP_ALLOW_FRESH_START=1) to start over"
+    )
 
 
 @dataclasses.dataclass(frozen=True)

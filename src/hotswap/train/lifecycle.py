@@ -12,12 +12,13 @@ import logging
 import sys
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
-from hotswap.api.worker import WorkerEnv
+from hotswap.api.worker import CHECKPOINTS_UNUSABLE_EXIT_CODE, WorkerEnv
 from hotswap.api.worker_output import EVENT_START
 from hotswap.train.boundary import StepBoundary
 from hotswap.train.events import EventLog
+from hotswap.train.files import CheckpointDirectoryRefused, FreshStartRefused
 from hotswap.train.front import RunFront
 from hotswap.train.termination import Termination, TerminationRequest
 
@@ -32,6 +33,13 @@ def half_grace_period(env: WorkerEnv) -> float:
     """Half the termination grace period, 5 to 60 s: long enough to tell a hung peer, short
     enough that a rank stuck on one still has time to act on SIGTERM and save."""
     return max(5.0, min(60.0, env.grace_period_s / 2))
+
+
+def refuse_checkpoint_directory(refused: CheckpointDirectoryRefused) -> NoReturn:
+    """The worker cannot use its checkpoint directory: one line, and the exit code the failure
+    policy fails on (restarting would meet the same directory)."""
+    print(f"hotswap: {refused}", file=sys.stderr, flush=True)
+    raise SystemExit(CHECKPOINTS_UNUSABLE_EXIT_CODE)
 
 
 def warn_no_checkpoint_directory() -> None:
@@ -126,6 +134,8 @@ class RunLifecycle(RunFront):
         self.formation.complete_join()
         try:
             self._replica.synchronise(self.formation.interrupted)
+        except FreshStartRefused as refusal:  # one line and a code the failure policy fails on
+            self.termination.exit(CHECKPOINTS_UNUSABLE_EXIT_CODE, "checkpoints_unusable", str(refusal))
         except Exception as error:
             if not self.group.is_peer_failure(error):
                 raise

@@ -4,6 +4,11 @@ written its shards; an interrupted save never becomes a step), restored onto wha
 registered state now lives on, so a job saved on 3 slices resumes on 2 with its arrays
 resharded.
 
+A step that cannot be read (its metadata or arrays damaged) is moved into ``damaged/`` beside
+the steps with one warning (:func:`hotswap.train.files.set_aside`): kept for inspection, never
+read again, and out of the way of a later save of that step. The directory must be this user's
+and closed to others' writes, as the PyTorch SDK's (:func:`hotswap.train.files.prepare_directory`).
+
 Each step holds two items: ``state`` (the arrays, ``StandardSave``) and ``hotswap`` (the
 progress counters, why it was saved, and the registered objects' states, ``JsonSave``). Every
 process takes part in saves and restores; rank 0 records the goodput events.
@@ -24,6 +29,7 @@ import orbax.checkpoint as ocp
 from hotswap.api.worker_output import EVENT_CHECKPOINT_SAVE
 from hotswap.train import runs
 from hotswap.train.events import EventLog
+from hotswap.train.files import prepare_directory, set_aside
 from hotswap.train.jax.trees import StateMismatchError, first_mismatch, leaves_with_paths
 
 log = logging.getLogger("hotswap.train")
@@ -43,6 +49,7 @@ class OrbaxCheckpoints:
     def __init__(
         self, directory: str, keep: int, events: EventLog, *, record_events: bool, fallback: str | None = None
     ) -> None:
+        prepare_directory(Path(directory))  # CheckpointDirectoryRefused: another's, or writable by others
         self.directory = directory
         self.fallback = fallback  # the run's resume source, read while ``directory`` has no step
         self.events = events
@@ -157,35 +164,57 @@ class OrbaxCheckpoints:
 
     @staticmethod
     def _newest(manager: Any, directory: str, template: Any) -> Restored | None:
+        """The newest step that restores; the damaged ones newer than it are set aside (and
+        the manager told, so that a later save of their step is not refused)."""
         expected = leaves_with_paths(template)
-        for step in sorted(manager.all_steps(), reverse=True):
-            where = f"checkpoint {directory}/{step}"
-            try:
-                saved = getattr(manager.item_metadata(step)["state"], "tree", None)
-                if saved is None:
-                    raise ValueError("no array metadata")
-                found = dict(leaves_with_paths(saved))
-            except Exception as error:  # written by something else, or damaged
-                log.warning("hotswap: skipping %s: its metadata cannot be read (%s)", where, error)
-                continue
-            problem = first_mismatch(expected, found, where)
-            if problem:
-                raise StateMismatchError(f"cannot restore: {problem}")
-            target = jax.tree.map(_abstract, template)
-            try:
-                restored = manager.restore(
-                    step,
-                    args=ocp.args.Composite(state=ocp.args.StandardRestore(target), hotswap=ocp.args.JsonRestore()),
-                )
-            except Exception as error:
-                log.warning("hotswap: skipping %s: it cannot be restored (%s)", where, error)
-                continue
-            extra = restored["hotswap"]
-            return Restored(step, restored["state"], extra["objects"], extra["counters"], extra["reason"])
-        return None
+        moved = False
+        try:
+            for step in sorted(manager.all_steps(), reverse=True):
+                where = f"checkpoint {directory}/{step}"
+                try:
+                    saved = getattr(manager.item_metadata(step)["state"], "tree", None)
+                    if saved is None:
+                        raise ValueError("no array metadata")
+                    found = dict(leaves_with_paths(saved))
+                except Exception as error:  # written by something else, or damaged
+                    moved |= _set_aside(directory, step, f"its metadata cannot be read ({_one_line(error)})")
+                    continue
+                problem = first_mismatch(expected, found, where)
+                if problem:
+                    raise StateMismatchError(f"cannot restore: {problem}")
+                target = jax.tree.map(_abstract, template)
+                try:
+                    restored = manager.restore(
+                        step,
+                        args=ocp.args.Composite(state=ocp.args.StandardRestore(target), hotswap=ocp.args.JsonRestore()),
+                    )
+                except Exception as error:
+                    moved |= _set_aside(directory, step, f"it cannot be restored ({_one_line(error)})")
+                    continue
+                extra = restored["hotswap"]
+                return Restored(step, restored["state"], extra["objects"], extra["counters"], extra["reason"])
+            return None
+        finally:
+            if moved:
+                manager.reload()
 
     def close(self) -> None:
         self.manager.close()
+
+
+def _set_aside(directory: str, step: int, why: str) -> bool:
+    """Move a damaged step out of the way (every process may try: the first one moves it)."""
+    path = Path(directory) / str(step)
+    if not path.is_dir():
+        log.warning("hotswap: skipping checkpoint %s: %s", path, why)
+        return False
+    set_aside(path, why)
+    return not path.exists()  # moved, here or by another process
+
+
+def _one_line(error: Exception) -> str:
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def _abstract(leaf: Any) -> Any:

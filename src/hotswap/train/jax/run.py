@@ -36,7 +36,13 @@ from hotswap.train.jax.formation import RestartingFormation
 from hotswap.train.jax.runtime import JaxGroup, configure_runtime, default_compilation_cache
 from hotswap.train.jax.sync import JaxStateSync
 from hotswap.train.jax.watchdog import Watchdog
-from hotswap.train.lifecycle import RunLifecycle, half_grace_period, warn_no_checkpoint_directory
+from hotswap.train.files import CheckpointDirectoryRefused
+from hotswap.train.lifecycle import (
+    RunLifecycle,
+    half_grace_period,
+    refuse_checkpoint_directory,
+    warn_no_checkpoint_directory,
+)
 from hotswap.train.progress import Progress
 from hotswap.train.rendezvous import first_line
 from hotswap.train.termination import Termination
@@ -80,6 +86,7 @@ class JaxRun(RunLifecycle):
             snapshot_every=snapshot_every,
             handoff=handoff,
             cause=env.start_cause,
+            allow_fresh_start=env.allow_fresh_start,
         )
 
         def formation(termination: Termination) -> GroupFormation:
@@ -277,18 +284,21 @@ def init(
     env = WorkerEnv.from_environ(os.environ)
     if stall_timeout_s is None:
         stall_timeout_s = half_grace_period(env)
-    _current = JaxRun(
-        env,
-        checkpoint_dir=checkpoint_dir,
-        checkpoint_every=checkpoint_every,
-        keep=keep,
-        async_checkpoints=async_checkpoints,
-        snapshot_every=snapshot_every,
-        stall_timeout_s=stall_timeout_s,
-        rendezvous_timeout_s=rendezvous_timeout_s,
-        membership_timeout_s=membership_timeout_s,
-        compilation_cache=default_compilation_cache() if compilation_cache is True else (compilation_cache or None),
-    )
+    try:
+        _current = JaxRun(
+            env,
+            checkpoint_dir=checkpoint_dir,
+            checkpoint_every=checkpoint_every,
+            keep=keep,
+            async_checkpoints=async_checkpoints,
+            snapshot_every=snapshot_every,
+            stall_timeout_s=stall_timeout_s,
+            rendezvous_timeout_s=rendezvous_timeout_s,
+            membership_timeout_s=membership_timeout_s,
+            compilation_cache=default_compilation_cache() if compilation_cache is True else (compilation_cache or None),
+        )
+    except CheckpointDirectoryRefused as refused:
+        refuse_checkpoint_directory(refused)
     return _current
 
 

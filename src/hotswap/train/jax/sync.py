@@ -21,6 +21,7 @@ import jax
 from hotswap.api.worker_output import EVENT_CHECKPOINT_RESTORE, restore_source, restored_line
 from hotswap.train import runs
 from hotswap.train.events import EventLog, say
+from hotswap.train.files import fresh_start_refusal
 from hotswap.train.jax.handoff import Handoff, MembershipChange
 from hotswap.train.jax.objects import ObjectRegistry
 from hotswap.train.jax.runtime import JaxGroup
@@ -57,8 +58,10 @@ class JaxStateSync:
         snapshot_every: int | None,
         handoff: Handoff | None,
         cause: str | None = None,
+        allow_fresh_start: bool = False,
     ) -> None:
         self.cause = cause  # why this worker generation started (HOTSWAP_START_CAUSE)
+        self.allow_fresh_start = allow_fresh_start  # HOTSWAP_ALLOW_FRESH_START
         self.group = group
         self.progress = progress
         self.events = events
@@ -232,6 +235,12 @@ class JaxStateSync:
 
     def _restore_from_disk(self, started: float) -> None:
         restored = self.checkpoints.restore_latest(self.template) if self.checkpoints is not None else None
+        if restored is None and self.checkpoints is not None:
+            # Every process sees the same directories, so every one refuses alike.
+            roots = [Path(p) for p in (self.checkpoints.directory, self.checkpoints.fallback) if p]
+            refusal = fresh_start_refusal(roots, self.allow_fresh_start)
+            if refusal is not None:
+                raise refusal
         self.progress.has_state = True
         if self.checkpoints is not None and self.group.rank == 0:
             runs.mark_running(Path(self.checkpoints.directory))  # no earlier run's migration is pending now

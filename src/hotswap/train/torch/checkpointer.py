@@ -33,7 +33,7 @@ from hotswap.train.torch.codec import CheckpointFormatError, encode
 from hotswap.train.events import EventLog
 from hotswap.train.torch.snapshot import HostSnapshot, HostStaging
 from hotswap.train.torch.state import tree_format_problem
-from hotswap.train.files import CheckpointDamaged
+from hotswap.train.files import CheckpointDamaged, FreshStartRefused, fresh_start_refusal, set_aside
 from hotswap.train.torch.store import LEGACY_DATA_FILE, LEGACY_FORMAT, CheckpointInfo, CheckpointStore
 from hotswap.train.torch.tensorfiles import TensorFiles
 
@@ -173,14 +173,20 @@ class Checkpointer:
             return None
 
     def restore_latest(self) -> tuple[Any, CheckpointInfo] | None:
-        """The newest usable checkpoint's tree, skipping (and reporting) damaged ones: this
-        run's own, else its resume source's."""
+        """The newest usable checkpoint's tree, setting damaged ones aside (one warning each):
+        this run's own, else its resume source's."""
         self.wait()
         for store in (self.store, self.fallback):
             found = self._newest_usable(store) if store is not None else None
             if found is not None:
                 return found
         return None
+
+    def fresh_start_refusal(self, allowed: bool) -> FreshStartRefused | None:
+        """Once :meth:`restore_latest` found nothing: why starting from step 0 is refused
+        (damaged checkpoints were set aside and ``allowed`` is false), or None."""
+        roots = [store.root for store in (self.store, self.fallback) if store is not None]
+        return fresh_start_refusal(roots, allowed)
 
     def from_fallback(self, info: CheckpointInfo) -> bool:
         """Whether ``info`` is one of the resume source's checkpoints (another run's)."""
@@ -194,14 +200,17 @@ class Checkpointer:
                 else:
                     tree = self._files.read(info.path, info.files)
             except CheckpointDamaged as damage:  # torn or changed since it was committed
-                store.report(info.path, str(damage))
+                set_aside(info.path, str(damage))
                 continue
-            except (CheckpointFormatError, OSError) as error:  # whole, but not a state this release wrote
-                log.warning("hotswap: skipping checkpoint %s: it cannot be loaded (%s)", info.path, error)
+            except CheckpointFormatError as error:  # whole, but not a state this release wrote
+                set_aside(info.path, f"it cannot be loaded ({error})")
+                continue
+            except OSError as error:  # the storage, not the checkpoint: left where it is
+                log.warning("hotswap: skipping checkpoint %s: it cannot be read (%s)", info.path, error)
                 continue
             problem = tree_format_problem(tree)
             if problem:
-                log.warning("hotswap: skipping checkpoint %s: %s", info.path, problem)
+                set_aside(info.path, problem)
                 continue
             return tree, info
         return None

@@ -100,9 +100,15 @@ class Encoded:
 
     document: Any
     arrays: list[torch.Tensor | numpy.ndarray]
+    # Where each array lived when the tree was taken, when the arrays are copies elsewhere (an
+    # asynchronous save's host buffers of GPU tensors); None: where the arrays are.
+    devices: list[str] | None = None
 
     def specs(self) -> list[ArraySpec]:
-        return [spec_of(array) for array in self.arrays]
+        specs = [spec_of(array) for array in self.arrays]
+        if self.devices is None:
+            return specs
+        return [dataclasses.replace(spec, device=device) for spec, device in zip(specs, self.devices, strict=True)]
 
 
 _torch_dtypes: dict[str, torch.dtype] | None = None
@@ -132,8 +138,12 @@ def torch_dtypes() -> dict[str, torch.dtype]:
 def spec_of(array: torch.Tensor | numpy.ndarray) -> ArraySpec:
     if isinstance(array, numpy.ndarray):
         return ArraySpec("ndarray", array.dtype.str, tuple(array.shape), "cpu")
-    device = "cuda" if array.is_cuda else "cpu"
-    return ArraySpec("tensor", str(array.dtype).removeprefix("torch."), tuple(array.shape), device)
+    return ArraySpec("tensor", str(array.dtype).removeprefix("torch."), tuple(array.shape), device_kind(array))
+
+
+def device_kind(array: torch.Tensor | numpy.ndarray) -> str:
+    """Where an array lives, as a checkpoint records it: "cuda" or "cpu"."""
+    return "cuda" if isinstance(array, torch.Tensor) and array.is_cuda else "cpu"
 
 
 # Encoding ----------------------------------------------------------------------------------

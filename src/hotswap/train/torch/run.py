@@ -33,8 +33,14 @@ from typing import Any
 
 from hotswap.api.worker import WorkerEnv
 from hotswap.train import runs
+from hotswap.train.files import CheckpointDirectoryRefused
 from hotswap.train.formation import GroupFormation
-from hotswap.train.lifecycle import RunLifecycle, half_grace_period, warn_no_checkpoint_directory
+from hotswap.train.lifecycle import (
+    RunLifecycle,
+    half_grace_period,
+    refuse_checkpoint_directory,
+    warn_no_checkpoint_directory,
+)
 from hotswap.train.progress import Progress
 from hotswap.train.termination import Termination
 from hotswap.train.torch.checkpointer import Checkpointer
@@ -85,6 +91,7 @@ class Run(RunLifecycle):
             self.events,
             async_checkpoints=async_checkpoints,
             cause=env.start_cause,
+            allow_fresh_start=env.allow_fresh_start,
         )
 
         def formation(termination: Termination) -> GroupFormation:
@@ -185,15 +192,19 @@ def init(
     env = WorkerEnv.from_environ(os.environ)
     if collective_timeout_s is None:
         collective_timeout_s = half_grace_period(env)
-    _current = Run(
-        env,
-        checkpoint_dir=checkpoint_dir,
-        checkpoint_every=checkpoint_every,
-        keep=keep,
-        async_checkpoints=async_checkpoints,
-        collective_timeout_s=collective_timeout_s,
-        rendezvous_timeout_s=rendezvous_timeout_s,
-        membership_timeout_s=membership_timeout_s,
-        backend=backend,
-    )
+    try:
+        _current = Run(
+            env,
+            checkpoint_dir=checkpoint_dir,
+            checkpoint_every=checkpoint_every,
+            keep=keep,
+            async_checkpoints=async_checkpoints,
+            collective_timeout_s=collective_timeout_s,
+            rendezvous_timeout_s=rendezvous_timeout_s,
+            membership_timeout_s=membership_timeout_s,
+            backend=backend,
+        )
+    except CheckpointDirectoryRefused as refused:
+        refuse_checkpoint_directory(refused)
     return _current
+

@@ -23,7 +23,7 @@ from typing import Any
 import numpy
 import torch
 
-from hotswap.train.torch.codec import Encoded, decode, encode
+from hotswap.train.torch.codec import Encoded, decode, device_kind, encode
 
 
 def split_tensors(tree: Any) -> tuple[bytes, list[torch.Tensor]]:
@@ -67,12 +67,16 @@ class HostSnapshot:
     document: Any
     arrays: list[torch.Tensor | numpy.ndarray]
     pending: list[tuple[torch.Tensor, torch.Tensor]]  # (host buffer, live tensor) still to copy
+    # Where each array lived (codec.device_kind), recorded in the checkpoint so that GPU state is
+    # restored to the GPU: the arrays here are host copies.
+    devices: list[str] = dataclasses.field(default_factory=list)
 
     def finish_copy(self) -> None:
         devices = set()
         for buffer, tensor in self.pending:
-            buffer.copy_(tensor, non_blocking=tensor.is_cuda)
-            if tensor.is_cuda:
+            on_gpu = tensor.device.type == "cuda"
+            buffer.copy_(tensor, non_blocking=on_gpu)
+            if on_gpu:
                 devices.add(tensor.device)
         # This runs on the writer thread, whose current device is not the tensors': wait for
         # each device the copies came from before the bytes are written and summed.
@@ -81,7 +85,7 @@ class HostSnapshot:
         self.pending = []
 
     def encoded(self) -> Encoded:
-        return Encoded(self.document, self.arrays)
+        return Encoded(self.document, self.arrays, self.devices or None)
 
     def tree(self) -> Any:
         return decode(self.document, self.arrays)
@@ -100,6 +104,7 @@ class HostStaging:
         encoded = encode(tree)
         host: list[torch.Tensor | numpy.ndarray] = []
         pending: list[tuple[torch.Tensor, torch.Tensor]] = []
+        devices = [device_kind(array) for array in encoded.arrays]  # the live arrays', not the copies'
         now = HostSnapshot(encoded.document, host, [])
         for index, array in enumerate(encoded.arrays):
             if isinstance(array, numpy.ndarray):
@@ -108,9 +113,10 @@ class HostStaging:
             tensor = array.detach()
             buffer = self._buffers[index] if index < len(self._buffers) else None
             if not (isinstance(buffer, torch.Tensor) and buffer.shape == tensor.shape and buffer.dtype == tensor.dtype):
-                buffer = torch.empty(tensor.shape, dtype=tensor.dtype, device="cpu", pin_memory=tensor.is_cuda)
+                pinned = tensor.device.type == "cuda"
+                buffer = torch.empty(tensor.shape, dtype=tensor.dtype, device="cpu", pin_memory=pinned)
             host.append(buffer)
             (pending if defer is not None and defer(tensor) else now.pending).append((buffer, tensor))
         now.finish_copy()
         self._buffers = host
-        return HostSnapshot(encoded.document, host, pending)
+        return HostSnapshot(encoded.document, host, pending, devices)

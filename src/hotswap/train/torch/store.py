@@ -7,6 +7,9 @@ Layout under ``HOTSWAP_CHECKPOINT_DIR``::
         COMMIT                  JSON marker, written last: step, reason, each file's size and CRC-32
     step-0000000140.partial-<host>-<pid>-<nonce>/    a write in progress, or one that was killed
     signal                      seed 004's: resume (last saved on SIGTERM), running, done (see runs.py)
+    damaged/step-0000000100-<nonce>/    a committed checkpoint found damaged (a malformed or
+                                linked marker, a missing, changed or foreign file), moved out
+                                of the way: kept for inspection, never read again
 
 A checkpoint is written under a ``.partial`` name, its files and marker are fsynced, the
 directory is renamed to its final name (atomic, never over an existing one) and the parent is
@@ -40,7 +43,15 @@ from pathlib import Path
 from typing import Any
 
 from hotswap.train import runs
-from hotswap.train.files import FileDigest, crc32, file_problem, open_no_follow, prepare_directory, write_file_durably
+from hotswap.train.files import (
+    FileDigest,
+    crc32,
+    file_problem,
+    open_no_follow,
+    prepare_directory,
+    set_aside,
+    write_file_durably,
+)
 
 log = logging.getLogger("hotswap.train")
 
@@ -147,16 +158,21 @@ class CheckpointStore:
         info = CheckpointInfo(step, final, reason, files, time.time())
         write_file_durably(partial / MARKER_FILE, json.dumps(_marker_document(info), sort_keys=True).encode())
         _fsync_directory(partial)
-        try:
-            os.rename(partial, final)
-        except OSError as error:
-            if error.errno not in (errno.EEXIST, errno.ENOTEMPTY):
-                raise
-            shutil.rmtree(partial, ignore_errors=True)
-            existing = self._read_marker(final)
-            if isinstance(existing, str):
-                raise RuntimeError(f"checkpoint {final} exists but {existing}") from error
-            return existing
+        for attempt in range(2):
+            try:
+                os.rename(partial, final)
+                break
+            except OSError as error:
+                if error.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise
+                existing = self._read_marker(final)
+                problem = existing if isinstance(existing, str) else self._files_problem(existing)
+                if problem is None or attempt:
+                    shutil.rmtree(partial, ignore_errors=True)
+                    if problem is not None:  # damaged, and it could not be moved aside
+                        raise RuntimeError(f"checkpoint {final} exists but {problem}") from error
+                    return existing  # another writer committed this step first: the same state
+                set_aside(final, problem)  # damaged: out of the way of this save
         _fsync_directory(self.root)
         runs.mark_saved(self.root, reason)
         self._pruner.submit(self.prune)
@@ -236,21 +252,22 @@ class CheckpointStore:
             self._report_partial_newer_than(step, partial)
             info = self._read_marker(path)
             if isinstance(info, str):
-                self.report(path, info)
+                set_aside(path, info)
                 continue
             problem = self._files_problem(info)
             if problem:
-                self.report(path, problem)
+                set_aside(path, problem)
                 continue
             yield info
         self._report_partial_newer_than(-1, partial)
 
     def complete(self) -> Iterator[CheckpointInfo]:
-        """:meth:`candidates` whose files also match their checksums (each file is read)."""
+        """:meth:`candidates` whose files also match their checksums (each file is read); the
+        others are set aside."""
         for info in self.candidates():
             problem = self.verify(info)
             if problem:
-                self.report(info.path, problem)
+                set_aside(info.path, problem)
                 continue
             yield info
 
@@ -273,7 +290,7 @@ class CheckpointStore:
         return [path for _, path in self._partial_dirs()]
 
     def report(self, path: Path, why: str) -> None:
-        """Warn, once per path, that a checkpoint is skipped and why."""
+        """Warn, once per path, that a partial checkpoint (never committed) is skipped and why."""
         if path not in self._reported:
             self._reported.add(path)
             log.warning("hotswap: skipping partial checkpoint %s: %s", path, why)
@@ -319,20 +336,26 @@ class CheckpointStore:
         try:
             fd = open_no_follow(path / MARKER_FILE)
         except (FileNotFoundError, NotADirectoryError):
-            return "it has no commit marker"
+            return f"it has no commit marker ({MARKER_FILE})"
         except OSError as error:
-            return f"its commit marker cannot be opened ({error.strerror})"
+            if error.errno == errno.ELOOP:
+                return f"its commit marker {MARKER_FILE} is a symbolic link"
+            return f"its commit marker {MARKER_FILE} cannot be opened ({error.strerror})"
         try:
             problem = file_problem(os.fstat(fd), None)
             if problem:
-                return f"its commit marker {problem}"
+                return f"its commit marker {MARKER_FILE} {problem}"
             data = os.read(fd, _MAX_MARKER_BYTES)
         finally:
             os.close(fd)
         try:
             return _info(path, json.loads(data))
-        except (ValueError, KeyError, TypeError, AttributeError):
-            return "its commit marker is malformed"
+        except KeyError as error:
+            return f"its commit marker {MARKER_FILE} is malformed (it lacks {error})"
+        except ValueError as error:  # json's errors included
+            return f"its commit marker {MARKER_FILE} is malformed ({error})"
+        except (TypeError, AttributeError, RecursionError):
+            return f"its commit marker {MARKER_FILE} is malformed (not a marker document)"
 
 
 def _info(path: Path, marker: dict[str, Any]) -> CheckpointInfo:
@@ -347,13 +370,24 @@ def _info(path: Path, marker: dict[str, Any]) -> CheckpointInfo:
     digests = {}
     for name, digest in files.items():
         size, crc = digest["size"], digest["crc32"]
-        if not _FILE_NAME.match(name) or type(size) is not int or type(crc) is not int or size < 0:
-            raise ValueError(f"bad file entry {name!r}")
+        if not (isinstance(name, str) and _FILE_NAME.match(name)):
+            raise ValueError(f"it names a file that is not a plain name in its directory: {_brief(name)}")
+        if type(size) is not int or size < 0 or type(crc) is not int:
+            raise ValueError(f"the size or checksum of {name} is not a non-negative integer: {_brief(size)}, {_brief(crc)}")
         digests[name] = FileDigest(size, crc)
     step, reason = marker["step"], marker["reason"]
-    if type(step) is not int or step < 0 or reason not in REASONS:
-        raise ValueError("bad step or reason")
+    if type(step) is not int or step < 0:
+        raise ValueError(f"its step is not a non-negative integer: {_brief(step)}")
+    if reason not in REASONS:
+        raise ValueError(f"its reason is not one of {', '.join(REASONS)}: {_brief(reason)}")
+    if path.name != _step_dir_name(step):
+        raise ValueError(f"it is of step {step}, but its directory is {path.name}")
     return CheckpointInfo(step, path, reason, digests, float(marker["created"]), version)
+
+
+def _brief(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _marker_document(info: CheckpointInfo) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from hotswap.train import runs
 from hotswap.train.torch.checkpointer import Checkpointer
 from hotswap.train.torch.distributed import ProcessGroup
 from hotswap.train.events import EventLog, say
+from hotswap.train.files import FreshStartRefused
 from hotswap.train.progress import Progress, plan_peer_copy
 from hotswap.train.torch.state import StateRegistry, build_tree, rng_state, set_rng_state
 
@@ -43,8 +44,10 @@ class StateSync:
         *,
         async_checkpoints: bool,
         cause: str | None = None,
+        allow_fresh_start: bool = False,
     ) -> None:
-        self.cause = cause  # why this worker generation started (HOTSWAP_START_CAUSE)
+        self.cause = cause
+        self.allow_fresh_start = allow_fresh_start  # HOTSWAP_ALLOW_FRESH_START  # why this worker generation started (HOTSWAP_START_CAUSE)
         self.registry = registry
         self.checkpointer = checkpointer
         self.group = group
@@ -81,18 +84,26 @@ class StateSync:
             self._announce_restore("peer", started)
 
     def _restore_from_disk(self, started: float, interrupted: Callable[[], bool]) -> None:
-        tree, reason, resumed = None, None, False
+        """FreshStartRefused (on every rank) when nothing is restorable but damaged checkpoints
+        were set aside and the user did not allow starting from step 0."""
+        tree, reason, resumed, refused = None, None, False, None
         if self.group.rank == 0 and self.checkpointer is not None:
             found = self.checkpointer.restore_latest()
             if found is not None:
                 tree, reason = found[0], found[1].reason
                 resumed = self.checkpointer.from_fallback(found[1])
-            runs.mark_running(self.checkpointer.store.root)  # no earlier run's migration is pending now
+            else:
+                refusal = self.checkpointer.fresh_start_refusal(self.allow_fresh_start)
+                refused = str(refusal) if refusal is not None else None
+            if refused is None:
+                runs.mark_running(self.checkpointer.store.root)  # no earlier run's migration is pending now
         if self.group.world_size > 1:
             self.group.store_barrier("restored", interrupted)
-            reason, resumed = self.group.broadcast_object((reason, resumed), 0)
+            reason, resumed, refused = self.group.broadcast_object((reason, resumed, refused), 0)
             if reason is not None:
                 tree = self.group.broadcast_tree(tree, 0)
+        if refused is not None:
+            raise FreshStartRefused(refused)
         self.progress.has_state = True
         if tree is None:
             return

@@ -24,6 +24,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import json
+import logging
 import os
 import re
 import threading
@@ -37,6 +38,8 @@ import torch
 from hotswap.train.torch.codec import ArraySpec, CheckpointFormatError, Encoded, decode, torch_dtypes
 from hotswap.train.files import CheckpointDamaged, FileDigest, crc32, open_checkpoint_file, write_file_durably
 from hotswap.train.torch.staging import Staging
+
+log = logging.getLogger("hotswap.train")
 
 INDEX_FILE = "index.json"
 INDEX_FORMAT = 2
@@ -198,6 +201,13 @@ class TensorFiles:
         index = self._read_index(directory, digests)
         specs = [ArraySpec.from_document(entry) for entry in index["arrays"]]
         names, lengths = _data_files(index["files"], digests, sum(spec.nbytes for spec in specs))
+        on_gpu = sum(spec.device == "cuda" for spec in specs)
+        if on_gpu and not torch.cuda.is_available():
+            log.warning(
+                "hotswap: checkpoint %s holds %d GPU tensor(s) but this process has no GPU: they are restored on the CPU",
+                directory,
+                on_gpu,
+            )
         arrays = [_allocate(spec) for spec in specs]
         views = [byte_view(array) for array in arrays]
         _synchronize(views)  # nothing queued still uses the memory the new arrays were given
