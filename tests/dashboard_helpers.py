@@ -28,10 +28,10 @@ STEPPER = textwrap.dedent(
 )
 
 
-def drill_cluster(home: Path, directory: Path, cluster: str = "c", create: bool = True) -> None:
-    """2 slices: ``high`` (stepping) on one, ``low`` on the other, ``waiter`` queued."""
+def drill_cluster(home: Path, directory: Path, cluster: str = "c", create: bool = True, first_step: int = 0) -> None:
+    """2 slices: ``high`` (stepping, from ``first_step``) on one, ``low`` on the other, ``waiter`` queued."""
     stepper = directory / "stepper.py"
-    stepper.write_text(STEPPER)
+    stepper.write_text(STEPPER.replace("step = 0", f"step = {first_step}"))
     sleeper = write_sleeper(directory)
     if create:
         hotswap(home, "cluster", "create", "--cluster", cluster, "--device-type", "v6e-4", "--num-slices", "2", check=True)

@@ -5,6 +5,7 @@ under ``CI=true``, where a missing browser is a failure."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dashboard_helpers import drill_cluster, holder_of, poll, served
+from dashboard_helpers import drill_cluster, holder_of, poll, served, state
 from local_helpers import home, hotswap  # noqa: F401 (home: a fixture)
 
 CHROMIUM = os.environ.get("HOTSWAP_CHROMIUM", "/usr/bin/chromium")
@@ -60,8 +61,58 @@ def open_page(browser: Any, url: str, width: int) -> tuple[Any, list[str]]:
     return page, problems
 
 
+# Each axis label of a chart as the page shows it: its text, whether the label's own box cuts it,
+# whether its text lies inside the chart and clear of the plot (left of it, or below it).
+AXIS_LABELS = """(chart) => {
+  const box = document.querySelector(chart).getBoundingClientRect();
+  const plot = document.querySelector(chart + " .u-over").getBoundingClientRect();
+  return [...document.querySelectorAll(chart + " .axis-label")].map((label) => {
+    const range = document.createRange();
+    range.selectNodeContents(label);
+    const text = range.getBoundingClientRect();
+    const y = label.classList.contains("y");
+    return {axis: y ? "y" : "x", text: label.textContent, left: text.left, right: text.right,
+            cut: label.scrollWidth > label.clientWidth || label.scrollHeight > label.clientHeight + 1,
+            inside: text.left >= box.left - 0.5 && text.right <= box.right + 0.5 && text.width > 0,
+            clear: y ? text.right <= plot.left : text.top >= plot.bottom};
+  });
+}"""
+
+# Every element of a selector whose content is wider than its box (cut, or scrolled out of sight).
+CLIPPED = """(selector) => [...document.querySelectorAll(selector)]
+  .filter((node) => node.scrollWidth > node.clientWidth + 1).map((node) => node.textContent)"""
+
+
+def check_axis_labels(page: Any, steps: list[list[float]]) -> None:
+    """The charts' labels are whole: the step chart's y labels are whole numbers (with
+    thousands separators) within the data's range, every label is inside its chart, none cut,
+    and the time labels do not overlap."""
+    width = page.viewport_size["width"]
+    for chart, pattern in (("#steps-chart", r"\d{1,3}(,\d{3})*"), ("#goodput-chart", r"\d{1,3}%")):
+        labels = page.evaluate(AXIS_LABELS, chart)
+        ys = [label for label in labels if label["axis"] == "y"]
+        xs = sorted((label for label in labels if label["axis"] == "x"), key=lambda label: label["left"])
+        assert len(ys) >= 2 and xs, (width, chart, labels)
+        for label in labels:
+            assert not label["cut"] and label["inside"] and label["clear"], (width, chart, label)
+        for label in ys:
+            assert re.fullmatch(pattern, label["text"]), (width, chart, label["text"])
+        for label in xs:
+            assert re.fullmatch(r"\d\d:\d\d:\d\d", label["text"]), (width, chart, label["text"])  # UTC, as the timeline
+        assert all(a["right"] < b["left"] for a, b in zip(xs, xs[1:])), (width, chart, xs)
+        if chart == "#steps-chart":
+            values = sorted(int(label["text"].replace(",", "")) for label in ys)
+            step = values[1] - values[0]
+            low, high = min(s for _, s in steps), max(s for _, s in steps)
+            # 15,000 reads "15,000", not "5,000": the labels lie within the data's range.
+            assert low - step <= values[0] and values[-1] <= high + step, (width, values, low, high)
+            assert values[-1] >= 10_000, (width, values)
+        else:
+            assert all(0 <= int(label["text"][:-1]) <= 100 for label in ys), (width, ys)
+
+
 def test_a_hotswap_drill_in_the_browser_at_1280_and_390_pixels(browser: Any, home: Path, tmp_path: Path) -> None:
-    drill_cluster(home, tmp_path)
+    drill_cluster(home, tmp_path, first_step=14_990)  # steps past 15,000: five digits on the y axis
     with served(home) as board:
         document = poll(board, lambda d: any(w["step"] for w in d["workloads"]), "a step of high")
         (old_slice,) = holder_of(document, "high")
@@ -88,10 +139,17 @@ def test_a_hotswap_drill_in_the_browser_at_1280_and_390_pixels(browser: Any, hom
             wide.wait_for_timeout(1500)
             wide.screenshot(path=SCREENSHOT, full_page=True)
 
+        document = poll(board, lambda d: any(w["mttr_s"] for w in d["workloads"]), "high's recovery")
         for page in (wide, narrow):
             width = page.viewport_size["width"]
             assert page.evaluate("document.documentElement.scrollWidth") <= width, f"the page overflows {width} px"
             assert page.locator("[data-workload='high']").is_visible()
+            page.wait_for_selector("[data-workload='waiter'] td.badput div", timeout=10_000)
+            check_axis_labels(page, state(board)["steps"]["high"])
+            assert page.evaluate(CLIPPED, "td.badput") == [], f"a Badput cell is cut at {width} px"
+        # At 1280 px the whole workloads table is seen, its Badput column included.
+        assert wide.evaluate(CLIPPED, "#workloads-section .scroll") == [], "the workloads table is cut at 1280 px"
+        print("badput shown:", [w["badput"] for w in document["workloads"]])
         assert wide_problems == [] and narrow_problems == [], wide_problems + narrow_problems
         print(f"high shown on its new slice {seen_after_s:.2f} s after the node failure was committed")
 

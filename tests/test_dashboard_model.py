@@ -169,3 +169,57 @@ def test_checkpoint_saves_appear_when_the_ledger_s_save_time_grows() -> None:
     assert [(e["t"], e["category"], e["message"]) for e in history.events] == [
         (3.0, "checkpoint", "checkpoint saved (0.25 slice-s of saving)")
     ]
+
+
+def _saves(history: History, name: str, times: list[float], start: float = 0.0) -> float:
+    """A save every listed second, 0.1 slice-s each (the ledger's total grows by 0.1)."""
+    total = start
+    for t in times:
+        total += 0.1
+        history.take_saves(name, {"slice_seconds": {"checkpoint_save": total}}, t)
+    return total
+
+
+def test_periodic_checkpoint_saves_are_one_line_a_run_and_failures_split_them() -> None:
+    # 1700000000 is 22:13:20 UTC.
+    history = History()
+    history.take_saves("w", {"slice_seconds": {"checkpoint_save": 0.0}}, 1_700_000_000.0)
+    total = _saves(history, "w", [1_700_000_000.0 + 3 * i for i in range(1, 21)])  # every 3 s for a minute
+    history.take_saves("other", {"slice_seconds": {"checkpoint_save": 0.0}}, 1_700_000_000.0)
+    _saves(history, "other", [1_700_000_001.0])  # another workload's entries do not break w's run
+    history.take_timeline("w", [{"event": "node", "message": "node c-np-0-0 failed"},
+                                {"event": "restart", "message": "restarted (attempt 2)"}], 1_700_000_070.0, live=True)
+    _saves(history, "w", [1_700_000_073.0, 1_700_000_076.0], start=total)
+    page = model.page({"name": "c", "slices": []}, [row("w")], {}, history, updated=1.0, now=1.5, error=None, stale_after_s=3)
+    lines = [(e["workload"], e["category"], e["message"]) for e in page["events"] if e["workload"] == "w"]
+    assert lines == [
+        ("w", "checkpoint", "checkpoint saved ×20 from 22:13:23 to 22:14:20 (2.00 slice-s of saving)"),
+        ("w", "failure", "node c-np-0-0 failed"),
+        ("w", "hotswap", "restarted (attempt 2)"),
+        ("w", "checkpoint", "checkpoint saved ×2 from 22:14:33 to 22:14:36 (0.20 slice-s of saving)"),
+    ]
+    assert [e["count"] for e in page["events"] if e["category"] == "checkpoint"] == [1, 20, 2]  # other's, then w's
+
+
+def test_no_amount_of_routine_entries_pushes_a_failure_or_a_restart_out() -> None:
+    history = History()
+    history.take_timeline("w", [{"event": "node", "message": "node failed"}, {"event": "restart", "message": "restarted"}], 1.0, live=True)
+    # Thousands of admissions and saves alternating, so that none merge: both caps are overrun.
+    for i in range(3000):
+        history.take_timeline(f"r{i}", [{"event": "admit", "message": "admitted"}], 2.0 + i, live=True)
+    assert [e["message"] for e in history.events if e["category"] in ("failure", "hotswap")] == ["node failed", "restarted"]
+    page = model.page({"name": "c", "slices": []}, [row("w")], {}, history, updated=1.0, now=1.5, error=None, stale_after_s=3)
+    assert len(page["events"]) == model.PAGE_EVENTS
+    assert [e["message"] for e in page["events"][:2]] == ["node failed", "restarted"]  # still shown, oldest first
+    assert page["events"][-1]["workload"] == "r2999"  # and the newest routine ones fill the rest
+
+
+def test_a_queued_or_restarting_workload_shows_no_rate() -> None:
+    history = History()
+    history.take_log("w", b"step=1\n", 1.0)
+    history.take_log("w", b"step=1\nstep=11\n", 2.0)
+    for status, rate in (("RUNNING", 10.0), ("QUEUED", None), ("RESTARTING", None), ("FAILED", None)):
+        page = model.page({"name": "c", "slices": []}, [row("w", status)], {}, history, updated=1.0, now=1.5, error=None, stale_after_s=3)
+        (workload,) = page["workloads"]
+        assert workload["steps_per_s"] == rate, status
+        assert workload["step"] == 11  # the last step stays: it is where the workload is

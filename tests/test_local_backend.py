@@ -463,12 +463,38 @@ def test_a_command_that_cannot_run_says_so_and_follows_the_policy(home: Path) ->
     assert "pyhton3: command not found" in log
 
 
+LEAVES = """
+import os, subprocess, sys
+marks = sys.argv[1]
+# One that stops on SIGTERM (and says so), one that ignores SIGTERM and has a child of its own
+# that ignores it too (orphaned only when its parent is killed).
+polite = "import signal, sys, time\\ndef bye(*_):\\n    open(sys.argv[1], 'w').write('term')\\n    sys.exit(0)\\nsignal.signal(signal.SIGTERM, bye)\\ntime.sleep(300)"
+deaf = "import signal, subprocess, sys, time\\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\\nc = subprocess.Popen(['sleep', '300'])\\nopen(sys.argv[1], 'w').write(str(c.pid))\\ntime.sleep(300)"
+a = subprocess.Popen([sys.executable, "-c", polite, os.path.join(marks, "polite.term")])
+b = subprocess.Popen([sys.executable, "-c", deaf, os.path.join(marks, "deaf.child")])
+while not os.path.exists(os.path.join(marks, "deaf.child")):
+    pass
+open(os.path.join(marks, "pids"), "w").write(f"{a.pid} {b.pid} {open(os.path.join(marks, 'deaf.child')).read()}")
+print("done", flush=True)
+"""
+
+
 def test_a_finished_command_is_not_kept_alive_by_what_it_left_running(home: Path, tmp_path: Path) -> None:
+    """The README: whatever a finished command leaves running gets SIGTERM, then SIGKILL after
+    5 s, and the worker ends. Also what those leave behind when they are killed."""
     create_cluster(home, slices=1)
+    marks = tmp_path / "marks"
+    marks.mkdir()
     script = tmp_path / "leaves.py"
-    script.write_text("import subprocess\nsubprocess.Popen(['sleep', '300'])\nprint('done', flush=True)\n")
-    create(home, "leaves", f"python3 {script}")
-    wait_until(lambda: status(home, "leaves")[0] == "SUCCESSFUL", timeout=30, what="finished despite the straggler")
+    script.write_text(LEAVES)
+    create(home, "leaves", f"python3 {script} {marks}")
+    wait_until(lambda: status(home, "leaves")[0] == "SUCCESSFUL", timeout=30, what="finished despite the stragglers")
+    pids = [int(p) for p in (marks / "pids").read_text().split()]
+    assert len(pids) == 3
+    assert [pid for pid in pids if alive(pid)] == [], "a process the command left is still running"
+    assert (marks / "polite.term").read_text() == "term"  # SIGTERM first: it could clean up
+    log = hotswap(home, "workload", "logs", "--cluster", "c", "--workload", "leaves", check=True).stdout
+    assert "done" in log and "stopping 2 process(es) it left" in log
 
 
 def test_concurrent_creates_of_one_cluster_name_explain_themselves(home: Path) -> None:

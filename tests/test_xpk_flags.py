@@ -5,6 +5,7 @@ refused with one line that says why: cacheimage, --docker-name, --debug-dump-gcs
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -19,6 +20,9 @@ from hotswap.backends.kubernetes.live_objects import read_pod
 from hotswap.backends.kubernetes.render import render_image_cache, render_jobset
 from hotswap.backends.kubernetes.settings import KubeSettings
 
+# The seeds live beside the checkout (``<repository>/../shared/seeds``), as the CRDs do for
+# benchmarks/gpu_acceptance.sh; HOTSWAP_SHARED_SEEDS names another place.
+SEEDS = Path(os.environ.get("HOTSWAP_SHARED_SEEDS") or Path(__file__).resolve().parents[1].parent / "shared" / "seeds")
 
 
 def _container(jobset: dict[str, Any]) -> dict[str, Any]:
@@ -146,9 +150,13 @@ def test_local_debug_dump_copies_each_workers_xla_dumps(tmp_path: Path) -> None:
 
 def _seed_flags() -> dict[tuple[str, str], set[str]]:
     """Seed 002's commands and the flags it gives each."""
-    seed = next(Path("/work/shared/seeds").glob("002_*"), None) if Path("/work/shared/seeds").exists() else None
+    seeds = SEEDS
+    seed = next(seeds.glob("002_*"), None) if seeds.is_dir() else None
     if seed is None:
-        pytest.skip("seed 002 is not on this machine")
+        missing = f"seed 002 is not in {seeds} (the checkout's ../shared/seeds, or set HOTSWAP_SHARED_SEEDS)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI needs the seeds: {missing}")
+        pytest.skip(missing)
     text = seed.read_text().replace("\\\n", " ")
     found: dict[tuple[str, str], set[str]] = {}
     for match in re.finditer(r"xpk\.py ((?:cluster|workload) \w+)([^\n`]*)", text):
@@ -158,6 +166,18 @@ def _seed_flags() -> dict[tuple[str, str], set[str]]:
         found.setdefault(("workload", "create"), set()).add(flag)
     found.setdefault(("cluster", "create"), set()).add("--cluster-cpu-machine-type")
     return found
+
+
+def test_missing_seeds_fail_under_ci_and_are_found_beside_any_checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The seed test must not pass by skipping: under CI a missing seed is a failure."""
+    assert SEEDS == Path(__file__).resolve().parents[1].parent / "shared" / "seeds" or os.environ.get("HOTSWAP_SHARED_SEEDS")
+    monkeypatch.setattr(sys.modules[__name__], "SEEDS", tmp_path / "no-seeds")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="no-seeds"):
+        _seed_flags()
+    monkeypatch.setenv("CI", "false")
+    with pytest.raises(pytest.skip.Exception, match="no-seeds"):
+        _seed_flags()
 
 
 def test_every_seed_002_command_and_flag_is_offered(capsys: pytest.CaptureFixture[str]) -> None:

@@ -23,7 +23,13 @@ CATEGORIES = {
     "admit": "admission", "complete": "complete", "created": "created",
 }
 MAX_SAMPLES = 2000  # per series: a day at one sample a minute, or a drill at many per second
+MAX_EVENTS = 2000
 RATE_WINDOW_S = 10.0
+# Periodic entries: a run of them (no other entry of the workload in between) is one line.
+PERIODIC_KINDS = frozenset({"checkpoint"})
+# What went wrong and what was done about it: never merged into a run, and dropped for room
+# only by newer ones of their own kind, never by routine entries.
+KEPT_CATEGORIES = frozenset({"failure", "hotswap", "preemption", "elastic"})
 
 
 def category(kind: str) -> str:
@@ -41,6 +47,7 @@ class WorkloadHistory:
     recoveries: list[float] = dataclasses.field(default_factory=list)
     marks: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     saving_s: float | None = None  # slice-seconds of checkpoint saves accounted so far
+    last_event: dict[str, Any] | None = None  # the workload's newest timeline entry
 
     @property
     def step(self) -> int | None:
@@ -124,7 +131,7 @@ class History:
         history = self.of(name)
         saving = float((goodput.get("slice_seconds") or {}).get("checkpoint_save") or 0.0)
         if history.saving_s is not None and saving > history.saving_s:
-            self._event(name, now, "checkpoint", f"checkpoint saved ({saving - history.saving_s:.2f} slice-s of saving)")
+            self._event(name, now, "checkpoint", "checkpoint saved", saving_s=saving - history.saving_s)
         history.saving_s = saving
 
     def take_goodput(self, now: float, figures: list[dict[str, Any]]) -> None:
@@ -135,9 +142,46 @@ class History:
             self.goodput.append((now, sum(g * w for g, w in walls) / total))
             del self.goodput[:-MAX_SAMPLES]
 
-    def _event(self, workload: str, t: float, kind: str, message: str) -> None:
-        self.events.append({"t": t, "workload": workload, "kind": kind, "category": category(kind), "message": message})
-        del self.events[:-MAX_SAMPLES]
+    def _event(self, workload: str, t: float, kind: str, message: str, saving_s: float | None = None) -> None:
+        history = self.of(workload)
+        last = history.last_event
+        if kind in PERIODIC_KINDS and last is not None and last["kind"] == kind and any(e is last for e in self.events):
+            last.update(t=t, count=last["count"] + 1, saving_s=last["saving_s"] + (saving_s or 0.0))
+            last["message"] = _run_message(last)
+            return
+        entry = {"t": t, "workload": workload, "kind": kind, "category": category(kind), "message": message}
+        if kind in PERIODIC_KINDS:
+            entry.update(first_t=t, count=1, saving_s=saving_s or 0.0, base=message)
+            entry["message"] = _run_message(entry)
+        self.events.append(entry)
+        history.last_event = entry
+        self._trim()
+
+    def _trim(self) -> None:
+        """At most MAX_EVENTS entries: routine ones go first, oldest first."""
+        excess = len(self.events) - MAX_EVENTS
+        if excess <= 0:
+            return
+        routine = [i for i, e in enumerate(self.events) if e["category"] not in KEPT_CATEGORIES][:excess]
+        dropped = set(routine)
+        if len(dropped) < excess:  # only kept entries are left to drop: the oldest of them
+            kept = [i for i, e in enumerate(self.events) if i not in dropped]
+            dropped.update(kept[: excess - len(dropped)])
+        self.events = [e for i, e in enumerate(self.events) if i not in dropped]
+
+
+def _run_message(entry: dict[str, Any]) -> str:
+    """``checkpoint saved ×12 from 10:01:02 to 10:01:35 (0.40 slice-s of saving)``."""
+    saving = f"{entry['saving_s']:.2f} slice-s of saving"
+    if entry["count"] == 1:
+        return f"{entry['base']} ({saving})"
+    return f"{entry['base']} ×{entry['count']} from {_clock(entry['first_t'])} to {_clock(entry['t'])} ({saving})"
+
+
+def _clock(t: float) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%H:%M:%S")
 
 
 def _epoch(iso: Any, default: float) -> float:

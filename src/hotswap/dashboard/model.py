@@ -12,9 +12,10 @@ from typing import Any
 
 from hotswap.api import xpk_status as xpk
 from hotswap.api.priority import Priority
-from hotswap.dashboard.history import History
+from hotswap.dashboard.history import KEPT_CATEGORIES, History
 
 GPU_FAULT_WORDS = ("gpu", "xid", "ecc", "nvml")
+PAGE_EVENTS = 200
 WORKLOAD_FIELDS = ("name", "priority", "status", "status_message", "slices", "num_slices", "restarts", "preemptions")
 
 
@@ -73,7 +74,8 @@ def workload_row(row: dict[str, Any], described: dict[str, Any] | None, history:
         xpk_status=status_words(row),
         run_id=described.get("run_id") or row.get("run_id"),
         step=kept.step if kept else None,
-        steps_per_s=kept.steps_per_s() if kept else None,
+        # Only a running workload trains: a queued, restarting or ended one has no rate.
+        steps_per_s=kept.steps_per_s() if kept and row.get("status") == "RUNNING" else None,
         mttr_s=kept.mttr_s if kept else None,
         failures=sum(1 for m in kept.marks if m["kind"] == "failure") if kept else 0,
         goodput=goodput.get("goodput"),
@@ -82,6 +84,16 @@ def workload_row(row: dict[str, Any], described: dict[str, Any] | None, history:
         env_names=sorted((described.get("spec") or {}).get("env") or {}),
     )
     return out
+
+
+def page_events(events: list[dict[str, Any]], limit: int = PAGE_EVENTS) -> list[dict[str, Any]]:
+    """The newest ``limit`` timeline entries, oldest first; failures, restarts, preemptions and
+    elastic changes first: routine entries (admissions, checkpoint runs) only fill the room
+    they leave, so no amount of routine pushes a failure off the page."""
+    kept = [e for e in events if e["category"] in KEPT_CATEGORIES][-limit:]
+    routine = [e for e in events if e["category"] not in KEPT_CATEGORIES]
+    shown = kept + (routine[-(limit - len(kept)):] if len(kept) < limit else [])
+    return [{k: v for k, v in e.items() if k != "base"} for e in sorted(shown, key=lambda e: e["t"])]
 
 
 def page(
@@ -108,7 +120,7 @@ def page(
         "slices": grid,
         "queue": queue_order(rows),
         "workloads": [workload_row(r, described.get(r["name"]), history) for r in rows],
-        "events": sorted(history.events, key=lambda e: e["t"])[-200:],
+        "events": page_events(history.events),
         "steps": {name: kept.steps for name, kept in history.workloads.items() if kept.steps},
         "marks": {name: kept.marks for name, kept in history.workloads.items() if kept.marks},
         "goodput": history.goodput,

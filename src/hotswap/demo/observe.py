@@ -12,7 +12,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from hotswap.api.worker_output import EVENT_CHECKPOINT_RESTORE, EVENT_STEP, EVENT_STOP, parse_fields
+from hotswap.api.worker_output import EVENT_CHECKPOINT_RESTORE, EVENT_CHECKPOINT_SAVE, EVENT_STEP, EVENT_STOP, parse_fields
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +34,16 @@ class RestoreRecord:
     attempt: int
 
 
+@dataclasses.dataclass(frozen=True)
+class SaveRecord:
+    """A checkpoint a worker saved (its event is written once the checkpoint is committed)."""
+
+    t: float
+    step: int
+    reason: str
+    attempt: int
+
+
 @dataclasses.dataclass
 class Trace:
     """Every worker's records of one workload, in time order."""
@@ -41,6 +51,12 @@ class Trace:
     steps: list[StepRecord]
     restores: list[RestoreRecord]
     stops: list[dict]
+    saves: list[SaveRecord] = dataclasses.field(default_factory=list)
+
+    def last_save_up_to(self, attempt: int) -> SaveRecord | None:
+        """The newest checkpoint the workers of ``attempt`` and earlier saved: what a restart
+        after it must restore (a termination save while stopping included)."""
+        return max((s for s in self.saves if s.attempt <= attempt), key=lambda s: (s.step, s.t), default=None)
 
     @property
     def last_step(self) -> int:
@@ -81,6 +97,7 @@ def read_trace(workload_dir: Path) -> Trace:
     steps: list[StepRecord] = []
     restores: list[RestoreRecord] = []
     stops: list[dict] = []
+    saves: list[SaveRecord] = []
     for path in sorted((workload_dir / "events").glob("*.jsonl")):
         try:
             attempt, replica, host = (int(part) for part in path.stem.split("-")[:3])
@@ -102,11 +119,29 @@ def read_trace(workload_dir: Path) -> Trace:
                 )
             elif kind == EVENT_CHECKPOINT_RESTORE:
                 restores.append(RestoreRecord(float(record["t"]), int(record.get("step", 0)), str(record.get("source", "")), attempt))
+            elif kind == EVENT_CHECKPOINT_SAVE:
+                saves.append(SaveRecord(float(record["t"]), int(record.get("step", 0)), str(record.get("reason", "")), attempt))
             elif kind == EVENT_STOP:
                 stops.append({**record, "attempt": attempt, "replica": replica, "host": host})
     steps.sort(key=lambda s: (s.t, s.step))
     restores.sort(key=lambda r: r.t)
-    return Trace(steps, restores, stops)
+    saves.sort(key=lambda r: r.t)
+    return Trace(steps, restores, stops, saves)
+
+
+def resumed_from_last_checkpoint(trace: Trace, attempt: int) -> tuple[bool, str]:
+    """Whether the first attempt after ``attempt`` restored exactly the newest checkpoint that
+    ``attempt`` (or an earlier one) saved, as the workers' own records say; and the evidence."""
+    restored = next((r for r in trace.restores if r.attempt > attempt), None)
+    saved = trace.last_save_up_to(attempt)
+    done_before = max((s.step for s in trace.steps if s.attempt <= attempt), default=0)
+    passed = restored is not None and saved is not None and restored.step == saved.step
+    detail = (
+        f"restored step {restored.step if restored else '-'} ({restored.source if restored else '-'}),"
+        f" last checkpoint saved before the restart: step {saved.step if saved else '-'}"
+        f"{f' ({saved.reason})' if saved and saved.reason else ''}, last step done: {done_before}"
+    )
+    return passed, detail
 
 
 def log_lines(path: Path) -> list[str]:

@@ -18,6 +18,7 @@ from hotswap.demo.observe import (
     process_environment,
     read_trace,
     repeated_steps,
+    resumed_from_last_checkpoint,
     shared_identities,
     slice_count_changes,
     survivor_stall,
@@ -61,12 +62,7 @@ class HotswapDrill(Drill):
             f"low is {low_now['status']}: {low_now['status_message']}",
         )
         lost = done_before - restored.step if restored else None
-        self.check(
-            f"{label}: high resumed from its checkpoint",
-            restored is not None and restored.step > 0,
-            f"restored step {restored.step if restored else '-'} ({restored.source if restored else '-'}),"
-            f" last step done before {done_before}",
-        )
+        self.check(f"{label}: high resumed from its last checkpoint", *resumed_from_last_checkpoint(trace, high["attempt"]))
         return {"mttr_s": mttr, "steps_lost": lost, "failed_node": failed_node, "t_fail": t_fail,
                 "low_attempt": low["attempt"], "restored": restored}
 

@@ -81,8 +81,9 @@ def reap(pids: list[int], log: int, grace_s: float) -> int:
 
     The first process to fail makes the others stop: SIGTERM, SIGKILL ``grace_s`` later. As a
     child subreaper the shim inherits every orphaned descendant; once the command's processes
-    have exited they get SIGTERM and, after STRAGGLER_GRACE_S, SIGKILL, so a worker whose
-    program has finished is not kept alive by a forgotten child.
+    have exited they get SIGTERM and, after STRAGGLER_GRACE_S, SIGKILL (as do the processes
+    orphaned by those kills), so a worker whose program has finished is not kept alive by a
+    forgotten child.
     """
     codes: dict[int, int] = {}
     first_failure: int | None = None
@@ -122,9 +123,10 @@ def reap(pids: list[int], log: int, grace_s: float) -> int:
                         signal_quietly(pid, signal.SIGKILL)
                 stop_at = None
             if stragglers_at is not None and now >= stragglers_at:
+                # Every tick from now on: a killed straggler's own children are orphaned to
+                # the shim only after it dies, and they are stragglers too.
                 for child in children():
                     signal_quietly(child, signal.SIGKILL)
-                stragglers_at = float("inf")
             time.sleep(0.05)
     assert len(codes) == len(pids)
     if first_failure is not None:

@@ -81,20 +81,25 @@ function renderWorkloads(d) {
   const body = document.querySelector("#workloads tbody");
   body.replaceChildren(...d.workloads.map((w) => {
     const row = el("tr", { "data-workload": w.name });
-    const badput = Object.entries(w.badput).map(([k, v]) => k + " " + fmt(v * 100, 1) + "%").join(", ");
+    // One cause a line, largest first. Status, slices, badput and run id wrap, so that the table
+    // fits a laptop's width with every column seen whole.
+    const badput = el("td", { class: "wrap badput" });
+    const causes = Object.entries(w.badput).sort((a, b) => b[1] - a[1]);
+    badput.append(...causes.map(([k, v]) => el("div", {}, k.replace(/_/g, " ") + "\u00a0" + fmt(v * 100, 1) + "%")));
+    if (!causes.length) badput.textContent = "–";
     row.append(
       el("td", {}, w.name),
-      el("td", { class: "st-" + w.status, title: w.status_message || "" }, w.xpk_status),
+      el("td", { class: "wrap st-" + w.status, title: w.status_message || "" }, w.xpk_status),
       el("td", {}, w.priority),
-      el("td", {}, w.slices.length ? w.slices.join(", ") : "–"),
+      el("td", { class: "wrap" }, w.slices.length ? w.slices.join(", ") : "–"),
       el("td", {}, fmt(w.step)),
       el("td", {}, fmt(w.steps_per_s, 2)),
       el("td", {}, w.restarts),
       el("td", {}, w.preemptions),
       el("td", { title: w.goodput_source === "controller" ? "from the controller's view (no SDK events): running time counts as productive" : "" }, pct(w.goodput)),
-      el("td", {}, badput || "–"),
+      badput,
       el("td", { title: w.failures + " failure(s)" }, w.mttr_s === null ? "–" : fmt(w.mttr_s, 1) + " s"),
-      el("td", {}, w.run_id || "–"),
+      el("td", { class: "wrap run-id" }, w.run_id || "–"),
     );
     return row;
   }));
@@ -102,7 +107,7 @@ function renderWorkloads(d) {
 
 function renderEvents(d) {
   const list = document.getElementById("events");
-  const items = d.events.slice(-100).reverse().map((e) => {
+  const items = d.events.slice().reverse().map((e) => {
     const li = el("li", { class: "cat-" + e.category });
     li.append(el("time", {}, clock(e.t)), document.createTextNode(e.workload + ": " + e.message));
     return li;
@@ -149,9 +154,62 @@ function alignSteps(steps) {
   return { names, data };
 }
 
-function axes() {
-  const grid = { stroke: "#30363d" };
-  return [{ stroke: "#8b98a5", grid }, { stroke: "#8b98a5", grid }];
+// Axis labels are page text, not canvas drawings: each y axis is as wide as its longest label
+// (a "15,000" is never cut to "5,000"), x labels that would cross the chart's edge are left out,
+// and the labels can be read (and checked) like the rest of the page.
+const AXIS_FONT = "12px system-ui, -apple-system, 'Segoe UI', sans-serif";
+const TICK = 5, GAP = 4;
+const measurer = document.createElement("canvas").getContext("2d");
+const wholeNumber = new Intl.NumberFormat("en-US", { maximumFractionDigits: 0 });
+const STEP_INCRS = [1, 2, 5].flatMap((m) => [1, 10, 100, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9].map((p) => m * p)).sort((a, b) => a - b);
+
+function textWidth(text) { measurer.font = AXIS_FONT; return measurer.measureText(text).width; }
+
+// uPlot asks for the labels of its ticks: keep their text for the page, draw none on the canvas.
+function keepLabels(index, format) {
+  return (u, splits) => {
+    u.pageLabels = u.pageLabels || [];
+    u.pageLabels[index] = splits.map((v) => ({ v, text: v === null || v === undefined ? "" : format(v) }));
+    return splits.map(() => "");
+  };
+}
+
+function axes(yFormat, yIncrs) {
+  const grid = { stroke: "#30363d" }, ticks = { stroke: "#30363d", size: TICK };
+  const yWidth = (u) => TICK + GAP + Math.ceil(Math.max(0, ...((u.pageLabels || [])[1] || []).map((l) => textWidth(l.text)))) + 2;
+  const y = { grid, ticks, gap: GAP, space: 30, values: keepLabels(1, yFormat), size: yWidth };
+  if (yIncrs) y.incrs = yIncrs;
+  return [{ grid, ticks, gap: GAP, space: 90, size: 26, values: keepLabels(0, clock) }, y];
+}
+
+function labelsPlugin() {
+  return {
+    hooks: {
+      draw: [(u) => {
+        const wrap = u.root.querySelector(".u-wrap");
+        let box = wrap.querySelector(".axis-labels");
+        if (!box) { box = el("div", { class: "axis-labels" }); wrap.append(box); }
+        const ratio = devicePixelRatio || 1;
+        const left = u.bbox.left / ratio, top = u.bbox.top / ratio, bottom = (u.bbox.top + u.bbox.height) / ratio;
+        const [xs, ys] = u.pageLabels || [[], []];
+        const spans = [];
+        for (const l of xs || []) {
+          const x = left + u.valToPos(l.v, "x"), half = textWidth(l.text) / 2;
+          if (!l.text || x - half < 0 || x + half > u.width) continue;
+          const span = el("span", { class: "axis-label x" }, l.text);
+          span.style.left = x + "px"; span.style.top = (bottom + TICK + 2) + "px";
+          spans.push(span);
+        }
+        for (const l of ys || []) {
+          if (!l.text) continue;
+          const span = el("span", { class: "axis-label y" }, l.text);
+          span.style.width = Math.max(0, left - TICK - GAP) + "px"; span.style.top = (top + u.valToPos(l.v, "y")) + "px";
+          spans.push(span);
+        }
+        box.replaceChildren(...spans);
+      }],
+    },
+  };
 }
 
 function renderCharts(d) {
@@ -161,7 +219,8 @@ function renderCharts(d) {
     if (stepsPlot) stepsPlot.destroy();
     stepsKey = key;
     const series = [{}].concat(names.map((n, i) => ({ label: n, stroke: COLORS[i % COLORS.length], width: 2, spanGaps: true, points: { show: false } })));
-    stepsPlot = new uPlot({ width: chartWidth("steps-chart"), height: 220, series, axes: axes(), plugins: [marksPlugin()] },
+    stepsPlot = new uPlot({ width: chartWidth("steps-chart"), height: 220, series, padding: [8, 12, 0, 0],
+      axes: axes((v) => wholeNumber.format(v), STEP_INCRS), plugins: [marksPlugin(), labelsPlugin()] },
       names.length ? data : [[]], document.getElementById("steps-chart"));
   } else {
     stepsPlot.setData(data);
@@ -169,7 +228,8 @@ function renderCharts(d) {
   const gp = [d.goodput.map((p) => p[0]), d.goodput.map((p) => 100 * p[1])];
   if (!goodputPlot) {
     goodputPlot = new uPlot({
-      width: chartWidth("goodput-chart"), height: 220, axes: axes(),
+      width: chartWidth("goodput-chart"), height: 220, padding: [8, 12, 0, 0], axes: axes((v) => wholeNumber.format(v) + "%"),
+      plugins: [labelsPlugin()],
       scales: { y: { range: [0, 100] } },
       series: [{}, { label: "goodput %", stroke: "#3fb950", width: 2, fill: "rgba(63,185,80,0.15)", points: { show: false } }],
     }, gp, document.getElementById("goodput-chart"));
