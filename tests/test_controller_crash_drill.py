@@ -11,7 +11,7 @@ The moments that matter are hit every time through the controller's test-only cr
 (``HOTSWAP_TEST_CRASH_AT``, ``backends/local/crash_points.py``) or by leaving exactly what such a
 crash leaves; a randomized loop then kills every process with the controller's command line
 (the forked child that is about to become a worker's shim included) at random moments of
-creates, hotswaps and preemptions. ``HOTSWAP_CRASH_DRILL_KILLS`` sets how many (default 8;
+creates, hotswaps and preemptions. ``HOTSWAP_CRASH_DRILL_KILLS`` sets how many (default 10;
 a few hundred by hand: ``HOTSWAP_CRASH_DRILL_KILLS=300 pytest tests/test_controller_crash_drill.py
 -k random``).
 """
@@ -38,7 +38,7 @@ from local_helpers import alive, cleanup, live_workers, query, wait_until, workl
 
 from hotswap.backends.local.crash_points import POINTS
 
-KILLS = int(os.environ.get("HOTSWAP_CRASH_DRILL_KILLS", "8"))
+KILLS = int(os.environ.get("HOTSWAP_CRASH_DRILL_KILLS", "10"))
 
 # A trainer in a few lines: resumes from its checkpoint (a step number, replaced atomically and
 # never by an older one), logs each step, saves every 5 steps and on SIGTERM. Times are
@@ -295,7 +295,7 @@ def test_random_kills_during_creates_hotswaps_and_preemptions(drill: Drill) -> N
     drill.cluster(3)
     drill.create("a", "low")
     drill.create("b", "medium")
-    created = 0
+    created, hits = 0, Counter[int]()
     try:
         for _ in range(KILLS):
             records = workloads(drill.home, "c")
@@ -315,11 +315,12 @@ def test_random_kills_during_creates_hotswaps_and_preemptions(drill: Drill) -> N
             worker = threading.Thread(target=lambda: answer.append(drill.cli(*args, check=False)))
             worker.start()
             time.sleep(rng.uniform(0.0, 0.6))
-            drill.kill_controllers()
+            hits[drill.kill_controllers()] += 1  # 2: the controller and the child it was forking
             worker.join(timeout=120)
             assert answer and "Traceback" not in answer[0].stderr, answer
         drill.settle()
         drill.check()
+        print(f"crash drill seed {seed}: processes killed per kill -9 round: {dict(hits)}")
     except AssertionError as failure:
         raise AssertionError(f"{failure} (HOTSWAP_CRASH_DRILL_SEED={seed})") from failure
 

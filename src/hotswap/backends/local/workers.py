@@ -10,7 +10,11 @@ How a worker stops: :meth:`Workers.mark_stopping` marks its row ``stopping`` wit
 :meth:`Workers.expire_grace_periods` SIGKILL at the deadline. A failed node's workers get
 SIGKILL at once (:meth:`Workers.kill`): the hardware is gone. However a worker ends, its pidfd
 becomes readable; the exit waits in :attr:`Workers.pending_exits` until the round that decides
-on it commits it, and the exit code of a worker told to stop is never judged.
+on it commits it, and the exit code of a worker told to stop is never judged. Only the exit
+of a worker's command is the workload's: a worker whose shim was killed before its start was
+complete (the kill of a crashing controller can hit the child it has just forked) is started
+again, and one whose shim was killed under its running command is reported lost (the core
+restarts the workload uncharged): see :meth:`Workers.ended`.
 
 On a GPU-backed slice a GPU is held by a process until it exits, as a Kubernetes device plugin
 holds it for a pod until the pod is gone: a worker whose node still runs another worker (a
