@@ -53,3 +53,9 @@ def crash_at(point: str, child: tuple[int, Path] | None = None) -> None:
             time.sleep(0.005)
         os.kill(pid, signal.SIGKILL)  # the child alone, as a kill by pid (its group lives on)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def crash_at_spawn(pid: int, directory: Path) -> None:
+    """The points of a worker's shim just forked (pid ``pid``, its directory ``directory``)."""
+    if _chosen in ("after-spawn", "with-child", "with-child-running"):
+        crash_at(_chosen, (pid, directory))
