@@ -286,6 +286,36 @@ def test_two_controllers_racing_over_rows_without_a_pid(drill: Drill) -> None:
     drill.check()
 
 
+def test_a_controller_woken_by_a_racing_one_while_it_takes_over_survives(drill: Drill) -> None:
+    """A controller that loses the race for the claim wakes the winner with SIGUSR1 (its socket
+    may have been removed) as soon as the winner has announced itself: before it has taken
+    over from its predecessor. The signal's default action killed it half-way through."""
+    drill.cluster(1)
+    drill.create("a")
+    drill.settle()
+    row = live_workers(drill.home, "c", "a")[0]
+    drill.kill_controllers()
+    # The predecessor died between starting a's shim and recording it: the shim lives (it
+    # holds its start lock) and its pid file is not there yet, so the next controller waits.
+    forge(drill, row, pid=None, start_ticks=None, state="starting")
+    pid_file = Path(row["dir"]) / "pid"
+    held = pid_file.with_name("pid.later")
+    pid_file.rename(held)
+    entry = [sys.executable, "-m", "hotswap.backends.local.controller.entry", str(drill.root)]
+    env = dict(os.environ, HOTSWAP_HOME=str(drill.home))
+    winner = subprocess.Popen(entry, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    announced = drill.root / "controller.lock"
+    wait_until(lambda: announced.exists() and announced.read_text().strip() == str(winner.pid), what="the announcement")
+    time.sleep(0.3)  # taking over: waiting for a's pid file
+    os.kill(winner.pid, signal.SIGUSR1)  # what the loser's wake_holder sends
+    time.sleep(0.3)
+    held.rename(pid_file)
+    assert winner.poll() is None, f"the controller died of the wake-up (exit {winner.returncode})"
+    drill.settle()
+    drill.check()
+    assert live_workers(drill.home, "c", "a")[0]["pid"] == row["pid"]  # adopted, never started twice
+
+
 # ---------------------------------------------------------------------- at random moments
 
 
