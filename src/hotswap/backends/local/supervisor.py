@@ -119,17 +119,18 @@ class Supervisor:
         Returns its pid and kernel start time; the caller records them (in one transaction for
         all the workers of a round: starting workers fast is what failover time is made of).
         """
-        for stale in ("pid", EXIT_FILE, STARTED_FILE, LOCAL_FILE):
-            (launch.dir / stale).unlink(missing_ok=True)
-        if launch.local:
-            (launch.dir / LOCAL_FILE).write_text(json.dumps([p.to_json() for p in launch.local]))
-        cwd = launch.cwd if os.path.isdir(launch.cwd) else str(launch.dir)
         # The start lock is taken here, before the fork, and the shim inherits it: there is no
         # moment at which the worker lives but its lock is free (see :meth:`started_unrecorded`).
+        # Taken first: the records of a live shim are never removed.
         lock = _try_lock(launch.dir)
         if lock is None:
             raise AlreadyStarted(str(launch.dir))
         try:
+            for stale in ("pid", EXIT_FILE, STARTED_FILE, LOCAL_FILE):
+                (launch.dir / stale).unlink(missing_ok=True)
+            if launch.local:
+                (launch.dir / LOCAL_FILE).write_text(json.dumps([p.to_json() for p in launch.local]))
+            cwd = launch.cwd if os.path.isdir(launch.cwd) else str(launch.dir)
             child = subprocess.Popen(
                 [sys.executable, "-S", str(SHIM), str(launch.dir), str(launch.log), str(lock), "--", launch.command],
                 cwd=cwd,

@@ -317,7 +317,9 @@ class Workers(WorkerStops):
             self.exited(row, code)  # told to stop: how it ended is never judged
         elif how is Ending.NEVER_RAN and self.started_again.get(row.id, 0) < MAX_START_AGAIN:
             self.started_again[row.id] = self.started_again.get(row.id, 0) + 1
-            self.spawn([(row, None)])
+            with self.store.transaction():  # a start committed without a pid again (see recovery)
+                self.store.worker_rows.update(row.id, pid=None, start_ticks=None)
+            self.spawn([(dataclasses.replace(row, pid=None, start_ticks=None), None)])
         elif how is Ending.NEVER_RAN:
             self._cannot_start(row, None, RuntimeError(f"its start was interrupted {MAX_START_AGAIN} times"))
         else:
