@@ -154,8 +154,11 @@ class Drill:
         for name, record in records.items():
             assert record["phase"] != "FAILED", f"{name}: {record['status_message']}"
             assert record["restarts"] == 0, f"{name} was charged {record['restarts']} restart(s): {record['status_message']}"
-        slots = Counter((env["HOTSWAP_WORKLOAD"], env["JOB_INDEX"], env["JOB_COMPLETION_INDEX"]) for env in self.shims())
-        assert all(n == 1 for n in slots.values()), f"a worker runs twice: {slots}"
+        shims = self.shims()
+        slots = Counter((env["HOTSWAP_WORKLOAD"], env["JOB_INDEX"], env["JOB_COMPLETION_INDEX"]) for env in shims)
+        rows = {r["dir"]: dict(r) for r in query(self.home, "c", "SELECT * FROM workers")}
+        seen = [(env["pid"], rows.get(env["dir"], env["dir"])) for env in shims]
+        assert all(n == 1 for n in slots.values()), f"a worker runs twice: {slots}; shims and their rows: {seen}"
         running = {(r["workload"], str(r["replica"]), str(r["host"])) for r in live_workers(self.home, "c")}
         assert set(slots) == running, (slots, running)
         for name, record in records.items():
@@ -177,7 +180,8 @@ class Drill:
             wait_until(lambda: sum(log.stat().st_size for log in logs) > size, timeout=10, what=f"{name} to go on")
 
     def shims(self) -> list[dict[str, str]]:
-        """The environment of every live worker shim of the cluster, from /proc."""
+        """The environment of every live worker shim of the cluster, from /proc, with its pid and
+        its worker directory (its command line: python -S shim.py <dir> ...)."""
         found = []
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
@@ -191,7 +195,8 @@ class Drill:
                 pairs = (entry / "environ").read_bytes().split(b"\0")
             except OSError:
                 continue
-            found.append(dict(p.decode(errors="replace").split("=", 1) for p in pairs if b"=" in p))
+            env = dict(p.decode(errors="replace").split("=", 1) for p in pairs if b"=" in p)
+            found.append({**env, "pid": entry.name, "dir": command.split(b"\0")[3].decode()})
         return found
 
 
