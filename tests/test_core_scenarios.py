@@ -49,6 +49,11 @@ def exit_code(name: str, code: int) -> Callable[[World], list[str]]:
     return lambda w: w.exit(name, code)
 
 
+def lost(name: str) -> Callable[[World], list[str]]:
+    """The backend lost a worker of the current attempt (its controller's crash killed its shim)."""
+    return lambda w: w.step(ev.WorkerLost(name, w.workload(name).attempt, w.workload(name).slices[0], 0, "was lost"))
+
+
 def stopped(name: str) -> Callable[[World], list[str]]:
     return lambda w: w.stop_all(name)
 
@@ -370,6 +375,13 @@ CASES = [
         trigger=exit_code("a", 1),
         actions=["fail a", "admit b np-0,np-1,np-2"],
         states={"a": "FAILED", "b": "RUNNING np-0,np-1,np-2"},
+    ),
+    Case(
+        "policy: a worker the backend lost restarts in place, never charged, even with max_restarts 0",
+        setup=[create("a", 1, max_restarts=0)],
+        trigger=lost("a"),
+        actions=["restart a np-0"],
+        states={"a": "RUNNING np-0"},
     ),
     Case(
         "policy: a killed worker (137) is a restart code by default",

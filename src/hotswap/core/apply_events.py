@@ -151,6 +151,8 @@ def _apply_workload_event(state: RoundState, event: ev.WorkloadEvent) -> None:
             _delete(state, event.workload)
         case ev.WorkloadHung():
             _hung(state, event)
+        case ev.WorkerLost():
+            _worker_lost(state, event)
         case ev.WorkersStopped():
             workload = state.workloads.get(event.workload)
             if workload is not None and event.attempt in workload.stopping:
@@ -237,6 +239,22 @@ def _worker_exited(state: RoundState, event: ev.WorkerExited, done: _Done) -> No
         state.restart_in_place(workload, f"{where} {why}", charged=True)
     else:
         _fail(state, workload, f"{where} {why}")
+
+
+def _worker_lost(state: RoundState, event: ev.WorkerLost) -> None:
+    """A worker the backend lost (never the workload's doing): restart in place, not charged,
+    with the same checks as an exit (a stale attempt, or a loss already handled, does nothing)."""
+    workload = state.workloads.get(event.workload)
+    if (
+        workload is None
+        or workload.phase is not RUNNING
+        or workload.attempt != event.attempt
+        or event.slice not in workload.slices
+        or not state.capacity.healthy(event.slice)
+        or event.workload in state.lost
+    ):
+        return
+    state.restart_in_place(workload, f"worker {event.slice}/{event.host} {event.reason}; not charged", charged=False)
 
 
 def _attempt_succeeded(state: RoundState, event: ev.AttemptSucceeded, done: _Done) -> None:

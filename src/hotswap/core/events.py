@@ -70,6 +70,19 @@ class WorkerExited:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class WorkerLost:
+    """The backend lost one worker of ``attempt`` for a reason of its own, never the workload's
+    (the local controller's crash killed its supervisor under it): the workload restarts in
+    place, and that is never charged to max_restarts."""
+
+    workload: str
+    attempt: int
+    slice: str
+    host: int
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class AttemptSucceeded:
     """Every worker of ``attempt`` exited 0 (JobSet's Completed): the same as a ``WorkerExited``
     with code 0 from each worker on the slices the attempt holds, in one event. A job of 64
@@ -116,6 +129,7 @@ class CheckpointRecorded:
 
 ClusterEvent = NodeFailed | NodeCordoned | NodeDrained | NodeRepaired | SliceAdded | SliceRemoved
 WorkloadEvent = (
-    WorkloadCreated | WorkloadDeleted | WorkerExited | AttemptSucceeded | WorkersStopped | WorkloadHung | CheckpointRecorded
+    WorkloadCreated | WorkloadDeleted | WorkerExited | WorkerLost | AttemptSucceeded | WorkersStopped | WorkloadHung
+    | CheckpointRecorded
 )
 Event = ClusterEvent | WorkloadEvent

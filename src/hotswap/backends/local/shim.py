@@ -8,7 +8,8 @@ Started by the supervisor as the leader of the worker's own process group::
 and held by the shim for its whole life: a controller restarted before the shim wrote its pid
 can tell that this worker has started (see ``supervisor.py``), so it never starts a second one.
 It writes ``<worker-dir>/pid`` (its pid and the kernel start time of the process), runs the
-command in the same process group with stdout and stderr appended to the log file, and writes
+command in the same process group with stdout and stderr appended to the log file, marks the
+start complete in ``<worker-dir>/started`` once every process of the command runs, and writes
 the exit code (0-255; a signal N becomes 128+N, as container runtimes report it) to
 ``<worker-dir>/exit`` atomically. Signals to the group reach the command; the shim itself
 outlives SIGTERM/SIGINT so that it can record the exit. Only SIGKILL stops it, and then the
@@ -61,12 +62,13 @@ def start_ticks(pid: int) -> int:
     return int(fields[19])
 
 
-def write_atomically(path: str, text: str) -> None:
+def write_atomically(path: str, text: str, sync: bool = True) -> None:
     temporary = f"{path}.tmp"
     with os.fdopen(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
         handle.write(text)
         handle.flush()
-        os.fsync(handle.fileno())
+        if sync:  # (a mark that only a killed process must not lose needs no fsync)
+            os.fsync(handle.fileno())
     os.replace(temporary, path)
 
 
@@ -235,6 +237,9 @@ def main(argv: list[str]) -> int:
         return CANNOT_RUN
     finally:
         os.close(null)
+    # The start is complete: the command runs. Killed before this mark, the shim ran nothing of
+    # the workload that is not killed with it (see supervisor.Supervisor.ending).
+    write_atomically(os.path.join(worker_dir, "started"), f"{' '.join(map(str, pids))}\n", sync=False)
     grace_s = float(os.environ.get("HOTSWAP_TERMINATION_GRACE_S") or 30.0)
     code = reap(pids, log, grace_s)
     code = 128 - code if code < 0 else code

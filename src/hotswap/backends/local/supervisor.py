@@ -14,12 +14,14 @@ writes its own log) and is still the one worker the controller supervises.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import fcntl
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from hotswap.store.paths import write_private
@@ -30,6 +32,24 @@ KILLED_EXIT_CODE = 128 + signal.SIGKILL
 LAUNCH_FILE = "launch.json"
 LOCAL_FILE = "local.json"  # the shim's list of the host's other processes
 START_LOCK_FILE = "lock"  # held by the worker's shim from before its birth to its end
+STARTED_FILE = "started"  # the shim's mark that the command runs: the start is complete
+EXIT_FILE = "exit"
+ORPHANS_KILL_WAIT_S = 5.0
+
+
+class Ending(enum.Enum):
+    """How a worker's process ended, as far as the workload is concerned.
+
+    The shim records every exit of the command; only a shim killed with SIGKILL leaves none. Who
+    killed it, and whether the workload's command was running by then, tells a fault of the
+    workload from one of hotswap's: a kill aimed at the controller can hit the process it has
+    just forked, which carries the controller's command line until it becomes the shim.
+    """
+
+    EXITED = "exited"  # the exit code is the command's (recorded, or reaped as our child)
+    KILLED = "killed"  # the shim and its command were killed, after the start was complete
+    NEVER_RAN = "never ran"  # the shim was killed before the start was complete: start it again
+    ORPHANED = "orphaned"  # the shim alone was killed while its command ran (the command is now killed too)
 
 
 class AlreadyStarted(Exception):
@@ -99,17 +119,18 @@ class Supervisor:
         Returns its pid and kernel start time; the caller records them (in one transaction for
         all the workers of a round: starting workers fast is what failover time is made of).
         """
-        for stale in ("pid", "exit", LOCAL_FILE):
-            (launch.dir / stale).unlink(missing_ok=True)
-        if launch.local:
-            (launch.dir / LOCAL_FILE).write_text(json.dumps([p.to_json() for p in launch.local]))
-        cwd = launch.cwd if os.path.isdir(launch.cwd) else str(launch.dir)
         # The start lock is taken here, before the fork, and the shim inherits it: there is no
         # moment at which the worker lives but its lock is free (see :meth:`started_unrecorded`).
+        # Taken first: the records of a live shim are never removed.
         lock = _try_lock(launch.dir)
         if lock is None:
             raise AlreadyStarted(str(launch.dir))
         try:
+            for stale in ("pid", EXIT_FILE, STARTED_FILE, LOCAL_FILE):
+                (launch.dir / stale).unlink(missing_ok=True)
+            if launch.local:
+                (launch.dir / LOCAL_FILE).write_text(json.dumps([p.to_json() for p in launch.local]))
+            cwd = launch.cwd if os.path.isdir(launch.cwd) else str(launch.dir)
             child = subprocess.Popen(
                 [sys.executable, "-S", str(SHIM), str(launch.dir), str(launch.log), str(lock), "--", launch.command],
                 cwd=cwd,
@@ -167,15 +188,27 @@ class Supervisor:
 
     def exit_code(self, row: WorkerRow) -> int:
         """How an ended worker ended: reaped status, else the shim's record, else killed."""
+        return self.ending(row)[0]
+
+    def ending(self, row: WorkerRow) -> tuple[int, Ending]:
+        """The exit code of an ended worker and how it ended (:class:`Ending`). A shim killed
+        before its start was complete or while its command ran on has what it left of the
+        command killed here (and waited for): nothing of the worker runs any more."""
         child = self.children.pop(row.id, None)
         if child is not None:
             code = child.wait()
-            return 128 - code if code < 0 else code
-        recorded = Path(row.dir) / "exit"
+            if code >= 0:
+                return code, Ending.EXITED  # the shim exited by itself: with the command's code
         try:
-            return int(recorded.read_text().strip())
+            return int((Path(row.dir) / EXIT_FILE).read_text().strip()), Ending.EXITED
         except (FileNotFoundError, ValueError):
-            return KILLED_EXIT_CODE  # the shim itself was killed (SIGKILL leaves no record)
+            pass  # the shim itself was killed (SIGKILL leaves no record)
+        if row.identity.is_spare or row.pid is None:
+            return KILLED_EXIT_CODE, Ending.KILLED
+        left = _kill_orphans(row.pid)
+        if not (Path(row.dir) / STARTED_FILE).exists():
+            return KILLED_EXIT_CODE, Ending.NEVER_RAN
+        return KILLED_EXIT_CODE, Ending.ORPHANED if left else Ending.KILLED
 
     def adopt(self, old_id: int, new_id: int) -> None:
         """A spare's process now serves another worker row (see spares.py)."""
@@ -185,6 +218,40 @@ class Supervisor:
 
     def forget(self, row: WorkerRow) -> None:
         self.children.pop(row.id, None)
+
+
+def _kill_orphans(group: int) -> bool:
+    """SIGKILL what is left of the process group of a dead shim (its leader) and wait until it is
+    gone; whether anything was left. A group whose leader's pid lives again is someone else's."""
+    if start_ticks(group) is not None:
+        return False
+    members = _group_members(group)
+    if not members:
+        return False
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except ProcessLookupError:
+        return True
+    deadline = time.monotonic() + ORPHANS_KILL_WAIT_S
+    while _group_members(group) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return True
+
+
+def _group_members(group: int) -> list[int]:
+    """The live processes (not zombies) of process group ``group``, from /proc."""
+    members = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if len(fields) > 2 and fields[0] != b"Z" and int(fields[2]) == group:
+            members.append(int(entry.name))
+    return members
 
 
 def _try_lock(directory: Path) -> int | None:

@@ -73,6 +73,12 @@ def input_entries(inputs: list[ev.Event], old: Snapshot, new: Snapshot, now: flo
                         {"code": code, "attempt": event.attempt},
                     )
                 )
+            case ev.WorkerLost() if event.workload in old.workloads:
+                workload = old.workloads[event.workload]
+                entries.append(
+                    Entry("worker-lost", f"worker {event.slice}/{event.host} of attempt {event.attempt} {event.reason}",
+                          workload.name, workload.seq, {"attempt": event.attempt})
+                )
             case ev.WorkloadHung() if event.workload in old.workloads:
                 workload = old.workloads[event.workload]
                 entries.append(

@@ -10,7 +10,11 @@ How a worker stops: :meth:`Workers.mark_stopping` marks its row ``stopping`` wit
 :meth:`Workers.expire_grace_periods` SIGKILL at the deadline. A failed node's workers get
 SIGKILL at once (:meth:`Workers.kill`): the hardware is gone. However a worker ends, its pidfd
 becomes readable; the exit waits in :attr:`Workers.pending_exits` until the round that decides
-on it commits it, and the exit code of a worker told to stop is never judged.
+on it commits it, and the exit code of a worker told to stop is never judged. Only the exit
+of a worker's command is the workload's: a worker whose shim was killed before its start was
+complete (the kill of a crashing controller can hit the child it has just forked) is started
+again, and one whose shim was killed under its running command is reported lost (the core
+restarts the workload uncharged): see :meth:`Workers.ended`.
 
 On a GPU-backed slice a GPU is held by a process until it exits, as a Kubernetes device plugin
 holds it for a pod until the pod is gone: a worker whose node still runs another worker (a
@@ -31,17 +35,101 @@ from collections.abc import Callable, Collection, Iterable
 from hotswap.api.times import iso_utc
 from hotswap.api.worker import HOTSWAP_EVENTS_FILE
 from hotswap.backends.local import launch as files
+from hotswap.backends.local.crash_points import crash_at, crash_at_spawn
 from hotswap.backends.local.gpu_handover import GpuHandOver
 from hotswap.backends.local.spares import SpareGone, SparePool
-from hotswap.backends.local.supervisor import Supervisor, WorkerLaunch
+from hotswap.backends.local.supervisor import Ending, Supervisor, WorkerLaunch
 from hotswap.store import faults
 from hotswap.store.paths import ClusterPaths, new_dirs_private, open_private
 from hotswap.backends.local.tables import LIVE_WORKER_STATES, LocalStore, WorkerRow
 
 CANNOT_START_EXIT_CODE = 127  # what a shell reports for a command it cannot run
+MAX_START_AGAIN = 3  # starts of one worker made again (its shim killed before its command ran)
+LOST_REASON = "was lost: its shim was killed while the command ran (not the workload's fault)"
 
 
-class Workers:
+class WorkerStops:
+    """Stopping workers, and holding their exits until the round that decides on them commits
+    them (see the module); :class:`Workers` sets the attributes."""
+
+    store: LocalStore
+    supervisor: Supervisor
+    hand_over: GpuHandOver
+    spares: SparePool
+    grace_s: Callable[[str], float]
+    on_exit: Callable[[WorkerRow, int, str | None], None]
+    # Exits seen but not yet committed: they are written in the transaction of the round
+    # that decides on them, so a crash in between is repaired by recovery (the worker is
+    # then found dead again) and no exit is ever decided on twice or never.
+    pending_exits: dict[int, tuple[int, float]]  # worker id -> (code, ended at)
+
+    def mark_stopping(self, rows: Iterable[WorkerRow], now: float, grace_s: float | None = None) -> None:
+        """Record that the workers must stop, and their SIGKILL deadline: their workload's grace
+        period, or ``grace_s`` (0 for a failed node's workers). In the caller's transaction;
+        :meth:`terminate` (or :meth:`kill`) them once it is committed."""
+        for row in rows:
+            grace = self.grace_s(row.identity.workload) if grace_s is None else grace_s
+            self.store.worker_rows.update(row.id, state="stopping", stop_requested_at=now, kill_at=now + grace)
+
+    def terminate(self, rows: Iterable[WorkerRow]) -> None:
+        for row in rows:
+            if self._never_started(row):
+                continue
+            self.supervisor.signal(row, signal.SIGTERM)
+            self.supervisor.signal(row, signal.SIGCONT)  # a stopped (SIGSTOP, hung) process acts on it
+
+    def stop(self, rows: list[WorkerRow], now: float) -> None:
+        """Stop workers gracefully, outside a round: mark them, commit, SIGTERM."""
+        with self.store.transaction():
+            self.mark_stopping(rows, now)
+        self.terminate(rows)
+
+    def kill(self, rows: Iterable[WorkerRow]) -> None:
+        for row in rows:
+            if not self._never_started(row):
+                self.supervisor.signal(row, signal.SIGKILL)
+
+    def _never_started(self, row: WorkerRow) -> bool:
+        """A waiting worker told to stop ends without having run (its exit is never judged)."""
+        if not self.hand_over.release(row.id):
+            return False
+        self.exited(dataclasses.replace(row, state="stopping"), 0)
+        return True
+
+    def expire_grace_periods(self) -> None:
+        now = time.time()
+        for row in self.store.worker_rows.select(("stopping",)):
+            if row.kill_at is not None and row.kill_at <= now:
+                self.supervisor.signal(row, signal.SIGKILL)
+                with self.store.transaction():
+                    self.store.worker_rows.update(row.id, kill_at=None)
+
+    def stop_everything(self, now: float) -> None:
+        """The cluster is being deleted: stop every worker and spare, start no new spare."""
+        self.stop(self.store.worker_rows.select(("starting", "running")), now)
+        self.terminate(self.spares.close())
+
+    def exited(self, row: WorkerRow, code: int, lost: str | None = None) -> None:
+        """A worker has ended: hold its exit for the next round, and tell the controller."""
+        self.pending_exits[row.id] = (code, time.time())
+        self.on_exit(row, code, lost)
+
+    def commit_exits(self) -> list[int]:
+        """Write the pending exits (inside the caller's transaction); returns the workers to
+        hand to :meth:`exits_committed` once that transaction has committed (an exit whose
+        write was rolled back stays pending)."""
+        for worker_id, (code, ended_at) in self.pending_exits.items():
+            self.store.worker_rows.update(worker_id, state="exited", exit_code=code, ended_at=ended_at)
+        return list(self.pending_exits)
+
+    def exits_committed(self, worker_ids: Iterable[int]) -> None:
+        for worker_id in worker_ids:
+            self.pending_exits.pop(worker_id, None)
+
+
+class Workers(WorkerStops):
+    """The workers of one cluster: starting them (and their warm spares), watching them end."""
+
     def __init__(
         self,
         store: LocalStore,
@@ -49,11 +137,12 @@ class Workers:
         selector: selectors.BaseSelector,
         spares: tuple[int, tuple[str, ...]],
         grace_s: Callable[[str], float],
-        on_exit: Callable[[WorkerRow, int], None],
+        on_exit: Callable[[WorkerRow, int, str | None], None],
         exclusive: Callable[[str], bool] = lambda slice_name: False,
     ) -> None:
         """``spares``: the size and preload list of the warm pool; ``grace_s``: a workload's
-        grace period; ``on_exit``: told of every worker exit (not of spares'); ``exclusive``:
+        grace period; ``on_exit``: told of every worker exit (not of spares'), with why hotswap
+        lost the worker when the workload is not to blame (None: judge the code); ``exclusive``:
         whether a slice's nodes run one worker at a time (GPU-backed slices)."""
         self.store = store
         self.paths = paths
@@ -64,10 +153,8 @@ class Workers:
         self.supervisor = Supervisor(store)
         self.spares = SparePool(store, self.supervisor, paths.root, *spares)
         self.watched: dict[int, int] = {}  # pidfd -> worker id
-        # Exits seen but not yet committed: they are written in the transaction of the round
-        # that decides on them, so a crash in between is repaired by recovery (the worker is
-        # then found dead again) and no exit is ever decided on twice or never.
-        self.pending_exits: dict[int, tuple[int, float]] = {}  # worker id -> (code, ended at)
+        self.pending_exits = {}
+        self.started_again: dict[int, int] = {}  # worker id -> starts made again (see ended)
 
     def live(self, workload: str, seq: int, attempt: int | None = None) -> list[WorkerRow]:
         """The workload's workers that are, or may be, alive (and not seen ended)."""
@@ -136,6 +223,8 @@ class Workers:
                 if not row.identity.is_spare:
                     _log_header(row, launch, warm=False)
                 pid, ticks = self.supervisor.spawn(row, launch)
+                if not row.identity.is_spare:  # (test-only: see crash_points.py)
+                    crash_at_spawn(pid, launch.dir)
             except (OSError, ValueError, KeyError) as error:  # a launch no process can have (a NUL), or lost
                 faults.log()
                 self._cannot_start(row, launch, error)
@@ -144,11 +233,13 @@ class Workers:
         with self.store.transaction():
             for row, pid, ticks in started:
                 self.store.worker_rows.update(row.id, pid=pid, start_ticks=ticks, state=_started_state(row))
+        if started:
+            crash_at("spawned")
         for row, pid, ticks in started:
             current = dataclasses.replace(row, pid=pid, start_ticks=ticks, state=_started_state(row))
             pidfd = self.supervisor.pidfd(current)
             if pidfd is None:
-                self.exited(current, self.supervisor.exit_code(current))
+                self.ended(current)
             else:
                 self.watch(pidfd, row.id)
 
@@ -197,54 +288,6 @@ class Workers:
                 log.write(f"hotswap: cannot start this worker: {error}\n")
         self.exited(row, CANNOT_START_EXIT_CODE)
 
-    # ------------------------------------------------------------------ stopping
-
-    def mark_stopping(self, rows: Iterable[WorkerRow], now: float, grace_s: float | None = None) -> None:
-        """Record that the workers must stop, and their SIGKILL deadline: their workload's grace
-        period, or ``grace_s`` (0 for a failed node's workers). In the caller's transaction;
-        :meth:`terminate` (or :meth:`kill`) them once it is committed."""
-        for row in rows:
-            grace = self.grace_s(row.identity.workload) if grace_s is None else grace_s
-            self.store.worker_rows.update(row.id, state="stopping", stop_requested_at=now, kill_at=now + grace)
-
-    def terminate(self, rows: Iterable[WorkerRow]) -> None:
-        for row in rows:
-            if self._never_started(row):
-                continue
-            self.supervisor.signal(row, signal.SIGTERM)
-            self.supervisor.signal(row, signal.SIGCONT)  # a stopped (SIGSTOP, hung) process acts on it
-
-    def stop(self, rows: list[WorkerRow], now: float) -> None:
-        """Stop workers gracefully, outside a round: mark them, commit, SIGTERM."""
-        with self.store.transaction():
-            self.mark_stopping(rows, now)
-        self.terminate(rows)
-
-    def kill(self, rows: Iterable[WorkerRow]) -> None:
-        for row in rows:
-            if not self._never_started(row):
-                self.supervisor.signal(row, signal.SIGKILL)
-
-    def _never_started(self, row: WorkerRow) -> bool:
-        """A waiting worker told to stop ends without having run (its exit is never judged)."""
-        if not self.hand_over.release(row.id):
-            return False
-        self.exited(dataclasses.replace(row, state="stopping"), 0)
-        return True
-
-    def expire_grace_periods(self) -> None:
-        now = time.time()
-        for row in self.store.worker_rows.select(("stopping",)):
-            if row.kill_at is not None and row.kill_at <= now:
-                self.supervisor.signal(row, signal.SIGKILL)
-                with self.store.transaction():
-                    self.store.worker_rows.update(row.id, kill_at=None)
-
-    def stop_everything(self, now: float) -> None:
-        """The cluster is being deleted: stop every worker and spare, start no new spare."""
-        self.stop(self.store.worker_rows.select(("starting", "running")), now)
-        self.terminate(self.spares.close())
-
     # ------------------------------------------------------------------ ending
 
     def watch(self, pidfd: int, worker_id: int) -> None:
@@ -261,24 +304,26 @@ class Workers:
                 self.store.worker_rows.update(row.id, state="exited", exit_code=self.supervisor.exit_code(row), ended_at=time.time())
             self.spares.died()
             return
-        self.exited(row, self.supervisor.exit_code(row))
+        self.ended(row)
 
-    def exited(self, row: WorkerRow, code: int) -> None:
-        """A worker has ended: hold its exit for the next round, and tell the controller."""
-        self.pending_exits[row.id] = (code, time.time())
-        self.on_exit(row, code)
-
-    def commit_exits(self) -> list[int]:
-        """Write the pending exits (inside the caller's transaction); returns the workers to
-        hand to :meth:`exits_committed` once that transaction has committed (an exit whose
-        write was rolled back stays pending)."""
-        for worker_id, (code, ended_at) in self.pending_exits.items():
-            self.store.worker_rows.update(worker_id, state="exited", exit_code=code, ended_at=ended_at)
-        return list(self.pending_exits)
-
-    def exits_committed(self, worker_ids: Iterable[int]) -> None:
-        for worker_id in worker_ids:
-            self.pending_exits.pop(worker_id, None)
+    def ended(self, row: WorkerRow) -> None:
+        """A worker's process is gone (seen by this controller or found by recovery). Only its
+        command's exit is the workload's to answer for: a start whose shim was killed before
+        the command ran is made again (it never counts), and a worker whose shim was killed
+        while the command ran on is reported lost, which restarts the workload without
+        charging it (see :class:`~hotswap.backends.local.supervisor.Ending`)."""
+        code, how = self.supervisor.ending(row)
+        if row.state == "stopping" or row.identity.is_spare:
+            self.exited(row, code)  # told to stop: how it ended is never judged
+        elif how is Ending.NEVER_RAN and self.started_again.get(row.id, 0) < MAX_START_AGAIN:
+            self.started_again[row.id] = self.started_again.get(row.id, 0) + 1
+            with self.store.transaction():  # a start committed without a pid again (see recovery)
+                self.store.worker_rows.update(row.id, pid=None, start_ticks=None)
+            self.spawn([(dataclasses.replace(row, pid=None, start_ticks=None), None)])
+        elif how is Ending.NEVER_RAN:
+            self._cannot_start(row, None, RuntimeError(f"its start was interrupted {MAX_START_AGAIN} times"))
+        else:
+            self.exited(row, code, LOST_REASON if how is Ending.ORPHANED else None)
 
     # ------------------------------------------------------------------ warm spares
 

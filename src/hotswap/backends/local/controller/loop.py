@@ -84,6 +84,10 @@ class LocalController(RequestServing):
 
     def run(self) -> None:
         _raise_descriptor_limit()  # a pidfd per worker: big clusters need many descriptors
+        # A controller that lost the race for the claim wakes the holder with SIGUSR1 as soon as
+        # the holder has announced itself, which is before it has taken over from its
+        # predecessor: the signal's default action would kill it half-way through recovery.
+        signal.signal(signal.SIGUSR1, lambda *_: None)
         try:
             self.start()
             if self.figures is not None:

@@ -5,7 +5,9 @@ that made it (killed with -9 at any moment): live workers are watched again, wor
 meanwhile are accounted for, and workers committed but never started are started now. A worker
 whose shim was started but whose pid was recorded nowhere yet (neither committed nor written by
 the shim) is recognised by its start lock and adopted once its pid file appears: it is never
-started a second time.
+started a second time. A worker that died of the crash (its shim killed before its command ran:
+the kill hit the process the controller had just forked) is started again, and one whose shim
+died under a running command is reported lost: neither counts against the workload's restarts.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ def recover(workers: Workers) -> None:
             continue
         pidfd = supervisor.pidfd(row)
         if pidfd is None:
-            workers.exited(row, supervisor.exit_code(row))
+            workers.ended(row)  # judged, started again, or lost: see Workers.ended
             continue
         workers.watch(pidfd, row.id)
         if row.state == "starting":

@@ -12,6 +12,7 @@ from hotswap.backends.kit.figures import RecoveryFigures
 from hotswap.backends.local import effects, protocol, timeline
 from hotswap.backends.local.claim import Claim
 from hotswap.backends.local.controller.gpu_health import GpuHealthMonitor
+from hotswap.backends.local.crash_points import crash_at
 from hotswap.backends.local.controller.requests import RoundInputs
 from hotswap.backends.local.controller.server import RequestServer
 from hotswap.backends.local.effects import Launcher
@@ -61,10 +62,13 @@ class RoundRunner:
 
     # ------------------------------------------------------------------ one decision round
 
-    def _worker_exited(self, row: WorkerRow, code: int) -> None:
-        """A worker's exit as the core's events (for the next round)."""
+    def _worker_exited(self, row: WorkerRow, code: int, lost: str | None) -> None:
+        """A worker's exit as the core's events (for the next round); ``lost``: why hotswap lost
+        it (the core restarts the workload without charging it), None: the code is judged."""
         who = row.identity
-        if row.state != "stopping":
+        if row.state != "stopping" and lost is not None:
+            self.pending_events.append(ev.WorkerLost(who.workload, who.attempt, who.slice, who.host, lost))
+        elif row.state != "stopping":
             # A worker told to stop (preempted, restarted, scaled away, drained) ends as asked:
             # its exit code says nothing about the workload and is never judged.
             self.pending_events.append(ev.WorkerExited(who.workload, who.attempt, who.slice, who.host, code))
@@ -114,6 +118,7 @@ class RoundRunner:
             exits = self.workers.commit_exits()
             if request is not None:
                 self.store.requests.finish(request.id, outcome.status, outcome.message)
+        crash_at("committed")  # (test-only: see crash_points.py)
         self.workers.exits_committed(exits)
         self.pending_events = []
         self.snapshot = new
@@ -130,6 +135,8 @@ class RoundRunner:
         killed = {row.id for row in hit} if inputs.kill else set()
         self.workers.kill(row for row in hit if row.id in killed)
         self.workers.terminate(row for row in {r.id: r for r in to_stop + hit}.values() if row.id not in killed)
+        if started:
+            crash_at("before-spawn")
         self.workers.spawn(started)
         if self.figures is not None:
             writes = len(started) + len({r.id for r in to_stop + hit})
