@@ -120,7 +120,7 @@ def test_jobset_crd_schema_rejects_what_jobset_would_reject() -> None:
     with pytest.raises(jsonschema.ValidationError):
         validate_crd(broken, "jobset.x-k8s.io_jobsets.yaml")
     broken = copy.deepcopy(jobset)
-    broken["spec"]["successPolicy"]["operator"] = "Most"
+    broken["spec"]["successPolicy"] = {"operator": "Most", "targetReplicatedJobs": [contract.REPLICATED_JOB]}
     with pytest.raises(jsonschema.ValidationError):
         validate_crd(broken, "jobset.x-k8s.io_jobsets.yaml")
     pod = pod_of(jobset)
@@ -155,13 +155,16 @@ EXCLUSIVE_TOPOLOGY = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 def test_golden_renders_carry_everything_seed_000_asks_for(kueue: bool) -> None:
     """Every field of the published JobSets is in the render, except deliberate changes: xpk's
     PriorityClass names, the container's name, the /bin/sh prelude before the command (it
-    computes RANK and execs the same argv), and JobSet's exclusive placement, which hotswap's
-    pinning of every pod to a whole healthy slice replaces (see render/jobset.py)."""
+    computes RANK and execs the same argv), JobSet's exclusive placement, which hotswap's
+    pinning of every pod to a whole healthy slice replaces, and backoffLimit: one per host, so
+    that a kubelet's rejection (no exit code) is hotswapped, not a Job failure (see render/jobset.py)."""
     seeds = {doc["metadata"]["name"]: doc for doc in yaml.safe_load_all((FIXTURES / "seed000_jobsets.yaml").read_text())}
     for level in ("high", "low"):
         seed = copy.deepcopy(seeds[f"{level}-jax-trillium"])
         rendered = render_jobset(seed_spec(level), "trillium", KubeSettings(kueue=kueue))
         pod = seed["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        assert seed["spec"]["replicatedJobs"][0]["template"]["spec"].pop("backoffLimit") == 0
+        assert rendered["spec"]["replicatedJobs"][0]["template"]["spec"]["backoffLimit"] == 4  # v6e-16: 4 hosts
         assert pod.pop("priorityClassName") == f"{level}-priority-job"
         container = pod["containers"][0]
         assert container.pop("name") == "jax-program"
@@ -182,14 +185,16 @@ def test_exits_and_disruptions_are_the_controllers_to_judge() -> None:
     jobset = render_jobset(spec, "c", KubeSettings())
     assert jobset["spec"]["failurePolicy"] == {"maxRestarts": 7, "restartStrategy": "BlockingRecreate"}
     job = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]
-    assert job["backoffLimit"] == 0
+    assert job["backoffLimit"] == 4  # only a kubelet's rejection (no exit code) counts: one per host, hotswapped meanwhile
     assert job["podFailurePolicy"]["rules"] == [
         {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
         {"action": "Ignore", "onExitCodes": {"containerName": "worker", "operator": "NotIn", "values": [0]}},
     ]
     assert "successPolicy" not in jobset["spec"]  # JobSet's default: every replica's Job completes
     elastic = render_jobset(SPECS["single-host-elastic-env"], "c", KubeSettings())
-    assert elastic["spec"]["successPolicy"] == {"operator": "Any", "targetReplicatedJobs": [contract.REPLICATED_JOB]}
+    # Never Any: JobSet would complete an elastic JobSet when its first replica finishes and
+    # delete the others mid-checkpoint. A scaled-down one is completed by the controller.
+    assert "successPolicy" not in elastic["spec"]
 
 
 def test_worker_environment_follows_the_contract() -> None:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from k8s_fixtures.world.admission import COMPLETION_INDEX
+from k8s_fixtures.world.apiserver import gate_condition
 from k8s_fixtures.world.jobset_controller import _set_condition, condition
 from k8s_fixtures.world.store import EVENTS, JOBS, PODS, ApiError, Clock, Obj, Store, parse_time
 
@@ -256,6 +257,7 @@ class JobController:
             "status": {"phase": "Pending"},
         }
         self.admit(pod)
+        gate_condition(pod, self.clock)
         key = (job["metadata"]["namespace"], name)
         expected = self.expectations.get(key)
         if expected is None or expected.uid != job["metadata"]["uid"]:
