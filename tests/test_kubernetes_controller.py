@@ -158,10 +158,14 @@ def test_elastic_workload_scales_down_without_restart_and_grows_back(world: Worl
     broken = world.nodes_of_pool(pools[1])[0]
     world.fail_node(broken)
     run_until(world, controller, lambda: world.state("el")["membership"] == 1)
+    # The lost replica's Job is deleted in the foreground: JobSet recreates it (and its Job its
+    # pods, parked) once the pod on the failed node is gone, after its grace period.
+    replica_1 = lambda: [p for p in world.pods_of("el") if p["metadata"]["labels"][labels.JOB_INDEX_LABEL] == "1"]  # noqa: E731
+    run_until(world, controller, lambda: len(replica_1()) == 4, limit_s=world.nodes.grace_s + 60)
     world.advance(10, controller)
     assert survivors <= {p["metadata"]["name"] for p in world.running("el")}  # the others keep running
     assert world.pools_of("el") == [pools[0], None, pools[2]]  # replica 1 parked behind its gate
-    parked = [p for p in world.pods_of("el") if p["metadata"]["labels"][labels.JOB_INDEX_LABEL] == "1"]
+    parked = replica_1()
     assert len(parked) == 4 and all(p["spec"].get("schedulingGates") for p in parked)  # all four: none refused
     membership = json.loads(world.pods(lambda p: p["metadata"]["name"] == sorted(survivors)[0])[0]["metadata"]["annotations"][labels.MEMBERSHIP_ANNOTATION])
     assert membership["slices"] == [pools[0], pools[2]] and membership["generation"] == 1

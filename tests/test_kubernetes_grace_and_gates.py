@@ -181,9 +181,12 @@ def test_a_pod_the_kubelet_rejects_without_an_exit_code_is_a_hardware_failure_ho
     bad = world.nodes_of_pool("tpu-v6e-np-0")[1]
     world.nodes.reject_pods(bad)  # the node stays Ready: nothing in its status tells
     submit(world, "w", "high", 1)
-    run_until(world, controller, lambda: any(p["status"].get("reason") == "UnexpectedAdmissionError" for p in world.pods_of("w", live=False)))
+    # Released and bound; the kubelet of ``bad`` answers on the next tick (world/nodes.py).
+    run_until(world, controller, lambda: len([p for p in world.pods_of("w") if p["spec"].get("nodeName")]) == 4)
+    world.advance(1)  # the rejection, while the controller is busy for a while
+    assert any(p["status"].get("reason") == "UnexpectedAdmissionError" for p in world.pods_of("w", live=False))
     assert world.state("w")["slices"] == ["tpu-v6e-np-0"]
-    world.advance(15)  # the controller is busy for a while: the Job and JobSet do not fail meanwhile
+    world.advance(15)  # the Job and JobSet do not fail meanwhile
     assert world.finished("w") is None
     assert [j["metadata"]["name"] for j in world.store.list(JOBS) if any(c["type"] in ("FailureTarget", "Failed") for c in j["status"].get("conditions") or [])] == []
     assert running(world, "w") == 3  # the other workers were not stopped

@@ -114,11 +114,18 @@ def test_a_job_recreated_under_the_same_name_is_never_deleted_for_its_predecesso
     run_until(world, controller, lambda: running(world, "w") == 4)
     (job,) = [j for j in world.store.list(JOBS) if j["metadata"]["labels"].get("jobset.sigs.k8s.io/jobset-name") == "w"]
     name, old = job["metadata"]["name"], job["metadata"]["uid"]
-    assert controller.client.delete_job(name, old) is True  # JobSet recreates it at once (interleaved)
-    (new,) = [j["metadata"]["uid"] for j in world.store.list(JOBS) if j["metadata"]["name"] == name]
+    assert controller.client.delete_job(name, old) is True
+    # In the foreground the Job stays, marked, until the garbage collector has deleted its pods;
+    # JobSet creates no Job under a name that is still taken (jobset_controller.go
+    # ``shouldCreateJob``), so it recreates it only once the old one is gone.
+    (still,) = [j["metadata"] for j in world.store.list(JOBS) if j["metadata"]["name"] == name]
+    assert still["uid"] == old and "deletionTimestamp" in still
+    uids = lambda: [j["metadata"]["uid"] for j in world.store.list(JOBS) if j["metadata"]["name"] == name]  # noqa: E731
+    world.advance(60)  # the pods' grace period: the kubelet confirms, the GC frees the name
+    (new,) = uids()
     assert new != old
     assert controller.client.delete_job(name, old) is False
-    assert [j["metadata"]["uid"] for j in world.store.list(JOBS) if j["metadata"]["name"] == name] == [new]
+    assert uids() == [new]
 
 
 def test_one_node_failure_is_one_shrink_of_an_elastic_workload(world: World) -> None:

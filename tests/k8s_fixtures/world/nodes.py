@@ -103,7 +103,8 @@ class Nodes:
             if scripted is not None and self.clock.now >= scripted.at and pod["status"].get("phase") == "Running":
                 self._finish(pod, scripted.code, "Completed" if scripted.code == 0 else "Error")
             elif pod["status"].get("phase") == "Pending" and node in self.rejecting:
-                self._reject(pod, *self.rejecting[node])
+                if self._bound_at(pod) < self.clock.now:
+                    self._reject(pod, *self.rejecting[node])
             elif pod["status"].get("phase") == "Pending":
                 self._start(pod)
 
@@ -120,11 +121,23 @@ class Nodes:
             add_condition(pod, type_, "True", "", "", self.clock)
         self.store.write(PODS, pod)
 
+    def _bound_at(self, pod: Obj) -> float:
+        """When the scheduler bound the pod (its PodScheduled condition)."""
+        scheduled = next((c for c in pod["status"].get("conditions") or [] if c.get("type") == "PodScheduled" and c.get("status") == "True"), None)
+        return (parse_time(scheduled.get("lastTransitionTime")) if scheduled else None) or self.clock.now
+
     def _reject(self, pod: Obj, reason: str, message: str) -> None:
         """pkg/kubelet/kubelet.go, ``HandlePodAdditions`` -> ``rejectPod`` (the device manager's
         admission handler failing, pkg/kubelet/lifecycle/predicate.go): the pod is Failed with
         the reason and message only. No container ran, so no container status has an exit code,
-        and no condition is added: a Job's podFailurePolicy has nothing to match."""
+        and no condition is added: a Job's podFailurePolicy has nothing to match.
+
+        A rejection comes after the device manager's ``Allocate`` call to the device plugin
+        failed (pkg/kubelet/cm/devicemanager/manager.go), and it reaches kube-scheduler's cache
+        only by the pod's status update: the pods released with it in the same round are all
+        bound by then (scheduling one takes milliseconds). The world rejects a pod from the tick
+        after its binding, never within the round that released it, so a rejecting node does
+        not swallow its siblings one after another."""
         pod["status"] = {**pod["status"], "phase": "Failed", "reason": reason, "message": f"Pod was rejected: {message}"}
         self.store.write(PODS, pod)
 
