@@ -206,11 +206,13 @@ class World:
         for _ in range(limit):
             before = self.store.revision
             with self.store.lock:
+                self.jobs.observe_deletions()  # a Job gone reaches the Job controller first
                 self.jobsets.reconcile_all()
                 self.jobs.reconcile_all()
                 if self.kueue is not None:
                     self.kueue.step()
                 self.gc.step()
+                self.jobs.observe_deletions()
                 self.scheduler.schedule_all()
                 self.nodes.step()
             if self.store.revision == before:

@@ -66,6 +66,7 @@ class DeletePod:
     pod: str
     force: bool
     why: str
+    uid: str = ""  # a precondition: never another pod that took the name
 
 
 @dataclasses.dataclass(frozen=True)

@@ -163,13 +163,13 @@ def _stuck_pods(observation: Observation, name: str, workload: Workload) -> list
         if node is None:
             # No Node object: deleted (a new node, not listed yet, only ever gets pods of held slices).
             if pod.node not in discovery.ignored and (pod.terminating or pod.annotations.get(labels.SLICE_ANNOTATION) not in held):
-                delete = DeletePod(pod.name, True, f"its node {pod.node} was deleted")
+                delete = DeletePod(pod.name, True, f"its node {pod.node} was deleted", pod.uid)
         elif node.state is not NodeState.FAILED or node.slice in held:
             continue
         elif not pod.terminating:
-            delete = DeletePod(pod.name, False, f"its node {pod.node} failed ({node.reason or 'not ready'}): it gets its grace period first")
+            delete = DeletePod(pod.name, False, f"its node {pod.node} failed ({node.reason or 'not ready'}): it gets its grace period first", pod.uid)
         elif pod.deletion_deadline is not None and observation.now >= pod.deletion_deadline:
-            delete = DeletePod(pod.name, True, f"its node {pod.node} failed and its grace period is over")
+            delete = DeletePod(pod.name, True, f"its node {pod.node} failed and its grace period is over", pod.uid)
         if delete is not None:
             what = "force-deleted" if delete.force else "deleted"
             operations += [delete, RecordEvent(name, "PodForceDeleted" if delete.force else "PodDeleted", f"pod {pod.name} {what}: {delete.why}", warning=delete.force)]

@@ -146,14 +146,14 @@ class KubeController:
         elif isinstance(op, ops.TouchJob):
             client.patch_job(op.name, {"metadata": {"annotations": {labels.TOUCHED_ANNOTATION: op.stamp}}})
         elif isinstance(op, ops.DeletePod):
-            client.delete_pod(op.pod, force=op.force)
+            client.delete_pod(op.pod, op.uid or None, force=op.force)
         elif isinstance(op, ops.PlacePod):
             spec: dict[str, Any] = {"schedulingGates": [{"name": g} for g in op.gates]}
             if op.node_selector:
                 spec["nodeSelector"] = op.node_selector
             client.patch_pod(op.pod, {"metadata": {"annotations": op.annotations}, "spec": spec})
         elif isinstance(op, ops.RecreateGatedPod):
-            if client.delete_pod_of_uid(op.pod, op.uid):
+            if client.delete_pod(op.pod, op.uid):
                 client.record_event(raw.get(op.jobset), op.jobset, "PodStalled", op.message, True, now)
         elif isinstance(op, ops.AnnotatePod):
             client.patch_pod(op.pod, {"metadata": {"annotations": op.annotations}})
