@@ -309,7 +309,7 @@ def test_controller_manifests_are_valid_and_least_privilege() -> None:
     assert json.loads(env["HOTSWAP_KUBERNETES_SETTINGS"])["context"] is None  # in-cluster: the pod's account
     assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
     container = deployment["spec"]["template"]["spec"]["containers"][0]
-    assert container["command"][-2:] == ["--metrics-address", "0.0.0.0:8080"]  # scraped in the cluster
+    assert container["command"][-3:] == ["--metrics-address", "0.0.0.0:8080", "--expose-metrics"]  # scraped in the cluster
     assert container["ports"] == [{"name": "metrics", "containerPort": 8080, "protocol": "TCP"}]
     role = next(d for d in documents if d["kind"] == "Role")
     assert {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get", "list", "watch", "patch"]} in role["rules"]
@@ -319,3 +319,26 @@ def test_a_local_only_device_type_is_refused_in_one_line() -> None:
     spec = workload_spec(name="w", command="python train.py", device_type="local-gpu-1", docker_image="img")
     with pytest.raises(InvalidInputError, match="^--device-type local-gpu-1 is a shape of the local backend only"):
         render_jobset(spec, "c", KubeSettings())
+
+
+def test_the_rendered_controller_deployment_passes_the_controllers_own_metrics_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Deployment's controller serves metrics on every interface of its pod, for the
+    cluster's Prometheus: its command says so with --expose-metrics (issue 24's rule), and the
+    real ``controller run`` accepts it as rendered, without leaning on the in-cluster variable."""
+    from typer.testing import CliRunner
+
+    import hotswap.cli.backends as cli_backends
+    from hotswap.cli.controller import IN_CLUSTER_SETTINGS, app
+
+    documents = render_controller_manifests("c", KubeSettings(namespace="ml"), "registry.example/hotswap:0.1.0")
+    (deployment,) = [d for d in documents if d["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    command = container["command"]
+    assert command[:3] == ["hotswap", "controller", "run"] and "--expose-metrics" in command
+    started: list[str | None] = []
+    monkeypatch.delenv(IN_CLUSTER_SETTINGS, raising=False)
+    monkeypatch.setattr(cli_backends, "for_controller", lambda cluster, in_cluster: cli_backends.named("kubernetes"))
+    monkeypatch.setattr(cli_backends, "run_controller", lambda backend, cluster, settings, address: started.append(address))
+    result = CliRunner().invoke(app, command[2:])
+    assert result.exit_code == 0, result.output
+    assert started == [command[command.index("--metrics-address") + 1]]
