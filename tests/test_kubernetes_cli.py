@@ -138,6 +138,8 @@ class ClusterApi:
             return 200, APIS
         if path == "/api/v1/nodes":
             return 200, self.nodes
+        if path == "/api/v1/namespaces/default/events":
+            return 200, {"items": []}
         if path == "/api/v1/namespaces/default/pods":
             wanted = dict(part.split("=", 1) for part in (query.get("labelSelector") or [""])[0].split(",") if "=" in part)
             items = [p for p in self.pods if all(p["metadata"]["labels"].get(k) == v for k, v in wanted.items())]

@@ -83,11 +83,11 @@ def test_node_fault_under_high_preempts_low_and_restarts_high_on_its_pool(world:
     assert any(isinstance(op, ops.PatchJobSet) and op.jobset == "low" and op.suspend is True and labels.STATE_ANNOTATION in op.annotations
                for op in operations)
     assert ops.RecreateJobs("high") in operations
-    forced = [op for op in operations if isinstance(op, ops.ForceDeletePod)]
-    if fault == "not-ready":  # its pod can never finish terminating on a machine that is gone
-        assert forced == [ops.ForceDeletePod(name) for name in stuck]
+    deleted = [op for op in operations if isinstance(op, ops.DeletePod)]
+    if fault == "not-ready":  # deleted with its grace period first: forced only once that is over
+        assert [(op.pod, op.force) for op in deleted] == [(name, False) for name in stuck]
     else:
-        assert forced == []  # stopped gracefully instead
+        assert deleted == []  # stopped gracefully by JobSet instead
     run_until(world, controller, lambda: running(world, "high", attempt=2) == 8)
     assert world.pools_of("high") == [low, high[1]]  # the lost replica takes low's pool; the other stays
     assert world.state("high")["restarts"] == 0 and world.state("high")["disruptions"] == 1
@@ -143,7 +143,9 @@ def test_blocking_recreate_starts_new_pods_only_after_old_ones_are_gone(world: W
     world.advance(10, controller)
     assert world.pods(lambda p: p["metadata"]["labels"].get(labels.JOBSET_NAME_LABEL) == "high" and "deletionTimestamp" in p["metadata"])
     new = [p for p in world.pods_of("high") if p["metadata"]["annotations"].get(labels.ATTEMPT_ANNOTATION) != "1"]
-    assert new and all(p["spec"].get("schedulingGates") for p in new)  # nothing new starts meanwhile
+    # Nothing new starts meanwhile: the Jobs are deleted in the foreground, so JobSet recreates
+    # them (and their pods) only once the old pods are gone; any new pod waits behind the gate.
+    assert all(p["spec"].get("schedulingGates") for p in new)
     run_until(world, controller, lambda: running(world, "high", attempt=2) == 8)
     assert world.state("high")["phase"] == "RUNNING" and world.pools_of("high") == [low, high[1]]
 
@@ -156,10 +158,14 @@ def test_elastic_workload_scales_down_without_restart_and_grows_back(world: Worl
     broken = world.nodes_of_pool(pools[1])[0]
     world.fail_node(broken)
     run_until(world, controller, lambda: world.state("el")["membership"] == 1)
+    # The lost replica's Job is deleted in the foreground: JobSet recreates it (and its Job its
+    # pods, parked) once the pod on the failed node is gone, after its grace period.
+    replica_1 = lambda: [p for p in world.pods_of("el") if p["metadata"]["labels"][labels.JOB_INDEX_LABEL] == "1"]  # noqa: E731
+    run_until(world, controller, lambda: len(replica_1()) == 4, limit_s=world.nodes.grace_s + 60)
     world.advance(10, controller)
     assert survivors <= {p["metadata"]["name"] for p in world.running("el")}  # the others keep running
     assert world.pools_of("el") == [pools[0], None, pools[2]]  # replica 1 parked behind its gate
-    parked = [p for p in world.pods_of("el") if p["metadata"]["labels"][labels.JOB_INDEX_LABEL] == "1"]
+    parked = replica_1()
     assert len(parked) == 4 and all(p["spec"].get("schedulingGates") for p in parked)  # all four: none refused
     membership = json.loads(world.pods(lambda p: p["metadata"]["name"] == sorted(survivors)[0])[0]["metadata"]["annotations"][labels.MEMBERSHIP_ANNOTATION])
     assert membership["slices"] == [pools[0], pools[2]] and membership["generation"] == 1

@@ -92,7 +92,7 @@ def test_a_watch_survives_a_dropped_connection_and_refusals(world: World) -> Non
     watching = Watching(world)
     try:
         world.api.faults.append(Fault("GET", NODES, 0, times=2, watch=True))  # the connection drops
-        world.api.faults.append(Fault("GET", NODES, 403, reason="Forbidden", message='nodes is forbidden: User "x" cannot watch resource "nodes"', times=1, watch=True))
+        world.api.faults.append(Fault("GET", NODES, 403, reason="Forbidden", message='nodes is forbidden: User "x" cannot watch resource "nodes"', times=2, watch=True))
         assert wait_for(lambda: all(f.times == 0 for f in world.api.faults), 30)
         watching.changed.clear()
         touch_node(world)
@@ -104,11 +104,38 @@ def test_a_watch_survives_a_dropped_connection_and_refusals(world: World) -> Non
         watching.close()
 
 
+def test_a_brief_403_after_an_api_server_restart_is_retried_quietly(world: World) -> None:
+    """A restarted kube-apiserver answers 403 until its RBAC caches synced: the controller
+    retries quietly, and the round (its reads, its writes) goes on; no permission warning."""
+    controller = make_controller(world)
+    pauses: list[float] = []
+    controller.client.sleep = pauses.append
+    submit(world, "w", "high", 1)
+    refused = 'jobsets.jobset.x-k8s.io is forbidden: User "system:serviceaccount:default:hotswap-controller" cannot list resource "jobsets"'
+    world.api.faults.append(Fault("GET", JOBSETS, 403, reason="Forbidden", message=refused, times=1))
+    world.api.faults.append(Fault("PATCH", f"{JOBSETS}/w", 403, reason="Forbidden", message="RBAC: not yet synced", times=2))
+    controller.reconcile()
+    assert world.state("w")["phase"] == "RUNNING" and len(pauses) == 3
+    watching = Watching(world)
+    try:
+        world.api.faults.append(Fault("GET", NODES, 403, reason="Forbidden", message='nodes is forbidden: User "x" cannot watch resource "nodes"', times=1, watch=True))
+        assert wait_for(lambda: all(f.times == 0 for f in world.api.faults), 30)
+        watching.changed.clear()
+        touch_node(world)
+        assert wait_for(watching.changed.is_set, 30)
+        assert not [line for line in watching.lines if "forbidden" in line]
+    finally:
+        watching.close()
+
+
 def test_reconcile_errors_are_one_clear_line(world: World) -> None:
     controller = make_controller(world)
-    world.api.faults.append(Fault("GET", JOBSETS, 403, reason="Forbidden", message='jobsets.jobset.x-k8s.io is forbidden: User "system:serviceaccount:default:hotswap-controller" cannot list resource "jobsets"', times=1))
-    with pytest.raises(ForbiddenError) as forbidden:
+    pauses: list[float] = []
+    controller.client.sleep = pauses.append
+    world.api.faults.append(Fault("GET", JOBSETS, 403, reason="Forbidden", message='jobsets.jobset.x-k8s.io is forbidden: User "system:serviceaccount:default:hotswap-controller" cannot list resource "jobsets"', times=3))
+    with pytest.raises(ForbiddenError) as forbidden:  # a 403 that persists is a permission problem
         controller.reconcile()
+    assert len(pauses) == 2
     assert "\n" not in str(forbidden.value) and "cannot list resource" in str(forbidden.value) and "hotswap controller manifests" in str(forbidden.value)
     drops = Fault("GET", NODES, 0)  # every connection drops (after the client's own retries)
     world.api.faults.append(drops)

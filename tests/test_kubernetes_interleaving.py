@@ -57,12 +57,15 @@ def test_one_node_failure_is_one_hotswap_though_jobset_recreates_jobs_between_th
     assert running(world, "low", attempt=1) == 4 and not world.jobset("low")["spec"].get("suspend")
 
 
-def test_a_job_that_creates_no_pods_is_touched_once_and_its_workers_start(world: World) -> None:
+def test_a_job_that_creates_no_pods_is_touched_then_recreated_and_its_workers_start(world: World) -> None:
     """A Job deleted and recreated under the same name before the Job controller saw the pods it
     had created for the middle one: the Job controller's expectations for that name are never
-    met, and it creates no pods for the new Job until the Job is updated (or five minutes
-    later). The controller notices a RUNNING workload whose Job has no pods and touches it, with
-    one Event; its workers run again well before the Job controller would have recovered alone."""
+    met, and it creates no pods for the new Job until they expire, five minutes later (an update
+    does not lower them: job_controller.go ``updateJob``). The controller notices a RUNNING
+    workload whose Job has no pods and touches it (one Event), then, the touch not helping,
+    recreates it (one more): the Job's deletion reaches the Job controller while the name is
+    free, which drops the stale expectations, and its workers run again well before the Job
+    controller would have recovered alone."""
     controller = make_controller(world)
     submit(world, "w", "high", 1)
     run_until(world, controller, lambda: running(world, "w") == 4)
@@ -74,18 +77,20 @@ def test_a_job_that_creates_no_pods_is_touched_once_and_its_workers_start(world:
         world.jobs.reconcile_all()  # the pods of the middle Job: created, not yet seen by its informer
         world.store.delete(JOBS, namespace, name, "Background")
     world.settle()
-    (current,) = [j["metadata"]["uid"] for j in world.store.list(JOBS) if j["metadata"]["name"] == name]
+    assert len([j for j in world.store.list(JOBS) if j["metadata"]["name"] == name]) == 1
     assert not world.pods_of("w")
 
     def started() -> bool:
-        mine = [p for p in world.running("w") if p["metadata"]["ownerReferences"][0]["uid"] == current]
+        mine = [p for p in world.running("w") if p["metadata"]["name"].startswith(name)]
         return len(mine) == 4
 
-    run_until(world, controller, started, limit_s=STALL_S + 30)  # alone, the Job controller waits 300 s
+    run_until(world, controller, started, limit_s=2 * STALL_S + 30)  # alone, the Job controller waits 300 s
     stalled = [m for _, r, m in events(world, "w") if r == "JobStalled"]
-    assert len(stalled) == 1 and name in stalled[0] and "touched" in stalled[0]
+    assert len(stalled) == 2 and all(name in m for m in stalled)
+    assert "touched" in stalled[0] and "recreating it" in stalled[1]
     world.advance(2 * STALL_S, controller)
-    assert [r for _, r, _ in events(world, "w")].count("JobStalled") == 1 and started()
+    assert [r for _, r, _ in events(world, "w")].count("JobStalled") == 2 and started()
+    assert world.state("w")["attempt"] == 1  # repaired in place: no restart, no hotswap
 
 
 def test_a_pod_whose_release_keeps_failing_is_recreated_once(world: World) -> None:
@@ -114,11 +119,18 @@ def test_a_job_recreated_under_the_same_name_is_never_deleted_for_its_predecesso
     run_until(world, controller, lambda: running(world, "w") == 4)
     (job,) = [j for j in world.store.list(JOBS) if j["metadata"]["labels"].get("jobset.sigs.k8s.io/jobset-name") == "w"]
     name, old = job["metadata"]["name"], job["metadata"]["uid"]
-    assert controller.client.delete_job(name, old) is True  # JobSet recreates it at once (interleaved)
-    (new,) = [j["metadata"]["uid"] for j in world.store.list(JOBS) if j["metadata"]["name"] == name]
+    assert controller.client.delete_job(name, old) is True
+    # In the foreground the Job stays, marked, until the garbage collector has deleted its pods;
+    # JobSet creates no Job under a name that is still taken (jobset_controller.go
+    # ``shouldCreateJob``), so it recreates it only once the old one is gone.
+    (still,) = [j["metadata"] for j in world.store.list(JOBS) if j["metadata"]["name"] == name]
+    assert still["uid"] == old and "deletionTimestamp" in still
+    uids = lambda: [j["metadata"]["uid"] for j in world.store.list(JOBS) if j["metadata"]["name"] == name]  # noqa: E731
+    world.advance(60)  # the pods' grace period: the kubelet confirms, the GC frees the name
+    (new,) = uids()
     assert new != old
     assert controller.client.delete_job(name, old) is False
-    assert [j["metadata"]["uid"] for j in world.store.list(JOBS) if j["metadata"]["name"] == name] == [new]
+    assert uids() == [new]
 
 
 def test_one_node_failure_is_one_shrink_of_an_elastic_workload(world: World) -> None:

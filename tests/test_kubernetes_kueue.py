@@ -112,3 +112,22 @@ def test_a_jobset_kueue_keeps_queued_while_slices_are_free_is_not_admitted_every
     for _ in range(5):
         assert controller.reconcile() == []
     assert world.api.writes(mark) == []
+
+
+def test_a_scaled_down_elastic_jobset_that_finished_frees_its_quota(world: World) -> None:
+    """A scaled-down elastic JobSet has a parked replica that never runs, so JobSet never
+    completes it (success policy All). Once its active replicas finished the controller
+    declares it done and deactivates its Kueue Workload: the parked pods go and the quota
+    is free for the next JobSet."""
+    controller = make_controller(world)
+    submit(world, "el", "high", 3, min_slices=2)
+    run_until(world, controller, lambda: running(world, "el") == 12)
+    pools = world.pools_of("el")
+    world.fail_node(world.nodes_of_pool(pools[2])[0])
+    run_until(world, controller, lambda: world.state("el")["membership"] == 1)
+    submit(world, "next", "low", 1)
+    world.exit(world.running("el"), 0)
+    run_until(world, controller, lambda: world.state("el")["phase"] == "SUCCESSFUL" and not world.pods_of("el"))
+    assert world.kueue_workload("el")["spec"]["active"] is False
+    run_until(world, controller, lambda: running(world, "next") == 4)
+    assert listed(world, "el")["status"] == "SUCCESSFUL"

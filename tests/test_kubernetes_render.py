@@ -120,7 +120,7 @@ def test_jobset_crd_schema_rejects_what_jobset_would_reject() -> None:
     with pytest.raises(jsonschema.ValidationError):
         validate_crd(broken, "jobset.x-k8s.io_jobsets.yaml")
     broken = copy.deepcopy(jobset)
-    broken["spec"]["successPolicy"]["operator"] = "Most"
+    broken["spec"]["successPolicy"] = {"operator": "Most", "targetReplicatedJobs": [contract.REPLICATED_JOB]}
     with pytest.raises(jsonschema.ValidationError):
         validate_crd(broken, "jobset.x-k8s.io_jobsets.yaml")
     pod = pod_of(jobset)
@@ -155,13 +155,16 @@ EXCLUSIVE_TOPOLOGY = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 def test_golden_renders_carry_everything_seed_000_asks_for(kueue: bool) -> None:
     """Every field of the published JobSets is in the render, except deliberate changes: xpk's
     PriorityClass names, the container's name, the /bin/sh prelude before the command (it
-    computes RANK and execs the same argv), and JobSet's exclusive placement, which hotswap's
-    pinning of every pod to a whole healthy slice replaces (see render/jobset.py)."""
+    computes RANK and execs the same argv), JobSet's exclusive placement, which hotswap's
+    pinning of every pod to a whole healthy slice replaces, and backoffLimit: one per host, so
+    that a kubelet's rejection (no exit code) is hotswapped, not a Job failure (see render/jobset.py)."""
     seeds = {doc["metadata"]["name"]: doc for doc in yaml.safe_load_all((FIXTURES / "seed000_jobsets.yaml").read_text())}
     for level in ("high", "low"):
         seed = copy.deepcopy(seeds[f"{level}-jax-trillium"])
         rendered = render_jobset(seed_spec(level), "trillium", KubeSettings(kueue=kueue))
         pod = seed["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        assert seed["spec"]["replicatedJobs"][0]["template"]["spec"].pop("backoffLimit") == 0
+        assert rendered["spec"]["replicatedJobs"][0]["template"]["spec"]["backoffLimit"] == 4  # v6e-16: 4 hosts
         assert pod.pop("priorityClassName") == f"{level}-priority-job"
         container = pod["containers"][0]
         assert container.pop("name") == "jax-program"
@@ -182,14 +185,16 @@ def test_exits_and_disruptions_are_the_controllers_to_judge() -> None:
     jobset = render_jobset(spec, "c", KubeSettings())
     assert jobset["spec"]["failurePolicy"] == {"maxRestarts": 7, "restartStrategy": "BlockingRecreate"}
     job = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]
-    assert job["backoffLimit"] == 0
+    assert job["backoffLimit"] == 4  # only a kubelet's rejection (no exit code) counts: one per host, hotswapped meanwhile
     assert job["podFailurePolicy"]["rules"] == [
         {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
         {"action": "Ignore", "onExitCodes": {"containerName": "worker", "operator": "NotIn", "values": [0]}},
     ]
     assert "successPolicy" not in jobset["spec"]  # JobSet's default: every replica's Job completes
     elastic = render_jobset(SPECS["single-host-elastic-env"], "c", KubeSettings())
-    assert elastic["spec"]["successPolicy"] == {"operator": "Any", "targetReplicatedJobs": [contract.REPLICATED_JOB]}
+    # Never Any: JobSet would complete an elastic JobSet when its first replica finishes and
+    # delete the others mid-checkpoint. A scaled-down one is completed by the controller.
+    assert "successPolicy" not in elastic["spec"]
 
 
 def test_worker_environment_follows_the_contract() -> None:
@@ -304,7 +309,7 @@ def test_controller_manifests_are_valid_and_least_privilege() -> None:
     assert json.loads(env["HOTSWAP_KUBERNETES_SETTINGS"])["context"] is None  # in-cluster: the pod's account
     assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
     container = deployment["spec"]["template"]["spec"]["containers"][0]
-    assert container["command"][-2:] == ["--metrics-address", "0.0.0.0:8080"]  # scraped in the cluster
+    assert container["command"][-3:] == ["--metrics-address", "0.0.0.0:8080", "--expose-metrics"]  # scraped in the cluster
     assert container["ports"] == [{"name": "metrics", "containerPort": 8080, "protocol": "TCP"}]
     role = next(d for d in documents if d["kind"] == "Role")
     assert {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get", "list", "watch", "patch"]} in role["rules"]
@@ -314,3 +319,26 @@ def test_a_local_only_device_type_is_refused_in_one_line() -> None:
     spec = workload_spec(name="w", command="python train.py", device_type="local-gpu-1", docker_image="img")
     with pytest.raises(InvalidInputError, match="^--device-type local-gpu-1 is a shape of the local backend only"):
         render_jobset(spec, "c", KubeSettings())
+
+
+def test_the_rendered_controller_deployment_passes_the_controllers_own_metrics_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Deployment's controller serves metrics on every interface of its pod, for the
+    cluster's Prometheus: its command says so with --expose-metrics (issue 24's rule), and the
+    real ``controller run`` accepts it as rendered, without leaning on the in-cluster variable."""
+    from typer.testing import CliRunner
+
+    import hotswap.cli.backends as cli_backends
+    from hotswap.cli.controller import IN_CLUSTER_SETTINGS, app
+
+    documents = render_controller_manifests("c", KubeSettings(namespace="ml"), "registry.example/hotswap:0.1.0")
+    (deployment,) = [d for d in documents if d["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    command = container["command"]
+    assert command[:3] == ["hotswap", "controller", "run"] and "--expose-metrics" in command
+    started: list[str | None] = []
+    monkeypatch.delenv(IN_CLUSTER_SETTINGS, raising=False)
+    monkeypatch.setattr(cli_backends, "for_controller", lambda cluster, in_cluster: cli_backends.named("kubernetes"))
+    monkeypatch.setattr(cli_backends, "run_controller", lambda backend, cluster, settings, address: started.append(address))
+    result = CliRunner().invoke(app, command[2:])
+    assert result.exit_code == 0, result.output
+    assert started == [command[command.index("--metrics-address") + 1]]

@@ -115,8 +115,9 @@ def test_a_worker_evicted_on_a_healthy_node_moves_the_workload_uncharged(world: 
 
 def test_elastic_scale_down_completes_without_its_parked_replica_and_frees_every_slice(world: World) -> None:
     """Replicas of a JobSet are immutable and JobSet recreates a deleted Job: a scaled-down
-    workload keeps a parked replica's Job behind the gate. It must still complete when its
-    active replicas finish (success policy Any), so its slices do not stay held forever."""
+    workload keeps a parked replica's Job behind the gate, which never completes, so JobSet
+    (success policy All) never completes it. The controller does, once its active replicas
+    finished, and suspends the JobSet: the parked pods go, and the slices are free."""
     controller = make_controller(world)
     submit(world, "el", "high", 3, min_slices=2)
     run_until(world, controller, lambda: running(world, "el") == 12)
@@ -128,9 +129,28 @@ def test_elastic_scale_down_completes_without_its_parked_replica_and_frees_every
     refused = [m for _, r, m in events(world) if r == "FailedCreate"]
     assert refused == []  # no follower pod is refused while its replica is parked
     world.exit(world.running("el"), 0)
-    run_until(world, controller, lambda: world.finished("el") == "Completed")
     run_until(world, controller, lambda: world.state("el")["phase"] == "SUCCESSFUL" and not world.pods_of("el"))
     assert world.state("el")["slices"] == []
+    assert world.jobset("el")["spec"]["suspend"] is True
+    assert world.finished("el") is None  # JobSet never declared it: its parked replica never ran
+
+
+def test_an_elastic_job_is_not_completed_when_its_first_replica_finishes(world: World) -> None:
+    """Replicas of a multislice job finish one after another (each saves its checkpoint, then
+    exits 0). The first replica to finish must not complete the JobSet: JobSet would delete
+    the other replicas' Jobs while they still write their checkpoint."""
+    controller = make_controller(world)
+    submit(world, "el", "high", 2, min_slices=1)
+    run_until(world, controller, lambda: running(world, "el") == 8)
+    first = [p for p in world.running("el") if p["metadata"]["labels"][labels.JOB_INDEX_LABEL] == "0"]
+    world.exit(first, 0)
+    world.advance(30, controller)
+    assert world.finished("el") is None
+    assert running(world, "el") == 4  # the second replica is still at work
+    assert world.state("el")["phase"] == "RUNNING"
+    world.exit(world.running("el"), 0)
+    run_until(world, controller, lambda: world.finished("el") == "Completed")
+    run_until(world, controller, lambda: world.state("el")["phase"] == "SUCCESSFUL")
 
 
 def test_the_controller_killed_mid_hotswap_is_completed_by_a_fresh_one(world: World) -> None:
@@ -206,6 +226,10 @@ def test_pinned_pods_that_never_schedule_lose_their_slice(world: World) -> None:
     run_until(world, controller, lambda: running(world, "w") == 4, limit_s=400)
     assert world.pools_of("w")[0] != pool
     assert any("has not been scheduled for" in m for _, r, m in events(world, "w") if r == "SliceLost")
+    # The decision says what happened, not that a node "was cordoned" (no node was).
+    said = [m for _, r, m in events(world, "w") if "(attempt 2)" in m]
+    assert said and all("cordoned" not in m for m in said), said
+    assert any("has not been scheduled for" in m for m in said), said
 
 
 def _node_key(name: str) -> tuple:
@@ -267,3 +291,68 @@ def test_a_worker_deleted_while_no_controller_watched_is_noticed(world: World) -
     state = world.state("w")
     assert (state["restarts"], state["disruptions"]) == (0, 1)
     assert any("is gone (deleted or evicted)" in m for _, r, m in events(world, "w") if r == "SliceLost")
+
+
+def test_a_recreate_restart_never_lets_the_old_coordinator_answer_its_name(world: World) -> None:
+    """Under Recreate the controller deletes a replica's Jobs to restart it. The headless
+    Service publishes not-ready addresses, so while an old worker still checkpoints after its
+    SIGTERM, a new pod of the same hostname would share its DNS name: the new attempt's
+    MASTER_ADDR could reach the old coordinator. The Jobs are deleted in the foreground, as
+    JobSet's own restarts do: a Job, and so its successor of the same name, waits until its
+    pods are gone."""
+    controller = make_controller(world)
+    world.nodes.stop_after_s = 20.0  # a checkpoint that takes 20 s after SIGTERM
+    submit(world, "w", "high", 1, restart_strategy="Recreate")
+    run_until(world, controller, lambda: running(world, "w") == 4)
+    victim = next(p for p in world.running("w") if p["spec"]["hostname"].endswith("-1"))
+    world.api.evict(victim["metadata"]["namespace"], victim["metadata"]["name"])
+    overlaps: set[str] = set()
+
+    def restarted() -> bool:
+        alive: dict[str, int] = {}
+        for pod in world.pods_of("w", live=False):
+            if pod["status"].get("phase") not in ("Succeeded", "Failed"):
+                alive[pod["spec"]["hostname"]] = alive.get(pod["spec"]["hostname"], 0) + 1
+        overlaps.update(name for name, count in alive.items() if count > 1)
+        return running(world, "w", attempt=2) == 4
+
+    run_until(world, controller, restarted, limit_s=300)
+    assert overlaps == set()
+    assert world.state("w")["disruptions"] == 1
+
+
+@pytest.mark.parametrize("device_type, nodes", [("v6e-16", "gke_v6e16_nodes.yaml"), ("h100-80gb-8", "gke_single_host_nodes.yaml")])
+def test_workers_tolerate_the_accelerator_taint_without_gke_admission(device_type: str, nodes: str) -> None:
+    """GKE taints TPU and GPU nodes (google.com/tpu, nvidia.com/gpu: NoSchedule) and adds the
+    tolerations through its ExtendedResourceToleration admission. A cluster without that
+    plugin must still run hotswap's workers: the pods carry the toleration themselves."""
+    world = make_world(nodes=nodes, extended_resource_toleration=False)
+    try:
+        controller = make_controller(world)
+        submit(world, "w", "high", 1, device_type=device_type)
+        hosts = 4 if device_type == "v6e-16" else 1
+        run_until(world, controller, lambda: running(world, "w") == hosts, limit_s=120)
+    finally:
+        world.close()
+
+
+def test_describe_shows_the_events_as_the_timeline_and_the_workers_real_state(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`workload describe` on a running workload: its timeline is the Events recorded on its
+    JobSet (hotswap's decisions among them), and its running workers read "running"."""
+    from k8s_fixtures.scenario import CLUSTER, settings_of
+
+    from hotswap.backends.kubernetes import backend as kube_backend
+
+    controller = make_controller(world)
+    submit(world, "w", "high", 1)
+    run_until(world, controller, lambda: running(world, "w") == 4)
+    world.advance(3, controller)
+    monkeypatch.setattr(kube_backend, "settings_of", lambda cluster: settings_of(world))
+    monkeypatch.setattr(kube_backend.KubernetesBackend, "_client", lambda self, settings: world.client(settings))
+    described = kube_backend.KubernetesBackend().describe_workload(CLUSTER, "w")
+    assert any(e["event"] == "Admitted" and "admitted on" in e["message"] and e["time"] for e in described["timeline"]), described["timeline"]
+    assert [w["state"] for w in described["workers"]] == ["running"] * 4
+    world.exit(world.running("w"), 0)
+    run_until(world, controller, lambda: world.state("w")["phase"] == "SUCCESSFUL")
+    described = kube_backend.KubernetesBackend().describe_workload(CLUSTER, "w")
+    assert [(w["state"], w["exit_code"]) for w in described["workers"]] == [("succeeded", 0)] * 4

@@ -192,12 +192,13 @@ def test_the_record_commits_a_decision_before_its_side_effects() -> None:
     deletion can then never make the controller take the decision again (issue 23)."""
     record = ops.PatchJobSet("w", True, {labels.STATE_ANNOTATION: "{}"}, "41")
     delete = ops.DeleteJob("w", "w-slice-0", "uid-1")
-    planned = [ops.PlacePod("p", {}, {labels.SLICE_ANNOTATION: "a"}, ()), delete, record, ops.ForceDeletePod("q"), ops.RecreateJobs("w")]
-    assert ops.in_order(planned) == [record, ops.RecreateJobs("w"), delete, ops.ForceDeletePod("q"), planned[0]]
+    forced = ops.DeletePod("q", True, "its node n was deleted")
+    planned = [ops.PlacePod("p", {}, {labels.SLICE_ANNOTATION: "a"}, ()), delete, record, forced, ops.RecreateJobs("w")]
+    assert ops.in_order(planned) == [record, ops.RecreateJobs("w"), delete, forced, planned[0]]
     assert ops.decisions_summary(ops.in_order(planned)) == [
         "suspend jobset/w",
         "recreate all jobs of jobset/w",
-        "force-delete pod/q (its node is gone)",
+        "force-delete pod/q (its node n was deleted)",
         "release pod/p on a",
     ]
 

@@ -11,8 +11,12 @@ from hotswap.backends.kubernetes.settings import KubeSettings
 from hotswap.backends.kubernetes.views import placement_view, slice_holders, workers_view
 
 
-def pod(name: str, replica: int, host: int, node: str | None, gates: tuple[str, ...] = (), terminating: bool = False) -> LivePod:
-    return LivePod(name, "w", replica, host, node, gates, terminating, False, "j", {}, {})
+def pod(
+    name: str, replica: int, host: int, node: str | None, gates: tuple[str, ...] = (), terminating: bool = False,
+    phase: str = "Pending", exit_code: int | None = None,
+) -> LivePod:
+    finished = phase in ("Succeeded", "Failed")
+    return LivePod(name, "w", replica, host, node, gates, terminating, finished, "j", {}, {}, phase=phase, exit_code=exit_code)
 
 
 def test_slices_are_held_by_the_workloads_whose_rows_list_them() -> None:
@@ -31,12 +35,33 @@ def test_placement_and_workers_of_a_workload() -> None:
         pod("p-0-1", 0, 1, second.nodes[1], terminating=True),
         pod("p-0-0", 0, 0, second.nodes[0]),
         pod("p-1-1", 1, 1, None),
+        pod("p-0-2", 0, 2, second.nodes[2], phase="Running"),
+        pod("p-0-3", 0, 3, second.nodes[3], phase="Failed", exit_code=3),
+        pod("p-1-2", 1, 2, second.nodes[2], phase="Succeeded", exit_code=0),
     ]
     rows = workers_view(pods, discovery, attempt=2)
-    assert [(r["pid"], r["slice"], r["state"]) for r in rows] == [
-        ("p-0-0", second.name, "scheduled"),
-        ("p-0-1", second.name, "terminating"),
-        ("p-1-0", None, "gated"),
-        ("p-1-1", None, "pending"),
+    assert [(r["pid"], r["slice"], r["state"], r["exit_code"]) for r in rows] == [
+        ("p-0-0", second.name, "scheduled", None),
+        ("p-0-1", second.name, "terminating", None),
+        ("p-0-2", second.name, "running", None),
+        ("p-0-3", second.name, "failed", 3),
+        ("p-1-0", None, "gated", None),
+        ("p-1-1", None, "pending", None),
+        ("p-1-2", second.name, "succeeded", 0),
     ]
     assert {r["attempt"] for r in rows} == {2}
+
+
+def test_the_timeline_is_the_jobsets_events_oldest_first_without_an_earlier_namesakes() -> None:
+    from hotswap.backends.kubernetes.views import timeline_view
+
+    def event(reason: str, at: str, uid: str, count: int = 1) -> dict:
+        return {"involvedObject": {"kind": "JobSet", "name": "w", "uid": uid}, "reason": reason, "message": reason.lower(),
+                "lastTimestamp": at, "count": count}
+
+    events = [event("Restarted", "2026-11-22T12:05:00Z", "u2", 2), event("Admitted", "2026-11-22T12:00:00Z", "u2"),
+              event("Failed", "2026-11-21T12:00:00Z", "u1")]
+    assert timeline_view(events, "u2") == [
+        {"time": "2026-11-22T12:00:00Z", "event": "Admitted", "message": "admitted"},
+        {"time": "2026-11-22T12:05:00Z", "event": "Restarted", "message": "restarted (x2)"},
+    ]

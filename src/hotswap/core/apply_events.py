@@ -116,8 +116,8 @@ def _apply_cluster_event(state: RoundState, event: ev.ClusterEvent) -> None:
     match event:
         case ev.NodeFailed(node=node, reason=reason):
             _set_node(state, node, NodeState.FAILED, f"node {node} failed" + (f": {reason}" if reason else ""))
-        case ev.NodeCordoned(node=node):
-            _set_node(state, node, NodeState.CORDONED, f"node {node} was cordoned")
+        case ev.NodeCordoned(node=node, reason=reason):
+            _set_node(state, node, NodeState.CORDONED, f"node {node}: {reason}" if reason else f"node {node} was cordoned")
         case ev.NodeDrained(node=node):
             _set_node(state, node, NodeState.CORDONED, f"node {node} was drained")
         case ev.NodeRepaired(node=node):

@@ -27,7 +27,11 @@ class NodeFailed:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class NodeCordoned:
+    """Taken out of scheduling. ``reason``: why, when it was not a cordon (a backend that
+    saw the node's pods fail to run there, say); empty: it was cordoned."""
+
     node: str
+    reason: str = ""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -33,12 +33,16 @@ class Admission:
         # JobSets using exclusive placement. The world can play an older JobSet.
         self.priority_label_on_all_pods = jobset_priority_label_on_all_pods
         self.kueue = False
+        # GKE enables the ExtendedResourceToleration plugin; other distributions (kind, kwok,
+        # EKS, a vanilla kube-apiserver) do not, and their TPU/GPU taints then need the pod's own.
+        self.extended_resource_toleration = True
 
     def __call__(self, operation: str, resource: Resource, obj: Obj, old: Obj | None) -> None:
         if resource is PODS and operation == "CREATE":
             _quantities_as_strings(obj)
             self._priority(obj)
-            self._extended_resource_tolerations(obj)
+            if self.extended_resource_toleration:
+                self._extended_resource_tolerations(obj)
             self._default_toleration_seconds(obj)
             self._jobset_pod_default(obj)
             self._jobset_pod_validate(obj)

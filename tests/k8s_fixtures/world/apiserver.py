@@ -393,12 +393,23 @@ class _NoSuchPath(Exception):
 
 
 def add_condition(obj: Obj, type_: str, status: str, reason: str, message: str, clock: Any) -> None:
+    """pkg/api/v1/pod/util.go, ``UpdatePodCondition``: a new condition, or the reason and message
+    of one already there; lastTransitionTime moves only when the status changes."""
     conditions = obj.setdefault("status", {}).setdefault("conditions", [])
     found = next((c for c in conditions if c["type"] == type_), None)
     if found is None:
         conditions.append({"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": clock.iso()})
-    elif found.get("status") != status or found.get("reason") != reason:
+    elif found.get("status") != status:
         found.update(status=status, reason=reason, message=message, lastTransitionTime=clock.iso())
+    elif found.get("reason") != reason:
+        found.update(reason=reason, message=message)
+
+
+def gate_condition(pod: Obj, clock: Any) -> None:
+    """pkg/registry/core/pod/strategy.go, ``applySchedulingGatedCondition`` (PrepareForCreate): a
+    pod created with scheduling gates gets PodScheduled=False, reason SchedulingGated, at once."""
+    if (pod.get("spec") or {}).get("schedulingGates"):
+        add_condition(pod, "PodScheduled", "False", "SchedulingGated", "Scheduling is blocked due to non-empty scheduling gates", clock)
 
 
 # ---------------------------------------------------------------------- CRD schemas
@@ -457,4 +468,4 @@ def _validator(schema: dict[str, Any]) -> Any:
     return _VALIDATORS[id(schema)]
 
 
-__all__ = ["ApiServer", "Fault", "Request", "add_condition", "load_crd_schemas", "CRDS", "EVENTS", "LEASES"]
+__all__ = ["ApiServer", "Fault", "Request", "add_condition", "gate_condition", "load_crd_schemas", "CRDS", "EVENTS", "LEASES"]

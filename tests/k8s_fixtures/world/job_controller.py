@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from k8s_fixtures.world.admission import COMPLETION_INDEX
+from k8s_fixtures.world.apiserver import gate_condition
 from k8s_fixtures.world.jobset_controller import _set_condition, condition
 from k8s_fixtures.world.store import EVENTS, JOBS, PODS, ApiError, Clock, Obj, Store, parse_time
 
@@ -28,14 +29,21 @@ EXPECTATIONS_TIMEOUT_S = 300.0  # controller_utils.go, ExpectationsTimeout
 
 @dataclasses.dataclass
 class _Expectations:
-    """controller_utils.go ``ControlleeExpectations`` of one Job key (namespace/name, not UID):
-    the pod creations ``manageJob`` raised, lowered as the pod informer sees each pod (``addPod``
-    -> ``CreationObserved``). ``addPod`` first resolves the pod's controller reference by name
-    and drops a pod whose owner UID is not the UID of the Job now cached under that name
-    (``resolveControllerRef``), so the creations of a Job deleted and recreated under the same
-    name before its pods were seen are never observed: the new Job's sync skips ``manageJob``
-    (``SatisfiedExpectations`` false) until they expire, or (as seen on a real control plane,
-    issue 23 C) until an update of the Job reaches ``updateJob``."""
+    """controller_utils.go ``ControlleeExpectations`` of one Job key (namespace/name, not UID:
+    ``controller.KeyFunc``): the pod creations ``manageJob`` raised, lowered as the pod informer
+    sees each pod (``addPod`` -> ``CreationObserved``). ``addPod`` first resolves the pod's
+    controller reference by name and drops a pod whose owner UID is not the UID of the Job now
+    cached under that name (``resolveControllerRef``), so the creations of a Job deleted and
+    recreated under the same name while they were in flight are never observed, and
+    ``syncJob`` skips ``manageJob`` for the new Job (``SatisfiedExpectations`` false) until
+    they expire (``ExpectationsTimeout``, 5 min: the 5.5 minutes of issue 23 C). Nothing else
+    lowers them: ``updateJob`` only enqueues a sync (an update, such as a touch, helps only once
+    they have expired, for a Job no other event wakes), and ``syncJob`` drops them
+    (``DeleteExpectations``) only when it finds no Job under the name, which happens when a
+    Job's deletion reaches the Job controller's queue (``deleteJob`` ->
+    ``enqueueSyncJobImmediately``) before JobSet's recreation reaches its informer
+    (kubernetes/kubernetes pkg/controller/job/job_controller.go). The world syncs every Job on
+    every pass, so expired expectations let pods be created without an event."""
 
     uid: str  # the Job they were raised for
     pending: dict[str, int]  # pod name -> the pass of the controller that created it
@@ -72,7 +80,6 @@ class JobController:
         self.ledgers: dict[str, _Ledger] = {}
         self._suffixes = itertools.count(1)
         self.expectations: dict[tuple[str, str], _Expectations] = {}
-        self._seen: dict[str, str] = {}  # Job uid -> the resourceVersion its last sync left
         self._pass = 0
 
     def reconcile_all(self) -> None:
@@ -96,16 +103,25 @@ class JobController:
             if not expected.pending:
                 del self.expectations[key]
 
+    def observe_deletions(self) -> None:
+        """``deleteJob`` -> ``syncJob`` of a key with no Job: ``DeleteExpectations``. Called when
+        a Job object is gone (the last finalizer removed), before JobSet can react: its
+        recreation is an API round trip, the Job controller's sync of the key is immediate;
+        unless that key's sync is still creating pods (creations raised in this pass): the
+        workqueue holds a key being processed until it is done, and JobSet's new Job is in the
+        cache by then (issue 23 C)."""
+        for key, expected in list(self.expectations.items()):
+            if self.store.peek(JOBS, *key) is None and all(created < self._pass for created in expected.pending.values()):
+                del self.expectations[key]
+
     def _satisfied(self, job: Obj) -> bool:
-        """``SatisfiedExpectations`` of the Job's key; an update of a Job under a name whose
-        expectations were raised for another UID drops them (see :class:`_Expectations`)."""
+        """``SatisfiedExpectations`` of the Job's key: met, or expired (see :class:`_Expectations`)."""
         meta = job["metadata"]
         key = (meta["namespace"], meta["name"])
         expected = self.expectations.get(key)
         if expected is None:
             return True
-        updated = self._seen.get(meta["uid"]) not in (None, meta.get("resourceVersion"))
-        if self.clock.now - expected.raised_at >= EXPECTATIONS_TIMEOUT_S or (updated and expected.uid != meta["uid"]):
+        if self.clock.now - expected.raised_at >= EXPECTATIONS_TIMEOUT_S:
             del self.expectations[key]
             return True
         return False
@@ -135,7 +151,6 @@ class JobController:
         status["terminating"] = sum(1 for p in pods if not is_terminal(p) and "deletionTimestamp" in p["metadata"])
         if status != before:
             self.store.write(JOBS, job)
-        self._seen[job["metadata"]["uid"]] = job["metadata"].get("resourceVersion", "")
 
     def _suspend(self, job: Obj, pods: list[Obj], ledger: _Ledger) -> None:
         """A suspended Job's running pods are deleted and not counted as failures (``manageJob``
@@ -256,6 +271,7 @@ class JobController:
             "status": {"phase": "Pending"},
         }
         self.admit(pod)
+        gate_condition(pod, self.clock)
         key = (job["metadata"]["namespace"], name)
         expected = self.expectations.get(key)
         if expected is None or expected.uid != job["metadata"]["uid"]:

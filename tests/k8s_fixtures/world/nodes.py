@@ -3,7 +3,9 @@ eviction and pod garbage collection, plus the faults a test injects.
 
 A worker's life is scripted: it runs once bound to a live node, exits with the code a test
 gives (:meth:`Nodes.exit`), and on SIGTERM (graceful deletion) saves and exits 143 after
-``stop_after_s`` (never later than its grace period). A node that fails stops its kubelet: its
+``stop_after_s`` (never later than its grace period; :attr:`Nodes.sigterm` lists them). A force
+deletion (grace 0) removes the pod at once: its worker gets no SIGTERM (on a node whose kubelet
+is unreachable the container may even go on running). A node that fails stops its kubelet: its
 pods look unchanged in the API, as on a real cluster, until the node lifecycle controller marks
 it NotReady after ``node-monitor-grace-period``.
 """
@@ -38,6 +40,10 @@ class Nodes:
         self.stop_after_s = 3.0  # SIGTERM -> checkpoint saved -> exit
         self.dead: dict[str, float] = {}  # node -> when its kubelet stopped
         self.exits: dict[str, _Exit] = {}  # pod uid -> scripted exit
+        self.sigterm: list[str] = []  # pods whose worker got SIGTERM and saved before it exited
+        self.missing: dict[str, float] = {}  # node -> when PodGC first found its Node object gone
+        self.pod_gc_quarantine_s = 40.0
+        self.rejecting: dict[str, tuple[str, str]] = {}  # node -> (reason, message) its kubelet rejects pods with
 
     # ------------------------------------------------------------------ faults and repairs
 
@@ -52,6 +58,12 @@ class Nodes:
         for pod in self._pods_on(name):
             if not _terminal(pod) and "deletionTimestamp" not in pod["metadata"] and pod["status"].get("phase") == "Running":
                 self._finish(pod, 137, "ContainerStatusUnknown")
+
+    def reject_pods(self, name: str, reason: str = "UnexpectedAdmissionError",
+                    message: str = "Allocate failed due to no healthy devices present; cannot allocate unhealthy devices google.com/tpu, which is unexpected") -> None:
+        """The kubelet of ``name`` rejects the pods bound to it from now on, at admission: its
+        device plugin cannot allocate the accelerators (failing hardware) while the node stays Ready."""
+        self.rejecting[name] = (reason, message)
 
     def exit(self, pod: Obj, code: int, after_s: float = 0.0) -> None:
         self.exits[pod["metadata"]["uid"]] = _Exit(self.clock.now + after_s, code)
@@ -78,9 +90,11 @@ class Nodes:
                 if _terminal(pod):
                     self.store.remove(PODS, pod)  # status reported; the kubelet completes the delete
                     continue
-                started = parse_time(meta["deletionTimestamp"]) or self.clock.now
                 grace = float(meta.get("deletionGracePeriodSeconds", 30))
+                started = (parse_time(meta["deletionTimestamp"]) or self.clock.now + grace) - grace  # it is the deadline
                 if pod["status"].get("phase") != "Running" or self.clock.now >= started + min(self.stop_after_s, grace):
+                    if pod["status"].get("phase") == "Running":
+                        self.sigterm.append(meta["name"])  # the worker got SIGTERM and saved
                     self._finish(pod, CHECKPOINTED, "Error")
                 continue
             if _terminal(pod):
@@ -88,6 +102,9 @@ class Nodes:
             scripted = self.exits.get(meta["uid"])
             if scripted is not None and self.clock.now >= scripted.at and pod["status"].get("phase") == "Running":
                 self._finish(pod, scripted.code, "Completed" if scripted.code == 0 else "Error")
+            elif pod["status"].get("phase") == "Pending" and node in self.rejecting:
+                if self._bound_at(pod) < self.clock.now:
+                    self._reject(pod, *self.rejecting[node])
             elif pod["status"].get("phase") == "Pending":
                 self._start(pod)
 
@@ -102,6 +119,26 @@ class Nodes:
         ]
         for type_ in ("Initialized", "ContainersReady", "Ready"):
             add_condition(pod, type_, "True", "", "", self.clock)
+        self.store.write(PODS, pod)
+
+    def _bound_at(self, pod: Obj) -> float:
+        """When the scheduler bound the pod (its PodScheduled condition)."""
+        scheduled = next((c for c in pod["status"].get("conditions") or [] if c.get("type") == "PodScheduled" and c.get("status") == "True"), None)
+        return (parse_time(scheduled.get("lastTransitionTime")) if scheduled else None) or self.clock.now
+
+    def _reject(self, pod: Obj, reason: str, message: str) -> None:
+        """pkg/kubelet/kubelet.go, ``HandlePodAdditions`` -> ``rejectPod`` (the device manager's
+        admission handler failing, pkg/kubelet/lifecycle/predicate.go): the pod is Failed with
+        the reason and message only. No container ran, so no container status has an exit code,
+        and no condition is added: a Job's podFailurePolicy has nothing to match.
+
+        A rejection comes after the device manager's ``Allocate`` call to the device plugin
+        failed (pkg/kubelet/cm/devicemanager/manager.go), and it reaches kube-scheduler's cache
+        only by the pod's status update: the pods released with it in the same round are all
+        bound by then (scheduling one takes milliseconds). The world rejects a pod from the tick
+        after its binding, never within the round that released it, so a rejecting node does
+        not swallow its siblings one after another."""
+        pod["status"] = {**pod["status"], "phase": "Failed", "reason": reason, "message": f"Pod was rejected: {message}"}
         self.store.write(PODS, pod)
 
     def _finish(self, pod: Obj, code: int, reason: str) -> None:
@@ -181,10 +218,15 @@ class Nodes:
 
     def _pod_gc(self) -> None:
         """podgc/gc_controller.go, ``gcOrphaned``: a pod bound to a Node object that no longer
-        exists is marked Failed with DisruptionTarget (DeletionByPodGC) and force-deleted."""
+        exists is marked Failed with DisruptionTarget (DeletionByPodGC) and force-deleted, once
+        the node has been missing for ``quarantineTime`` (40 s: the node is checked again after
+        that delay, in case it was only being recreated)."""
         for pod in list(self.store.items(PODS)):
             node = pod["spec"].get("nodeName")
-            if node and self.store.peek(NODES, "", node) is None:
+            if not node or self.store.peek(NODES, "", node) is not None:
+                self.missing.pop(node or "", None)
+                continue
+            if self.clock.now >= self.missing.setdefault(node, self.clock.now) + self.pod_gc_quarantine_s:
                 if not _terminal(pod):
                     pod["status"]["phase"] = "Failed"
                     add_condition(pod, "DisruptionTarget", "True", "DeletionByPodGC", "PodGC: node no longer exists", self.clock)

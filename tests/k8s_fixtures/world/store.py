@@ -334,10 +334,13 @@ class Store:
                 first = "deletionTimestamp" not in meta
                 if finalizers:
                     meta["finalizers"] = finalizers
-                meta.setdefault("deletionTimestamp", self.clock.iso())
+                period = 0
                 if resource is PODS:
                     period = grace if grace is not None else int((obj.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
                     meta.setdefault("deletionGracePeriodSeconds", period)
+                # The time the object is to be gone by: now plus its grace period
+                # (pkg/registry/rest/delete.go, ``BeforeDelete``).
+                meta.setdefault("deletionTimestamp", self.clock.iso(self.clock.now + period))
                 if first or propagation == "Foreground":
                     self._record(resource, "MODIFIED", obj)
                 return copy.deepcopy(obj)

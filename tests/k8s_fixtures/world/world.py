@@ -123,6 +123,7 @@ class World:
         jobset_version: str | None = JOBSET_VERSION,
         kueue_version: str = KUEUE_VERSION,
         interleave: bool = False,
+        extended_resource_toleration: bool = True,
     ) -> None:
         """``interleave``: the cluster's controllers react to each write of a client (the
         controller under test) before its next request, as the real ones do within milliseconds
@@ -142,6 +143,7 @@ class World:
         self.api = ApiServer(self.store, load_crd_schemas(crds))
         self.admission = Admission(self.store, jobset_priority_label_on_all_pods=version_tuple(jobset_version or "v0") >= (0, 11))
         self.admission.kueue = kueue
+        self.admission.extended_resource_toleration = extended_resource_toleration
         self.api.admission.append(self.admission)
         self.jobsets = JobSetController(self.store, self.clock)
         self.jobs = JobController(self.store, self.clock, lambda pod: self.admission("CREATE", PODS, pod, None))
@@ -204,11 +206,13 @@ class World:
         for _ in range(limit):
             before = self.store.revision
             with self.store.lock:
+                self.jobs.observe_deletions()  # a Job gone reaches the Job controller first
                 self.jobsets.reconcile_all()
                 self.jobs.reconcile_all()
                 if self.kueue is not None:
                     self.kueue.step()
                 self.gc.step()
+                self.jobs.observe_deletions()
                 self.scheduler.schedule_all()
                 self.nodes.step()
             if self.store.revision == before:

@@ -23,6 +23,7 @@ from hotswap.backends.kubernetes import labels, log_archive
 from hotswap.backends.kubernetes.checkpoint_volume import parse_checkpoint_volume
 from hotswap.backends.kubernetes.clusters import BACKEND, cluster_summary, create_cluster
 from hotswap.backends.kubernetes.discovery import discover
+from hotswap.backends.kubernetes.client.connection import ForbiddenError
 from hotswap.backends.kubernetes.live_objects import LiveJobSet, container_of, read_jobset, read_pod, worker_env_value
 from hotswap.backends.kubernetes.render import render_image_cache, render_jobset
 from hotswap.backends.kubernetes.settings import KubeSettings
@@ -31,6 +32,7 @@ from hotswap.backends.kubernetes.views import (
     kueue_status,
     placement_view,
     slice_holders,
+    timeline_view,
     view_of,
     workers_view,
 )
@@ -219,7 +221,10 @@ class KubernetesBackend:
         view["workers"] = workers_view(pods, discovery, view["attempt"])
         view["logs"] = f"hotswap workload logs --cluster {cluster} --workload {name}"
         view["main_log"] = view["logs"]
-        view["timeline"] = []
+        try:
+            view["timeline"] = timeline_view(client.list_events("JobSet", name), job.uid)
+        except ForbiddenError as error:  # describe still shows the rest to who may not read Events
+            view["timeline"] = [{"time": None, "event": "(not readable)", "message": error.message}]
         view["goodput"] = goodput_view(job, time.time())
         return view
 

@@ -5,20 +5,28 @@ Retiring Jobs (one failure, one hotswap): a decision that replaces Jobs (a resta
 preemption under Kueue, a scale-down) is committed first, in the JobSet's state record
 (``retiring``: the UIDs and names of the Jobs it replaces), with the resourceVersion the
 decision was taken on; only then are those Jobs deleted, each by name with its UID as a
-precondition. JobSet recreates a deleted Job under the same name within milliseconds and writes
-its status; neither can make the controller redo the decision: a refused record write means
+precondition, in the foreground (the Job stays, with a deletionTimestamp, until its pods are
+gone). JobSet recreates a deleted Job under the same name within milliseconds of its going
+(never while the name is taken: jobset_controller.go ``shouldCreateJob``) and writes its
+status; neither can make the controller redo the decision: a refused record write means
 nothing was done (the next round decides again on fresh objects), and a committed one is never
 taken again (the record is at the new attempt). A Job that JobSet already recreated is never
-deleted (its UID differs). A controller that dies between the two writes leaves the record; the
-next round deletes what it lists and still exists, and forgets the rest. The Jobs the record
-retires count as gone for everything else (their pods are old ones).
+deleted (its UID differs). The record keeps a retired Job until the Job of that UID is gone; a
+Job being deleted is not deleted again, nor counted as live or stalled. A controller that dies
+between the two writes leaves the record; the next round deletes what it lists and still
+exists, and forgets the rest. The Jobs the record retires count as gone for everything else
+(their pods are old ones).
 
 Stalled Jobs: a current Job of a RUNNING workload that has no pod :data:`STALL_S` after its
-creation (kube-controller-manager's Job controller can lose track of its pod creations when a
-Job is deleted and recreated under the same name, and then creates no pods until the Job is
-updated or its expectations expire, five minutes later) is touched: an annotation bump that
-makes the Job controller sync it again. If it still has none :data:`STALL_S` after the touch,
-it is deleted (by UID) and JobSet recreates it. Each repair leaves one Event on the JobSet.
+creation (kube-controller-manager's Job controller keys its expectations of pod creations by
+the Job's name: when a Job is deleted and recreated under the same name while its creations are
+in flight, they are never observed, and it creates no pods for the new Job until they expire,
+five minutes later; job_controller.go ``addPod``/``resolveControllerRef``,
+``SatisfiedExpectations``) is touched: an annotation bump that makes the Job controller sync
+it again (enough once they have expired, for a Job no other event wakes). If it still has none
+:data:`STALL_S` after the touch, it is deleted (by UID): the Job controller finds the name free
+and drops the expectations (``syncJob``: ``DeleteExpectations``), and JobSet recreates it. Each
+repair leaves one Event on the JobSet.
 
 Stalled pods: a pod of a RUNNING workload that should be released but is still behind its gate
 :data:`STALL_S` after it was created (or the workload started running) and whose release fails

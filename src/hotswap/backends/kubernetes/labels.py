@@ -66,6 +66,10 @@ ATTEMPT_ANNOTATION = "hotswap.dev/attempt"  # on a pod: the worker generation it
 RESTART_COUNT_ANNOTATION = "hotswap.dev/restart-count"  # on a pod: HOTSWAP_RESTART_COUNT of its worker
 TOUCHED_ANNOTATION = "hotswap.dev/touched"  # on a Job: when the controller touched it because it created no pods
 START_CAUSE_ANNOTATION = "hotswap.dev/start-cause"  # on a pod: HOTSWAP_START_CAUSE of its worker
+# On a pod: when the controller removed its gate (ISO 8601 UTC). "Not scheduled for N s" counts
+# from here: the API server sets PodScheduled=False (SchedulingGated) when a gated pod is created
+# and keeps that lastTransitionTime when the scheduler only changes the reason to Unschedulable.
+RELEASED_AT_ANNOTATION = "hotswap.dev/released-at"
 # Every pod waits behind this gate until the controller releases it: pinned to the slice the
 # core chose for its replica (a gated pod may gain nodeSelector entries: KEP-3838, Kubernetes
 # >= 1.30), with the annotations its worker's environment reads (set before it can start).

@@ -56,7 +56,14 @@ class LivePod:
     exit_code: int | None = None  # the worker container's, once terminated
     finished_at: float | None = None
     disruption: str | None = None  # the reason of a DisruptionTarget condition
-    unschedulable_since: float | None = None  # PodScheduled=False (Unschedulable) since
+    unschedulable_since: float | None = None  # PodScheduled=False (Unschedulable), counted from the release
+    # metadata.deletionTimestamp of a terminating pod: the time the API server gives it to be gone
+    # (the delete's time plus its grace period: pkg/registry/rest/delete.go, ``BeforeDelete``).
+    deletion_deadline: float | None = None
+    # Why the kubelet refused to run it: a pod Failed with no exit code (pkg/kubelet/kubelet.go,
+    # ``rejectPod``: status.reason, e.g. UnexpectedAdmissionError when the device plugin cannot
+    # allocate its accelerators, and the message; no container ever ran).
+    rejected: str | None = None
     uid: str = ""
     created: float = 0.0  # its creationTimestamp
 
@@ -193,7 +200,7 @@ def read_pod(obj: dict[str, Any]) -> LivePod | None:
         if condition.get("type") == labels.DISRUPTION_TARGET and condition.get("status") == "True":
             disruption = condition.get("reason") or labels.DISRUPTION_TARGET
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False" and condition.get("reason") == "Unschedulable":
-            unschedulable = _time(condition.get("lastTransitionTime"))
+            unschedulable = _unschedulable_since(condition, annotations)
     return LivePod(
         name=meta["name"],
         workload=workload,
@@ -213,7 +220,30 @@ def read_pod(obj: dict[str, Any]) -> LivePod | None:
         unschedulable_since=unschedulable,
         uid=str(meta.get("uid") or ""),
         created=_time(meta.get("creationTimestamp")) or 0.0,
+        deletion_deadline=_time(meta.get("deletionTimestamp")),
+        rejected=_rejection(status) if phase == "Failed" and exit_code is None and disruption is None else None,
     )
+
+
+def _rejection(status: dict[str, Any]) -> str | None:
+    """The kubelet's reason for a pod that failed before any of its containers ran."""
+    if any(_dict(_dict(c).get("state")).get("terminated") for c in status.get("containerStatuses") or []):
+        return None
+    reason, message = status.get("reason") or "", status.get("message") or ""
+    return f"{reason}: {message}".strip(": ") or "failed without an exit code"
+
+
+def _unschedulable_since(condition: dict[str, Any], annotations: dict[str, Any]) -> float | None:
+    """Since when a released pod waits for a node: from the release of the gate, never before.
+    PodScheduled's lastTransitionTime is no measure of that: the API server sets the condition
+    (False, SchedulingGated) when a gated pod is created (pkg/registry/core/pod/strategy.go,
+    ``applySchedulingGatedCondition``), and the scheduler's Unschedulable keeps that time, the
+    status staying False (pkg/api/v1/pod/util.go, ``UpdatePodCondition``)."""
+    since = _time(condition.get("lastTransitionTime"))
+    released = _time(annotations.get(labels.RELEASED_AT_ANNOTATION))
+    if released is None:
+        return since
+    return released if since is None else max(since, released)
 
 
 def read_occupant(obj: dict[str, Any], ours: frozenset[tuple[str, str]]) -> Occupant | None:

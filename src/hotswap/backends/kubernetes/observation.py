@@ -121,11 +121,22 @@ def observe(
     live.sort(key=lambda j: (j.created, j.name))
     by_name = {j.name: j for j in live}
     pod_list = [p for p in (read_pod(obj) for obj in pods) if p is not None and p.workload in by_name]
-    ours = frozenset((settings.namespace, p.name) for p in pod_list)  # any other pod is another owner's
+    others = list(others)
+    # Any other pod is another owner's. Ours are known by their labels, not only by the list of
+    # them read a moment earlier: a pod of our JobSets created in between (a Job recreated, a
+    # pod Kueue admitted) is never taken for a foreign one.
+    ours = frozenset((settings.namespace, p.name) for p in pod_list) | frozenset(
+        (settings.namespace, p.name) for p in (read_pod(obj) for obj in others if metadata(obj).get("namespace") == settings.namespace)
+        if p is not None and p.workload in by_name
+    )
     occupants = [o for o in (read_occupant(obj, ours) for obj in others) if o is not None]
     job_list = list(jobs)
-    # The Jobs a committed decision retires count as gone (:mod:`.child_jobs`).
-    job_uids = frozenset(metadata(obj).get("uid", "") for obj in job_list) - retired_uids(j.state for j in live)
+    # The Jobs a committed decision retires count as gone (:mod:`.child_jobs`), and so does a Job
+    # being deleted (in the foreground: it stays until its pods are gone): its pods are an
+    # earlier attempt's, as if the Job had vanished.
+    job_uids = frozenset(
+        metadata(obj).get("uid", "") for obj in job_list if not metadata(obj).get("deletionTimestamp")
+    ) - retired_uids(j.state for j in live)
     failing = frozenset(metadata(obj).get("uid", "") for obj in job_list if _failing(obj))
     observation = Observation(
         now=now,
@@ -237,7 +248,10 @@ def _snapshot(
                 why = _loss(node.state, node.reason, signals.lost.get(name))
                 if why is not None:
                     kind, reason = why
-                    events.append(ev.NodeFailed(name) if kind is NodeState.FAILED else ev.NodeCordoned(name))
+                    # A loss only the pods tell (never scheduled, a worker disrupted) is no
+                    # cordon: the decision's message says what happened.
+                    said = reason if node.state is NodeState.READY else ""
+                    events.append(ev.NodeFailed(name) if kind is NodeState.FAILED else ev.NodeCordoned(name, said))
                     _cause(observation, holder[item.name], f"node {name}: {reason}", node.since if kind is NodeState.FAILED else None)
             elif node.state is NodeState.READY and item.name not in signals.blocked:
                 nodes.append(Node(name, item.name, node.host, NodeState.CORDONED))

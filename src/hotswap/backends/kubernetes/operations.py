@@ -56,10 +56,17 @@ class TouchJob:
 
 
 @dataclasses.dataclass(frozen=True)
-class ForceDeletePod:
-    """A pod on a machine that is gone can never finish terminating; remove it (grace 0)."""
+class DeletePod:
+    """Delete a pod left on a machine that failed. First a normal delete: the kubelet, if it
+    still answers, gives the worker SIGTERM and its terminationGracePeriodSeconds to save a
+    checkpoint. Forced (grace 0) only once the node is known gone (its Node object deleted) or
+    that grace is over and the pod is still there: a kubelet that does not answer never confirms
+    the deletion, and the pod would hold its Job's place forever. ``why`` says which."""
 
     pod: str
+    force: bool
+    why: str
+    uid: str = ""  # a precondition: never another pod that took the name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,7 +118,7 @@ class RecordEvent:
 
 
 Operation = (
-    PatchJobSet | RecreateJobs | DeleteJob | TouchJob | ForceDeletePod | PlacePod | RecreateGatedPod | AnnotatePod
+    PatchJobSet | RecreateJobs | DeleteJob | TouchJob | DeletePod | PlacePod | RecreateGatedPod | AnnotatePod
     | DeactivateKueueWorkload | RecordEvent
 )
 
@@ -123,7 +130,7 @@ Operation = (
 # (:mod:`.child_jobs`). The Events right after the record: one per committed decision, even
 # if the controller dies before the side effects.
 _ORDER = {
-    PatchJobSet: 0, RecordEvent: 1, RecreateJobs: 2, DeleteJob: 3, TouchJob: 4, ForceDeletePod: 5, DeactivateKueueWorkload: 6,
+    PatchJobSet: 0, RecordEvent: 1, RecreateJobs: 2, DeleteJob: 3, TouchJob: 4, DeletePod: 5, DeactivateKueueWorkload: 6,
     PlacePod: 7, RecreateGatedPod: 8, AnnotatePod: 9,
 }
 
@@ -147,8 +154,8 @@ def decisions_summary(operations: Iterable[Operation]) -> list[str]:
             lines.append(f"recreate job/{op.name} of jobset/{op.jobset} ({op.why})")
         elif isinstance(op, TouchJob):
             lines.append(f"touch job/{op.name} of jobset/{op.jobset} (it has created no pods)")
-        elif isinstance(op, ForceDeletePod):
-            lines.append(f"force-delete pod/{op.pod} (its node is gone)")
+        elif isinstance(op, DeletePod):
+            lines.append(f"{'force-delete' if op.force else 'delete'} pod/{op.pod} ({op.why})")
         elif isinstance(op, PlacePod):
             where = op.annotations.get(labels.SLICE_ANNOTATION)
             lines.append(f"release pod/{op.pod}" + (f" on {where}" if where else ""))

@@ -2,8 +2,9 @@
 
 How actions become operations: admission and resumption unsuspend the JobSet; preemption,
 requeueing and failure suspend it (JobSet stops its pods gracefully, the JobSet stays); a
-restart deletes its child Jobs so that JobSet recreates them at once, and force-deletes pods
-stuck on machines that are gone. New pods carry a scheduling gate; the controller releases each
+restart deletes its child Jobs so that JobSet recreates them at once, and deletes the pods left
+on failed machines (their grace period first; forced once the node is deleted or the grace is
+over). New pods carry a scheduling gate; the controller releases each
 one (pinned to the slice the core chose for its replica, with the annotations its worker's
 environment reads), and only while the workload is RUNNING, which is how BlockingRecreate's
 "old workers gone first" holds. A pod that replaces a failed worker of the running attempt
@@ -29,6 +30,7 @@ from hotswap.api.runs import START_CAUSES
 from hotswap.api.catalog import get_device_type
 from hotswap.api.cluster import NodeState
 from hotswap.api.phases import WorkloadPhase
+from hotswap.api.times import iso_utc
 from hotswap.api.membership import Membership
 from hotswap.backends.kubernetes import child_jobs, labels
 from hotswap.backends.kubernetes.live_objects import LiveJobSet
@@ -36,7 +38,7 @@ from hotswap.backends.kubernetes.observation import Observation
 from hotswap.backends.kubernetes.operations import (
     AnnotatePod,
     DeactivateKueueWorkload,
-    ForceDeletePod,
+    DeletePod,
     Operation,
     PatchJobSet,
     PlacePod,
@@ -79,7 +81,10 @@ def plan(observation: Observation, decision: Decision) -> list[Operation]:
         if job.terminal is not None:
             continue
         view = observation.kueue.get(name)
-        if not observation.managed_admission and workload.phase is WorkloadPhase.FAILED and not job.suspended and view and view.active:
+        # Kueue keeps a failed JobSet, and a scaled-down elastic one the core found done (its
+        # parked replicas never run, so JobSet never completes it), admitted: deactivate it.
+        ended = workload.phase is WorkloadPhase.FAILED or (workload.phase is WorkloadPhase.SUCCESSFUL and job.spec.elastic)
+        if not observation.managed_admission and ended and not job.suspended and view and view.active:
             operations.append(DeactivateKueueWorkload(name, view.name))
         if workload.phase is WorkloadPhase.RUNNING:
             if not decided:
@@ -143,15 +148,31 @@ def _recreated(previous: Sequence[str | None], effects: Sequence[ActionEffect]) 
 
 
 def _stuck_pods(observation: Observation, name: str, workload: Workload) -> list[Operation]:
-    """Pods left on machines that are gone, by a workload that no longer holds that slice."""
+    """Pods left on machines that failed, by a workload that no longer holds that slice: deleted
+    with their grace period first, so that a worker whose kubelet still answers gets SIGTERM and
+    saves; force-deleted only once the Node object is deleted, or the grace is over and the pod
+    is still there (a kubelet that does not answer never confirms)."""
     held = set(workload.slices) if workload.phase.holds_slices else set()
+    discovery = observation.discovery
     operations: list[Operation] = []
     for pod in observation.pods_of(name):
         if pod.node is None or pod.finished:
             continue
-        node = observation.discovery.nodes.get(pod.node)
-        if node is not None and node.state is NodeState.FAILED and node.slice not in held:
-            operations.append(ForceDeletePod(pod.name))
+        node = discovery.nodes.get(pod.node)
+        delete: DeletePod | None = None
+        if node is None:
+            # No Node object: deleted (a new node, not listed yet, only ever gets pods of held slices).
+            if pod.node not in discovery.ignored and (pod.terminating or pod.annotations.get(labels.SLICE_ANNOTATION) not in held):
+                delete = DeletePod(pod.name, True, f"its node {pod.node} was deleted", pod.uid)
+        elif node.state is not NodeState.FAILED or node.slice in held:
+            continue
+        elif not pod.terminating:
+            delete = DeletePod(pod.name, False, f"its node {pod.node} failed ({node.reason or 'not ready'}): it gets its grace period first", pod.uid)
+        elif pod.deletion_deadline is not None and observation.now >= pod.deletion_deadline:
+            delete = DeletePod(pod.name, True, f"its node {pod.node} failed and its grace period is over", pod.uid)
+        if delete is not None:
+            what = "force-deleted" if delete.force else "deleted"
+            operations += [delete, RecordEvent(name, "PodForceDeleted" if delete.force else "PodDeleted", f"pod {pod.name} {what}: {delete.why}", warning=delete.force)]
     return operations
 
 
@@ -190,6 +211,7 @@ def _release(
                 labels.ATTEMPT_ANNOTATION: str(workload.attempt),
                 labels.RESTART_COUNT_ANNOTATION: restart_count,
                 labels.SLICE_ANNOTATION: slice_name,
+                labels.RELEASED_AT_ANNOTATION: iso_utc(observation.now),
             }
             if cause:
                 annotations[labels.START_CAUSE_ANNOTATION] = cause

@@ -23,6 +23,11 @@ broken: the slice is lost for the round, and the workload restarts, uncharged.
 lose their slice after ``UNSCHEDULABLE_AFTER_S``, unless a pod is still terminating there
 (it frees the slice when it is gone), so a workload never waits silently.
 
+**A worker the kubelet rejected** (Failed without an exit code, e.g. UnexpectedAdmissionError
+from a device plugin on failing hardware) takes its node's slice away for the round: the core
+moves the workload, uncharged. (Its Job does not fail for it: ``backoffLimit`` leaves room for
+one such failure per host, :mod:`hotswap.backends.kubernetes.render.jobset`.)
+
 **Other owners' pods** (another namespace, an xpk job) that hold accelerators on a slice's node
 make the slice unusable: it is never offered, and a workload holding it loses it.
 """
@@ -77,6 +82,11 @@ def read_signals(
     workloads = list(workloads)
     # Nodes where a pod (of any hotswap workload) is still terminating: it frees them when gone.
     stopping_on = {p.node for w in workloads for p in pods_of(w.name) if p.terminating and not p.finished and p.node is not None}
+    for pod in (p for w in workloads for p in pods_of(w.name) if p.terminating and not p.finished):
+        node = discovery.nodes.get(pod.node or "")
+        deadline = pod.deletion_deadline
+        if node is not None and node.state is NodeState.FAILED and deadline is not None and now < deadline:
+            signals.wake(deadline)  # its kubelet may never confirm: the pod is force-deleted then
     for occupant in occupants:
         slice_name = discovery.slice_of_node.get(occupant.node)
         if slice_name is not None:
@@ -94,6 +104,7 @@ def read_signals(
             _exits(workload, mine, failing_jobs, discovery, now, signals)
             _replaced(pods_of(workload.name), (released or {}).get(workload.name, {}), (replicas or {}).get(workload.name, []), discovery, signals)
         _disruptions(mine, failing_jobs, discovery, held, signals)
+        _rejections(mine, discovery, held, signals)
         _unschedulable(mine, stopping_on, discovery, held, now, signals)
     return signals
 
@@ -150,6 +161,18 @@ def _replaced(
         signals.lost.setdefault(
             found.nodes[0], f"the pod of worker {pod.replica}/{pod.host} is gone (deleted or evicted): its Job replaced it"
         )
+
+
+def _rejections(mine: list[LivePod], discovery: Discovery, held: set[str], signals: Signals) -> None:
+    """A worker the kubelet refused to run (no exit code: a device plugin that cannot allocate
+    the node's accelerators, UnexpectedAdmissionError) is the node's failure, not the user's."""
+    for pod in mine:
+        if pod.rejected is None or pod.node is None:
+            continue
+        node = discovery.nodes.get(pod.node)
+        if node is None or node.slice not in held:
+            continue
+        signals.lost.setdefault(pod.node, f"the kubelet of node {pod.node} rejected pod {pod.name} ({pod.rejected})")
 
 
 def _unschedulable(mine: list[LivePod], stopping_on: set[str], discovery: Discovery, held: set[str], now: float, signals: Signals) -> None:

@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from hotswap.api.times import parse_iso_utc
 from hotswap.api.xpk_status import with_xpk_words
 from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes.discovery import Discovery
 from hotswap.backends.kubernetes.kueue_mode import kueue_views
 from hotswap.backends.kubernetes.live_objects import LiveJobSet, LivePod, read_jobset
-from hotswap.backends.views import FINISHED, GoodputView, PlacementRow, WorkerView, WorkloadRow, iso
+from hotswap.backends.views import FINISHED, GoodputView, PlacementRow, TimelineEntry, WorkerView, WorkloadRow, iso
 
 
 def kueue_status(workloads: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
@@ -74,8 +75,8 @@ def _status(job: LiveJobSet, kueue: dict[str, tuple[str, str]]) -> tuple[str, st
         return "FAILED", f"not a hotswap workload (no readable {labels.SPEC_ANNOTATION} annotation)", None
     if job.rejected is not None:
         return "FAILED", f"rejected: {job.rejected}", None
-    if state.get("phase") == "FAILED":  # failed by hotswap's judgement of a worker's exit
-        return "FAILED", str(state.get("status_message", "")), state.get("status_time") or None
+    if state.get("phase") in ("FAILED", "SUCCESSFUL"):  # hotswap's judgement of the workers' exits
+        return str(state["phase"]), str(state.get("status_message", "")), state.get("status_time") or None
     if job.name in kueue:
         status, message = kueue[job.name]
         return status, message, state.get("status_time") or None
@@ -132,8 +133,48 @@ def workers_view(pods: list[LivePod], discovery: Discovery, attempt: int) -> lis
             "host": p.host,
             "slice": discovery.slice_of_node.get(p.node or "", None),
             "pid": p.name,
-            "state": "terminating" if p.terminating else ("gated" if p.gated else ("scheduled" if p.node else "pending")),
-            "exit_code": None,
+            "state": _worker_state(p),
+            "exit_code": p.exit_code,
         }
         for p in sorted(pods, key=lambda p: (p.replica or 0, p.host or 0))
     ]
+
+
+def _worker_state(pod: LivePod) -> str:
+    """What the worker is doing: its pod's phase, in the local backend's words where they
+    exist (gated: waiting for the controller to place it; scheduled: bound, not started yet)."""
+    if pod.phase == "Succeeded":
+        return "succeeded"
+    if pod.phase == "Failed":
+        return "failed"
+    if pod.terminating:
+        return "terminating"
+    if pod.phase == "Running":
+        return "running"
+    if pod.gated:
+        return "gated"
+    return "scheduled" if pod.node else "pending"
+
+
+def timeline_view(events: list[dict[str, Any]], uid: str) -> list[TimelineEntry]:
+    """``describe``'s timeline: the Events recorded on the JobSet (hotswap's decisions, and
+    JobSet's and Kueue's own), oldest first; those of an earlier JobSet of the same name are
+    left out."""
+    entries: list[tuple[float, TimelineEntry]] = []
+    for event in events:
+        involved = event.get("involvedObject") or {}
+        if uid and involved.get("uid") not in (None, "", uid):
+            continue
+        meta = event.get("metadata") or {}
+        stamp = next((t for t in (event.get("eventTime"), event.get("lastTimestamp"), event.get("firstTimestamp"), meta.get("creationTimestamp")) if isinstance(t, str) and t), None)
+        try:
+            t = parse_iso_utc(stamp) if stamp else 0.0
+        except ValueError:
+            t = 0.0
+        count = event.get("count")
+        message = str(event.get("message") or "")
+        if isinstance(count, int) and count > 1:
+            message += f" (x{count})"
+        entries.append((t, {"time": iso(t), "event": str(event.get("reason") or event.get("type") or ""), "message": message}))
+    entries.sort(key=lambda item: item[0])
+    return [entry for _, entry in entries]

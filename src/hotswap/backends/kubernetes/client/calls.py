@@ -4,12 +4,19 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
 from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes.client.connection import api_error
 from hotswap.backends.kubernetes.settings import KubeSettings
+
+# A 403 is retried quietly after these pauses before it is called a permission problem: a
+# restarted kube-apiserver answers 403 for a moment, until its RBAC authorizer's caches have
+# synced (plugin/pkg/auth/authorizer/rbac: the informers start empty). A refused request
+# changed nothing, so a write is as safe to retry as a read.
+FORBIDDEN_RETRY_S = (0.5, 1.5)
 
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"
@@ -32,6 +39,7 @@ class ApiCalls:
         self.scheduling = client.SchedulingV1Api(api_client)
         self.coordination = client.CoordinationV1Api(api_client)
         self.writes = 0
+        self.sleep: Callable[[float], None] = time.sleep
 
     @property
     def host(self) -> str:
@@ -45,16 +53,22 @@ class ApiCalls:
 
         if write:
             self.writes += 1
-        try:
-            response = function(*args, _preload_content=False, **kwargs)
-        except ApiException as error:
-            raise api_error(error, doing, missing_api) from None
-        except OSError as error:
-            raise api_error(error, doing) from None
-        except Exception as error:  # urllib3's MaxRetryError and friends: no route to the server
-            if type(error).__module__.startswith("urllib3"):
+        pauses = iter(FORBIDDEN_RETRY_S)
+        while True:
+            try:
+                response = function(*args, _preload_content=False, **kwargs)
+                break
+            except ApiException as error:
+                pause = next(pauses, None) if error.status == 403 else None
+                if pause is None:
+                    raise api_error(error, doing, missing_api) from None
+                self.sleep(pause)
+            except OSError as error:
                 raise api_error(error, doing) from None
-            raise
+            except Exception as error:  # urllib3's MaxRetryError and friends: no route to the server
+                if type(error).__module__.startswith("urllib3"):
+                    raise api_error(error, doing) from None
+                raise
         data = response.data
         return json.loads(data) if data else {}
 

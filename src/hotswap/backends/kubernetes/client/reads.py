@@ -50,6 +50,11 @@ class Reads(ApiCalls):
         selector = f"{labels.JOBSET_NAME_LABEL}={jobset}" if jobset else labels.JOBSET_NAME_LABEL
         return self._call("list Jobs", self.batch.list_namespaced_job, self.namespace, label_selector=selector).get("items", [])
 
+    def list_events(self, kind: str, name: str) -> list[dict[str, Any]]:
+        """The Events recorded on one object of this namespace (by hotswap, JobSet, Kueue)."""
+        selector = f"involvedObject.kind={kind},involvedObject.name={name}"
+        return self._call("list events", self.core.list_namespaced_event, self.namespace, field_selector=selector).get("items", [])
+
     def list_pods(self, selector: str) -> list[dict[str, Any]]:
         return self._call("list pods", self.core.list_namespaced_pod, self.namespace, label_selector=selector).get("items", [])
 

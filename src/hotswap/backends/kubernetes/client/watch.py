@@ -10,7 +10,8 @@ The events are read as raw JSON lines (the client's own ``Watch`` raises ``KeyEr
 - ``410 Gone`` (the resourceVersion was compacted away) restarts the watch from now and sets
   ``changed``, so the next reconcile re-lists what was missed;
 - any other error (an ``ERROR`` event, 403, a missing CRD, a dropped connection, a malformed
-  line) is logged once while it lasts and retried with exponential backoff (1 s to 30 s).
+  line) is logged once while it lasts and retried with exponential backoff (1 s to 30 s); a
+  403 only from the second in a row (a restarted API server refuses for a moment).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class Watcher:
         self.resource_version: str | None = None
         self.failures = 0  # consecutive; the backoff grows with them
         self.last_error: str | None = None
+        self.forbidden = 0  # consecutive 403s
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -111,7 +113,11 @@ class Watcher:
         from hotswap.backends.kubernetes.client.connection import api_error
 
         described = str(error) if isinstance(error, WatchFailed) else api_error(error, f"watch {self.kind}").message
-        if described != self.last_error:
+        # A first 403 is retried quietly (a restarted API server refuses for a moment: see
+        # FORBIDDEN_RETRY_S); only a 403 that persists is a permission problem worth a line.
+        forbidden = getattr(error, "status", None) == 403
+        self.forbidden = self.forbidden + 1 if forbidden else 0
+        if described != self.last_error and not (forbidden and self.forbidden == 1):
             self.log(f"warning: watch {self.kind}: {described}; retrying with backoff")
             self.last_error = described
         self.failures += 1
@@ -121,7 +127,7 @@ class Watcher:
     def _recovered(self) -> None:
         if self.last_error is not None:
             self.log(f"watch {self.kind}: working again")
-        self.failures, self.last_error = 0, None
+        self.failures, self.last_error, self.forbidden = 0, None, 0
 
 
 class Watches(ApiCalls):

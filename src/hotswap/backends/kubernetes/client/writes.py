@@ -85,34 +85,38 @@ class Writes(Reads):
         )
 
     def delete_job(self, name: str, uid: str) -> bool:
-        """Delete one Job in the background, only if it still is the one of ``uid`` (a
-        precondition: JobSet may have recreated it under the same name). False: it was gone,
-        or it is another Job now."""
-        options = client_module().V1DeleteOptions(preconditions=client_module().V1Preconditions(uid=uid), propagation_policy="Background")
+        """Delete one Job, only if it still is the one of ``uid`` (a precondition: JobSet may have
+        recreated it under the same name). False: it was gone, or it is another Job now.
+
+        In the foreground, as JobSet's own restarts do (jobset_controller.go ``deleteJobs``): the
+        Job stays, with a deletionTimestamp, until its pods are gone, so JobSet recreates it
+        (same name, same pod hostnames) only then. The headless Service publishes not-ready
+        addresses: in the background, a new pod would share its DNS name with the old one still
+        checkpointing after its SIGTERM, and the new attempt's MASTER_ADDR could reach the old
+        coordinator."""
+        options = client_module().V1DeleteOptions(preconditions=client_module().V1Preconditions(uid=uid), propagation_policy="Foreground")
         try:
             self._call(f"delete Job {name}", self.batch.delete_namespaced_job, name, self.namespace, body=options, write=True)
         except (NotFoundError, ConflictError):
             return False  # already gone, or recreated: that Job is not ours to delete
         return True
 
-    def delete_pod(self, name: str, uid: str) -> bool:
-        """Delete one pod (its default grace), only if it still has ``uid``. False: it was
-        gone, or it is another pod now."""
-        options = client_module().V1DeleteOptions(preconditions=client_module().V1Preconditions(uid=uid))
-        try:
-            self._call(f"delete pod {name}", self.core.delete_namespaced_pod, name, self.namespace, body=options, write=True)
-        except (NotFoundError, ConflictError):
-            return False
-        return True
-
     def patch_job(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         return self._call(f"update Job {name}", self.batch.patch_namespaced_job, name, self.namespace, patch, _content_type=MERGE, write=True)
 
-    def force_delete_pod(self, name: str) -> None:
+    def delete_pod(self, name: str, uid: str | None = None, force: bool = False) -> bool:
+        """Delete one pod: with its own grace period, or (``force``) at once, grace 0; with
+        ``uid``, only if it still is that pod (a precondition). False: it was gone, or it is
+        another pod now."""
+        client = client_module()
+        options = client.V1DeleteOptions(
+            preconditions=client.V1Preconditions(uid=uid) if uid else None, grace_period_seconds=0 if force else None,
+        )
         try:
-            self._call(f"delete pod {name}", self.core.delete_namespaced_pod, name, self.namespace, grace_period_seconds=0, write=True)
-        except NotFoundError:
-            pass
+            self._call(f"{'force-delete' if force else 'delete'} pod {name}", self.core.delete_namespaced_pod, name, self.namespace, body=options, write=True)
+        except (NotFoundError, ConflictError):
+            return False
+        return True
 
     def patch_pod(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         return self._call(f"update pod {name}", self.core.patch_namespaced_pod, name, self.namespace, patch, _content_type=MERGE, write=True)

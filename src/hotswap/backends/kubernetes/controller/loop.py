@@ -76,7 +76,9 @@ class KubeController:
             settings=self.settings,
             cluster=self.cluster,
             now=self.clock(),
-            others=[] if self.settings.kueue else client.list_unfinished_pods(),
+            # With Kueue too: its quota is no capacity, and pods of other owners (not queued in
+            # Kueue, or in another ClusterQueue) hold nodes kube-scheduler would preempt them from.
+            others=client.list_unfinished_pods(),
             kueue_objects=client.list_kueue_workloads() if self.settings.kueue else [],
         )
 
@@ -143,8 +145,8 @@ class KubeController:
             client.delete_job(op.name, op.uid)
         elif isinstance(op, ops.TouchJob):
             client.patch_job(op.name, {"metadata": {"annotations": {labels.TOUCHED_ANNOTATION: op.stamp}}})
-        elif isinstance(op, ops.ForceDeletePod):
-            client.force_delete_pod(op.pod)
+        elif isinstance(op, ops.DeletePod):
+            client.delete_pod(op.pod, op.uid or None, force=op.force)
         elif isinstance(op, ops.PlacePod):
             spec: dict[str, Any] = {"schedulingGates": [{"name": g} for g in op.gates]}
             if op.node_selector:

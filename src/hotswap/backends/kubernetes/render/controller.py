@@ -106,7 +106,7 @@ def render_controller_manifests(cluster: str, settings: KubeSettings, image: str
                             {
                                 "name": "controller",
                                 "image": image,
-                                "command": ["hotswap", "controller", "run", "--cluster", cluster, "--metrics-address", f"0.0.0.0:{METRICS_PORT}"],
+                                "command": ["hotswap", "controller", "run", "--cluster", cluster, "--metrics-address", f"0.0.0.0:{METRICS_PORT}", "--expose-metrics"],
                                 "ports": [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
                                 "env": [
                                     {"name": SETTINGS_VARIABLE, "value": json.dumps(in_cluster.to_dict(), sort_keys=True)},

@@ -13,9 +13,16 @@ Who decides what, and why it is rendered so:
   placement gate), and the controller judges it once it knows whether a node under the
   workload failed meanwhile (:mod:`hotswap.backends.kubernetes.pod_signals`): collateral exits
   are never charged, restart codes restart (charged), other codes fail the workload.
-- **JobSet's own failure policy** still restarts what the controller cannot see: a pod that
-  failed without an exit code or a disruption (a kubelet rejecting it at admission) fails its
-  Job (``backoffLimit: 0``), and JobSet restarts the JobSet, counted against ``maxRestarts``.
+- **A pod the kubelet rejects** (Failed without an exit code: a device plugin that cannot
+  allocate the node's accelerators, UnexpectedAdmissionError) is a hardware failure, the
+  controller's to handle (the workload moves off that node, uncharged). No podFailurePolicy
+  rule can match it: the kubelet's ``rejectPod`` sets only the phase, reason and message (no
+  container status, no pod condition), and ``matchPodFailurePolicy`` matches exit codes and
+  conditions only (kubernetes pkg/kubelet/kubelet.go, pkg/controller/job/pod_failure_policy.go).
+  It counts against ``backoffLimit`` instead, which is one per host: the Job survives such a
+  rejection of each of its pods (its replacement waits behind the gate), so JobSet neither
+  fails nor restarts the workload for it. Nothing else counts: every exit and disruption is
+  ignored above.
 - **Placement:** every pod waits behind the ``hotswap.dev/placement`` gate until the
   controller releases it, pinned to the whole healthy slice the core chose for its replica
   (node selector entries on a gated pod, KEP-3838), with or without Kueue (Kueue's quota does
@@ -25,9 +32,17 @@ Who decides what, and why it is rendered so:
   gate, and creates followers only after their leader is scheduled (a round trip per restart).
   JobSet's alternative, its node-selector strategy, needs nodes labelled and tainted per Job
   beforehand; pinning pods needs nothing of the nodes.
-- **Success:** an elastic workload running on fewer slices has a parked replica whose Job
-  never completes, so it succeeds when any replica's Job completes (``successPolicy: Any``;
-  JobSet then stops the others); the others need all of them.
+- **Success:** JobSet's default ``successPolicy`` (``operator: All`` over every replicated
+  job, success_policy.go): the JobSet is Completed once every replica's Job completed, and
+  only then does JobSet delete the Jobs still active. Never ``Any``: replicas of a multislice
+  job finish one after another (each checkpoints, then exits 0), and under ``Any`` JobSet
+  would declare the JobSet Completed when the first one finishes and delete the others mid-
+  checkpoint. An elastic workload running on fewer slices has parked replicas whose Jobs
+  never run, so JobSet never completes it: the controller does. Every worker exit 0 is
+  counted at once (:mod:`hotswap.backends.kubernetes.pod_signals`); once every worker of the
+  slices the workload holds exited 0 the core declares it SUCCESSFUL, and the controller ends
+  the parked Jobs the way it stops any workload: it suspends the JobSet (its Jobs' gated pods
+  are deleted; the completed Jobs stay Complete), or with Kueue deactivates its Workload.
 """
 
 from __future__ import annotations
@@ -117,8 +132,10 @@ def render_jobset(
         # Multislice TPU traffic (DCN) goes through the host network, as in xpk and GKE's docs.
         pod_spec["hostNetwork"] = True
         pod_spec["dnsPolicy"] = "ClusterFirstWithHostNet"
-    else:
-        pod_spec["tolerations"] = [{"key": device.resource_name, "operator": "Exists", "effect": "NoSchedule"}]
+    # GKE taints TPU and GPU nodes (google.com/tpu, nvidia.com/gpu: NoSchedule). Its
+    # ExtendedResourceToleration admission adds the toleration to pods requesting the resource;
+    # a cluster without it (any other distribution) would schedule nothing there without this.
+    pod_spec["tolerations"] = [{"key": device.resource_name, "operator": "Exists", "effect": "NoSchedule"}]
     pod_spec["containers"] = [worker_container(spec, cluster, device, volume, run)]
     volumes = worker_volumes(spec, volume)
     if volumes:
@@ -148,7 +165,7 @@ def render_jobset(
                             "parallelism": hosts,
                             "completions": hosts,
                             "completionMode": "Indexed",
-                            "backoffLimit": 0,
+                            "backoffLimit": hosts,  # kubelet rejections only: see the module's docstring
                             "podFailurePolicy": _pod_failure_policy(spec),
                             "template": pod_template,
                         }
@@ -157,8 +174,6 @@ def render_jobset(
             ],
         },
     }
-    if spec.elastic:
-        jobset["spec"]["successPolicy"] = {"operator": "Any", "targetReplicatedJobs": [contract.REPLICATED_JOB]}
     return jobset
 
 
