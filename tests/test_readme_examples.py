@@ -1,0 +1,70 @@
+"""The README's command examples work as written from the repository root (issue 25 item 1).
+
+A user copies a `hotswap ... --command "python X"` line from a README code block and runs it in
+a clone: the local backend runs the command in the directory `workload create` was called from,
+so every script an example names must exist there. Examples that run in a container image
+(`--docker-image`, Kubernetes) name paths inside the image and are not checked.
+"""
+
+from __future__ import annotations
+
+import py_compile
+import re
+import shlex
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+
+
+def _bash_commands() -> list[str]:
+    """Every command of the README's ```bash blocks, continuation lines joined, comments cut."""
+    commands: list[str] = []
+    for block in re.findall(r"^```(?:bash|sh|console)\n(.*?)^```", README.read_text(encoding="utf-8"), re.M | re.S):
+        joined = re.sub(r"\\\n\s*", " ", block)
+        for line in joined.splitlines():
+            line = line.strip()
+            if line and not line.startswith("#"):
+                commands.append(line)
+    return commands
+
+
+def _command_scripts() -> list[tuple[str, str]]:
+    """(example, script) for each `--command "python[3] SCRIPT ..."` run on this machine."""
+    found = []
+    for line in _bash_commands():
+        if not line.startswith("hotswap ") or "--docker-image" in line or "--base-docker-image" in line:
+            continue
+        try:
+            words = shlex.split(line, comments=True)
+        except ValueError:
+            continue
+        for flag, value in zip(words, words[1:]):
+            if flag == "--command":
+                parts = value.split()
+                if parts and re.fullmatch(r"python3?", parts[0]) and len(parts) > 1 and parts[1].endswith(".py"):
+                    found.append((line, parts[1]))
+    return found
+
+
+def test_readme_names_scripts_in_some_examples() -> None:
+    assert len(_command_scripts()) >= 3  # the local backend's, runs' and GPU sections' examples
+
+
+def test_every_script_a_readme_example_runs_exists_from_the_repository_root() -> None:
+    missing = [(line, script) for line, script in _command_scripts() if not (ROOT / script).is_file()]
+    assert not missing, f"README examples name scripts that do not exist relative to the repository root: {missing}"
+    for _, script in _command_scripts():
+        py_compile.compile(str(ROOT / script), cfile=None, doraise=True, optimize=-1)
+
+
+def test_every_relative_path_a_readme_command_names_exists() -> None:
+    """`python path.py`, `bash path.sh` and the like, as a user would type them in the clone."""
+    missing = []
+    for line in _bash_commands():
+        if "--docker-image" in line:
+            continue
+        for word in re.findall(r"(?<![\w/.:-])((?:examples|tests|benchmarks|src)/[\w./-]+\.(?:py|sh))", line):
+            if not (ROOT / word).exists():
+                missing.append((line, word))
+    assert not missing, missing
