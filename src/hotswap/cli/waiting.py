@@ -57,7 +57,9 @@ def reached(view: dict[str, Any], until: Until) -> bool:
     """Whether ``view`` is the awaited state; raises if it can never be (the workload failed)."""
     status = view["status"]
     if status == "FAILED":
-        raise WorkloadFailedError(f"workload {view['name']} failed: {view['status_message']}")
+        reason = view["status_message"] or "no reason recorded"
+        reason = reason[len("failed: "):] if reason.startswith("failed: ") else reason  # said once
+        raise WorkloadFailedError(f"workload {view['name']} failed: {reason}")
     if until is Until.RUNNING:
         return status in ("RUNNING", "SUCCESSFUL")
     return status == "SUCCESSFUL"

@@ -26,6 +26,13 @@ from hotswap.backends.local.tables import LIVE_WORKER_STATES
 REPAIR_BASELINE_S = 600.0  # GKE's node repair, what a job waits without hotswap
 
 
+def restore_detail(restored: Any, done_before: int) -> str:
+    """What the resume check shows: the step restored and the last step completed before the
+    failure (step ``done_before`` itself was done)."""
+    where = f"restored step {restored.step} ({restored.source})" if restored else "nothing restored"
+    return f"{where}; step {done_before} was the last completed before the failure"
+
+
 class HotswapDrill(Drill):
     """Seed 000: a failed node under the high-priority job moves it onto the low job's slice."""
 
@@ -63,8 +70,7 @@ class HotswapDrill(Drill):
         self.check(
             f"{label}: high resumed from its checkpoint",
             restored is not None and restored.step > 0,
-            f"restored step {restored.step if restored else '-'} ({restored.source if restored else '-'}),"
-            f" last step done before {done_before}",
+            restore_detail(restored, done_before),
         )
         return {"mttr_s": mttr, "steps_lost": lost, "failed_node": failed_node, "t_fail": t_fail,
                 "low_attempt": low["attempt"], "restored": restored}

@@ -1,0 +1,25 @@
+"""Texts a user reads, each said once and meaning what it says (issue 25 item 8)."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from hotswap.api.errors import WorkloadFailedError
+from hotswap.cli.waiting import Until, reached
+from hotswap.demo.scenarios import restore_detail
+
+
+def test_a_failed_workload_is_named_failed_once() -> None:
+    view = {"name": "ex2", "status": "FAILED", "status_message": "failed: worker c-np-0/0 exit code 1 is not a restart code"}
+    with pytest.raises(WorkloadFailedError) as raised:
+        reached(view, Until.RUNNING)
+    assert str(raised.value) == "workload ex2 failed: worker c-np-0/0 exit code 1 is not a restart code"
+    assert raised.value.exit_code == 125
+
+
+def test_the_demo_says_the_last_step_before_the_failure_was_done() -> None:
+    text = restore_detail(types.SimpleNamespace(step=40, source="checkpoint"), 41)
+    assert text == "restored step 40 (checkpoint); step 41 was the last completed before the failure"
+    assert "done before" not in text
