@@ -68,3 +68,19 @@ def test_every_relative_path_a_readme_command_names_exists() -> None:
             if not (ROOT / word).exists():
                 missing.append((line, word))
     assert not missing, missing
+
+
+def _limits_rows() -> dict[str, str]:
+    """The Security section's table of input limits: first cell -> second cell."""
+    section = README.read_text(encoding="utf-8").split("| Input | Limit |", 1)[1].split("\n\n", 1)[0]
+    rows = [line.strip("|").split("|") for line in section.strip().splitlines()[1:]]
+    return {cells[0].strip(): cells[1].strip() for cells in rows if len(cells) >= 2}
+
+
+def test_the_limits_table_states_the_local_clusters_cap_on_slices() -> None:
+    """A local cluster refuses more than MAX_LOCAL_SLICES slices; the README says so (item 7)."""
+    from hotswap.backends.local.protocol import MAX_LOCAL_SLICES
+
+    rows = {name: limit for name, limit in _limits_rows().items() if "cluster create --num-slices" in name}
+    assert rows, "the README's limits table has no row for a cluster's slices"
+    assert any(limit.startswith(f"1-{MAX_LOCAL_SLICES:,}") for limit in rows.values()), rows
