@@ -84,3 +84,14 @@ def test_the_limits_table_states_the_local_clusters_cap_on_slices() -> None:
     rows = {name: limit for name, limit in _limits_rows().items() if "cluster create --num-slices" in name}
     assert rows, "the README's limits table has no row for a cluster's slices"
     assert any(limit.startswith(f"1-{MAX_LOCAL_SLICES:,}") for limit in rows.values()), rows
+
+
+def test_the_readme_has_one_table_of_exit_codes_equal_to_the_codes_in_the_code() -> None:
+    """Scripts rely on the codes: the README lists each one once, as EXIT_CODES says (item 2)."""
+    from hotswap.api.errors import EXIT_CODES
+
+    text = README.read_text(encoding="utf-8")
+    assert text.count("| Code | Meaning |") == 1
+    table = text.split("| Code | Meaning |", 1)[1].split("\n\n", 1)[0].strip().splitlines()[1:]
+    rows = {int(code): meaning.strip() for code, meaning in (line.strip("|").split("|", 1) for line in table)}
+    assert rows == {code: meaning.strip("|").strip() for code, meaning in EXIT_CODES.items()}

@@ -85,9 +85,9 @@ EXIT_CODES = {
     InvalidInputError.exit_code: "invalid input: a malformed name, flag, value or file (usage errors too)",
     NotFoundError.exit_code: "not found: no such cluster, workload, node or slice",
     ConflictError.exit_code: "conflict: a duplicate name, a cluster being deleted, a refused request",
-    CapacityError.exit_code: "capacity: more slices than the cluster has",
+    CapacityError.exit_code: "capacity: more slices than the cluster has (a workload that could never run)",
     StateError.exit_code: "state: hotswap's state directory or database cannot be used (disk, permissions)",
     WaitTimeoutError.exit_code: "timed out: --wait did not see the awaited state within --timeout",
-    WorkloadFailedError.exit_code: "the awaited workload failed (--wait)",
+    WorkloadFailedError.exit_code: "the awaited workload failed (--wait), or a worker failed before all had started",
     130: "interrupted (Ctrl-C)",
 }

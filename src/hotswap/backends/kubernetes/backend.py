@@ -34,6 +34,7 @@ from hotswap.backends.kubernetes.views import (
     view_of,
     workers_view,
 )
+from hotswap.core.apply_events import never_fits
 from hotswap.backends.views import (
     FINISHED,
     CacheImageResult,
@@ -160,12 +161,9 @@ class KubernetesBackend:
         manifest = render_jobset(spec, cluster, settings, _volume(launch, settings), launch.run)
         client = self._client(settings)
         counts = discover(client.list_nodes(), settings).slices_by_type()
-        have = counts.get(spec.device_type, 0)
-        if have < spec.num_slices:
-            where = f"only {have}" if have else "none"
-            raise CapacityError(
-                f"it needs {spec.num_slices} slice(s) of {spec.device_type} and the cluster has {where}; it could never run"
-            )
+        never = never_fits(spec, counts.get(spec.device_type, 0))
+        if never is not None:
+            raise CapacityError(f"workload {spec.name} rejected: {never}")
         if client.get_jobset(spec.name) is not None:
             raise ConflictError(f"a workload named {spec.name} already exists in namespace {settings.namespace}")
         applied = client.apply(manifest)
