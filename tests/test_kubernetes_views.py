@@ -40,3 +40,16 @@ def test_placement_and_workers_of_a_workload() -> None:
         ("p-1-1", None, "pending"),
     ]
     assert {r["attempt"] for r in rows} == {2}
+
+
+def test_a_workers_row_says_when_its_pod_runs_and_how_its_container_ended() -> None:
+    """`workload create --wait` reads these rows: a running pod is "running", a finished one
+    "exited" with the container's exit code, as the local backend's rows say (issue 25 item 3)."""
+    import dataclasses
+
+    discovery = discover(load_nodes(), KubeSettings())
+    nodes = discovery.slices[0].nodes
+    running = dataclasses.replace(pod("p-0-0", 0, 0, nodes[0]), phase="Running")
+    failed = dataclasses.replace(pod("p-0-1", 0, 1, nodes[1]), phase="Failed", finished=True, exit_code=1)
+    rows = workers_view([running, failed], discovery, attempt=1)
+    assert [(r["pid"], r["state"], r["exit_code"]) for r in rows] == [("p-0-0", "running", None), ("p-0-1", "exited", 1)]

@@ -132,8 +132,20 @@ def workers_view(pods: list[LivePod], discovery: Discovery, attempt: int) -> lis
             "host": p.host,
             "slice": discovery.slice_of_node.get(p.node or "", None),
             "pid": p.name,
-            "state": "terminating" if p.terminating else ("gated" if p.gated else ("scheduled" if p.node else "pending")),
-            "exit_code": None,
+            "state": _pod_state(p),
+            "exit_code": p.exit_code if p.finished else None,
         }
         for p in sorted(pods, key=lambda p: (p.replica or 0, p.host or 0))
     ]
+
+
+def _pod_state(pod: LivePod) -> str:
+    """A worker's state in the local backend's words: "running" once its pod runs (the
+    kubelet's record: phase Running), "exited" once its container ended (with its exit code)."""
+    if pod.terminating:
+        return "terminating"
+    if pod.finished:
+        return "exited"
+    if pod.running:
+        return "running"
+    return "gated" if pod.gated else ("scheduled" if pod.node else "pending")
