@@ -227,8 +227,9 @@ def describe(
         print(f"  image: {spec.get('docker_image') or spec.get('base_docker_image')} (used on Kubernetes)")
     print(f"  logs: {view['logs']}")
     good = view["goodput"]
+    why = f": {good['reason']}" if good.get("reason") else ""
     print(
-        f"  goodput {good['goodput']:.1%} of {good['wall_s']:.0f}s (from {good['source']}); badput: "
+        f"  goodput {good['goodput']:.1%} of {good['wall_s']:.0f}s (from {good['source']}{why}); badput: "
         + ", ".join(f"{k} {v:.1%}" for k, v in good["badput"].items() if v > 0)
     )
     if view["placement"]:

@@ -85,9 +85,10 @@ def _status(job: LiveJobSet, kueue: dict[str, tuple[str, str]]) -> tuple[str, st
 
 
 def goodput_view(job: LiveJobSet, now: float) -> GoodputView:
-    """Where the workload's time went, as the controller saw its phases. Coarser than the local
-    backend's (startup and checkpoint time count as running: the workers' own goodput events
-    stay in their pods)."""
+    """Where the workload's time went, as the controller saw its phases. Goodput counts only
+    steps the workers reported, and their goodput events stay in their pods: the controller
+    cannot tell a training job from one that never completed a step, so goodput is 0 with the
+    reason, and the time in RUNNING is ``running_share`` (never shown as goodput)."""
     state = job.state or {}
     recorded = state.get("phase_seconds")
     seconds = {k: float(v) for k, v in recorded.items() if isinstance(v, (int, float))} if isinstance(recorded, dict) else {}
@@ -97,10 +98,13 @@ def goodput_view(job: LiveJobSet, now: float) -> GoodputView:
     wall = sum(seconds.values())
     share = {key: (value / wall if wall else 0.0) for key, value in seconds.items()}
     return {
-        "goodput": share.get("RUNNING", 0.0),
+        "goodput": 0.0,
         "wall_s": wall,
         "source": "controller phase times",
         "badput": {"queued": share.get("QUEUED", 0.0), "recovery": share.get("RESTARTING", 0.0)},
+        "reason": "the workers' step reports stay in their pods; running (not goodput) "
+        f"{share.get('RUNNING', 0.0):.1%} of the time",
+        "running_share": share.get("RUNNING", 0.0),
     }
 
 
