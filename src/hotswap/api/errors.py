@@ -44,6 +44,16 @@ class CapacityError(HotswapError):
     exit_code = 5
 
 
+def never_fits(num_slices: int, device_type: str, have: int) -> str | None:
+    """Why a workload of ``num_slices`` slices can never run on a cluster with ``have`` slices of
+    its ``device_type`` (None: it can). The one wording of a capacity refusal, for the core and
+    both backends' checks, which raise it as a :class:`CapacityError` (exit 5)."""
+    if have >= num_slices:
+        return None
+    where = f"only {have}" if have else "none"
+    return f"it needs {num_slices} slice(s) of {device_type} and the cluster has {where}; it could never run"
+
+
 class StateError(HotswapError):
     """The machine refused: hotswap's state cannot be read or written (a full disk, a read-only
     or foreign state directory, a corrupt or locked database). Nothing was changed."""

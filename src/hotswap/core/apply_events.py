@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 from hotswap.api.cluster import NodeState
+from hotswap.api.errors import never_fits
 from hotswap.api.phases import WorkloadPhase
-from hotswap.api.spec import WorkloadSpec
 from hotswap.core import actions as act
 from hotswap.core import events as ev
 from hotswap.core.workload import Workload
@@ -172,22 +172,12 @@ def _apply_workload_event(state: RoundState, event: ev.WorkloadEvent) -> None:
                 )
 
 
-def never_fits(spec: WorkloadSpec, have: int) -> str | None:
-    """Why a workload can never run on a cluster with ``have`` slices of its type (None: it
-    can). The one wording of a capacity refusal, for the core and both backends' checks (exit
-    code 5, :class:`~hotswap.api.errors.CapacityError`)."""
-    if have >= spec.num_slices:
-        return None
-    where = f"only {have}" if have else "none"
-    return f"it needs {spec.num_slices} slice(s) of {spec.device_type} and the cluster has {where}; it could never run"
-
-
 def _create(state: RoundState, event: ev.WorkloadCreated) -> None:
     spec = event.spec
     if spec.name in state.workloads:
         state.actions.append(act.Reject(spec.name, f"a workload named {spec.name} already exists"))
         return
-    never = never_fits(spec, state.capacity.type_size(spec.device_type))
+    never = never_fits(spec.num_slices, spec.device_type, state.capacity.type_size(spec.device_type))
     if never is not None:
         state.actions.append(act.Reject(spec.name, never))
         return

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from hotswap.api.catalog import DeviceType, get_device_type
 from hotswap.api.launch import Launch
-from hotswap.api.errors import CapacityError, ConflictError, Declined, InvalidInputError, NotFoundError
+from hotswap.api.errors import CapacityError, ConflictError, Declined, InvalidInputError, NotFoundError, never_fits
 from hotswap.api.limits import check_text
 from hotswap.api.names import validate_cluster_name
 from hotswap.backends.local import client, removal, runs
@@ -32,7 +32,6 @@ from hotswap.backends.local.views import gpu_health, gpu_views, node_reasons, wo
 from hotswap.backends.views import (
     FINISHED, ClusterCreated, ClusterDescription, NodeRow, WorkloadCreated, WorkloadDescription, WorkloadRow, iso, matches,
 )
-from hotswap.core.apply_events import never_fits
 from hotswap.store.paths import ClusterPaths, check_private, file_lock, private_dir
 from hotswap.store.registry import existing, record_of
 from hotswap.backends.local.tables import LIVE_WORKER_STATES, LocalStore
@@ -300,7 +299,7 @@ def create_workload(cluster: str, spec: WorkloadSpec, launch: Launch) -> Workloa
 
 
 def _check_fits(paths: ClusterPaths, spec: WorkloadSpec) -> None:
-    never = never_fits(spec, _slice_count(paths))  # a local cluster has one device type
+    never = never_fits(spec.num_slices, spec.device_type, _slice_count(paths))  # a local cluster has one device type
     if never is not None:
         raise CapacityError(f"workload {spec.name} rejected: {never}")
 
