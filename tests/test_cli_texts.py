@@ -23,3 +23,16 @@ def test_the_demo_says_the_last_step_before_the_failure_was_done() -> None:
     text = restore_detail(types.SimpleNamespace(step=40, source="checkpoint"), 41)
     assert text == "restored step 40 (checkpoint); step 41 was the last completed before the failure"
     assert "done before" not in text
+
+
+def test_the_demo_summary_says_why_a_job_that_never_trained_has_no_goodput(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 25 item 5: goodput 0 comes with its reason, never a bare figure."""
+    from hotswap.cli.demo import _print_summary
+
+    reason = "its workers reported no training step (none completed, or the command does not use hotswap.train)"
+    _print_summary({"scenario": "hotswap", "checks": [], "passed": True, "wall_s": 20.0, "goodput": {
+        "low": {"goodput": 0.0, "wall_s": 13.0, "badput": {"queued": 0.846, "startup": 0.154}, "reason": reason},
+    }})
+    out = " ".join(capsys.readouterr().out.split())
+    assert "goodput of low 0.0% over 13 s" in out
+    assert "its workers reported no training step" in out
