@@ -95,3 +95,28 @@ def test_the_readme_has_one_table_of_exit_codes_equal_to_the_codes_in_the_code()
     table = text.split("| Code | Meaning |", 1)[1].split("\n\n", 1)[0].strip().splitlines()[1:]
     rows = {int(code): meaning.strip() for code, meaning in (line.strip("|").split("|", 1) for line in table)}
     assert rows == {code: meaning.strip("|").strip() for code, meaning in EXIT_CODES.items()}
+
+
+def test_every_error_of_either_backend_exits_with_a_code_of_the_one_table() -> None:
+    """No backend has a code of its own that the table lacks (Kubernetes' 7 once had none)."""
+    import importlib
+    import pkgutil
+
+    import hotswap
+    from hotswap.api.errors import EXIT_CODES, HotswapError
+
+    for module in pkgutil.walk_packages(hotswap.__path__, "hotswap."):
+        if any(part in module.name for part in (".train.", ".dashboard", "__main__", ".controller.entry")):
+            continue
+        try:
+            importlib.import_module(module.name)
+        except ImportError:  # an extra that is not installed
+            continue
+    seen, todo = set(), [HotswapError]
+    while todo:
+        cls = todo.pop()
+        seen.add(cls)
+        todo += [sub for sub in cls.__subclasses__() if sub not in seen]
+    codes = {cls: cls.exit_code for cls in seen}
+    assert {c.__module__ for c in seen} >= {"hotswap.api.errors", "hotswap.backends.kubernetes.client.connection"}
+    assert all(code in EXIT_CODES for code in codes.values()), {f"{c.__module__}.{c.__name__}": v for c, v in codes.items() if v not in EXIT_CODES}

@@ -74,6 +74,16 @@ class UsageError(HotswapError):
     exit_code = 2
 
 
+class UnreachableError(HotswapError):
+    """The Kubernetes API server could not be reached (the local backend's controller that
+    cannot be started is exit 1)."""
+
+    exit_code = 7
+
+
+EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
+
+
 class WaitTimeoutError(HotswapError):
     """``--wait`` gave up: the awaited state did not come within ``--timeout`` (xpk's and
     timeout(1)'s code). The command itself was done; only the waiting stopped."""
@@ -96,8 +106,9 @@ EXIT_CODES = {
     NotFoundError.exit_code: "not found: no such cluster, workload, node or slice",
     ConflictError.exit_code: "conflict: a duplicate name, a cluster being deleted, a refused request",
     CapacityError.exit_code: "capacity: more slices than the cluster has (a workload that could never run)",
-    StateError.exit_code: "state: hotswap's state directory or database cannot be used (disk, permissions)",
+    StateError.exit_code: "state: hotswap's state directory or database cannot be used (disk, permissions), or the Kubernetes API server refused hotswap's credentials",
+    UnreachableError.exit_code: "unreachable: the Kubernetes API server could not be reached",
     WaitTimeoutError.exit_code: "timed out: --wait did not see the awaited state within --timeout",
     WorkloadFailedError.exit_code: "the awaited workload failed (--wait), or a worker failed before all had started",
-    130: "interrupted (Ctrl-C)",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
 }
