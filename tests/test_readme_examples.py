@@ -13,6 +13,8 @@ import re
 import shlex
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 
@@ -120,3 +122,15 @@ def test_every_error_of_either_backend_exits_with_a_code_of_the_one_table() -> N
     codes = {cls: cls.exit_code for cls in seen}
     assert {c.__module__ for c in seen} >= {"hotswap.api.errors", "hotswap.backends.kubernetes.client.connection"}
     assert all(code in EXIT_CODES for code in codes.values()), {f"{c.__module__}.{c.__name__}": v for c, v in codes.items() if v not in EXIT_CODES}
+
+
+def test_each_script_a_readme_example_runs_starts_from_the_repository_root() -> None:
+    """What `--command "python examples/train.py"` runs in a clone: the script starts (its
+    `--help`, so no training), rather than `can't open file`."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    for script in sorted({script for _, script in _command_scripts()}):
+        result = subprocess.run([sys.executable, script, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, f"python {script} from the repository root: {result.stderr[-500:]}"
