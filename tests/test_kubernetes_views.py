@@ -53,3 +53,7 @@ def test_a_workers_row_says_when_its_pod_runs_and_how_its_container_ended() -> N
     failed = dataclasses.replace(pod("p-0-1", 0, 1, nodes[1]), phase="Failed", finished=True, exit_code=1)
     rows = workers_view([running, failed], discovery, attempt=1)
     assert [(r["pid"], r["state"], r["exit_code"]) for r in rows] == [("p-0-0", "running", None), ("p-0-1", "exited", 1)]
+    # A pod released for an earlier attempt says so: it is not one of the current workers.
+    old = dataclasses.replace(failed, annotations={labels.ATTEMPT_ANNOTATION: "1"})
+    rows = workers_view([running, old], discovery, attempt=2)
+    assert [(r["pid"], r["attempt"]) for r in rows] == [("p-0-0", 2), ("p-0-1", 1)]

@@ -131,7 +131,7 @@ def workers_view(pods: list[LivePod], discovery: Discovery, attempt: int) -> lis
     stands where the local backend shows a pid)."""
     return [
         {
-            "attempt": attempt,
+            "attempt": attempt if p.attempt is None else p.attempt,  # the generation it was released for
             "replica": p.replica,
             "host": p.host,
             "slice": discovery.slice_of_node.get(p.node or "", None),
