@@ -599,3 +599,20 @@ def test_an_elastic_donor_holding_a_broken_slice_gives_none_away() -> None:
     )
     decision = decide(Snapshot.build(0.0, slices, nodes, [low]), [ev.WorkloadCreated(spec("high", 2, "high"))], 1.0)
     assert [render(a) for a in decision.actions] == ["preempt low by high", "admit high np-3,np-0", "admit low np-1"]
+
+
+@pytest.mark.parametrize("strategy", ["Recreate", "BlockingRecreate"])
+def test_a_hotswapped_workload_says_hotswapped_once_its_workers_start(strategy: str) -> None:
+    """The README promises HOTSWAPPED after `node fail` for both strategies (issue 25 item 4):
+    BlockingRecreate's workers start a round later, and still say so."""
+    from hotswap.api.xpk_status import hotswap_state
+
+    world = World(slices=3)
+    world.step(create("low", 1, "low"))
+    world.step(create("high", 2, "high", restart_strategy=strategy))
+    world.step(fail(1))
+    world.stop_all("high")  # BlockingRecreate's new workers start once the old ones are gone
+    high = world.workload("high")
+    assert world.state("high") == "RUNNING np-0,np-2"
+    assert hotswap_state("RUNNING", high.status_message, len(high.slices), 2) == "HOTSWAPPED", high.status_message
+    assert high.status_message.startswith("restarted: node c-np-1-0 failed")

@@ -355,4 +355,4 @@ def test_describe_shows_the_events_as_the_timeline_and_the_workers_real_state(wo
     world.exit(world.running("w"), 0)
     run_until(world, controller, lambda: world.state("w")["phase"] == "SUCCESSFUL")
     described = kube_backend.KubernetesBackend().describe_workload(CLUSTER, "w")
-    assert [(w["state"], w["exit_code"]) for w in described["workers"]] == [("succeeded", 0)] * 4
+    assert [(w["state"], w["exit_code"]) for w in described["workers"]] == [("exited", 0)] * 4

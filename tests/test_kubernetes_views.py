@@ -44,10 +44,10 @@ def test_placement_and_workers_of_a_workload() -> None:
         ("p-0-0", second.name, "scheduled", None),
         ("p-0-1", second.name, "terminating", None),
         ("p-0-2", second.name, "running", None),
-        ("p-0-3", second.name, "failed", 3),
+        ("p-0-3", second.name, "exited", 3),
         ("p-1-0", None, "gated", None),
         ("p-1-1", None, "pending", None),
-        ("p-1-2", second.name, "succeeded", 0),
+        ("p-1-2", second.name, "exited", 0),
     ]
     assert {r["attempt"] for r in rows} == {2}
 
@@ -65,3 +65,20 @@ def test_the_timeline_is_the_jobsets_events_oldest_first_without_an_earlier_name
         {"time": "2026-11-22T12:00:00Z", "event": "Admitted", "message": "admitted"},
         {"time": "2026-11-22T12:05:00Z", "event": "Restarted", "message": "restarted (x2)"},
     ]
+
+
+def test_a_workers_row_says_when_its_pod_runs_and_how_its_container_ended() -> None:
+    """`workload create --wait` reads these rows: a running pod is "running", a finished one
+    "exited" with the container's exit code, as the local backend's rows say (issue 25 item 3)."""
+    import dataclasses
+
+    discovery = discover(load_nodes(), KubeSettings())
+    nodes = discovery.slices[0].nodes
+    running = dataclasses.replace(pod("p-0-0", 0, 0, nodes[0]), phase="Running")
+    failed = dataclasses.replace(pod("p-0-1", 0, 1, nodes[1]), phase="Failed", finished=True, exit_code=1)
+    rows = workers_view([running, failed], discovery, attempt=1)
+    assert [(r["pid"], r["state"], r["exit_code"]) for r in rows] == [("p-0-0", "running", None), ("p-0-1", "exited", 1)]
+    # A pod released for an earlier attempt says so: it is not one of the current workers.
+    old = dataclasses.replace(failed, annotations={labels.ATTEMPT_ANNOTATION: "1"})
+    rows = workers_view([running, old], discovery, attempt=2)
+    assert [(r["pid"], r["attempt"]) for r in rows] == [("p-0-0", 2), ("p-0-1", 1)]

@@ -371,6 +371,18 @@ def test_bad_input_explains_itself_and_changes_nothing(bad_input_home: Path, arg
     assert not (home / "clusters" / "d").exists()
 
 
+def test_a_workload_that_can_never_fit_exits_with_the_capacity_code(bad_input_home: Path) -> None:
+    """Exit 5 (capacity), in the same words as on Kubernetes (tests/test_kubernetes_cli.py), never
+    4 (conflict): more slices than the cluster has is not a clash with existing state."""
+    from hotswap.api.errors import CapacityError
+
+    result = hotswap(bad_input_home, "workload", "create", "--cluster", "c", "--workload", "big", "--num-slices", "3", "--command", "true")
+    assert result.returncode == CapacityError.exit_code == 5, result.stderr
+    assert result.stderr.strip() == (
+        "error: workload big rejected: it needs 3 slice(s) of v6e-4 and the cluster has only 2; it could never run"
+    )
+
+
 def test_warm_spares_take_over_starts_and_refill(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from hotswap.api.spec import workload_spec
     from hotswap.backends.local import logs, operations

@@ -25,13 +25,29 @@ def write_events(directory: Path, attempt: int, lines: list[str]) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-def test_plain_script_counts_running_time_and_queue(tmp_path: Path) -> None:
+def test_a_plain_script_has_no_goodput_and_says_why(tmp_path: Path) -> None:
+    """Only steps the workers report are productive (issue 25 item 5): a command that reports
+    none is up, not known to train."""
     timeline = [row(10.0, "admit", attempt=1, slices=["a", "b"], start=True)]
     result = workload_goodput(record(attempt=1), timeline, tmp_path, now=110.0)
     assert result["source"] == "controller"
     assert result["slice_seconds"]["queued"] == pytest.approx(2 * 10.0)
-    assert result["slice_seconds"]["productive"] == pytest.approx(2 * 100.0)
-    assert result["goodput"] == pytest.approx(100 / 110, abs=1e-3)
+    assert result["slice_seconds"]["productive"] == 0.0
+    assert result["slice_seconds"]["startup"] == pytest.approx(2 * 100.0)
+    assert result["goodput"] == 0.0
+    assert "reported no training step" in result["reason"]
+
+
+def test_a_job_preempted_before_its_first_step_has_goodput_zero(tmp_path: Path) -> None:
+    timeline = [
+        row(0.0, "admit", attempt=1, slices=["a"], start=True),
+        row(2.0, "preempt"),
+    ]
+    write_events(tmp_path, 1, [event_record("start", 0.5)])  # the SDK started; no step completed
+    result = workload_goodput(record(num_slices=1, attempt=1), timeline, tmp_path, now=13.0)
+    assert result["goodput"] == 0.0 and result["slice_seconds"]["productive"] == 0.0
+    assert result["badput"]["queued"] == pytest.approx(11 / 13, abs=1e-3)
+    assert result["reason"].startswith("its workers reported no training step")
 
 
 def test_restart_wastes_the_steps_redone_and_books_recovery(tmp_path: Path) -> None:
@@ -67,4 +83,4 @@ def test_preemption_is_queued_time(tmp_path: Path) -> None:
     ]
     result = workload_goodput(record(num_slices=1), timeline, tmp_path, now=50.0)
     assert result["slice_seconds"]["queued"] == pytest.approx(30.0)
-    assert result["slice_seconds"]["productive"] == pytest.approx(20.0)
+    assert result["slice_seconds"]["startup"] == pytest.approx(20.0)  # up, but no step reported

@@ -44,6 +44,16 @@ class CapacityError(HotswapError):
     exit_code = 5
 
 
+def never_fits(num_slices: int, device_type: str, have: int) -> str | None:
+    """Why a workload of ``num_slices`` slices can never run on a cluster with ``have`` slices of
+    its ``device_type`` (None: it can). The one wording of a capacity refusal, for the core and
+    both backends' checks, which raise it as a :class:`CapacityError` (exit 5)."""
+    if have >= num_slices:
+        return None
+    where = f"only {have}" if have else "none"
+    return f"it needs {num_slices} slice(s) of {device_type} and the cluster has {where}; it could never run"
+
+
 class StateError(HotswapError):
     """The machine refused: hotswap's state cannot be read or written (a full disk, a read-only
     or foreign state directory, a corrupt or locked database). Nothing was changed."""
@@ -62,6 +72,16 @@ class UsageError(HotswapError):
     """The command line itself is wrong: an unknown command or flag, a missing or malformed value."""
 
     exit_code = 2
+
+
+class UnreachableError(HotswapError):
+    """The Kubernetes API server could not be reached (the local backend's controller that
+    cannot be started is exit 1)."""
+
+    exit_code = 7
+
+
+EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
 
 
 class WaitTimeoutError(HotswapError):
@@ -85,9 +105,10 @@ EXIT_CODES = {
     InvalidInputError.exit_code: "invalid input: a malformed name, flag, value or file (usage errors too)",
     NotFoundError.exit_code: "not found: no such cluster, workload, node or slice",
     ConflictError.exit_code: "conflict: a duplicate name, a cluster being deleted, a refused request",
-    CapacityError.exit_code: "capacity: more slices than the cluster has",
-    StateError.exit_code: "state: hotswap's state directory or database cannot be used (disk, permissions)",
+    CapacityError.exit_code: "capacity: more slices than the cluster has (a workload that could never run)",
+    StateError.exit_code: "state: hotswap's state directory or database cannot be used (disk, permissions), or the Kubernetes API server refused hotswap's credentials",
+    UnreachableError.exit_code: "unreachable: the Kubernetes API server could not be reached",
     WaitTimeoutError.exit_code: "timed out: --wait did not see the awaited state within --timeout",
-    WorkloadFailedError.exit_code: "the awaited workload failed (--wait)",
-    130: "interrupted (Ctrl-C)",
+    WorkloadFailedError.exit_code: "the awaited workload failed (--wait), or a worker failed before all had started",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
 }

@@ -141,6 +141,8 @@ class _GoodputRequired(TypedDict):
 
 class GoodputView(_GoodputRequired, total=False):
     slice_seconds: dict[str, float]  # local
+    reason: str  # why goodput is 0: no productive time was reported by the workers
+    running_share: float  # Kubernetes: the share of time in RUNNING (not goodput: no step is seen)
 
 
 class _WorkloadDescribed(WorkloadRow):

@@ -15,7 +15,7 @@ from pathlib import Path
 import typer
 
 from hotswap import __version__
-from hotswap.api.errors import Declined, HotswapError, UsageError
+from hotswap.api.errors import EXIT_INTERRUPTED, Declined, HotswapError, UsageError
 from hotswap.cli import cluster, controller, dashboard, demo, node, simulate, workload
 
 app = typer.Typer(
@@ -72,7 +72,7 @@ def run(argv: list[str] | None = None) -> int:
             return UsageError.exit_code
         return _fail(_usage_line(error), UsageError.exit_code)
     except (typer.Abort, KeyboardInterrupt):
-        return _fail("interrupted", 130)
+        return _fail("interrupted", EXIT_INTERRUPTED)
     except Exception as error:
         from hotswap.store import faults
 

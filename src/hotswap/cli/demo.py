@@ -183,7 +183,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
         )
     for job, good in (summary.get("goodput") or {}).items():
         badput = ", ".join(f"{k} {v:.1%}" for k, v in good["badput"].items() if v >= 0.001)
-        table.add_row(f"goodput of {job}", f"{good['goodput']:.1%} over {good['wall_s']:.0f} s ({badput})")
+        why = f"; {good['reason']}" if good.get("reason") else ""
+        table.add_row(f"goodput of {job}", f"{good['goodput']:.1%} over {good['wall_s']:.0f} s ({badput}{why})")
     if summary.get("awk_output"):
         table.add_row("seed 001's awk script", summary["awk_output"].strip())
     console.print(table)

@@ -20,7 +20,7 @@ def confirmation(force: bool) -> Callable[[str], bool]:
         if not sys.stdin.isatty():
             from hotswap.api.errors import InvalidInputError
 
-            raise InvalidInputError(f"{summary.rstrip('?')}: this needs confirmation and stdin is not a terminal; add --force")
+            raise InvalidInputError(f"{summary.rstrip('?:')}: this needs confirmation and stdin is not a terminal; add --force")
         import typer
 
         return typer.confirm(question, default=False, err=True)

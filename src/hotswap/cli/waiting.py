@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from hotswap.api.catalog import get_device_type
 from hotswap.api.errors import InvalidInputError, NotFoundError, WaitTimeoutError, WorkloadFailedError
 from hotswap.cli.output import Format, fit, plain_table, render_document, rich_table, terminal_width
 
@@ -53,35 +54,82 @@ class Progress:
         print(text, file=sys.stderr, flush=True)
 
 
+SETTLE_S = 1.0  # how long every worker must have run without a failure (Kubernetes' minReadySeconds)
+
+
 def reached(view: dict[str, Any], until: Until) -> bool:
-    """Whether ``view`` is the awaited state; raises if it can never be (the workload failed)."""
+    """Whether ``view`` is the awaited state at this moment; raises if it can never be (the
+    workload failed). :func:`wait_for_state` also asks that it holds for :data:`SETTLE_S`."""
+    return awaited(view, until) is not None
+
+
+def awaited(view: dict[str, Any], until: Until) -> tuple[str, ...] | None:
+    """What identifies the awaited state in ``view`` (None: not reached). ``--until running``:
+    every worker of the current attempt has started, by its own record (the pid its shim wrote;
+    a pod's Running phase), and none has failed; the workers' ids, so that a restart between two
+    looks is seen. A workload that finished successfully counts. Raises on a failed workload."""
     status = view["status"]
     if status == "FAILED":
-        raise WorkloadFailedError(f"workload {view['name']} failed: {view['status_message']}")
-    if until is Until.RUNNING:
-        return status in ("RUNNING", "SUCCESSFUL")
-    return status == "SUCCESSFUL"
+        reason = view["status_message"] or "no reason recorded"
+        reason = reason[len("failed: "):] if reason.startswith("failed: ") else reason  # said once
+        raise WorkloadFailedError(f"workload {view['name']} failed: {reason}")
+    if status == "SUCCESSFUL":
+        return ("SUCCESSFUL",)
+    if until is not Until.RUNNING or status != "RUNNING":
+        return None
+    return _started_workers(view)
+
+
+def _started_workers(view: dict[str, Any]) -> tuple[str, ...] | None:
+    try:
+        hosts = get_device_type(view["device_type"]).hosts_per_slice
+    except Exception:  # a view without a known device type: one worker per slice
+        hosts = 1
+    expected = len(view.get("slices") or ()) * hosts
+    current = [w for w in view.get("workers") or () if w.get("attempt") == view.get("attempt")]
+    started = [w for w in current if w["state"] == "running" or (w["state"] == "exited" and w["exit_code"] == 0)]
+    if not expected or len(started) < expected or len(started) < len(current):
+        return None  # one has not started yet, or one has failed (the controller decides what next)
+    return tuple(sorted(f"{w['slice']}/{w['host']}/{w['pid']}" for w in started))
+
+
+def _waiting_for(view: dict[str, Any], until: Until) -> str:
+    if until is Until.RUNNING and view["status"] == "RUNNING":
+        workers = [w for w in view.get("workers") or () if w.get("attempt") == view.get("attempt")]
+        failed = [w for w in workers if w["state"] == "exited" and w["exit_code"] not in (0, None)]
+        if failed:
+            w = failed[0]
+            return f"worker {w['slice']}/{w['host']} exited with code {w['exit_code']}"
+        return f"{sum(w['state'] == 'running' for w in workers)} worker(s) started"
+    return f"{view['status']} ({view['status_message']})"
 
 
 def wait_for_state(
     describe: Callable[[], dict[str, Any]], name: str, until: Until, timeout: float | None,
     clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, Any]:
-    """Poll ``describe`` until the workload is RUNNING (or finished) or finished; return its view."""
+    """Poll ``describe`` until the workload is running (every worker started, none failed, for
+    :data:`SETTLE_S`) or finished; return its view."""
     progress = Progress()
     started = clock()
+    seen: tuple[str, ...] | None = None
+    seen_at = started
     while True:
         view = describe()
-        if reached(view, until):
+        key = awaited(view, until)
+        now = clock()
+        if key != seen:
+            seen, seen_at = key, now
+        if key is not None and (key == ("SUCCESSFUL",) or now - seen_at >= SETTLE_S):
             progress.done(f"workload {name} is {view['status']} ({view['status_message']})")
             return view
-        elapsed = clock() - started
+        elapsed = now - started
         if timeout is not None and elapsed >= timeout:
             raise WaitTimeoutError(
                 f"timed out after {timeout:g}s waiting for workload {name} to be {until.value}:"
                 f" it is {view['status']} ({view['status_message']})"
             )
-        progress.show(f"waiting for workload {name} to be {until.value}: {view['status']} ({view['status_message']})", elapsed)
+        progress.show(f"waiting for workload {name} to be {until.value}: {_waiting_for(view, until)}", elapsed)
         sleep(POLL_S)
 
 

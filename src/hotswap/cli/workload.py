@@ -60,8 +60,8 @@ def create(
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate and show what would run; change nothing."),
     backend: str | None = typer.Option(None, "--backend", help="With --dry-run and no cluster record: local or kubernetes."),
     output: Format = typer.Option(Format.TABLE, "--output", "-o", help="table, json or yaml."),
-    wait: bool = typer.Option(False, "--wait", help="Return only when the workload is running (see --until), with a progress line on stderr; exit 125 if it fails."),
-    until: Until = typer.Option(Until.RUNNING, "--until", help="With --wait: running (or already finished) or finished (successfully)."),
+    wait: bool = typer.Option(False, "--wait", help="Return only when every worker has started and none failed (see --until), with a progress line on stderr; exit 125 if it fails, 124 after --timeout."),
+    until: Until = typer.Option(Until.RUNNING, "--until", help="With --wait: running (every worker started, none failed, for 1 s; or already finished) or finished (successfully)."),
     timeout: float | None = typer.Option(None, "--timeout", help="With --wait: give up after this many seconds (exit 124); default: wait on."),
 ) -> None:
     """Submit a workload: it is queued by priority, then FIFO, and admitted onto whole slices."""
@@ -227,8 +227,9 @@ def describe(
         print(f"  image: {spec.get('docker_image') or spec.get('base_docker_image')} (used on Kubernetes)")
     print(f"  logs: {view['logs']}")
     good = view["goodput"]
+    why = f": {good['reason']}" if good.get("reason") else ""
     print(
-        f"  goodput {good['goodput']:.1%} of {good['wall_s']:.0f}s (from {good['source']}); badput: "
+        f"  goodput {good['goodput']:.1%} of {good['wall_s']:.0f}s (from {good['source']}{why}); badput: "
         + ", ".join(f"{k} {v:.1%}" for k, v in good["badput"].items() if v > 0)
     )
     if view["placement"]:

@@ -19,6 +19,9 @@ from hotswap.core.policy import VictimOrder
 from hotswap.core.preemption import Candidates, NewestFirstCandidates, RankedCandidates, plan_reclaim
 from hotswap.core.round_state import BLOCKING_RECREATE, QUEUED, RESTARTING, RUNNING, RoundState
 
+HOTSWAPPED_SUFFIX = "; hotswapped"  # ends the message of a restart onto a replacement slice
+_RESTARTING = "restarting: "  # RoundState.restart_in_place's message of a restart that waits
+
 # Enum members as module constants: on Python 3.11 each ``Enum.MEMBER`` read goes through the
 # enum metaclass's attribute hook (~50 ns), and a simulated month reads them millions of times.
 _ADMIT, _REPLACE, _GROW = DemandKind.ADMIT, DemandKind.REPLACE, DemandKind.GROW
@@ -66,9 +69,18 @@ def start_ready(state: RoundState) -> None:
             phase=RUNNING,
             running_since=state.now,
             exited_ok=frozenset(),
-            status_message=f"running on {len(workload.slices)} slice(s)",
+            status_message=_started_message(workload),
         )
         state.actions.append(act.StartWorkers(workload.name, workload.attempt, workload.slices))
+
+
+def _started_message(workload: Workload) -> str:
+    """A hotswap that waited (BlockingRecreate) reads as Recreate's once its workers start:
+    "restarted: ...; hotswapped", so every view still says HOTSWAPPED."""
+    message = workload.status_message
+    if message.startswith(_RESTARTING) and message.endswith(HOTSWAPPED_SUFFIX):
+        return "restarted: " + message[len(_RESTARTING):]
+    return f"running on {len(workload.slices)} slice(s)"
 
 
 def _queue(state: RoundState) -> DemandQueue:
@@ -176,7 +188,7 @@ def _grant(state: RoundState, workload: Workload, demand: Demand, got: tuple[str
     else:
         # Hotswap: every worker restarts, each replacement in a lost replica's position.
         workload = state.update(workload, slices=fill_positions(demand.previous, demand.lost_at, got))
-        state.restart_in_place(workload, f"{demand.reason}; hotswapped", charged=False)
+        state.restart_in_place(workload, f"{demand.reason}{HOTSWAPPED_SUFFIX}", charged=False)
 
 
 def _admit(state: RoundState, workload: Workload, got: tuple[str, ...]) -> None:

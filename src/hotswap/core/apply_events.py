@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from hotswap.api.cluster import NodeState
+from hotswap.api.errors import never_fits
 from hotswap.api.phases import WorkloadPhase
 from hotswap.core import actions as act
 from hotswap.core import events as ev
@@ -178,16 +179,9 @@ def _create(state: RoundState, event: ev.WorkloadCreated) -> None:
     if spec.name in state.workloads:
         state.actions.append(act.Reject(spec.name, f"a workload named {spec.name} already exists"))
         return
-    have = state.capacity.type_size(spec.device_type)
-    if have < spec.num_slices:
-        where = f"only {have}" if have else "none"
-        state.actions.append(
-            act.Reject(
-                spec.name,
-                f"it needs {spec.num_slices} slice(s) of {spec.device_type} and the cluster has"
-                f" {where}; it could never run",
-            )
-        )
+    never = never_fits(spec.num_slices, spec.device_type, state.capacity.type_size(spec.device_type))
+    if never is not None:
+        state.actions.append(act.Reject(spec.name, never))
         return
     state.add(
         Workload(

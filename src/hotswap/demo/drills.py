@@ -30,7 +30,7 @@ from hotswap.demo.backing import EMULATED_DEVICE, choose_backing
 from hotswap.demo.observe import Trace, log_lines, read_trace
 from hotswap.demo.view import DemoView
 from hotswap.store import registry
-from hotswap.store.paths import home
+from hotswap.store.paths import home, owner_only, private_dir
 from hotswap.backends.local.tables import LocalStore
 
 DEVICE = EMULATED_DEVICE
@@ -266,8 +266,9 @@ class Drill(abc.ABC):
             source = registry.existing(self.cluster).root / "workloads"
         except Exception:
             return
-        target = home() / "demo-runs" / self.cluster
+        target = private_dir(private_dir(home() / "demo-runs") / self.cluster)
         shutil.copytree(source, target, ignore=shutil.ignore_patterns("workers", "membership.*"), dirs_exist_ok=True)
+        owner_only(target)  # a copy is as private as what hotswap writes, whatever the source's modes
         for key in ("logs",):
             if summary.get(key):
                 summary[key] = str(summary[key]).replace(str(source), str(target))

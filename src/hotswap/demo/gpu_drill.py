@@ -26,6 +26,7 @@ from hotswap.api.worker_output import EVENT_CHECKPOINT_SAVE, EVENT_STOP, parse_f
 from hotswap.demo.drills import Drill, DrillFailed
 from hotswap.demo.observe import log_lines
 from hotswap.store import registry
+from hotswap.store.paths import new_dirs_private, open_private
 
 GRACE_S = 60.0
 EMULATED_STATE_GB = 0.02  # on the CPU of an emulated slice: the drill's logic, not its scale
@@ -145,12 +146,12 @@ class GpuDrill(Drill):
     def _raw_write(self, size: int) -> float:
         """Seconds to write and fsync ``size`` bytes where the checkpoints are (the disk's pace)."""
         directory = registry.existing(self.cluster).checkpoint_dir("low")
-        directory.mkdir(parents=True, exist_ok=True)
+        new_dirs_private(directory)
         target = directory / "raw-write.bin"
         block = os.urandom(min(size, RAW_WRITE_CHUNK)) if size else b""
         started = time.monotonic()
         try:
-            with open(target, "wb") as handle:
+            with os.fdopen(open_private(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as handle:
                 left = size
                 while left > 0:
                     left -= handle.write(block[: min(left, len(block))])

@@ -106,6 +106,17 @@ def private_dir(path: Path) -> Path:
     return path
 
 
+def owner_only(root: Path) -> None:
+    """Close ``root`` and everything under it to others: directories 0700, files 0600 (links
+    are left alone: their targets are not ours to change)."""
+    for directory, dirs, names in os.walk(root):
+        os.chmod(directory, 0o700)
+        for name in names:
+            path = os.path.join(directory, name)
+            if not os.path.islink(path):
+                os.chmod(path, 0o600)
+
+
 def write_private(path: Path, text: str) -> None:
     """Replace ``path`` atomically with ``text``, readable by the owner only."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import TextIO
@@ -15,6 +16,12 @@ def say(line: str) -> None:
     print(line, flush=True)
 
 
+def _open_private(path: str) -> TextIO:
+    """``path`` opened for appending, created readable by its owner only (0600): everything
+    hotswap creates is owner-only, whatever the worker's umask."""
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600), "a", buffering=1)
+
+
 class EventLog:
     """Appends one :func:`~hotswap.api.worker_output.event_record` line per event and flushes it, so a
     worker killed at any moment leaves every event before that moment on disk. Without a file
@@ -22,7 +29,7 @@ class EventLog:
 
     def __init__(self, path: str | None) -> None:
         self.path = path
-        self._handle: TextIO | None = open(path, "a", buffering=1) if path else None
+        self._handle: TextIO | None = _open_private(path) if path else None
         self._lock = threading.Lock()  # the checkpoint writer thread records too
 
     def record(self, kind: str, t: float | None = None, **fields: object) -> None:

@@ -261,8 +261,7 @@ def _mark_joined(membership: Membership, slice_name: str, host: int, local_rank:
     if mark is None:
         return
     try:
-        with open(mark, "x"):
-            pass
+        os.close(os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))  # owner-only
     except FileExistsError:
         pass
     except OSError as error:  # the survivors move after their timeout instead

@@ -16,7 +16,7 @@ from typing import Any
 from hotswap.api import worker as contract
 from hotswap.api.catalog import get_device_type
 from hotswap.api.launch import Launch
-from hotswap.api.errors import CapacityError, ConflictError, InvalidInputError, NotFoundError
+from hotswap.api.errors import CapacityError, ConflictError, InvalidInputError, NotFoundError, never_fits
 from hotswap.api.spec import WorkloadSpec
 from hotswap.backends.capabilities import Capabilities
 from hotswap.backends.kubernetes import labels, log_archive
@@ -162,12 +162,9 @@ class KubernetesBackend:
         manifest = render_jobset(spec, cluster, settings, _volume(launch, settings), launch.run)
         client = self._client(settings)
         counts = discover(client.list_nodes(), settings).slices_by_type()
-        have = counts.get(spec.device_type, 0)
-        if have < spec.num_slices:
-            where = f"only {have}" if have else "none"
-            raise CapacityError(
-                f"it needs {spec.num_slices} slice(s) of {spec.device_type} and the cluster has {where}; it could never run"
-            )
+        never = never_fits(spec.num_slices, spec.device_type, counts.get(spec.device_type, 0))
+        if never is not None:
+            raise CapacityError(f"workload {spec.name} rejected: {never}")
         if client.get_jobset(spec.name) is not None:
             raise ConflictError(f"a workload named {spec.name} already exists in namespace {settings.namespace}")
         applied = client.apply(manifest)

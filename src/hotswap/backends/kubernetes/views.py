@@ -86,9 +86,10 @@ def _status(job: LiveJobSet, kueue: dict[str, tuple[str, str]]) -> tuple[str, st
 
 
 def goodput_view(job: LiveJobSet, now: float) -> GoodputView:
-    """Where the workload's time went, as the controller saw its phases. Coarser than the local
-    backend's (startup and checkpoint time count as running: the workers' own goodput events
-    stay in their pods)."""
+    """Where the workload's time went, as the controller saw its phases. Goodput counts only
+    steps the workers reported, and their goodput events stay in their pods: the controller
+    cannot tell a training job from one that never completed a step, so goodput is 0 with the
+    reason, and the time in RUNNING is ``running_share`` (never shown as goodput)."""
     state = job.state or {}
     recorded = state.get("phase_seconds")
     seconds = {k: float(v) for k, v in recorded.items() if isinstance(v, (int, float))} if isinstance(recorded, dict) else {}
@@ -98,10 +99,13 @@ def goodput_view(job: LiveJobSet, now: float) -> GoodputView:
     wall = sum(seconds.values())
     share = {key: (value / wall if wall else 0.0) for key, value in seconds.items()}
     return {
-        "goodput": share.get("RUNNING", 0.0),
+        "goodput": 0.0,
         "wall_s": wall,
         "source": "controller phase times",
         "badput": {"queued": share.get("QUEUED", 0.0), "recovery": share.get("RESTARTING", 0.0)},
+        "reason": "the workers' step reports stay in their pods; running (not goodput) "
+        f"{share.get('RUNNING', 0.0):.1%} of the time",
+        "running_share": share.get("RUNNING", 0.0),
     }
 
 
@@ -128,32 +132,28 @@ def workers_view(pods: list[LivePod], discovery: Discovery, attempt: int) -> lis
     stands where the local backend shows a pid)."""
     return [
         {
-            "attempt": attempt,
+            "attempt": attempt if p.attempt is None else p.attempt,  # the generation it was released for
             "replica": p.replica,
             "host": p.host,
             "slice": discovery.slice_of_node.get(p.node or "", None),
             "pid": p.name,
-            "state": _worker_state(p),
-            "exit_code": p.exit_code,
+            "state": _pod_state(p),
+            "exit_code": p.exit_code if p.finished else None,
         }
         for p in sorted(pods, key=lambda p: (p.replica or 0, p.host or 0))
     ]
 
 
-def _worker_state(pod: LivePod) -> str:
-    """What the worker is doing: its pod's phase, in the local backend's words where they
-    exist (gated: waiting for the controller to place it; scheduled: bound, not started yet)."""
-    if pod.phase == "Succeeded":
-        return "succeeded"
-    if pod.phase == "Failed":
-        return "failed"
+def _pod_state(pod: LivePod) -> str:
+    """A worker's state in the local backend's words: "running" once its pod runs (the
+    kubelet's record: phase Running), "exited" once its container ended (with its exit code)."""
     if pod.terminating:
         return "terminating"
-    if pod.phase == "Running":
+    if pod.finished:
+        return "exited"
+    if pod.running:
         return "running"
-    if pod.gated:
-        return "gated"
-    return "scheduled" if pod.node else "pending"
+    return "gated" if pod.gated else ("scheduled" if pod.node else "pending")
 
 
 def timeline_view(events: list[dict[str, Any]], uid: str) -> list[TimelineEntry]:

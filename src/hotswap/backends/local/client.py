@@ -21,7 +21,7 @@ import sys
 import time
 from typing import Any
 
-from hotswap.api.errors import ConflictError, HotswapError, NotFoundError, StateError
+from hotswap.api.errors import EXIT_INTERRUPTED, ConflictError, HotswapError, NotFoundError, StateError
 from hotswap.backends.local import protocol
 from hotswap.backends.local.claim import AlreadyClaimed, Claim
 from hotswap.backends.local.controller.entry import main as controller_main
@@ -48,7 +48,7 @@ class ClusterBeingDeleted(HotswapError):
 class Interrupted(HotswapError):
     """The user interrupted a command that was waiting for the controller."""
 
-    exit_code = 130
+    exit_code = EXIT_INTERRUPTED
 
 
 def being_deleted(paths: ClusterPaths) -> ClusterBeingDeleted:

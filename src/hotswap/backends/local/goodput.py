@@ -7,8 +7,10 @@ restore took and which steps were lost. The categories are those of
 :mod:`hotswap.core.goodput`; amounts are slice-seconds (a workload of N slices owns N per
 second of its life).
 
-Without SDK events (a plain script), every second with workers running counts as productive:
-the controller cannot see inside the job; the report says so (``"source": "controller"``).
+Only steps the workers reported are productive: time with workers up but no step reported
+(a plain script without the SDK, or a job stopped before its first step) counts as startup, and a
+workload whose workers never reported a step has goodput 0 with the reason
+(``"source": "controller"``, ``"reason"``), never a positive figure.
 """
 
 from __future__ import annotations
@@ -84,8 +86,8 @@ def workload_goodput(record: dict[str, Any], timeline: Sequence[Any], directory:
     for index, (start, stop, attempt, slices) in enumerate(runs):
         events = per_attempt.get(attempt, [])
         steps = [e for e in events if e.get("kind") == EVENT_STEP and start <= e["t"] <= stop + 1.0]
-        if not steps:
-            ledger.add(Category.PRODUCTIVE, slices * max(0.0, stop - start))
+        if not steps:  # workers up, no step reported: not productive (the controller cannot tell)
+            ledger.add(Category.STARTUP, slices * max(0.0, stop - start))
             ledger.add(Category.DEGRADED, (size - slices) * max(0.0, stop - start))
             continue
         source = "workers"
@@ -117,10 +119,16 @@ def workload_goodput(record: dict[str, Any], timeline: Sequence[Any], directory:
         # Time with workers up but neither stepping nor saving: below full size, or stopping.
         ledger.add(Category.DEGRADED if slices < size else Category.RECOVERY, max(0.0, remainder))
     total = ledger.total
-    return {
+    view = {
         "source": source,
         "wall_s": round(max(0.0, end - created), 3),
         "goodput": round(ledger.goodput, 4),
         "badput": {c.value: round(v / total, 4) if total else 0.0 for c, v in ledger.seconds.items() if c is not Category.PRODUCTIVE},
         "slice_seconds": {c.value: round(v, 3) for c, v in ledger.seconds.items()},
     }
+    if source == "controller":
+        view["reason"] = NO_STEPS_REASON if runs else "its workers never ran"
+    return view
+
+
+NO_STEPS_REASON = "its workers reported no training step (none completed, or the command does not use hotswap.train)"

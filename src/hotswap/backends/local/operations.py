@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from hotswap.api.catalog import DeviceType, get_device_type
 from hotswap.api.launch import Launch
-from hotswap.api.errors import ConflictError, Declined, InvalidInputError, NotFoundError
+from hotswap.api.errors import CapacityError, ConflictError, Declined, InvalidInputError, NotFoundError, never_fits
 from hotswap.api.limits import check_text
 from hotswap.api.names import validate_cluster_name
 from hotswap.backends.local import client, removal, runs
@@ -287,13 +287,21 @@ def create_workload(cluster: str, spec: WorkloadSpec, launch: Launch) -> Workloa
             _record(paths, spec.name)
             raise ConflictError(f"a workload named {spec.name} already exists")  # the core's words
         launch = dataclasses.replace(launch, run=runs.resolve_new(paths, spec, launch))
+    _check_fits(paths, spec)  # said at once, in the core's words (exit 5, as on Kubernetes)
     outcome = client.request(paths, RequestKind.CREATE, {"spec": spec.model_dump(mode="json"), "launch": launch.to_dict()})
     if outcome.status != "done":
+        _check_fits(paths, spec)  # the cluster shrank meanwhile: still a capacity refusal
         raise ConflictError(outcome.message)
     try:
         return describe_workload(cluster, spec.name, timeline=False)
     except NotFoundError:  # created, then deleted by another command before we looked
         return {"name": spec.name, "status": "DELETED", "status_message": "created, then deleted by another command"}
+
+
+def _check_fits(paths: ClusterPaths, spec: WorkloadSpec) -> None:
+    never = never_fits(spec.num_slices, spec.device_type, _slice_count(paths))  # a local cluster has one device type
+    if never is not None:
+        raise CapacityError(f"workload {spec.name} rejected: {never}")
 
 
 def _check_checkpoint_dir(path: str, what: str) -> None:

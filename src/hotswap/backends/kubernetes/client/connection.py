@@ -7,7 +7,8 @@ import json
 import os
 from typing import Any
 
-from hotswap.api.errors import ConflictError, HotswapError, InvalidInputError, NotFoundError
+from hotswap.api import errors
+from hotswap.api.errors import ConflictError, HotswapError, InvalidInputError, NotFoundError, StateError
 from hotswap.backends.kubernetes import versions
 from hotswap.backends.kubernetes.settings import KubeSettings
 
@@ -17,11 +18,11 @@ class KubernetesError(HotswapError):
 
 
 class ForbiddenError(KubernetesError):
-    exit_code = 6
+    exit_code = StateError.exit_code
 
 
 class UnreachableError(KubernetesError):
-    exit_code = 7
+    exit_code = errors.UnreachableError.exit_code
 
 
 def _status_message(body: Any) -> tuple[str, dict[str, Any]]:

@@ -1,0 +1,43 @@
+"""Texts a user reads, each said once and meaning what it says (issue 25 item 8)."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from hotswap.api.errors import WorkloadFailedError
+from hotswap.cli.waiting import Until, reached
+from hotswap.demo.observe import Trace, resumed_from_last_checkpoint
+
+
+def test_a_failed_workload_is_named_failed_once() -> None:
+    view = {"name": "ex2", "status": "FAILED", "status_message": "failed: worker c-np-0/0 exit code 1 is not a restart code"}
+    with pytest.raises(WorkloadFailedError) as raised:
+        reached(view, Until.RUNNING)
+    assert str(raised.value) == "workload ex2 failed: worker c-np-0/0 exit code 1 is not a restart code"
+    assert raised.value.exit_code == 125
+
+
+def test_the_demo_says_the_last_step_before_the_failure_was_done() -> None:
+    restored = types.SimpleNamespace(step=40, source="checkpoint", attempt=2, t=5.0)
+    saved = types.SimpleNamespace(step=40, reason="termination", attempt=1, t=4.0)
+    step = types.SimpleNamespace(step=41, attempt=1, t=3.0)
+    trace = Trace([step], [restored], [], [saved])
+    passed, text = resumed_from_last_checkpoint(trace, attempt=1)
+    assert passed
+    assert "last step done: 41" in text
+    assert "done before" not in text
+
+
+def test_the_demo_summary_says_why_a_job_that_never_trained_has_no_goodput(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 25 item 5: goodput 0 comes with its reason, never a bare figure."""
+    from hotswap.cli.demo import _print_summary
+
+    reason = "its workers reported no training step (none completed, or the command does not use hotswap.train)"
+    _print_summary({"scenario": "hotswap", "checks": [], "passed": True, "wall_s": 20.0, "goodput": {
+        "low": {"goodput": 0.0, "wall_s": 13.0, "badput": {"queued": 0.846, "startup": 0.154}, "reason": reason},
+    }})
+    out = " ".join(capsys.readouterr().out.split())
+    assert "goodput of low 0.0% over 13 s" in out
+    assert "its workers reported no training step" in out

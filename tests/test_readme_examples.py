@@ -1,0 +1,136 @@
+"""The README's command examples work as written from the repository root (issue 25 item 1).
+
+A user copies a `hotswap ... --command "python X"` line from a README code block and runs it in
+a clone: the local backend runs the command in the directory `workload create` was called from,
+so every script an example names must exist there. Examples that run in a container image
+(`--docker-image`, Kubernetes) name paths inside the image and are not checked.
+"""
+
+from __future__ import annotations
+
+import py_compile
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+
+
+def _bash_commands() -> list[str]:
+    """Every command of the README's ```bash blocks, continuation lines joined, comments cut."""
+    commands: list[str] = []
+    for block in re.findall(r"^```(?:bash|sh|console)\n(.*?)^```", README.read_text(encoding="utf-8"), re.M | re.S):
+        joined = re.sub(r"\\\n\s*", " ", block)
+        for line in joined.splitlines():
+            line = line.strip()
+            if line and not line.startswith("#"):
+                commands.append(line)
+    return commands
+
+
+def _command_scripts() -> list[tuple[str, str]]:
+    """(example, script) for each `--command "python[3] SCRIPT ..."` run on this machine."""
+    found = []
+    for line in _bash_commands():
+        if not line.startswith("hotswap ") or "--docker-image" in line or "--base-docker-image" in line:
+            continue
+        try:
+            words = shlex.split(line, comments=True)
+        except ValueError:
+            continue
+        for flag, value in zip(words, words[1:]):
+            if flag == "--command":
+                parts = value.split()
+                if parts and re.fullmatch(r"python3?", parts[0]) and len(parts) > 1 and parts[1].endswith(".py"):
+                    found.append((line, parts[1]))
+    return found
+
+
+def test_readme_names_scripts_in_some_examples() -> None:
+    assert len(_command_scripts()) >= 3  # the local backend's, runs' and GPU sections' examples
+
+
+def test_every_script_a_readme_example_runs_exists_from_the_repository_root() -> None:
+    missing = [(line, script) for line, script in _command_scripts() if not (ROOT / script).is_file()]
+    assert not missing, f"README examples name scripts that do not exist relative to the repository root: {missing}"
+    for _, script in _command_scripts():
+        py_compile.compile(str(ROOT / script), cfile=None, doraise=True, optimize=-1)
+
+
+def test_every_relative_path_a_readme_command_names_exists() -> None:
+    """`python path.py`, `bash path.sh` and the like, as a user would type them in the clone."""
+    missing = []
+    for line in _bash_commands():
+        if "--docker-image" in line:
+            continue
+        for word in re.findall(r"(?<![\w/.:-])((?:examples|tests|benchmarks|src)/[\w./-]+\.(?:py|sh))", line):
+            if not (ROOT / word).exists():
+                missing.append((line, word))
+    assert not missing, missing
+
+
+def _limits_rows() -> dict[str, str]:
+    """The Security section's table of input limits: first cell -> second cell."""
+    section = README.read_text(encoding="utf-8").split("| Input | Limit |", 1)[1].split("\n\n", 1)[0]
+    rows = [line.strip("|").split("|") for line in section.strip().splitlines()[1:]]
+    return {cells[0].strip(): cells[1].strip() for cells in rows if len(cells) >= 2}
+
+
+def test_the_limits_table_states_the_local_clusters_cap_on_slices() -> None:
+    """A local cluster refuses more than MAX_LOCAL_SLICES slices; the README says so (item 7)."""
+    from hotswap.backends.local.protocol import MAX_LOCAL_SLICES
+
+    rows = {name: limit for name, limit in _limits_rows().items() if "cluster create --num-slices" in name}
+    assert rows, "the README's limits table has no row for a cluster's slices"
+    assert any(limit.startswith(f"1-{MAX_LOCAL_SLICES:,}") for limit in rows.values()), rows
+
+
+def test_the_readme_has_one_table_of_exit_codes_equal_to_the_codes_in_the_code() -> None:
+    """Scripts rely on the codes: the README lists each one once, as EXIT_CODES says (item 2)."""
+    from hotswap.api.errors import EXIT_CODES
+
+    text = README.read_text(encoding="utf-8")
+    assert text.count("| Code | Meaning |") == 1
+    table = text.split("| Code | Meaning |", 1)[1].split("\n\n", 1)[0].strip().splitlines()[1:]
+    rows = {int(code): meaning.strip() for code, meaning in (line.strip("|").split("|", 1) for line in table)}
+    assert rows == {code: meaning.strip("|").strip() for code, meaning in EXIT_CODES.items()}
+
+
+def test_every_error_of_either_backend_exits_with_a_code_of_the_one_table() -> None:
+    """No backend has a code of its own that the table lacks (Kubernetes' 7 once had none)."""
+    import importlib
+    import pkgutil
+
+    import hotswap
+    from hotswap.api.errors import EXIT_CODES, HotswapError
+
+    for module in pkgutil.walk_packages(hotswap.__path__, "hotswap."):
+        if any(part in module.name for part in (".train.", ".dashboard", "__main__", ".controller.entry")):
+            continue
+        try:
+            importlib.import_module(module.name)
+        except ImportError:  # an extra that is not installed
+            continue
+    seen, todo = set(), [HotswapError]
+    while todo:
+        cls = todo.pop()
+        seen.add(cls)
+        todo += [sub for sub in cls.__subclasses__() if sub not in seen]
+    codes = {cls: cls.exit_code for cls in seen}
+    assert {c.__module__ for c in seen} >= {"hotswap.api.errors", "hotswap.backends.kubernetes.client.connection"}
+    assert all(code in EXIT_CODES for code in codes.values()), {f"{c.__module__}.{c.__name__}": v for c, v in codes.items() if v not in EXIT_CODES}
+
+
+def test_each_script_a_readme_example_runs_starts_from_the_repository_root() -> None:
+    """What `--command "python examples/train.py"` runs in a clone: the script starts (its
+    `--help`, so no training), rather than `can't open file`."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    for script in sorted({script for _, script in _command_scripts()}):
+        result = subprocess.run([sys.executable, script, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, f"python {script} from the repository root: {result.stderr[-500:]}"
