@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from hotswap.backends.local import operations
-from hotswap.demo.drills import Drill
+from hotswap.demo.drills import Drill, phases_of_restart
 from hotswap.demo.gpu_drill import GpuDrill
 from hotswap.demo.observe import (
     log_lines,
@@ -66,8 +66,10 @@ class HotswapDrill(Drill):
             f"restored step {restored.step if restored else '-'} ({restored.source if restored else '-'}),"
             f" last step done before {done_before}",
         )
+        phases = phases_of_restart(self, "high", t_fail, high["attempt"])
+        self.event("restart phases (s after the failure): " + ", ".join(f"{k.removesuffix('_s')} {v}" for k, v in phases.items()))
         return {"mttr_s": mttr, "steps_lost": lost, "failed_node": failed_node, "t_fail": t_fail,
-                "low_attempt": low["attempt"], "restored": restored}
+                "low_attempt": low["attempt"], "restored": restored, "phases": phases}
 
     def _first_step_of_attempt_after(self, name: str, attempt: int) -> Any:
         trace = self.trace(name)
@@ -102,6 +104,7 @@ class HotswapDrill(Drill):
         low_lost = self.repair(cold["failed_node"], cold["low_attempt"], "cold")
         result: dict[str, Any] = {
             "mttr_s": round(cold["mttr_s"], 3),
+            "restart_phases": cold["phases"],
             "steps_lost": cold["steps_lost"],
             "preempted": ["low"],
             "low_steps_lost": low_lost,
@@ -116,6 +119,7 @@ class HotswapDrill(Drill):
             self.wait_steps("low", self.steps_of("low") + 10)
             warm = self.failover("warm")
             result["mttr_warm_s"] = round(warm["mttr_s"], 3)
+            result["restart_phases_warm"] = warm["phases"]
             result["steps_lost_warm"] = warm["steps_lost"]
             self.wait_steps("high", self.steps_of("high") + 10)
             self.repair(warm["failed_node"], warm["low_attempt"], "warm")

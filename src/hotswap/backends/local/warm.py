@@ -22,6 +22,7 @@ import json
 import os
 import runpy
 import sys
+import time
 
 
 def main(argv: list[str]) -> int:
@@ -38,6 +39,7 @@ def main(argv: list[str]) -> int:
     assignment = json.loads(data)
     os.environ.clear()
     os.environ.update(assignment["env"])
+    os.environ["HOTSWAP_HANDED_OVER_AT"] = repr(time.time())  # the worker's "spawn" (hotswap.train.events)
     os.chdir(assignment["cwd"])
     # What a cold start would take from the environment at start-up, applied now.
     extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
