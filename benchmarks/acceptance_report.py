@@ -39,7 +39,7 @@ def _last_json(text: str) -> Any:
 
 def _figure_demo(result: dict[str, Any]) -> tuple[bool, str]:
     parts = [f"backing {result.get('backing')}"]
-    for key in ("mttr_s", "mttr_warm_s", "steps_lost"):
+    for key in ("mttr_s", "mttr_default_s", "mttr_warm_s", "steps_lost"):
         if result.get(key) is not None:
             parts.append(f"{key.removesuffix('_s')} {result[key]}{' s' if key.endswith('_s') else ''}")
     phases = result.get("restart_phases")

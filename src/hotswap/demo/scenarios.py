@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from hotswap.backends.local import operations
+from hotswap.backends.local.spares import default_warm_workers
 from hotswap.demo.drills import Drill, phases_of_restart
 from hotswap.demo.gpu_drill import GpuDrill
 from hotswap.demo.observe import (
@@ -110,16 +111,19 @@ class HotswapDrill(Drill):
             "low_steps_lost": low_lost,
             "logs": str(self.main_log("high")),
         }
-        if self.options.warm and self.backed:
-            self.event("no warm spare phase: a GPU-backed worker's GPUs are its own, so it starts cold")
-        if self.options.warm and not self.backed:
-            operations.create_cluster(self.cluster, self.device, 3, True, lambda _: True, warm_workers=2)
-            self.event("enabling 2 warm spare workers (PyTorch already imported)")
+        # What a cluster created without --warm-workers keeps (auto: slices and free memory).
+        result["default_warm_workers"] = default = default_warm_workers(3, 1)
+        if self.options.warm:
+            spares = "auto" if default >= 2 else 2
+            operations.create_cluster(self.cluster, self.device, 3, True, lambda _: True, warm_workers=spares)
+            self.event(f"warm spare workers (PyTorch already imported): {'the default, auto' if spares == 'auto' else 2}"
+                       f" ({default} by default here)")
             self.wait("warm spares to be ready", self._spares_ready, timeout=120)
             self.wait_steps("low", self.steps_of("low") + 10)
             warm = self.failover("warm")
             result["mttr_warm_s"] = round(warm["mttr_s"], 3)
             result["restart_phases_warm"] = warm["phases"]
+            result["mttr_default_s"] = result["mttr_warm_s"] if default >= 2 else result["mttr_s"]
             result["steps_lost_warm"] = warm["steps_lost"]
             self.wait_steps("high", self.steps_of("high") + 10)
             self.repair(warm["failed_node"], warm["low_attempt"], "warm")
