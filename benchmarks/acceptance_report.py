@@ -20,7 +20,9 @@ from typing import Any
 
 BENCHMARKS = ("bench-checkpoint", "bench-jax", "bench-mttr")
 TAIL_LINES = 40
-MTTR_TARGETS_S = {"cold_s": 2.0, "warm_s": 0.3}  # issue 26, on a GPU host
+# Issue 26, on a GPU host: what a user gets without a flag (spares by default) and onto warm
+# spares; a restart with spares turned off (cold_s) is reported, not judged.
+MTTR_TARGETS_S = {"default_s": 2.0, "warm_s": 0.3}
 
 
 def _last_json(text: str) -> Any:
@@ -80,16 +82,14 @@ def _figure_jax(result: dict[str, Any]) -> tuple[bool, str]:
 
 def _figure_mttr(result: dict[str, Any], on_gpu: bool) -> tuple[bool, str]:
     shown = [f"{mode.removesuffix('_s')} {result[mode]} s" for mode in ("default_s", "cold_s", "warm_s") if result.get(mode) is not None]
-    phases = (result.get("phases") or {}).get("default") or (result.get("phases") or {}).get("cold") or {}
-    if phases:
-        shown.append("phases " + " ".join(f"{k}={v}" for k, v in phases.items()))
-    if "torch_import_s" in result:
-        shown.append(f"import torch {result['torch_import_s']} s")
+    for mode, phases in (result.get("phases") or {}).items():
+        if phases:
+            shown.append(f"{mode} phases " + " ".join(f"{k.removesuffix('_s')}={v}" for k, v in phases.items()))
+    for imported in result.get("torch_import") or []:
+        shown.append(f"import torch {imported.get('torch')} cold {imported.get('cold_s')} s warm {imported.get('warm_s')} s")
     missed = [k for k, target in MTTR_TARGETS_S.items() if isinstance(result.get(k), (int, float)) and result[k] > target]
-    if "default_s" in result and isinstance(result["default_s"], (int, float)) and result["default_s"] > MTTR_TARGETS_S["cold_s"]:
-        missed.append("default_s")
     if missed and on_gpu:
-        shown.append("targets missed: " + ", ".join(f"{k} > {MTTR_TARGETS_S.get(k, 2.0)} s" for k in missed))
+        shown.append("targets missed: " + ", ".join(f"{k} > {MTTR_TARGETS_S[k]} s" for k in missed))
     return not (missed and on_gpu), ", ".join(shown)
 
 
