@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from hotswap.backends.local import operations
-from hotswap.backends.local.spares import default_warm_workers
+from hotswap.backends.local.spares import new_cluster_warm_workers
 from hotswap.store import registry
 from hotswap.demo.drills import DEVICE, DemoOptions, Drill, phases_of_restart
 
@@ -84,7 +84,7 @@ class MttrBench(Drill):
         self.submit("high", priority="high", slices=2, restart_strategy="BlockingRecreate")
         self.wait_steps("high", 30)
         cold = [self.one_failure() for _ in range(self.failures)]
-        self.default_spares = default_warm_workers(3, 1)  # what a new cluster keeps without --warm-workers
+        self.default_spares = new_cluster_warm_workers(3, 1)  # what a new cluster keeps without --warm-workers
         operations.create_cluster(self.cluster, DEVICE, 3, True, lambda _: True, warm_workers=2)
         warm = []
         for _ in range(self.failures):

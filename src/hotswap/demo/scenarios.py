@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from hotswap.backends.local import operations
-from hotswap.backends.local.spares import default_warm_workers
+from hotswap.backends.local.spares import new_cluster_warm_workers
 from hotswap.demo.drills import Drill, phases_of_restart
 from hotswap.demo.gpu_drill import GpuDrill
 from hotswap.demo.observe import (
@@ -112,11 +112,11 @@ class HotswapDrill(Drill):
             "logs": str(self.main_log("high")),
         }
         # What a cluster created without --warm-workers keeps (auto: slices and free memory).
-        result["default_warm_workers"] = default = default_warm_workers(3, 1)
+        result["default_warm_workers"] = default = new_cluster_warm_workers(3, 1)
         if self.options.warm:
-            spares = "auto" if default >= 2 else 2
+            spares = default if default >= 2 else 2
             operations.create_cluster(self.cluster, self.device, 3, True, lambda _: True, warm_workers=spares)
-            self.event(f"warm spare workers (PyTorch already imported): {'the default, auto' if spares == 'auto' else 2}"
+            self.event(f"warm spare workers (PyTorch already imported): {f'the default, {spares}' if default >= 2 else 2}"
                        f" ({default} by default here)")
             self.wait("warm spares to be ready", self._spares_ready, timeout=120)
             self.wait_steps("low", self.steps_of("low") + 10)

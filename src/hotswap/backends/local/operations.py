@@ -27,7 +27,7 @@ from hotswap.backends.local.gpus import Backing, GpuSelection, claim, claims_loc
 from hotswap.backends.local.nvml import GpuInfo
 from hotswap.backends.local.protocol import MAX_LOCAL_SLICES, NodeOperation, RequestKind
 from hotswap.backends.local.resize import resize_events
-from hotswap.backends.local.spares import AUTO, WARM_WORKERS_VARIABLE, default_warm_workers, parse_warm_workers
+from hotswap.backends.local.spares import AUTO, default_warm_workers, new_cluster_warm_workers, parse_warm_workers
 from hotswap.backends.local.runs import run_view
 from hotswap.backends.local.views import gpu_health, gpu_views, node_reasons, workload_view
 from hotswap.backends.views import (
@@ -154,8 +154,8 @@ def _create_or_resize(
             raise Declined(f"cluster {name} left at {current} slices; nothing changed")
     payload: dict[str, Any] = {"num_slices": num_slices}
     if warm_workers is None and fresh:
-        warm_workers = parse_warm_workers(os.environ.get(WARM_WORKERS_VARIABLE) or AUTO)
-    if warm_workers == AUTO:
+        warm_workers = new_cluster_warm_workers(num_slices, device.hosts_per_slice)
+    elif warm_workers == AUTO:
         warm_workers = default_warm_workers(num_slices, device.hosts_per_slice)
     if warm_workers is not None:
         payload["warm_workers"] = warm_workers

@@ -81,6 +81,13 @@ def default_warm_workers(num_slices: int, hosts_per_slice: int) -> int:
     return auto_warm_workers(num_slices, hosts_per_slice, available_memory(), MAX_WARM_WORKERS)
 
 
+def new_cluster_warm_workers(num_slices: int, hosts_per_slice: int) -> int:
+    """The spares a cluster created without ``--warm-workers`` keeps: ``$HOTSWAP_WARM_WORKERS``
+    (a count or auto), else auto."""
+    setting = parse_warm_workers(os.environ.get(WARM_WORKERS_VARIABLE) or AUTO)
+    return default_warm_workers(num_slices, hosts_per_slice) if setting == AUTO else int(setting or 0)
+
+
 DEVICE_VISIBILITY_VARIABLES = (CUDA_VISIBLE_DEVICES, "HIP_VISIBLE_DEVICES")
 CUDA_UNTOUCHED = "cuda-untouched"  # warm.py's marker: CUDA is not initialised in the spare
 
