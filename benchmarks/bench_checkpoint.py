@@ -26,7 +26,7 @@ virtual machine's disk varies by up to 5x between minutes, so the output has eve
 best and the median of each, and the ratios to DCP computed within each repetition (both runs
 saw the same disk), with their best and median::
 
-    python benchmarks/bench_checkpoint.py --device cpu --state-gb 1 --repeat 5
+    python benchmarks/bench_checkpoint.py --device cpu --state-gb 1 --repeat 5 [--json]
 """
 
 from __future__ import annotations
@@ -310,6 +310,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--dir", default=None, help="where to write (default: the temporary directory)")
     parser.add_argument("--io-threads", type=int, default=None, help="hotswap's I/O threads (default: one per CPU, at most 8)")
+    parser.add_argument("--json", action="store_true", help="print only the result, as one JSON line (for scripts)")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: CUDA is not available here")
@@ -324,6 +325,11 @@ def main() -> None:
         result.update(measure(bench, args.repeat))
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+    if args.json:
+        print(json.dumps(result))
+        return
+    for label, ratio in result["ratios"].items():
+        print(f"{label}: median {ratio['median']} (target at most {ratio['target_at_most']})")
     print(json.dumps(result, indent=1))
 
 

@@ -1,130 +1,170 @@
 #!/usr/bin/env bash
-# GPU acceptance of issue 11, in one command, on a machine with an NVIDIA GPU (an H100):
+# Every GPU check of hotswap in one command, for a short slot on a GPU machine (an H100/H200
+# with 16 cores: about 4-5 minutes wall):
 #
-#     OUT=/path/to/results benchmarks/gpu_acceptance.sh            # every part
-#     OUT=... PARTS="nvml drill" benchmarks/gpu_acceptance.sh      # some parts
+#     benchmarks/gpu_acceptance.sh                          # results in ./gpu-acceptance/
+#     OUT=/path/to/results benchmarks/gpu_acceptance.sh
+#     PARTS="nvml drill bench-mttr" benchmarks/gpu_acceptance.sh   # some parts only
 #
-# Parts (each writes one file under $OUT; summary.txt and environment.txt come with every run,
-# so a run writes at most 8 files):
-#   nvml        nvml_health.json     every GPU and its NVML health reading (the probe's --once)
-#   gpu-tests   pytest_gpu.txt       python -m pytest -m gpu (the real-GPU tests)
-#   demo        demo.json            hotswap demo hotswap|elastic|migration|shrink --json, GPUs visible
-#   drill       gpu_drill.json       hotswap demo gpu --backing gpu --json (>= 1 GB on the GPU)
-#   bench       bench_checkpoint.json  python benchmarks/bench_checkpoint.py --device cuda --state-gb 4 --json
-#   full-suite  pytest_full.txt      python -m pytest -q, with the GPU visible
+# Phase 1, in parallel (pass/fail checks; each with its own HOTSWAP_HOME):
+#   gpu-tests            python -m pytest -m gpu (the real-GPU tests)
+#   nvml                 python -m hotswap.backends.local.gpu_probe --once
+#   drill                hotswap demo gpu --backing gpu --json (>= 1 GB of state on the GPU)
+#   demo-hotswap         hotswap demo hotswap --json            (GPU visible; auto backing)
+#   demo-migration       hotswap demo migration --json
+#   demo-elastic         hotswap demo elastic --json            (PyTorch)
+#   demo-elastic-jax     hotswap demo elastic --framework jax --fail-slice 0 --json
+#   demo-migration-jax   hotswap demo migration --framework jax --json
+#   demo-shrink          hotswap demo shrink --json             (an elastic low job shrinks for high)
+# Phase 2, one at a time (measurements, nothing else running):
+#   bench-mttr           python benchmarks/bench_mttr.py --json --runs 2 --repair-s -1 --import-runs 1
+#                        (default, cold and warm MTTR with the phases of each restart; import torch cold/warm)
+#   bench-checkpoint     python benchmarks/bench_checkpoint.py --device cuda --state-gb 2 --repeat 3 --json
+#   bench-jax            python benchmarks/bench_jax.py --device gpu --json --mttr-runs 1
 #
-# Runs from the repository's source tree (PYTHONPATH=src), so nothing needs installing when
-# torch (CUDA), nvidia-ml-py, pydantic, typer, rich, PyYAML, platformdirs, matplotlib, pytest and
-# hypothesis import; with WHEELHOUSE=<dir of wheels> the missing ones are installed from it
-# (pip install --no-index --find-links "$WHEELHOUSE"). The exit code is the number of parts
-# that failed.
+# Every part runs under its own timeout (a hang cannot eat the slot); phase 2 also stops when the
+# whole run's budget (TOTAL_S, default 295 s) is spent. Files written under $OUT (at most 8):
+# summary.txt, environment.txt, checks.json, benchmarks.json, pytest_gpu.txt, logs.txt.
+# The run ends with one line per part: PASS/FAIL/SKIP, seconds taken, key figure.
+#
+# Runs from the source tree (PYTHONPATH=src). Wheels in <repo>/.whl (or $WHEELS) are installed
+# first into /tmp/site (no index, no dependencies) and put on the path: packages the machine
+# lacks (pydantic, platformdirs, ...). Without a GPU (torch.cuda unavailable) the GPU parts
+# print "skipped: no GPU" at once; ON_CPU=1 runs them anyway on the CPU where a part can
+# (to prove the plumbing and time it on a machine without a GPU). The exit code is the number
+# of parts that failed.
 set -u
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-OUT="${OUT:?set OUT to the directory for the results}"
-PARTS="${PARTS:-nvml gpu-tests demo drill bench full-suite}"
+OUT="${OUT:-$PWD/gpu-acceptance}"
 PYTHON="${PYTHON:-python3}"
+TOTAL_S="${TOTAL_S:-295}"
+PHASE1="gpu-tests nvml drill demo-hotswap demo-migration demo-elastic demo-elastic-jax demo-migration-jax demo-shrink"
+PHASE2="bench-mttr bench-checkpoint bench-jax"  # the restart first: the issue's figure
+PARTS="${PARTS:-$PHASE1 $PHASE2}"
 mkdir -p "$OUT"
-export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
-export HOTSWAP_SHARED_CRDS="${HOTSWAP_SHARED_CRDS:-$ROOT/../shared/crds}"
-export HOTSWAP_HOME="$(mktemp -d)"  # clusters of this run only
+OUT="$(cd "$OUT" && pwd)"
+WORK="$(mktemp -d -t hotswap-acceptance-XXXXXX)"
+STARTED=$SECONDS
 cd "$ROOT"
 
-SUMMARY="$OUT/summary.txt"
-: > "$SUMMARY"
-failed=0
+WHEELS="${WHEELS:-$ROOT/.whl}"
+SITE=""
+if compgen -G "$WHEELS/*.whl" > /dev/null; then
+    SITE=/tmp/site
+    "$PYTHON" -m pip install -q --upgrade --no-index --no-deps --no-compile --target "$SITE" "$WHEELS"/*.whl > "$WORK/install.err" 2>&1 \
+        || echo "installing the wheels of $WHEELS failed: $(tail -n 3 "$WORK/install.err")" >&2
+fi
+export PYTHONPATH="$ROOT/src${SITE:+:$SITE}${PYTHONPATH:+:$PYTHONPATH}"
+# The Kubernetes parts read the shared CRDs; no GPU part needs them.
+[[ -d "$ROOT/../shared/crds" && -z "${HOTSWAP_SHARED_CRDS:-}" ]] && export HOTSWAP_SHARED_CRDS="$ROOT/../shared/crds"
+export PYTHONUNBUFFERED=1
 
-note() { echo "$*" | tee -a "$SUMMARY" >&2; }
-
-# run NAME FILE COMMAND...: the command's stdout to FILE (stderr too for text files), timed.
-run() {
-    local name="$1" file="$2"
-    shift 2
-    note "== $name: $*"
-    local started=$SECONDS code
-    if [[ "$file" == *.json ]]; then
-        "$@" > "$OUT/$file" 2>> "$OUT/$name.stderr.tmp"
-    else
-        "$@" > "$OUT/$file" 2>&1
-    fi
-    code=$?
-    note "   exit $code after $((SECONDS - started)) s -> $file"
-    if [[ -f "$OUT/$name.stderr.tmp" ]]; then
-        tail -n 20 "$OUT/$name.stderr.tmp" | sed 's/^/   | /' >> "$SUMMARY"
-        rm -f "$OUT/$name.stderr.tmp"
-    fi
-    [[ $code -eq 0 ]] || failed=$((failed + 1))
-}
+GPU=cpu
+if "$PYTHON" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2> /dev/null; then GPU=gpu; fi
+CPU_RUN="${ON_CPU:-0}"
 
 {
     echo "date: $(date -u +%FT%TZ)"
-    echo "host: $(hostname)"
-    nvidia-smi -L 2>&1 || echo "nvidia-smi: not found"
-    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 || true
+    echo "host: $(hostname), $(nproc) CPUs"
+    echo "commit: $(git -C "$ROOT" log -1 --format='%h %s' 2>/dev/null || echo '?')"
+    echo "gpu: $GPU (ON_CPU=$CPU_RUN)"
+    nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv 2>&1 || echo "nvidia-smi: not found"
     "$PYTHON" - <<'EOF'
 import importlib, platform
 print("python", platform.python_version())
-for name in ("torch", "jax", "pynvml", "pydantic", "typer", "rich", "yaml", "platformdirs", "matplotlib", "pytest", "hypothesis"):
+for name in ("torch", "jax", "orbax.checkpoint", "pynvml", "pydantic", "typer", "rich", "yaml", "platformdirs", "matplotlib", "pytest", "hypothesis"):
     try:
         module = importlib.import_module(name)
-        print(name, getattr(module, "__version__", "?"))
+        print(name, getattr(module, "__version__", "?"), getattr(module, "__file__", ""))
     except Exception as error:
-        print(name, "MISSING", type(error).__name__)
-try:
-    import torch
-    print("cuda", torch.cuda.is_available(), torch.version.cuda, [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())])
-except Exception as error:
-    print("cuda ?", error)
+        print(name, "MISSING", type(error).__name__, error)
 EOF
-    df -h "$HOTSWAP_HOME" | tail -1
+    [[ -n "$SITE" ]] && echo "wheels installed from $WHEELS into $SITE: $(ls "$WHEELS" | tr '\n' ' ')"
 } > "$OUT/environment.txt" 2>&1
 
-missing=$("$PYTHON" -c '
-import importlib.util
-names = {"pydantic": "pydantic", "typer": "typer", "rich": "rich", "yaml": "PyYAML", "platformdirs": "platformdirs",
-         "matplotlib": "matplotlib", "pytest": "pytest", "hypothesis": "hypothesis", "pynvml": "nvidia-ml-py",
-         "jsonschema": "jsonschema", "kubernetes": "kubernetes", "kubernetes_validate": "kubernetes-validate",
-         "importlinter": "import-linter"}
-print(" ".join(p for m, p in names.items() if importlib.util.find_spec(m) is None))')
-if [[ -n "$missing" ]]; then
-    if [[ -n "${WHEELHOUSE:-}" ]]; then
-        run install install.log "$PYTHON" -m pip install --no-index --find-links "$WHEELHOUSE" $missing
-        rm -f "$OUT/install.log"
-    else
-        note "missing packages: $missing (set WHEELHOUSE to a directory of wheels to install them)"
-    fi
-fi
-
-for part in $PARTS; do
-    case "$part" in
-        nvml) run nvml nvml_health.json "$PYTHON" -m hotswap.backends.local.gpu_probe --once ;;
-        gpu-tests) run gpu-tests pytest_gpu.txt "$PYTHON" -m pytest -q -m gpu -p no:cacheprovider ;;
-        demo)
-            # The four drills with the GPU visible (auto: GPU-backed slices when enough are free).
-            for scenario in hotswap elastic migration shrink; do
-                run "demo-$scenario" "demo-$scenario.json" "$PYTHON" -m hotswap demo "$scenario" --json
-            done
-            "$PYTHON" - "$OUT" <<'EOF'
-import json, pathlib, sys
-out = pathlib.Path(sys.argv[1])
-merged = {}
-for scenario in ("hotswap", "elastic", "migration", "shrink"):
-    path = out / f"demo-{scenario}.json"
-    try:
-        merged[scenario] = json.loads(path.read_text())
-    except (FileNotFoundError, ValueError) as error:
-        merged[scenario] = {"error": str(error)}
-    path.unlink(missing_ok=True)
-(out / "demo.json").write_text(json.dumps(merged, indent=2))
-EOF
-            ;;
-        drill) run drill gpu_drill.json "$PYTHON" -m hotswap demo gpu --backing gpu --json ;;
-        bench) run bench bench_checkpoint.json "$PYTHON" benchmarks/bench_checkpoint.py --device cuda --state-gb 4 --json ;;
-        full-suite) run full-suite pytest_full.txt "$PYTHON" -m pytest -q -p no:cacheprovider ;;
-        *) note "unknown part $part"; failed=$((failed + 1)) ;;
+# The command of a part, given the device; empty: the part cannot run here.
+command_of() {
+    local device_torch=cuda device_jax=gpu
+    [[ "$GPU" == gpu ]] || { device_torch=cpu; device_jax=cpu; }
+    case "$1" in
+        # Only the files that hold gpu tests: collecting the whole suite would need its every
+        # dependency (kubernetes, ...), which a GPU machine may lack.
+        gpu-tests) echo "$PYTHON -m pytest -q -m gpu -p no:cacheprovider $(grep -l 'mark\.gpu' tests/test_*.py | tr '\n' ' ')" ;;
+        nvml) [[ "$GPU" == gpu ]] && echo "$PYTHON -m hotswap.backends.local.gpu_probe --once" ;;
+        drill) [[ "$GPU" == gpu ]] && echo "$PYTHON -m hotswap demo gpu --backing gpu --json" ;;
+        demo-hotswap) echo "$PYTHON -m hotswap demo hotswap --json" ;;
+        demo-migration) echo "$PYTHON -m hotswap demo migration --json" ;;
+        demo-elastic) echo "$PYTHON -m hotswap demo elastic --json" ;;
+        demo-elastic-jax) echo "$PYTHON -m hotswap demo elastic --framework jax --fail-slice 0 --json" ;;
+        demo-migration-jax) echo "$PYTHON -m hotswap demo migration --framework jax --json" ;;
+        demo-shrink) echo "$PYTHON -m hotswap demo shrink --json" ;;
+        bench-checkpoint) echo "$PYTHON benchmarks/bench_checkpoint.py --device $device_torch --state-gb ${BENCH_GB:-2} --repeat 3 --json" ;;
+        bench-jax) echo "$PYTHON benchmarks/bench_jax.py --device $device_jax --json --mttr-runs 1" ;;
+        bench-mttr) echo "$PYTHON benchmarks/bench_mttr.py --json --runs 2 --repair-s -1 --import-runs 1" ;;
     esac
+}
+
+timeout_of() {
+    case "$1" in
+        gpu-tests|demo-*|drill) echo 150 ;;
+        nvml) echo 30 ;;
+        bench-checkpoint) echo 75 ;;
+        bench-jax) echo 60 ;;
+        bench-mttr) echo 100 ;;
+    esac
+}
+
+# start PART [LIMIT]: runs the part in the background; writes WORK/PART.{out,err,status}.
+start() {
+    local part="$1" limit="${2:-$(timeout_of "$1")}" cmd
+    cmd="$(command_of "$part")"
+    if [[ -z "$cmd" ]]; then
+        echo "skipped no GPU" > "$WORK/$part.status"
+        echo "-- $part: skipped: no GPU" >&2
+        return
+    fi
+    if [[ "$GPU" != gpu && "$CPU_RUN" != 1 && "$part" != gpu-tests ]]; then
+        echo "skipped no GPU (ON_CPU=1 runs it on the CPU)" > "$WORK/$part.status"
+        echo "-- $part: skipped: no GPU" >&2
+        return
+    fi
+    echo "-- $part: $cmd (timeout ${limit} s)" >&2
+    mkdir -p "$WORK/home-$part"
+    (
+        began=$SECONDS
+        HOTSWAP_HOME="$WORK/home-$part" timeout -k 10 "$limit" $cmd > "$WORK/$part.out" 2> "$WORK/$part.err" < /dev/null
+        echo "$? $((SECONDS - began))" > "$WORK/$part.status"
+        echo "-- $part: done after $((SECONDS - began)) s" >&2
+    ) &
+}
+
+selected() { [[ " $PARTS " == *" $1 "* ]]; }
+
+for part in $PHASE1; do selected "$part" && start "$part"; done
+wait
+for part in $PHASE2; do
+    selected "$part" || continue
+    left=$((TOTAL_S - (SECONDS - STARTED)))
+    limit=$(timeout_of "$part")
+    (( left < limit )) && limit=$left
+    if (( limit < 15 )); then
+        echo "skipped out of time (TOTAL_S=$TOTAL_S)" > "$WORK/$part.status"
+        continue
+    fi
+    start "$part" "$limit"
+    wait
 done
 
-note "== $failed part(s) failed"
-rm -rf "$HOTSWAP_HOME"
+ran=""
+for part in $PHASE1 $PHASE2; do selected "$part" && ran="$ran $part"; done
+{
+    echo "hotswap GPU acceptance, $(date -u +%FT%TZ), $(hostname), gpu: $GPU, $((SECONDS - STARTED)) s wall"
+    "$PYTHON" "$ROOT/benchmarks/acceptance_report.py" "$WORK" "$OUT" "$GPU" $ran
+    failed=$?
+    echo "== $failed part(s) failed; results in $OUT"
+    exit "$failed"
+} 2>&1 | tee "$OUT/summary.txt"
+failed=${PIPESTATUS[0]}
+rm -rf "$WORK"
 exit "$failed"

@@ -53,8 +53,19 @@ def test_hotswap_drill(home: Path, tmp_path: Path) -> None:
     summary = demo(home, "hotswap", "--plot", str(chart))
     assert summary["preempted"] == ["low"]
     assert summary["steps_lost"] == 0 and summary["mttr_s"] > 0
-    if summary["backing"] == "emulated":  # warm spares serve emulated slices only
-        assert summary["steps_lost_warm"] == 0 and summary["mttr_warm_s"] > 0
+    assert summary["steps_lost_warm"] == 0 and summary["mttr_warm_s"] > 0  # spares serve GPU-backed slices too
+    # A cluster created without --warm-workers: here the suite's HOTSWAP_WARM_WORKERS=0 (conftest).
+    assert summary["default_warm_workers"] == 0 and summary["mttr_default_s"] == summary["mttr_s"]
+    # Where each restart's time went, from the workers' own records, in order.
+    order = ["decision_s", "stop_s", "spawn_s", "import_s", "formed_s", "restored_s", "first_step_s"]
+    for key, mttr in (("restart_phases", "mttr_s"), ("restart_phases_warm", "mttr_warm_s")):
+        phases = summary[key]
+        assert list(phases) == order
+        ready = [phases[k] for k in order[2:]]
+        assert all(v is not None for v in ready) and ready == sorted(ready) and 0 < ready[0], phases
+        assert phases["first_step_s"] == summary[mttr]
+    cold, warm = summary["restart_phases"], summary["restart_phases_warm"]
+    assert warm["import_s"] - warm["spawn_s"] < cold["import_s"] - cold["spawn_s"]  # a spare has imported already
     assert summary["wait_for_repair_s"] > 600
     assert set(summary["goodput"]) == {"high", "low"}
     assert chart.read_bytes()[:4] == b"\x89PNG"

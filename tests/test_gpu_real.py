@@ -68,3 +68,21 @@ def test_drills_on_gpu_backed_slices(home: Path, scenario: str) -> None:
     assert summary["backing"] == "gpu"
     if scenario == "gpu":
         assert summary["device"].startswith("cuda") and summary["save"]["bytes"] >= 1e9
+
+
+def test_a_warm_spare_started_with_no_gpu_visible_trains_on_the_gpu_it_is_handed(tmp_path: Path) -> None:
+    """GPU-backed slices restart on warm spares: a spare imports PyTorch (CUDA build) with no
+    GPU visible and without initialising CUDA; handed a worker whose CUDA_VISIBLE_DEVICES names
+    GPU 0, it sees exactly that GPU and computes on it."""
+    from spare_helpers import run_spare
+
+    script = (
+        "import torch\n"
+        "x = torch.ones(1024, device='cuda') * 2\n"
+        "print('devices', torch.cuda.device_count(), 'sum', int(x.sum().item()), flush=True)\n"
+    )
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0"}
+    env.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
+    spare, log = run_spare(tmp_path / "spare", ["torch", "torch.distributed", "torch.optim", "torch._dynamo"], env, script)
+    assert (spare / "cuda-untouched").exists()
+    assert "devices 1 sum 2048" in log, log

@@ -5,6 +5,7 @@ Real worker processes, PyTorch with gloo on CPU."""
 from __future__ import annotations
 
 import itertools
+import json
 import re
 import signal
 from pathlib import Path
@@ -167,3 +168,33 @@ def test_a_lost_peer_in_a_job_that_is_not_elastic_costs_no_step(tmp_path: Path) 
         assert sorted(worker.losses()) == list(range(survived + 1, STEPS + 1))
     recovery = [e for e in read_events(first[0].log.with_suffix(".events")) if e["kind"] == "checkpoint_save"]
     assert (recovery[-1]["reason"], recovery[-1]["step"]) == ("recovery", survived)
+
+
+def test_a_restart_s_phases_are_read_from_the_workers_own_records(single_rank: dict, tmp_path: Path) -> None:  # type: ignore[type-arg]
+    """The demo and bench_mttr report a restart's phases (spawn, import, group formed, state
+    restored, first step) from what the workers recorded: the SDK puts when the process began in
+    its start event and when its group formed and its state was restored in its first step's."""
+    from hotswap.demo.observe import read_trace, restart_phases
+
+    first = read_events(single_rank["first"][0].log.with_suffix(".events"))
+    second = read_events(single_rank["second"][0].log.with_suffix(".events"))
+    start, step = second[0], next(e for e in second if e["kind"] == "step")
+    assert start["kind"] == "start" and float(start["process_t"]) < float(start["t"])  # the process began before its run
+    assert float(start["t"]) <= float(step["formed_t"]) <= float(step["restored_t"]) <= float(step["t"])
+    assert all("restored_t" not in e for e in second if e["kind"] == "step" and e is not step)  # the first step only
+
+    # The layout the local backend gives the events files: events/<attempt>-<replica>-<host>.jsonl
+    (tmp_path / "events").mkdir()
+    for attempt, events in ((1, first), (2, second)):
+        (tmp_path / "events" / f"{attempt}-0-0.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    stopped = float(first[-1]["t"])
+    t_fail = stopped - 0.01  # the failure came just before the old worker stopped
+    phases = restart_phases(read_trace(tmp_path), t_fail, after_attempt=1, decision_t=t_fail + 0.005)
+    assert list(phases) == ["decision_s", "stop_s", "spawn_s", "import_s", "formed_s", "restored_s", "first_step_s"]
+    assert phases["decision_s"] == 0.005 and phases["stop_s"] == round(stopped - t_fail, 3)
+    assert phases["spawn_s"] == round(float(start["process_t"]) - t_fail, 3)
+    assert phases["import_s"] == round(float(start["t"]) - t_fail, 3)
+    assert phases["restored_s"] == round(float(step["restored_t"]) - t_fail, 3)
+    assert phases["first_step_s"] == round(float(step["t"]) - t_fail, 3)
+    ordered = [phases[k] for k in ("stop_s", "spawn_s", "import_s", "formed_s", "restored_s", "first_step_s")]
+    assert ordered == sorted(ordered)  # type: ignore[type-var]

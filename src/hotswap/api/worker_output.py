@@ -56,8 +56,12 @@ def parse_fields(line: str) -> dict[str, str]:
 
 # Goodput events: each worker appends JSON lines {"t": <unix seconds>, "kind": <kind>, ...} to
 # $HOTSWAP_EVENTS_FILE; the controller reads them to account goodput (hotswap.core.goodput).
-EVENT_START = "start"  # process started: {"attempt", "rank", "world_size"}
-EVENT_STEP = "step"  # a training step finished: {"step", "duration_s", "slices"}
+# process started: {"attempt", "rank", "world_size", "process_t"}; t: the run was created (the
+# script has imported its modules); process_t: the process began (a warm spare: was handed over).
+EVENT_START = "start"
+# a training step finished: {"step", "duration_s", "slices"}; a process's first step also has
+# "formed_t" (its group was formed) and "restored_t" (its state was restored or received).
+EVENT_STEP = "step"
 EVENT_CHECKPOINT_SAVE = "checkpoint_save"  # {"step", "blocking_s", "total_s", "bytes", "reason"}
 # A save that holds the training loop is starting: {"step", "reason"}. Until its checkpoint_save
 # (or a later step) no step completes, and hang detection must not count that as a hang.

@@ -34,7 +34,7 @@ def create(
     topology_label: str | None = typer.Option(None, "--topology-label", help="Kubernetes: TPU topology node label (default: cloud.google.com/gke-tpu-topology)."),
     gpu_accelerator_label: str | None = typer.Option(None, "--gpu-accelerator-label", help="Kubernetes: GPU accelerator node label (default: cloud.google.com/gke-accelerator)."),
     checkpoint_volume: str | None = typer.Option(None, "--checkpoint-volume", help="Kubernetes: default checkpoint volume of workloads, pvc:<claim> or gcsfuse:<bucket>."),
-    warm_workers: int | None = typer.Option(None, "--warm-workers", help="Local: spare workers kept with PyTorch imported, for sub-second restarts (default 0)."),
+    warm_workers: str | None = typer.Option(None, "--warm-workers", help="Local: spare workers kept with PyTorch imported, for sub-second restarts: a count, or auto (a new cluster's default: one per host of two slices, within a quarter of the free memory)."),
     custom_tpu_nodepool_arguments: str | None = typer.Option(None, "--custom-tpu-nodepool-arguments", help="xpk's: refused, hotswap creates no node pools (see README)."),
     cluster_cpu_machine_type: str | None = typer.Option(None, "--cluster-cpu-machine-type", help="xpk's: refused, hotswap creates no node pools (see README)."),
     gpus: str | None = typer.Option(None, "--gpus", help="Local: back the slices by this machine's GPUs: all, a count (2), or device=0,1 (NVML indices or UUIDs); each slice takes the device type's GPUs per host (local-gpu-K: K)."),

@@ -27,7 +27,7 @@ from hotswap.backends.local import client, operations
 from hotswap.backends.local.launch import log_path
 from hotswap.backends.local.protocol import RequestKind
 from hotswap.demo.backing import EMULATED_DEVICE, choose_backing
-from hotswap.demo.observe import Trace, log_lines, read_trace
+from hotswap.demo.observe import Trace, log_lines, read_trace, restart_phases
 from hotswap.demo.view import DemoView
 from hotswap.store import registry
 from hotswap.store.paths import home, owner_only, private_dir
@@ -38,6 +38,15 @@ DEVICE = EMULATED_DEVICE
 
 # Controller decisions worth showing as they happen (node faults appear as the drill's own lines).
 _SHOWN = {"admit", "preempt", "restart", "startworkers", "requeue", "scaledown", "scaleup", "fail", "complete"}
+
+
+
+def decision_after(store: LocalStore, name: str, t: float) -> float | None:
+    """When the controller first recorded something about workload ``name`` after ``t`` (its
+    decision on a failure at ``t``), from the cluster's event timeline."""
+    seq = next((r["seq"] for r in store.workload_records() if r["spec"]["name"] == name), None)
+    rows = store.timeline(name, seq) if seq is not None else []
+    return next((float(row["t"]) for row in rows if float(row["t"]) > t), None)
 
 
 class DrillFailed(Exception):
@@ -312,3 +321,12 @@ class Drill(abc.ABC):
     @abc.abstractmethod
     def drill(self) -> dict[str, Any]:
         """Run the scenario; return its part of the summary (checks go through ``check``)."""
+
+
+def phases_of_restart(drill: Drill, name: str, t_fail: float, attempt: int) -> dict[str, float | None]:
+    """The phases of the restart of ``name`` in ``drill`` after a failure at ``t_fail`` (see
+    :func:`hotswap.demo.observe.restart_phases`), attempts after ``attempt`` being the new ones."""
+    trace = drill.trace(name)
+    with drill.store() as store:
+        decided = decision_after(store, name, t_fail)
+    return restart_phases(trace, t_fail, attempt, decided) if trace else {}

@@ -12,7 +12,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from hotswap.api.worker_output import EVENT_CHECKPOINT_RESTORE, EVENT_CHECKPOINT_SAVE, EVENT_STEP, EVENT_STOP, parse_fields
+from hotswap.api.worker_output import EVENT_CHECKPOINT_RESTORE, EVENT_CHECKPOINT_SAVE, EVENT_START, EVENT_STEP, EVENT_STOP, parse_fields
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,6 +24,8 @@ class StepRecord:
     host: int
     slices: int | None
     loss: float | None
+    formed_t: float | None = None  # a process's first step: when its group was formed
+    restored_t: float | None = None  # ... and when its state was restored
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +54,8 @@ class Trace:
     restores: list[RestoreRecord]
     stops: list[dict]
     saves: list[SaveRecord] = dataclasses.field(default_factory=list)
+
+    starts: list[dict] = dataclasses.field(default_factory=list)
 
     def last_save_up_to(self, attempt: int) -> SaveRecord | None:
         """The newest checkpoint the workers of ``attempt`` and earlier saved: what a restart
@@ -93,11 +97,43 @@ def survivor_stall(trace: Trace, replica: int, before_slices: int, after_slices:
     return {"stall_s": round(first.t - last.t, 3), "usual_step_s": round(usual, 3), "last_step": last.step, "first_step": first.step}
 
 
+PHASES = ("decision", "stop", "spawn", "import", "formed", "restored", "first_step")
+
+
+def restart_phases(trace: Trace, t_fail: float, after_attempt: int, decision_t: float | None = None) -> dict[str, float | None]:
+    """When each phase of the restart after a failure at ``t_fail`` ended, in seconds after it,
+    from the workers' own records of the attempts after ``after_attempt`` (the slowest worker
+    of each phase; None where no record says): ``decision`` (the controller decided: given),
+    ``stop`` (the failed attempt's last worker recorded its stop), ``spawn`` (the new processes
+    began, or a warm spare was handed over), ``import`` (the run was created: Python, the
+    script's imports and set-up done), ``formed`` (the process group formed), ``restored``
+    (the state restored) and ``first_step`` (the first step done)."""
+
+    def after(t: float | None) -> float | None:
+        return None if t is None else round(t - t_fail, 3)
+
+    starts = [s for s in trace.starts if s["attempt"] > after_attempt and s["t"] > t_fail]
+    firsts = [s for s in trace.steps if s.attempt > after_attempt and s.restored_t is not None and s.t > t_fail]
+    stops = [s["t"] for s in trace.stops if s["attempt"] <= after_attempt and s["t"] > t_fail]
+    first = next((s for s in trace.steps if s.attempt > after_attempt and s.t > t_fail), None)
+    spawned = [s["process_t"] for s in starts if s.get("process_t") is not None]
+    return {
+        "decision_s": after(decision_t),
+        "stop_s": after(max(stops)) if stops else None,
+        "spawn_s": after(max(spawned)) if spawned else None,
+        "import_s": after(max(s["t"] for s in starts)) if starts else None,
+        "formed_s": after(max(s.formed_t for s in firsts if s.formed_t is not None)) if firsts else None,
+        "restored_s": after(max(s.restored_t for s in firsts if s.restored_t is not None)) if firsts else None,
+        "first_step_s": after(first.t) if first else None,
+    }
+
+
 def read_trace(workload_dir: Path) -> Trace:
     steps: list[StepRecord] = []
     restores: list[RestoreRecord] = []
     stops: list[dict] = []
     saves: list[SaveRecord] = []
+    starts: list[dict] = []
     for path in sorted((workload_dir / "events").glob("*.jsonl")):
         try:
             attempt, replica, host = (int(part) for part in path.stem.split("-")[:3])
@@ -115,8 +151,11 @@ def read_trace(workload_dir: Path) -> Trace:
                     StepRecord(
                         float(record["t"]), int(record["step"]), attempt, replica, host,
                         record.get("slices"), float(loss) if loss is not None else None,
+                        record.get("formed_t"), record.get("restored_t"),
                     )
                 )
+            elif kind == EVENT_START:
+                starts.append({**record, "attempt": attempt, "replica": replica, "host": host})
             elif kind == EVENT_CHECKPOINT_RESTORE:
                 restores.append(RestoreRecord(float(record["t"]), int(record.get("step", 0)), str(record.get("source", "")), attempt))
             elif kind == EVENT_CHECKPOINT_SAVE:
@@ -126,7 +165,7 @@ def read_trace(workload_dir: Path) -> Trace:
     steps.sort(key=lambda s: (s.t, s.step))
     restores.sort(key=lambda r: r.t)
     saves.sort(key=lambda r: r.t)
-    return Trace(steps, restores, stops, saves)
+    return Trace(steps, restores, stops, saves, sorted(starts, key=lambda s: s["t"]))
 
 
 def resumed_from_last_checkpoint(trace: Trace, attempt: int) -> tuple[bool, str]:

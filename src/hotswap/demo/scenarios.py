@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from hotswap.backends.local import operations
-from hotswap.demo.drills import Drill
+from hotswap.backends.local.spares import new_cluster_warm_workers
+from hotswap.demo.drills import Drill, phases_of_restart
 from hotswap.demo.gpu_drill import GpuDrill
 from hotswap.demo.shrink import ShrinkDrill
 from hotswap.demo.observe import (
@@ -63,8 +64,10 @@ class HotswapDrill(Drill):
         )
         lost = done_before - restored.step if restored else None
         self.check(f"{label}: high resumed from its last checkpoint", *resumed_from_last_checkpoint(trace, high["attempt"]))
+        phases = phases_of_restart(self, "high", t_fail, high["attempt"])
+        self.event("restart phases (s after the failure): " + ", ".join(f"{k.removesuffix('_s')} {v}" for k, v in phases.items()))
         return {"mttr_s": mttr, "steps_lost": lost, "failed_node": failed_node, "t_fail": t_fail,
-                "low_attempt": low["attempt"], "restored": restored}
+                "low_attempt": low["attempt"], "restored": restored, "phases": phases}
 
     def _first_step_of_attempt_after(self, name: str, attempt: int) -> Any:
         trace = self.trace(name)
@@ -99,20 +102,25 @@ class HotswapDrill(Drill):
         low_lost = self.repair(cold["failed_node"], cold["low_attempt"], "cold")
         result: dict[str, Any] = {
             "mttr_s": round(cold["mttr_s"], 3),
+            "restart_phases": cold["phases"],
             "steps_lost": cold["steps_lost"],
             "preempted": ["low"],
             "low_steps_lost": low_lost,
             "logs": str(self.main_log("high")),
         }
-        if self.options.warm and self.backed:
-            self.event("no warm spare phase: a GPU-backed worker's GPUs are its own, so it starts cold")
-        if self.options.warm and not self.backed:
-            operations.create_cluster(self.cluster, self.device, 3, True, lambda _: True, warm_workers=2)
-            self.event("enabling 2 warm spare workers (PyTorch already imported)")
+        # What a cluster created without --warm-workers keeps (auto: slices and free memory).
+        result["default_warm_workers"] = default = new_cluster_warm_workers(3, 1)
+        if self.options.warm:
+            spares = default if default >= 2 else 2
+            operations.create_cluster(self.cluster, self.device, 3, True, lambda _: True, warm_workers=spares)
+            self.event(f"warm spare workers (PyTorch already imported): {f'the default, {spares}' if default >= 2 else 2}"
+                       f" ({default} by default here)")
             self.wait("warm spares to be ready", self._spares_ready, timeout=120)
             self.wait_steps("low", self.steps_of("low") + 10)
             warm = self.failover("warm")
             result["mttr_warm_s"] = round(warm["mttr_s"], 3)
+            result["restart_phases_warm"] = warm["phases"]
+            result["mttr_default_s"] = result["mttr_warm_s"] if default >= 2 else result["mttr_s"]
             result["steps_lost_warm"] = warm["steps_lost"]
             self.wait_steps("high", self.steps_of("high") + 10)
             self.repair(warm["failed_node"], warm["low_attempt"], "warm")

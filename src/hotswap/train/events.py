@@ -11,6 +11,30 @@ from typing import TextIO
 from hotswap.api.worker_output import event_record
 
 
+HANDED_OVER_AT = "HOTSWAP_HANDED_OVER_AT"  # set by a warm spare (backends/local/warm.py) when it becomes a worker
+
+
+def process_started_at() -> float | None:
+    """When this worker's process began to be this worker, in Unix seconds: the moment a warm
+    spare was handed the worker's assignment, else the process's own start (Linux: from
+    ``/proc``). None where neither can be read. A restart's "spawn" phase ends here; the time
+    from here to the start event is Python, imports and the script's set-up."""
+    handed = os.environ.get(HANDED_OVER_AT)
+    if handed:
+        try:
+            return float(handed)
+        except ValueError:
+            pass
+    try:
+        with open("/proc/self/stat") as stat:
+            ticks = int(stat.read().rpartition(")")[2].split()[19])  # field 22: starttime, in clock ticks after boot
+        with open("/proc/uptime") as uptime:  # (btime in /proc/stat is whole seconds: too coarse)
+            up = float(uptime.read().split()[0])
+        return time.time() - (up - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def say(line: str) -> None:
     """Print a log line at once: the controller and the user's scripts read them as they come."""
     print(line, flush=True)

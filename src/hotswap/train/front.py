@@ -33,6 +33,7 @@ class RunFront:
     events: EventLog
     _in_step = False  # inside the body of a step
     _step_failed = False  # the step was abandoned: a peer was lost
+    _start_phases: dict[str, float] | None = None  # set once the state is synchronised; goes with the first step
 
     # Where this worker stands --------------------------------------------------------------
 
@@ -96,4 +97,5 @@ class RunFront:
 
     def _complete_step(self, duration_s: float) -> None:
         self.progress.step += 1
-        self.events.record(EVENT_STEP, step=self.step, duration_s=round(duration_s, 6), slices=self.slices)
+        phases, self._start_phases = self._start_phases, None  # the first step of this process says when it was ready
+        self.events.record(EVENT_STEP, step=self.step, duration_s=round(duration_s, 6), slices=self.slices, **(phases or {}))

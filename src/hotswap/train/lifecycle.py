@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, NoReturn
 from hotswap.api.worker import CHECKPOINTS_UNUSABLE_EXIT_CODE, WorkerEnv
 from hotswap.api.worker_output import EVENT_START
 from hotswap.train.boundary import StepBoundary
-from hotswap.train.events import EventLog
+from hotswap.train.events import EventLog, process_started_at
 from hotswap.train.files import CheckpointDirectoryRefused, FreshStartRefused
 from hotswap.train.front import RunFront
 from hotswap.train.termination import Termination, TerminationRequest
@@ -87,7 +87,10 @@ class RunLifecycle(RunFront):
         """The group is (being) joined: record the start (unless ``announce`` is False: this
         process continues one that recorded it) and close the run at exit."""
         if announce:
-            self.events.record(EVENT_START, t=started_at, attempt=self.env.attempt, rank=self.rank, world_size=self.world_size)
+            self.events.record(
+                EVENT_START, t=started_at, attempt=self.env.attempt, rank=self.rank, world_size=self.world_size,
+                process_t=process_started_at(),
+            )
         atexit.register(self.close)
 
     # The loop ------------------------------------------------------------------------------
@@ -132,6 +135,7 @@ class RunLifecycle(RunFront):
             return
         self._began = True
         self.formation.complete_join()
+        formed_at = time.time()
         try:
             self._replica.synchronise(self.formation.interrupted)
         except FreshStartRefused as refusal:  # one line and a code the failure policy fails on
@@ -142,6 +146,8 @@ class RunLifecycle(RunFront):
             self.formation.recover()
         self._synchronised()
         self._boundary_at = time.monotonic()
+        # Recorded with this process's first step (the phases of a restart, from the worker's side).
+        self._start_phases = {"formed_t": round(formed_at, 6), "restored_t": round(time.time(), 6)}
 
     # Hooks (the defaults do nothing more) --------------------------------------------------
 

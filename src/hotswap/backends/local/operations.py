@@ -25,8 +25,9 @@ from hotswap.backends.local import client, removal, runs
 from hotswap.backends.local import launch as files
 from hotswap.backends.local.gpus import Backing, GpuSelection, claim, claims_lock, gpus_per_host
 from hotswap.backends.local.nvml import GpuInfo
-from hotswap.backends.local.protocol import MAX_LOCAL_SLICES, MAX_WARM_WORKERS, NodeOperation, RequestKind
+from hotswap.backends.local.protocol import MAX_LOCAL_SLICES, NodeOperation, RequestKind
 from hotswap.backends.local.resize import resize_events
+from hotswap.backends.local.spares import AUTO, default_warm_workers, new_cluster_warm_workers, parse_warm_workers
 from hotswap.backends.local.runs import run_view
 from hotswap.backends.local.views import gpu_health, gpu_views, node_reasons, workload_view
 from hotswap.backends.views import (
@@ -56,7 +57,7 @@ def create_cluster(
     num_slices: int | None,
     force: bool,
     confirm: Callable[[str], bool],
-    warm_workers: int | None = None,
+    warm_workers: int | str | None = None,
     warm_preload: list[str] | None = None,
     hotswap: bool | None = None,
     gpus: str | None = None,
@@ -64,14 +65,15 @@ def create_cluster(
     """Create a local cluster, or resize it when it exists (``cluster create`` re-run).
 
     ``warm_workers``: spare worker processes kept with PyTorch already imported, handed to
-    workers that must start (a restart then skips the import). ``hotswap=False``: workloads
+    workers that must start (a restart then skips the import); ``"auto"`` (what a new cluster
+    gets when None: see :func:`hotswap.core.warm_policy.auto_warm_workers`, or
+    ``$HOTSWAP_WARM_WORKERS``) sizes them by the slices and the free memory. ``hotswap=False``: workloads
     that lose a slice wait for its repair instead (the baseline hotswap is measured against).
     None keeps the current setting. ``gpus`` (``--gpus``): back the slices by this machine's
     GPUs (see :mod:`hotswap.backends.local.gpus`); ``num_slices`` may then be left to them.
     """
     validate_cluster_name(name)
-    if warm_workers is not None and not 0 <= warm_workers <= MAX_WARM_WORKERS:
-        raise InvalidInputError(f"--warm-workers must be between 0 and {MAX_WARM_WORKERS}")
+    warm_workers = parse_warm_workers(warm_workers)
     device = get_device_type(device_type)
     selection = GpuSelection.parse(gpus) if gpus is not None else None
     if selection is not None:
@@ -123,7 +125,7 @@ def _create_or_resize(
     num_slices: int,
     force: bool,
     confirm: Callable[[str], bool],
-    warm_workers: int | None,
+    warm_workers: int | str | None,
     warm_preload: list[str] | None,
     hotswap: bool | None,
     gpu_pool: list[GpuInfo] | None = None,
@@ -151,6 +153,10 @@ def _create_or_resize(
         if num_slices < current and not force and not confirm(_shrink_question(paths, num_slices)):
             raise Declined(f"cluster {name} left at {current} slices; nothing changed")
     payload: dict[str, Any] = {"num_slices": num_slices}
+    if warm_workers is None and fresh:
+        warm_workers = new_cluster_warm_workers(num_slices, device.hosts_per_slice)
+    elif warm_workers == AUTO:
+        warm_workers = default_warm_workers(num_slices, device.hosts_per_slice)
     if warm_workers is not None:
         payload["warm_workers"] = warm_workers
         if warm_preload is not None:

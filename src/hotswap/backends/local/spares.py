@@ -24,7 +24,10 @@ import sys
 import time
 from pathlib import Path
 
+from hotswap.api.errors import InvalidInputError
 from hotswap.api.worker import CUDA_VISIBLE_DEVICES
+from hotswap.backends.local.protocol import MAX_WARM_WORKERS
+from hotswap.core.warm_policy import auto_warm_workers
 from hotswap.backends.local.supervisor import Supervisor, WorkerLaunch
 from hotswap.store.paths import new_dirs_private, write_private
 from hotswap.backends.local.tables import SPARE, LocalStore, WorkerRow
@@ -44,6 +47,49 @@ IMPORT_TIME_VARIABLES = (
     "PYTHONHOME", "PYTHONHASHSEED", "PYTHONOPTIMIZE", "PYTHONNOUSERSITE", "PYTHONSAFEPATH",
     "LD_PRELOAD", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
 )
+
+
+AUTO = "auto"
+WARM_WORKERS_VARIABLE = "HOTSWAP_WARM_WORKERS"  # what a new cluster gets without --warm-workers (default: auto)
+
+
+def parse_warm_workers(value: int | str | None) -> int | str | None:
+    """``--warm-workers``: a count (0 to MAX_WARM_WORKERS), ``auto``, or None (unsaid)."""
+    if value is None or value == AUTO:
+        return value
+    text = str(value).strip()
+    count = value if isinstance(value, int) else int(text) if text.isascii() and text.isdigit() else -1
+    if not 0 <= count <= MAX_WARM_WORKERS:
+        raise InvalidInputError(f"--warm-workers must be auto or a count between 0 and {MAX_WARM_WORKERS}, not {value!r}")
+    return count
+
+
+def available_memory() -> int | None:
+    """This machine's available memory in bytes (Linux MemAvailable), None where unknown."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def default_warm_workers(num_slices: int, hosts_per_slice: int) -> int:
+    """What ``--warm-workers auto`` means here and now (see hotswap.core.warm_policy)."""
+    return auto_warm_workers(num_slices, hosts_per_slice, available_memory(), MAX_WARM_WORKERS)
+
+
+def new_cluster_warm_workers(num_slices: int, hosts_per_slice: int) -> int:
+    """The spares a cluster created without ``--warm-workers`` keeps: ``$HOTSWAP_WARM_WORKERS``
+    (a count or auto), else auto."""
+    setting = parse_warm_workers(os.environ.get(WARM_WORKERS_VARIABLE) or AUTO)
+    return default_warm_workers(num_slices, hosts_per_slice) if setting == AUTO else int(setting or 0)
+
+
+DEVICE_VISIBILITY_VARIABLES = (CUDA_VISIBLE_DEVICES, "HIP_VISIBLE_DEVICES")
+CUDA_UNTOUCHED = "cuda-untouched"  # warm.py's marker: CUDA is not initialised in the spare
 
 
 class SpareGone(Exception):
@@ -125,9 +171,10 @@ class SparePool:
         if not fifo.exists():
             os.mkfifo(fifo, 0o600)
         command = shlex.join([sys.executable, "-u", str(WARM), str(directory), *preload_modules(self.preload)])
-        # Started as a worker of an emulated slice is (no GPU visible): those are the workers it
-        # can serve. A GPU-backed worker's GPUs are its own, so it always starts cold.
-        environment = {**os.environ, CUDA_VISIBLE_DEVICES: ""}
+        # Started with no GPU visible and CUDA left uninitialised (NVML answers is_available()):
+        # it serves emulated slices' workers and, when it reports CUDA untouched, GPU-backed
+        # ones too; their CUDA_VISIBLE_DEVICES applies at hand-over, before any CUDA call.
+        environment = {**os.environ, CUDA_VISIBLE_DEVICES: "", "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
         write_private(directory / "env.json", json.dumps(environment))  # may hold secrets
         launch = WorkerLaunch(SPARE, directory, directory / "spare.log", command, str(directory), environment)
         return self.store.worker_rows.get(spare_id), launch
@@ -164,7 +211,9 @@ class SparePool:
                 started_with = json.loads((Path(row.dir) / "env.json").read_text())
             except (FileNotFoundError, json.JSONDecodeError):
                 continue
-            if all(started_with.get(name) == env.get(name) for name in IMPORT_TIME_VARIABLES):
+            fresh = (Path(row.dir) / CUDA_UNTOUCHED).exists()  # then the GPUs are chosen at hand-over
+            compared = [n for n in IMPORT_TIME_VARIABLES if not (fresh and n in DEVICE_VISIBILITY_VARIABLES)]
+            if all(started_with.get(name) == env.get(name) for name in compared):
                 return row
         return None
 

@@ -22,12 +22,34 @@ import json
 import os
 import runpy
 import sys
+import time
+
+
+CUDA_UNTOUCHED = "cuda-untouched"  # in the spare's directory: CUDA is not initialised in it
+
+
+def cuda_untouched() -> bool:
+    """Whether this process has not initialised CUDA (torch's lazy init). The pool starts spares
+    with ``PYTORCH_NVML_BASED_CUDA_CHECK=1``, so that ``torch.cuda.is_available()`` during the
+    imports asks NVML instead of initialising the driver under the spare's own
+    ``CUDA_VISIBLE_DEVICES``."""
+    torch = sys.modules.get("torch")
+    if torch is None or not hasattr(torch, "cuda"):
+        return True
+    try:
+        return not torch.cuda.is_initialized()
+    except Exception:
+        return False
 
 
 def main(argv: list[str]) -> int:
     spare_dir, *modules = argv
     for module in modules:
         importlib.import_module(module)
+    if cuda_untouched():
+        # Nothing has initialised CUDA here: the GPUs the worker will see are still open, so
+        # the spare can serve a GPU-backed worker (its CUDA_VISIBLE_DEVICES applies at hand-over).
+        open(os.path.join(spare_dir, CUDA_UNTOUCHED), "w").close()
     channel = os.open(os.path.join(spare_dir, "assignment"), os.O_RDWR)
     with os.fdopen(os.open(os.path.join(spare_dir, "ready"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as ready:
         ready.write(str(os.getpid()))
@@ -38,6 +60,10 @@ def main(argv: list[str]) -> int:
     assignment = json.loads(data)
     os.environ.clear()
     os.environ.update(assignment["env"])
+    os.environ["HOTSWAP_HANDED_OVER_AT"] = repr(time.time())  # the worker's "spawn" (hotswap.train.events)
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "cuda") and hasattr(torch.cuda, "_cached_device_count"):
+        torch.cuda._cached_device_count = None  # counted under the spare's CUDA_VISIBLE_DEVICES, if at all
     os.chdir(assignment["cwd"])
     # What a cold start would take from the environment at start-up, applied now.
     extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]

@@ -1,0 +1,118 @@
+"""Warm spare workers by default (``--warm-workers auto``): how many, decided purely from the
+cluster's shape and a reading of free memory, and what a new local cluster gets from it."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from local_helpers import hotswap, home  # noqa: F401 (home: a fixture)
+
+from hotswap.core.warm_policy import SPARE_BYTES, auto_warm_workers
+
+GIB = 1 << 30
+
+
+@pytest.mark.parametrize(
+    ("slices", "hosts", "free_gib", "expected"),
+    [
+        (3, 1, 64, 2),  # the demo's cluster on a GPU host: two slices' workers restart on spares
+        (1, 1, 64, 1),  # one slice: one spare
+        (8, 4, 64, 8),  # 4-host slices: two slices' worth, one per host
+        (8, 4, 12, 3),  # a quarter of 12 GiB holds three 1 GiB spares, not eight
+        (3, 1, 3, 0),  # a quarter of 3 GiB holds none: restarts stay cold
+        (64, 16, 1 << 20, 5),  # never beyond the maximum
+    ],
+)
+def test_auto_keeps_two_slices_of_spares_within_a_quarter_of_free_memory(slices: int, hosts: int, free_gib: int, expected: int) -> None:
+    assert SPARE_BYTES == GIB
+    assert auto_warm_workers(slices, hosts, free_gib * GIB, maximum=5 if free_gib > 1000 else 64) == expected
+
+
+def test_auto_keeps_none_where_free_memory_is_unknown() -> None:
+    assert auto_warm_workers(3, 1, None, 64) == 0
+
+
+def test_a_new_cluster_gets_auto_spares_without_a_flag_and_keeps_its_setting(
+    home: Path, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+) -> None:
+    from hotswap.backends.local import operations, spares
+
+    monkeypatch.setenv("HOTSWAP_HOME", str(home))
+    monkeypatch.delenv("HOTSWAP_WARM_WORKERS", raising=False)  # the suite's default is 0 (conftest)
+    monkeypatch.setattr(spares, "available_memory", lambda: 3 * GIB)
+    operations.create_cluster("small", "v6e-4", 3, True, lambda _: True)
+    assert operations.describe_cluster("small")["warm_workers"] == 0  # too little memory: cold restarts
+    monkeypatch.setattr(spares, "available_memory", lambda: 64 * GIB)
+    operations.create_cluster("big", "v6e-4", 3, True, lambda _: True, warm_preload=["json"])
+    assert operations.describe_cluster("big")["warm_workers"] == 2  # no flag: spares
+    operations.create_cluster("big", "v6e-4", 4, True, lambda _: True)  # a resize keeps the setting
+    assert operations.describe_cluster("big")["warm_workers"] == 2
+    operations.create_cluster("big", "v6e-4", 4, True, lambda _: True, warm_workers=0)
+    assert operations.describe_cluster("big")["warm_workers"] == 0
+    operations.create_cluster("big", "v6e-4", 4, True, lambda _: True, warm_workers="auto")
+    assert operations.describe_cluster("big")["warm_workers"] == 2
+
+
+def test_warm_workers_takes_auto_or_a_count_and_refuses_anything_else_in_one_line(home: Path) -> None:  # noqa: F811
+    for bad in ("many", "-1", "65", "²"):
+        result = hotswap(home, "cluster", "create", "--cluster", "w", "--device-type", "v6e-4", "--num-slices", "1",
+                         "--warm-workers", bad)
+        assert result.returncode != 0 and result.stdout == ""
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and "--warm-workers must be auto or a count between 0 and 64" in lines[0], result.stderr
+    assert not (home / "clusters" / "w").exists()
+
+
+def test_a_spare_leaves_cuda_uninitialised_so_a_gpu_worker_chooses_its_gpus_at_hand_over(tmp_path: Path) -> None:
+    """A spare imports PyTorch with no GPU visible; it must not initialise CUDA (then the GPUs
+    a GPU-backed worker names in CUDA_VISIBLE_DEVICES could not apply): it says so with a
+    marker, and the worker runs with its own CUDA_VISIBLE_DEVICES and a hand-over time."""
+    pytest.importorskip("torch")
+    from spare_helpers import run_spare
+
+    script = (
+        "import os, sys, torch\n"
+        "print('cuda initialised', torch.cuda.is_initialized(), 'visible', repr(os.environ['CUDA_VISIBLE_DEVICES']),"
+        " 'handed', 'HOTSWAP_HANDED_OVER_AT' in os.environ, 'warm', 'torch._dynamo' in sys.modules, flush=True)\n"
+    )
+    env = {"PATH": os.environ.get("PATH", ""), "CUDA_VISIBLE_DEVICES": "0"}
+    spare, log = run_spare(tmp_path / "spare", ["torch", "torch.optim", "torch._dynamo"], env, script)
+    assert (spare / "cuda-untouched").exists()
+    assert "cuda initialised False visible '0' handed True warm True" in log, log
+
+
+def test_the_pool_gives_a_gpu_backed_worker_only_a_spare_that_left_cuda_untouched(tmp_path: Path) -> None:
+    from hotswap.backends.local.spares import SparePool
+
+    class Alive:
+        def alive(self, row: object) -> bool:
+            return True
+
+    class Rows:
+        def __init__(self, rows: list[object]) -> None:
+            self.rows = rows
+
+        def select(self, states: tuple[str, ...]) -> list[object]:
+            return self.rows
+
+    class Row:
+        def __init__(self, directory: Path) -> None:
+            self.dir = str(directory)
+
+    started = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
+    untouched, touched = tmp_path / "untouched", tmp_path / "touched"
+    for directory in (untouched, touched):
+        directory.mkdir()
+        (directory / "ready").write_text("1")
+        (directory / "env.json").write_text(json.dumps(started))
+    (untouched / "cuda-untouched").touch()
+    store = type("Store", (), {"worker_rows": Rows([Row(touched), Row(untouched)])})()
+    pool = SparePool(store, Alive(), tmp_path, 2)  # type: ignore[arg-type]
+    gpu_worker = {**os.environ, "CUDA_VISIBLE_DEVICES": "GPU-0f1e"}
+    assert pool.take(gpu_worker).dir == str(untouched)  # type: ignore[union-attr]
+    assert pool.take({**os.environ, "CUDA_VISIBLE_DEVICES": ""}).dir == str(touched)  # type: ignore[union-attr]
+    (untouched / "cuda-untouched").unlink()
+    assert pool.take(gpu_worker) is None  # a spare that initialised CUDA serves emulated workers only
