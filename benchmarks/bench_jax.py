@@ -108,13 +108,15 @@ def checkpoint_costs(device: str, size_mb: float, repeat: int, directory: str) -
     else:
         two = NamedSharding(Mesh(np.array(devices[:2]), ("slice",)), P("slice", None))
         onto_two = jax.tree.map(lambda x: jax.device_put(jnp.zeros(x.shape, x.dtype), two), state)
-        resharded = [timed(lambda: jax.block_until_ready(ours.restore_latest(onto_two).state)) for _ in range(repeat)]
+        onto_two_abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=two), state)
+        resharded, plain_resharded = [], []
+        for _ in range(repeat):  # alternated, as above: both see the same machine
+            resharded.append(timed(lambda: jax.block_until_ready(ours.restore_latest(onto_two).state)))
+            plain_resharded.append(timed(lambda: jax.block_until_ready(
+                theirs.restore(theirs.latest_step(), args=ocp.args.StandardRestore(onto_two_abstract)))))
         check = ours.restore_latest(onto_two).state["w3"]
         assert check.sharding.mesh.size == 2 and float(check[0, 0]) == 3.0
         result["resharded_restore_3_to_2"] = summary(resharded)
-        onto_two_abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=two), state)
-        plain_resharded = [timed(lambda: jax.block_until_ready(
-            theirs.restore(theirs.latest_step(), args=ocp.args.StandardRestore(onto_two_abstract)))) for _ in range(repeat)]
         result["orbax_resharded_restore_3_to_2"] = summary(plain_resharded)
         result["resharded_restore_vs_orbax"] = round(
             statistics.median(resharded) / statistics.median(plain_resharded), 4)
