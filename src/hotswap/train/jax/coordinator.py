@@ -10,9 +10,10 @@ gone, the survivors' collectives fail as for any other peer, they leave through 
 and they re-form without it, a survivor being rank 0 of the next generation.
 
 Its lifetime: rank 0 stops it once the others have left (:func:`stop`); if rank 0 dies first,
-it serves the survivors on their way out for :data:`ORPHAN_LIFETIME_S` more (they leave within
-a second or two), and exits at once if the job's membership file goes away (the workload or
-its cluster was removed).
+it serves the survivors on their way out and exits once no process is connected to it any more
+(the kernel's table of TCP connections says so), after :data:`ORPHAN_LIFETIME_S` at the most,
+so that its port is free for the next attempt; and at once if the job's membership file goes
+away (the workload or its cluster was removed).
 
 Run as ``python -m hotswap.train.jax.coordinator PORT PROCESSES HEARTBEAT_S PARENT_PID``.
 """
@@ -57,9 +58,34 @@ def _service(port: int, processes: int, heartbeat_s: int) -> object:
         from jaxlib import _jax  # the runtime alone: the service needs no JAX backend
     except ImportError:  # pragma: no cover - older layouts
         from jax._src.lib import _jax  # type: ignore[no-redef]
-    return _jax.get_distributed_runtime_service(
-        f"[::]:{port}", processes, heartbeat_timeout=heartbeat_s, shutdown_timeout=60, recoverable=True
-    )
+    deadline = time.monotonic() + 5.0  # the previous attempt's service may still hold the port
+    while True:
+        try:
+            return _jax.get_distributed_runtime_service(
+                f"[::]:{port}", processes, heartbeat_timeout=heartbeat_s, shutdown_timeout=60, recoverable=True
+            )
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(_POLL_S)
+
+
+def connections(port: int) -> int | None:
+    """Established TCP connections to ``port`` on this host (None where the kernel's tables
+    cannot be read)."""
+    count, readable = 0, False
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as handle:
+                lines = handle.readlines()[1:]
+        except OSError:
+            continue
+        readable = True
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 3 and fields[3] == "01" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                count += 1
+    return count if readable else None
 
 
 def main(argv: list[str]) -> int:
@@ -68,13 +94,17 @@ def main(argv: list[str]) -> int:
     service = _service(port, processes, heartbeat_s)  # noqa: F841  (serves while referenced)
     membership = os.environ.get(HOTSWAP_MEMBERSHIP_FILE)
     orphaned: float | None = None
+    idle = 0  # polls in a row with nobody connected, once orphaned
     while True:
         time.sleep(_POLL_S)
         if membership and not os.path.exists(membership):
             return 0
         if orphaned is None and os.getppid() != parent:
             orphaned = time.monotonic()
-        if orphaned is not None and time.monotonic() - orphaned > ORPHAN_LIFETIME_S:
+        if orphaned is None:
+            continue
+        idle = idle + 1 if connections(port) == 0 else 0
+        if idle >= 3 or time.monotonic() - orphaned > ORPHAN_LIFETIME_S:
             return 0
 
 
