@@ -27,10 +27,10 @@ def home(tmp_path: Path):  # type: ignore[no-untyped-def]
     cleanup(state)
 
 
-def demo(home: Path, scenario: str) -> dict:  # type: ignore[type-arg]
+def demo(home: Path, scenario: str, *options: str) -> dict:  # type: ignore[type-arg]
     env = dict(os.environ, HOTSWAP_HOME=str(home))
     result = subprocess.run(
-        [sys.executable, "-m", "hotswap", "demo", scenario, "--framework", "jax", "--json"],
+        [sys.executable, "-m", "hotswap", "demo", scenario, "--framework", "jax", "--json", *options],
         capture_output=True, text=True, env=env, timeout=400, cwd=home.parent,
     )
     assert result.stdout.strip().startswith("{"), result.stderr[-4000:]
@@ -50,6 +50,16 @@ def test_jax_elastic_drill(home: Path) -> None:
     assert "Old Slice Count: 3, New Slice Count: 2" in summary["awk_output"]
     assert "Old Slice Count: 2, New Slice Count: 3" in summary["awk_output"]
     assert summary["goodput"]["elastic"]["badput"]["elastic"] > 0  # the restarts are accounted
+
+
+def test_jax_elastic_drill_survives_the_loss_of_rank_0s_slice(home: Path) -> None:
+    """Rank 0's slice fails: the coordination service is not in its process, so the survivors
+    go on on 2 slices without a restart and with no step lost, then grow back to 3."""
+    summary = demo(home, "elastic", "--fail-slice", "0")
+    assert summary["failed_slice"] == 0
+    assert summary["steps_lost"] == 0 and summary["mttr_s"] > 0
+    assert [change[1:] for change in summary["slice_count_changes"]] == [[3, 2], [2, 3]]
+    assert summary["stall_up_s"] is not None
 
 
 def test_jax_migration_drill(home: Path) -> None:

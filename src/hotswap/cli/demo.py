@@ -40,6 +40,7 @@ def demo(
     backing: Backing = typer.Option(Backing.AUTO, "--backing", help="auto (this machine's GPUs, one per slice, when enough are free), gpu, or emulated."),
     state_gb: float = typer.Option(1.2, "--state-gb", help="gpu: model + optimizer state on the GPU, in GB.", min=0.001),
     framework: Framework = typer.Option(Framework.TORCH, "--framework", help="torch, or jax (elastic and migration drills; needs hotswap[jax])."),
+    fail_slice: int = typer.Option(1, "--fail-slice", help="elastic: which of the job's 3 slices loses its node (0, 1 or 2).", min=0, max=2),
     dashboard: bool = typer.Option(False, "--dashboard", help="Watch the drill live in a browser (hotswap[dashboard]; on 127.0.0.1)."),
     dashboard_port: int = typer.Option(8787, "--dashboard-port", help="Port of --dashboard (0: any free port).", min=0, max=65535),
 ) -> None:
@@ -70,7 +71,7 @@ def demo(
             raise InvalidInputError("--backing gpu: the JAX drills train on emulated (CPU) slices; use --framework torch")
         backing = Backing.EMULATED  # JAX's CPU collectives (gloo): the drills' workers use no GPU
     drill = drills[scenario.value](
-        DemoOptions(keep=keep, warm=warm, step_sleep=step_sleep, backing=backing.value, state_gb=state_gb)
+        DemoOptions(keep=keep, warm=warm, step_sleep=step_sleep, backing=backing.value, state_gb=state_gb, fail_slice=fail_slice)
     )
     board = _open_dashboard(drill.cluster, dashboard_port) if dashboard else None
     try:

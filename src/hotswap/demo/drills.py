@@ -73,6 +73,7 @@ class DemoOptions:
     timeout_s: float = 90.0  # for any single wait
     backing: str = "auto"  # slices on this machine's GPUs when enough are free (auto), or gpu, or emulated
     state_gb: float = 1.2  # the GPU drill's model and optimizer state on a GPU
+    fail_slice: int = 1  # elastic: the index of the slice whose node fails
 
 
 class Drill(abc.ABC):
@@ -216,10 +217,10 @@ class Drill(abc.ABC):
         self._follow_controller()
         return t
 
-    def main_log(self, name: str) -> Path:
+    def main_log(self, name: str, replica: int = 0) -> Path:
         directory = self.workload_dir(name)
         assert directory is not None
-        return log_path(directory, 0, 0)
+        return log_path(directory, replica, 0)
 
     def goodput(self, name: str) -> dict[str, Any]:
         return operations.describe_workload(self.cluster, name)["goodput"]

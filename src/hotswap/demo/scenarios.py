@@ -149,8 +149,10 @@ class ElasticDrill(Drill):
         job = self.record("elastic")
         assert job is not None
         attempt = job["attempt"]
-        victim = job["slices"][1]
-        self.event(f"failing node {victim}-0 (replica 1) under the elastic job")
+        failing = self.options.fail_slice
+        survivor = 1 if failing == 0 else 0  # a replica whose slice stays: its log and step times
+        victim = job["slices"][failing]
+        self.event(f"failing node {victim}-0 (replica {failing}) under the elastic job")
         t_fail = self.node("fail", f"{victim}-0")
         first = self.wait(
             "training on 2 slices",
@@ -180,18 +182,18 @@ class ElasticDrill(Drill):
                    f"restore source {joined.source if joined else '-'} at step {joined.step if joined else '-'}")
         self.wait_steps("elastic", back.step + 20)
         self._check_one_replica_each("elastic")
-        # What the survivors lived through, from their own step times (replica 0 survives).
+        # What the survivors lived through, from their own step times.
         trace = self.trace("elastic")
-        stall_down = survivor_stall(trace, 0, 3, 2, t_fail) if trace else None
-        stall_up = survivor_stall(trace, 0, 2, 3, t_repair) if trace else None
+        stall_down = survivor_stall(trace, survivor, 3, 2, t_fail) if trace else None
+        stall_up = survivor_stall(trace, survivor, 2, 3, t_repair) if trace else None
         if stall_up:
             self.event(
                 f"grow-back: the survivors stalled {stall_up['stall_s']:.2f}s between step {stall_up['last_step']}"
                 f" (2 slices) and step {stall_up['first_step']} (3 slices); a step usually takes {stall_up['usual_step_s']:.2f}s"
             )
-        log = self.main_log("elastic")
+        log = self.main_log("elastic", survivor)
         awk = run_seed_001_awk(log)
-        self.event("seed 001's awk script over the rank-0 log prints:\n" + (awk.strip() or "(nothing)"))
+        self.event(f"seed 001's awk script over replica {survivor}'s log prints:\n" + (awk.strip() or "(nothing)"))
         self.check("awk: 3 -> 2", "Old Slice Count: 3, New Slice Count: 2" in awk, awk.strip().replace("\n", " | "))
         self.check("awk: 2 -> 3 later", _in_order(awk, "Old Slice Count: 3, New Slice Count: 2", "Old Slice Count: 2, New Slice Count: 3"),
                    awk.strip().replace("\n", " | "))
@@ -201,6 +203,7 @@ class ElasticDrill(Drill):
             "preempted": [],
             "logs": str(log),
             "slice_count_changes": slice_count_changes(log_lines(log)),
+            "failed_slice": failing,
             "stall_down_s": stall_down["stall_s"] if stall_down else None,
             "stall_up_s": stall_up["stall_s"] if stall_up else None,
             "usual_step_s": stall_up["usual_step_s"] if stall_up else None,

@@ -168,28 +168,32 @@ class OrbaxCheckpoints:
         the manager told, so that a later save of their step is not refused)."""
         expected = leaves_with_paths(template)
         moved = False
+        target = jax.tree.map(_abstract, template)
         try:
             for step in sorted(manager.all_steps(), reverse=True):
                 where = f"checkpoint {directory}/{step}"
+                # The tree check reads the step's metadata while orbax restores it (a restore
+                # that does not match is thrown away): it costs nothing next to orbax's restore.
+                check = _Background(lambda step=step: _saved_leaves(manager, step))
                 try:
-                    saved = getattr(manager.item_metadata(step)["state"], "tree", None)
-                    if saved is None:
-                        raise ValueError("no array metadata")
-                    found = dict(leaves_with_paths(saved))
+                    restored = manager.restore(
+                        step,
+                        args=ocp.args.Composite(state=ocp.args.StandardRestore(target), hotswap=ocp.args.JsonRestore()),
+                    )
+                    failure = None
+                except Exception as error:
+                    restored, failure = None, error
+                try:
+                    found = check.result()
                 except Exception as error:  # written by something else, or damaged
                     moved |= _set_aside(directory, step, f"its metadata cannot be read ({_one_line(error)})")
                     continue
                 problem = first_mismatch(expected, found, where)
                 if problem:
                     raise StateMismatchError(f"cannot restore: {problem}")
-                target = jax.tree.map(_abstract, template)
-                try:
-                    restored = manager.restore(
-                        step,
-                        args=ocp.args.Composite(state=ocp.args.StandardRestore(target), hotswap=ocp.args.JsonRestore()),
-                    )
-                except Exception as error:
-                    moved |= _set_aside(directory, step, f"it cannot be restored ({_one_line(error)})")
+                if restored is None:
+                    assert failure is not None
+                    moved |= _set_aside(directory, step, f"it cannot be restored ({_one_line(failure)})")
                     continue
                 extra = restored["hotswap"]
                 return Restored(step, restored["state"], extra["objects"], extra["counters"], extra["reason"])
@@ -215,6 +219,36 @@ def _set_aside(directory: str, step: int, why: str) -> bool:
 def _one_line(error: Exception) -> str:
     text = " ".join(str(error).split()) or type(error).__name__
     return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _saved_leaves(manager: Any, step: int) -> dict[Any, Any]:
+    saved = getattr(manager.item_metadata(step)["state"], "tree", None)
+    if saved is None:
+        raise ValueError("no array metadata")
+    return dict(leaves_with_paths(saved))
+
+
+class _Background:
+    """One call on a thread of its own; ``result()`` waits for it and returns or raises."""
+
+    def __init__(self, call: Any) -> None:
+        self._call = call
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="hotswap-restore-check", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._value = self._call()
+        except BaseException as error:  # handed to the caller
+            self._error = error
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 def _abstract(leaf: Any) -> Any:

@@ -4,7 +4,8 @@ process into it (:func:`~hotswap.train.jax.handoff.restart`):
 
 1. the survivor waits, in its old program, for the generation that follows its own (leaving if
    its slice is not in it), exactly as the neutral formation does;
-2. it leaves the old group, rank 0 last (the coordination service lives in its process);
+2. it leaves the old group, rank 0 last (it stops the coordination service, see
+   :mod:`hotswap.train.jax.coordinator`);
 3. it hands its state to its next program and ``exec``s;
 4. the next program joins the new generation, takes its state back (joining slices receive it
    from a survivor), and announces the change with the time it took from step 1.

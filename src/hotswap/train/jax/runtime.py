@@ -5,19 +5,20 @@ called again with another process count, so a new generation means a new process
 (:mod:`hotswap.train.jax.handoff`). :class:`JaxGroup` is the
 :class:`~hotswap.train.protocols.Group` the neutral modules drive: ``form`` initialises the
 distributed runtime (gloo collectives on CPU), ``agree_max`` is one small all-gather, and
-``leave`` takes care of the one ordering JAX imposes: the coordination service lives in rank
-0's process, and every other process of the generation aborts the moment it goes away, so rank
-0 leaves last.
+``leave`` takes care of the one ordering JAX imposes: every process of the generation aborts the
+moment the coordination service goes away, so rank 0, which started it in a process of its own
+(:mod:`.coordinator`), stops it only once the others have left.
 
-Recoverability is switched on (``jax_enable_recoverability``): the loss of a process other than
-rank 0 then fails the collectives that need it (gloo errors at once when a peer's sockets
-close) instead of making the coordination service end every process.
+Recoverability is switched on (``jax_enable_recoverability``): the loss of any process, rank
+0's included (the service is not in it), then fails the collectives that need it (gloo errors at
+once when a peer's sockets close) instead of making the coordination service end every process.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import subprocess
 import tempfile
 import threading
 from collections.abc import Callable, Collection, Sequence
@@ -27,6 +28,7 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
+from hotswap.train.jax import coordinator
 from hotswap.train.rendezvous import GroupSpec, RendezvousFailed, first_line
 
 log = logging.getLogger("hotswap.train")
@@ -96,6 +98,7 @@ class JaxGroup:
         self.forming: GroupSpec | None = None  # the group being initialised (a call JAX cannot interrupt)
         self._owned = False
         self._left = False
+        self._coordinator: subprocess.Popen[bytes] | None = None  # rank 0: the service's process
 
     @property
     def rank(self) -> int:
@@ -130,19 +133,35 @@ class JaxGroup:
             raise RendezvousFailed(f"interrupted before forming generation {spec.generation}")
         self.forming = spec
         try:
-            jax.distributed.initialize(
-                coordinator_address=f"{spec.master_addr}:{spec.master_port}",
-                num_processes=spec.world_size,
-                process_id=spec.rank,
-                cluster_detection_method="deactivate",  # emulated TPU slices must not look like real ones
-                initialization_timeout=max(1, int(self.rendezvous_timeout_s)),
-                heartbeat_timeout_seconds=max(1, int(self.heartbeat_timeout_s)),
-            )
+            self._connect(spec)
         except Exception as error:
+            coordinator.stop(self._coordinator)
             raise RendezvousFailed(f"generation {spec.generation}: {first_line(error)}") from error
         finally:
             self.forming = None
         self.spec, self._owned = spec, True
+
+    def _connect(self, spec: GroupSpec) -> None:
+        """What ``jax.distributed.initialize`` does, except that the coordination service runs
+        in a process of its own (:mod:`.coordinator`), started by rank 0: the loss of rank 0
+        then ends no other process."""
+        from jax._src import distributed
+        from jax._src.lib import _jax
+
+        heartbeat = max(1, int(self.heartbeat_timeout_s))
+        if spec.rank == 0:
+            self._coordinator = coordinator.start(spec.master_port, spec.world_size, heartbeat)
+        address = f"{spec.master_addr}:{spec.master_port}"
+        state = distributed.global_state
+        state.client = _jax.get_distributed_runtime_client(
+            address,
+            spec.rank,
+            init_timeout=max(1, int(self.rendezvous_timeout_s)),
+            use_compression=True,
+            heartbeat_timeout=heartbeat,
+        )
+        state.client.connect()
+        state.coordinator_address, state.num_processes, state.process_id = address, spec.world_size, spec.rank
 
     def expect(self, spec: GroupSpec) -> None:
         """This rank's place in a group formed later (see ``GroupFormation.join_first``)."""
@@ -164,7 +183,8 @@ class JaxGroup:
     def leave(self, wait_for: Collection[int]) -> None:
         """Leave the generation. Every rank but 0 disconnects from the coordination service;
         rank 0 first waits (at most :data:`LEAVE_TIMEOUT_S`) until the ranks in ``wait_for``
-        have disconnected: they abort if the service in its process goes away under them."""
+        have disconnected (they abort if the service goes away under them), then stops the
+        service's process."""
         if self._left or not self._owned:
             self._left = True
             return
@@ -176,6 +196,12 @@ class JaxGroup:
             except Exception as error:  # the service is gone already: nothing left to leave
                 log.debug("hotswap: leaving generation: %s", first_line(error))
             return
+        try:
+            self._wait_for_others(wait_for)
+        finally:
+            coordinator.stop(self._coordinator)
+
+    def _wait_for_others(self, wait_for: Collection[int]) -> None:
         others = sorted(rank for rank in wait_for if rank != 0)
         client = _client()
         if not others or client is None:

@@ -1,0 +1,112 @@
+"""The JAX coordination service of one generation, in a process of its own.
+
+``jax.distributed.initialize`` runs the coordination service inside rank 0's process, and every
+other process of the generation aborts the moment it goes away (the distributed client's error
+callback ends the process; a Python callback cannot replace it in jax 0.10). So an elastic job
+could survive the loss of any slice but the first. hotswap starts the service in a small
+process of its own instead (:func:`start`, by the generation's rank 0, in a new session so that
+the loss of rank 0's process group or its exit does not take it along): with rank 0's slice
+gone, the survivors' collectives fail as for any other peer, they leave through the service,
+and they re-form without it, a survivor being rank 0 of the next generation.
+
+Its lifetime: rank 0 stops it once the others have left (:func:`stop`); if rank 0 dies first,
+it serves the survivors on their way out and exits once no process is connected to it any more
+(the kernel's table of TCP connections says so), after :data:`ORPHAN_LIFETIME_S` at the most,
+so that its port is free for the next attempt; and at once if the job's membership file goes
+away (the workload or its cluster was removed).
+
+Run as ``python -m hotswap.train.jax.coordinator PORT PROCESSES HEARTBEAT_S PARENT_PID``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from hotswap.api.worker import HOTSWAP_MEMBERSHIP_FILE
+
+ORPHAN_LIFETIME_S = 30.0  # how long the service outlives rank 0's process
+_POLL_S = 0.2
+
+
+def start(port: int, processes: int, heartbeat_s: int) -> subprocess.Popen[bytes]:
+    """Start the service of a generation of ``processes`` on ``port`` (all interfaces)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "hotswap.train.jax.coordinator", str(port), str(processes), str(heartbeat_s), str(os.getpid())],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,  # not in rank 0's process group: a lost worker's group is killed whole
+    )
+
+
+def stop(process: subprocess.Popen[bytes] | None) -> None:
+    """End the service (the others have left), waiting a moment for it."""
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(2.0)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+def _service(port: int, processes: int, heartbeat_s: int) -> object:
+    try:
+        from jaxlib import _jax  # the runtime alone: the service needs no JAX backend
+    except ImportError:  # pragma: no cover - older layouts
+        from jax._src.lib import _jax  # type: ignore[no-redef]
+    deadline = time.monotonic() + 5.0  # the previous attempt's service may still hold the port
+    while True:
+        try:
+            return _jax.get_distributed_runtime_service(
+                f"[::]:{port}", processes, heartbeat_timeout=heartbeat_s, shutdown_timeout=60, recoverable=True
+            )
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(_POLL_S)
+
+
+def connections(port: int) -> int | None:
+    """Established TCP connections to ``port`` on this host (None where the kernel's tables
+    cannot be read)."""
+    count, readable = 0, False
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as handle:
+                lines = handle.readlines()[1:]
+        except OSError:
+            continue
+        readable = True
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 3 and fields[3] == "01" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                count += 1
+    return count if readable else None
+
+
+def main(argv: list[str]) -> int:
+    port, processes, heartbeat_s, parent = (int(value) for value in argv)
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    service = _service(port, processes, heartbeat_s)  # noqa: F841  (serves while referenced)
+    membership = os.environ.get(HOTSWAP_MEMBERSHIP_FILE)
+    orphaned: float | None = None
+    idle = 0  # polls in a row with nobody connected, once orphaned
+    while True:
+        time.sleep(_POLL_S)
+        if membership and not os.path.exists(membership):
+            return 0
+        if orphaned is None and os.getppid() != parent:
+            orphaned = time.monotonic()
+        if orphaned is None:
+            continue
+        idle = idle + 1 if connections(port) == 0 else 0
+        if idle >= 3 or time.monotonic() - orphaned > ORPHAN_LIFETIME_S:
+            return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
