@@ -14,7 +14,8 @@ from typing import Any
 
 from hotswap.api import worker as contract
 from hotswap.api.membership import Membership
-from hotswap.store.paths import new_dirs_private, open_private
+from hotswap.api.errors import InvalidInputError
+from hotswap.store.paths import check_private, new_dirs_private, open_private
 
 MASTER_ADDR = contract.DEFAULT_MASTER_ADDR  # every worker of a local cluster is on this machine
 
@@ -157,3 +158,18 @@ def read_membership(workload_dir: Path) -> Membership | None:
         return Membership.from_json(membership_path(workload_dir).read_text())
     except (FileNotFoundError, json.JSONDecodeError, KeyError):
         return None
+
+
+def check_checkpoint_dir(path: str, what: str) -> None:
+    """Refuse, before anything is queued, a checkpoint directory of another user or open to
+    others' writes (its contents are restored into the job), or one that can be neither used
+    nor created (under a regular file, in a directory we cannot write)."""
+    existing_part = Path(path)
+    while not existing_part.exists() and existing_part != existing_part.parent:
+        existing_part = existing_part.parent
+    if not existing_part.is_dir():
+        raise InvalidInputError(f"{what} {path}: {existing_part} is not a directory")
+    if existing_part == Path(path):
+        check_private(existing_part, what, remedy="use a directory of yours", error=InvalidInputError)
+    if not os.access(existing_part, os.W_OK | os.X_OK):
+        raise InvalidInputError(f"{what} {path}: {existing_part} is not writable by you")

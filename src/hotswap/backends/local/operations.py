@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import sqlite3
 import time
 from collections.abc import Callable
@@ -33,7 +32,7 @@ from hotswap.backends.local.views import gpu_health, gpu_views, node_reasons, wo
 from hotswap.backends.views import (
     FINISHED, ClusterCreated, ClusterDescription, NodeRow, WorkloadCreated, WorkloadDescription, WorkloadRow, iso, matches,
 )
-from hotswap.store.paths import ClusterPaths, check_private, file_lock, private_dir
+from hotswap.store.paths import ClusterPaths, file_lock, private_dir
 from hotswap.store.registry import existing, record_of
 from hotswap.backends.local.tables import LIVE_WORKER_STATES, LocalStore
 from hotswap.store.state import ClusterRecord
@@ -287,7 +286,7 @@ def create_workload(cluster: str, spec: WorkloadSpec, launch: Launch) -> Workloa
         store.check_writable()  # said first: the checkpoint directory is often inside the state
     # The root the user named (or the default) is checked: the run's directory inside it is ours.
     root = str(Path(launch.checkpoint_dir).parent) if launch.run is not None else launch.checkpoint_dir
-    _check_checkpoint_dir(root, "--checkpoint-dir" if spec.checkpoint_dir else "the checkpoint directory")
+    files.check_checkpoint_dir(root, "--checkpoint-dir" if spec.checkpoint_dir else "the checkpoint directory")
     if launch.run is not None:
         with contextlib.suppress(NotFoundError):  # said at once, not after waiting on its workers
             _record(paths, spec.name)
@@ -308,21 +307,6 @@ def _check_fits(paths: ClusterPaths, spec: WorkloadSpec) -> None:
     never = never_fits(spec.num_slices, spec.device_type, _slice_count(paths))  # a local cluster has one device type
     if never is not None:
         raise CapacityError(f"workload {spec.name} rejected: {never}")
-
-
-def _check_checkpoint_dir(path: str, what: str) -> None:
-    """Refuse, before anything is queued, a checkpoint directory of another user or open to
-    others' writes (its contents are restored into the job), or one that can be neither used
-    nor created (under a regular file, in a directory we cannot write)."""
-    existing_part = Path(path)
-    while not existing_part.exists() and existing_part != existing_part.parent:
-        existing_part = existing_part.parent
-    if not existing_part.is_dir():
-        raise InvalidInputError(f"{what} {path}: {existing_part} is not a directory")
-    if existing_part == Path(path):
-        check_private(existing_part, what, remedy="use a directory of yours", error=InvalidInputError)
-    if not os.access(existing_part, os.W_OK | os.X_OK):
-        raise InvalidInputError(f"{what} {path}: {existing_part} is not writable by you")
 
 
 def delete_workload(cluster: str, name: str) -> None:
