@@ -17,7 +17,7 @@
 #   demo-migration-jax   hotswap demo migration --framework jax --json
 #   demo-shrink          hotswap demo shrink --json             (an elastic low job shrinks for high)
 # Phase 2, one at a time (measurements, nothing else running):
-#   bench-mttr           python benchmarks/bench_mttr.py --json --runs 2 --repair-s -1 --import-runs 1
+#   bench-mttr           python benchmarks/bench_mttr.py --json --runs 1 --repair-s -1 --import-runs 1
 #                        (default, cold and warm MTTR with the phases of each restart; import torch cold/warm)
 #   bench-checkpoint     python benchmarks/bench_checkpoint.py --device cuda --state-gb 2 --repeat 3 --json
 #   bench-jax            python benchmarks/bench_jax.py --device gpu --json --mttr-runs 1
@@ -90,7 +90,9 @@ command_of() {
     case "$1" in
         # Only the files that hold gpu tests: collecting the whole suite would need its every
         # dependency (kubernetes, ...), which a GPU machine may lack.
-        gpu-tests) echo "$PYTHON -m pytest -q -m gpu -p no:cacheprovider $(grep -l 'mark\.gpu' tests/test_*.py | tr '\n' ' ')" ;;
+        # test_drills_on_gpu_backed_slices runs the drill and demo-migration parts again: left
+        # out here (they run beside it), which keeps the slowest part of phase 1 under a minute.
+        gpu-tests) echo "$PYTHON -m pytest -q -m gpu -p no:cacheprovider --durations=5 --deselect tests/test_gpu_real.py::test_drills_on_gpu_backed_slices[gpu] --deselect tests/test_gpu_real.py::test_drills_on_gpu_backed_slices[migration] $(grep -l 'mark\.gpu' tests/test_*.py | tr '\n' ' ')" ;;
         nvml) [[ "$GPU" == gpu ]] && echo "$PYTHON -m hotswap.backends.local.gpu_probe --once" ;;
         drill) [[ "$GPU" == gpu ]] && echo "$PYTHON -m hotswap demo gpu --backing gpu --json" ;;
         demo-hotswap) echo "$PYTHON -m hotswap demo hotswap --json" ;;
@@ -101,7 +103,7 @@ command_of() {
         demo-shrink) echo "$PYTHON -m hotswap demo shrink --json" ;;
         bench-checkpoint) echo "$PYTHON benchmarks/bench_checkpoint.py --device $device_torch --state-gb ${BENCH_GB:-2} --repeat 3 --json" ;;
         bench-jax) echo "$PYTHON benchmarks/bench_jax.py --device $device_jax --json --mttr-runs 1" ;;
-        bench-mttr) echo "$PYTHON benchmarks/bench_mttr.py --json --runs 2 --repair-s -1 --import-runs 1" ;;
+        bench-mttr) echo "$PYTHON benchmarks/bench_mttr.py --json --runs 1 --repair-s -1 --import-runs 1" ;;
     esac
 }
 
@@ -109,9 +111,9 @@ timeout_of() {
     case "$1" in
         gpu-tests|demo-*|drill) echo 150 ;;
         nvml) echo 30 ;;
-        bench-checkpoint) echo 75 ;;
-        bench-jax) echo 60 ;;
-        bench-mttr) echo 100 ;;
+        bench-checkpoint) echo 110 ;;  # 2 GB, 8 measurements x (warm-up + 3): about 90 s on an H200
+        bench-jax) echo 70 ;;
+        bench-mttr) echo 70 ;;
     esac
 }
 
