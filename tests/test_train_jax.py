@@ -248,3 +248,62 @@ def test_a_damaged_step_is_named_set_aside_and_its_step_saved_again(jax, tmp_pat
     again = checkpoints(tmp_path).restore_latest({"w": jnp.zeros(4)})
     assert again is not None and again.step == 2 and again.reason == "final"
     assert bool((again.state["w"] == state["w"] + 5).all())
+
+
+def test_the_coordination_service_outlives_rank_0_then_frees_its_port() -> None:
+    """Rank 0 starts the coordination service in a process of its own: when rank 0's process
+    is gone the service still accepts a connection (survivors leave through it), and once
+    nobody is connected it exits, so the port is free for the next attempt."""
+    pytest.importorskip("jax")
+    import socket
+    import time
+
+    from hotswap.train.jax import coordinator
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    rank0 = (
+        "import sys\n"
+        "from hotswap.train.jax import coordinator\n"
+        f"print(coordinator.start({port}, 3, 10).pid, flush=True)\n"
+        "sys.stdin.read()\n"  # rank 0 lives until the test closes its input
+    )
+    env = {k: v for k, v in os.environ.items() if k != "HOTSWAP_MEMBERSHIP_FILE"}
+    rank_0 = subprocess.Popen([sys.executable, "-c", rank0], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              env={**env, "PYTHONPATH": str(ROOT / "src")})
+    assert rank_0.stdout is not None and rank_0.stdin is not None
+    service = int(rank_0.stdout.readline().strip())
+    try:
+        survivor = None
+        deadline = time.monotonic() + 30
+        while survivor is None and time.monotonic() < deadline:
+            try:
+                survivor = socket.create_connection(("127.0.0.1", port), timeout=1)
+            except OSError:
+                time.sleep(0.1)
+        assert survivor is not None, "the service never listened"
+        rank_0.stdin.close()
+        rank_0.wait(30)  # rank 0's process is gone: the service is an orphan now
+        time.sleep(1.5)
+        assert _alive(service), "the service went away under a survivor when rank 0's process did"
+        survivor.close()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and os.path.exists(f"/proc/{service}") and coordinator.connections(port):
+            time.sleep(0.1)
+        for _ in range(100):
+            if not _alive(service):
+                break
+            time.sleep(0.1)
+        assert not _alive(service), "the service stayed after everyone left"
+    finally:
+        if _alive(service):
+            os.kill(service, 9)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(") ")[1][0] != "Z"
+    except OSError:
+        return False

@@ -109,7 +109,8 @@ class RestartingFormation(GroupFormation):
         if not self._moving.acquire(blocking=False):
             return  # the main thread is moving on already
         try:
-            if forming is not None:
+            if forming is not None:  # no group formed: its service (if this is rank 0) serves nobody
+                self.jax_group.stop_service()
                 self.restart_into(forming, failed=False)
             previous = self.membership
             assert previous is not None

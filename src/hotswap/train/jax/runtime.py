@@ -163,6 +163,11 @@ class JaxGroup:
         state.client.connect()
         state.coordinator_address, state.num_processes, state.process_id = address, spec.world_size, spec.rank
 
+    def stop_service(self) -> None:
+        """Stop the coordination service this process started (rank 0), if any: only for a
+        generation that never formed, or that every other member has left."""
+        coordinator.stop(self._coordinator)
+
     def expect(self, spec: GroupSpec) -> None:
         """This rank's place in a group formed later (see ``GroupFormation.join_first``)."""
         self.spec, self._owned = spec, False
