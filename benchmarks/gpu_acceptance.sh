@@ -20,7 +20,7 @@
 #   bench-mttr           python benchmarks/bench_mttr.py --json --runs 1 --repair-s -1 --import-runs 1
 #                        (default, cold and warm MTTR with the phases of each restart; import torch cold/warm)
 #   bench-checkpoint     python benchmarks/bench_checkpoint.py --device cuda --state-gb 2 --repeat 3 --json
-#   bench-jax            python benchmarks/bench_jax.py --device gpu --json --mttr-runs 1
+#   bench-jax            python benchmarks/bench_jax.py --device gpu --json --size 512 --repeat 3 --mttr-runs 1
 #
 # Every part runs under its own timeout (a hang cannot eat the slot); phase 2 also stops when the
 # whole run's budget (TOTAL_S, default 295 s) is spent. Files written under $OUT (at most 8):
@@ -102,7 +102,7 @@ command_of() {
         demo-migration-jax) echo "$PYTHON -m hotswap demo migration --framework jax --json" ;;
         demo-shrink) echo "$PYTHON -m hotswap demo shrink --json" ;;
         bench-checkpoint) echo "$PYTHON benchmarks/bench_checkpoint.py --device $device_torch --state-gb ${BENCH_GB:-2} --repeat 3 --json" ;;
-        bench-jax) echo "$PYTHON benchmarks/bench_jax.py --device $device_jax --json --mttr-runs 1" ;;
+        bench-jax) echo "$PYTHON benchmarks/bench_jax.py --device $device_jax --json --size 512 --repeat 3 --mttr-runs 1" ;;
         bench-mttr) echo "$PYTHON benchmarks/bench_mttr.py --json --runs 1 --repair-s -1 --import-runs 1" ;;
     esac
 }
