@@ -209,18 +209,8 @@ def _delete(state: RoundState, name: str) -> None:
 
 
 def _worker_exited(state: RoundState, event: ev.WorkerExited, done: _Done) -> None:
-    workload = state.workloads.get(event.workload)
-    if (
-        workload is None
-        or workload.phase is not RUNNING
-        or workload.attempt != event.attempt
-        or event.slice not in workload.slices
-        or not state.capacity.healthy(event.slice)
-        or event.workload in state.lost
-    ):
-        # A stale attempt, a slice it no longer holds, or a workload that lost capacity in
-        # this round: the exit is a consequence of something the core already handles (the
-        # loss restarts or rescales it), and it is never charged to max_restarts.
+    workload = _workload_of_current_worker(state, event)
+    if workload is None:
         return
     if event.code == 0:  # (what FailurePolicy.judge says of 0, without building a policy per worker)
         done.accept(workload, (event.slice, event.host))
@@ -238,6 +228,16 @@ def _worker_exited(state: RoundState, event: ev.WorkerExited, done: _Done) -> No
 def _worker_lost(state: RoundState, event: ev.WorkerLost) -> None:
     """A worker the backend lost (never the workload's doing): restart in place, not charged,
     with the same checks as an exit (a stale attempt, or a loss already handled, does nothing)."""
+    workload = _workload_of_current_worker(state, event)
+    if workload is not None:
+        state.restart_in_place(workload, f"worker {event.slice}/{event.host} {event.reason}; not charged", charged=False)
+
+
+def _workload_of_current_worker(state: RoundState, event: ev.WorkerExited | ev.WorkerLost) -> Workload | None:
+    """The running workload the worker of ``event`` belongs to now, or None when the event is
+    stale: an earlier attempt, a slice it no longer holds, or a workload that lost capacity in
+    this round. Such an exit or loss is a consequence of something the core already handles
+    (the loss restarts or rescales it), and it is never charged to max_restarts."""
     workload = state.workloads.get(event.workload)
     if (
         workload is None
@@ -247,8 +247,8 @@ def _worker_lost(state: RoundState, event: ev.WorkerLost) -> None:
         or not state.capacity.healthy(event.slice)
         or event.workload in state.lost
     ):
-        return
-    state.restart_in_place(workload, f"worker {event.slice}/{event.host} {event.reason}; not charged", charged=False)
+        return None
+    return workload
 
 
 def _attempt_succeeded(state: RoundState, event: ev.AttemptSucceeded, done: _Done) -> None:
