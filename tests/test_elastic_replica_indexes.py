@@ -97,8 +97,11 @@ def test_the_elastic_demo_sees_a_shared_index_and_a_log_with_two_writers(tmp_pat
 
     mine = process_environment(os.getpid())
     assert mine and mine.get("PATH") == os.environ.get("PATH")
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], env={"JOB_INDEX": "7"})
+    child = subprocess.Popen([sys.executable, "-c", "print(flush=True); import time; time.sleep(30)"], env={"JOB_INDEX": "7"},
+                             stdout=subprocess.PIPE)
     try:
+        assert child.stdout is not None
+        child.stdout.readline()  # it runs: exec is done, so /proc shows its own environment, not ours
         assert process_environment(child.pid)["JOB_INDEX"] == "7"
     finally:
         child.kill()

@@ -175,7 +175,8 @@ def _grant(state: RoundState, workload: Workload, demand: Demand, got: tuple[str
         slices = fill_positions(demand.previous, demand.lost_at, got) if demand.previous else workload.slices + got
         state.update(workload, slices=slices)
     elif demand.kind is _GROW or not demand.restart:
-        # Elastic: the running replicas keep their indices; the new ones join after them.
+        # Elastic: the running replicas keep their indices; a joiner takes a parked index
+        # (the backends give it the index its slice left free, api/worker.py replica_index).
         slices = workload.slices + got
         membership = workload.membership + 1
         state.update(
