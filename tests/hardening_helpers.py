@@ -111,6 +111,28 @@ def controllers(root: Path) -> list[int]:
     return found
 
 
+def worker_shims(root: Path) -> list[dict[str, str]]:
+    """The environment of every live worker shim of the cluster at ``root``, read from /proc,
+    with its ``pid`` and its worker directory ``dir`` (its command line: python -S shim.py
+    <dir> ...); zombies left out."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes()
+            if b"shim.py" not in command or os.fsencode(root) not in command:
+                continue
+            if (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                continue
+            pairs = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        env = dict(p.decode(errors="replace").split("=", 1) for p in pairs if b"=" in p)
+        found.append({**env, "pid": entry.name, "dir": command.split(b"\0")[3].decode()})
+    return found
+
+
 def unprivileged(command: list[str]) -> list[str]:
     """``command`` as its user without the power to ignore file permissions: root runs it
     with CAP_DAC_OVERRIDE and friends dropped (setpriv); others run it as it is."""

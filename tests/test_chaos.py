@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hardening_helpers import TRACEBACK, controllers
+from hardening_helpers import TRACEBACK, controllers, worker_shims
 from local_helpers import alive, cleanup, hotswap, live_workers, query, wait_until, workloads
 
 SECONDS = float(os.environ.get("HOTSWAP_CHAOS_SECONDS", "20"))
@@ -166,26 +166,6 @@ class Drill:
 
         wait_until(settled, timeout=240, what="the cluster to settle after the chaos")
 
-    def processes(self) -> list[dict[str, str]]:
-        """The environment of every live worker shim of this cluster, read from /proc."""
-        found = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                command = (entry / "cmdline").read_bytes()
-                if b"shim.py" not in command or os.fsencode(self.root) not in command:
-                    continue
-                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-                if stat[0] == "Z":
-                    continue
-                pairs = (entry / "environ").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            env = dict(p.decode(errors="replace").split("=", 1) for p in pairs if b"=" in p)
-            found.append(env)
-        return found
-
     def check(self) -> None:
         records = workloads(self.home, "c")
         created_events = collections.Counter(
@@ -207,7 +187,7 @@ class Drill:
         # The live processes: one workload per slice, each worker slot once, as the database says.
         holders: dict[str, set[str]] = collections.defaultdict(set)
         slots = collections.Counter()
-        for env in self.processes():
+        for env in worker_shims(self.root):
             holders[env["HOTSWAP_SLICE"]].add(env["HOTSWAP_WORKLOAD"])
             slots[(env["HOTSWAP_WORKLOAD"], env["JOB_INDEX"], env["JOB_COMPLETION_INDEX"])] += 1
         assert all(len(names) == 1 for names in holders.values()), dict(holders)

@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hardening_helpers import controllers
+from hardening_helpers import controllers, worker_shims
 from local_helpers import alive, cleanup, live_workers, query, wait_until, workloads
 
 from hotswap.backends.local.crash_points import POINTS
@@ -154,7 +154,7 @@ class Drill:
         for name, record in records.items():
             assert record["phase"] != "FAILED", f"{name}: {record['status_message']}"
             assert record["restarts"] == 0, f"{name} was charged {record['restarts']} restart(s): {record['status_message']}"
-        shims = self.shims()
+        shims = worker_shims(self.root)
         slots = Counter((env["HOTSWAP_WORKLOAD"], env["JOB_INDEX"], env["JOB_COMPLETION_INDEX"]) for env in shims)
         rows = {r["dir"]: dict(r) for r in query(self.home, "c", "SELECT * FROM workers")}
         seen = [(env["pid"], rows.get(env["dir"], env["dir"])) for env in shims]
@@ -178,26 +178,6 @@ class Drill:
         if running:  # and it still trains
             size = sum(log.stat().st_size for log in logs)
             wait_until(lambda: sum(log.stat().st_size for log in logs) > size, timeout=10, what=f"{name} to go on")
-
-    def shims(self) -> list[dict[str, str]]:
-        """The environment of every live worker shim of the cluster, from /proc, with its pid and
-        its worker directory (its command line: python -S shim.py <dir> ...)."""
-        found = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                command = (entry / "cmdline").read_bytes()
-                if b"shim.py" not in command or os.fsencode(self.root) not in command:
-                    continue
-                if (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-                    continue
-                pairs = (entry / "environ").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            env = dict(p.decode(errors="replace").split("=", 1) for p in pairs if b"=" in p)
-            found.append({**env, "pid": entry.name, "dir": command.split(b"\0")[3].decode()})
-        return found
 
 
 @pytest.fixture

@@ -73,10 +73,12 @@ def test_a_spare_leaves_cuda_uninitialised_so_a_gpu_worker_chooses_its_gpus_at_h
     pytest.importorskip("torch")
     from spare_helpers import run_spare
 
+    from hotswap.api.worker import HOTSWAP_HANDED_OVER_AT  # the contract's name: warm.py spells it out
+
     script = (
         "import os, sys, torch\n"
         "print('cuda initialised', torch.cuda.is_initialized(), 'visible', repr(os.environ['CUDA_VISIBLE_DEVICES']),"
-        " 'handed', 'HOTSWAP_HANDED_OVER_AT' in os.environ, 'warm', 'torch._dynamo' in sys.modules, flush=True)\n"
+        f" 'handed', {HOTSWAP_HANDED_OVER_AT!r} in os.environ, 'warm', 'torch._dynamo' in sys.modules, flush=True)\n"
     )
     env = {"PATH": os.environ.get("PATH", ""), "CUDA_VISIBLE_DEVICES": "0"}
     spare, log = run_spare(tmp_path / "spare", ["torch", "torch.optim", "torch._dynamo"], env, script)

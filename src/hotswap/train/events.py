@@ -8,10 +8,8 @@ import threading
 import time
 from typing import TextIO
 
+from hotswap.api.worker import HOTSWAP_HANDED_OVER_AT
 from hotswap.api.worker_output import event_record
-
-
-HANDED_OVER_AT = "HOTSWAP_HANDED_OVER_AT"  # set by a warm spare (backends/local/warm.py) when it becomes a worker
 
 
 def process_started_at() -> float | None:
@@ -19,7 +17,7 @@ def process_started_at() -> float | None:
     spare was handed the worker's assignment, else the process's own start (Linux: from
     ``/proc``). None where neither can be read. A restart's "spawn" phase ends here; the time
     from here to the start event is Python, imports and the script's set-up."""
-    handed = os.environ.get(HANDED_OVER_AT)
+    handed = os.environ.get(HOTSWAP_HANDED_OVER_AT)
     if handed:
         try:
             return float(handed)

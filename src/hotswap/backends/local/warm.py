@@ -60,7 +60,7 @@ def main(argv: list[str]) -> int:
     assignment = json.loads(data)
     os.environ.clear()
     os.environ.update(assignment["env"])
-    os.environ["HOTSWAP_HANDED_OVER_AT"] = repr(time.time())  # the worker's "spawn" (hotswap.train.events)
+    os.environ["HOTSWAP_HANDED_OVER_AT"] = repr(time.time())  # api/worker.py HOTSWAP_HANDED_OVER_AT: the worker's "spawn"
     torch = sys.modules.get("torch")
     if torch is not None and hasattr(torch, "cuda") and hasattr(torch.cuda, "_cached_device_count"):
         torch.cuda._cached_device_count = None  # counted under the spare's CUDA_VISIBLE_DEVICES, if at all
