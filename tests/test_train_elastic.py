@@ -8,11 +8,13 @@ from __future__ import annotations
 import itertools
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from train_harness import (
     TRAIN_EXAMPLE,
+    clean_environ,
     Worker,
     Workers,
     free_port,
@@ -213,3 +215,35 @@ def test_losing_rank_0s_slice_the_survivors_go_on_without_waiting_for_a_timeout(
         # No step lost, none done twice: steps 1..5 on 3 slices, then 6.. on 2.
         assert steps_on(worker, 3) == list(range(1, kill_at + 1))
         assert min(steps_on(worker, 2)) == kill_at + 1
+        assert "still referenced" not in worker.stderr()  # the old group was freed as it was left
+
+
+LEAVE_A_GROUP = """
+import logging, sys
+import torch.distributed as dist
+from hotswap.api.worker import WorkerEnv
+from hotswap.backends.local.launch import free_port
+from hotswap.train.rendezvous import GroupSpec
+from hotswap.train.torch.distributed import ProcessGroup
+
+logging.basicConfig(format="%(message)s")
+group = ProcessGroup("gloo", 10, 30, WorkerEnv.from_environ({"CUDA_VISIBLE_DEVICES": ""}))
+for generation, hold in ((1, False), (2, True)):
+    group.form(GroupSpec(generation, 0, 1, "127.0.0.1", free_port()), interrupted=lambda: False)
+    held = dist.group.WORLD if hold else None  # what DDP, or a script's own variable, keeps
+    print(f"leaving generation {generation}", file=sys.stderr, flush=True)
+    group.destroy()
+"""
+
+
+def test_a_group_the_script_still_holds_after_leaving_is_reported() -> None:
+    """Gloo closes a left group's connections only once nothing refers to it; until then its
+    peers notice only at their collective timeout. The SDK says so when the script holds it."""
+    result = subprocess.run(
+        [sys.executable, "-c", LEAVE_A_GROUP], capture_output=True, text=True, timeout=120,
+        env={**clean_environ(), "GLOO_SOCKET_IFNAME": "lo"},
+    )
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith(("leaving", "hotswap:"))]
+    assert lines[0] == "leaving generation 1" and lines[1] == "leaving generation 2", result.stderr
+    assert len(lines) == 3 and lines[2].startswith("hotswap: the process group left behind is still referenced")
