@@ -12,6 +12,7 @@ from typing import Any
 
 import pydantic
 
+from hotswap.api import worker as contract
 from hotswap.api.catalog import GPU_RESOURCE, TPU_RESOURCE
 from hotswap.api.phases import WorkloadPhase
 from hotswap.api.spec import WorkloadSpec
@@ -180,13 +181,46 @@ def container_of(annotations: dict[str, Any]) -> str:
     return name if isinstance(name, str) and name else labels.CONTAINER_NAME
 
 
-def read_pod(obj: dict[str, Any]) -> LivePod | None:
-    """A pod of a hotswap workload, or None for any other pod."""
-    meta = metadata(obj)
+@dataclasses.dataclass(frozen=True)
+class CoordinatorPod:
+    """The pod of an elastic JobSet's JAX coordination service (render/coordination.py)."""
+
+    name: str
+    workload: str
+    membership: str | None  # its membership annotation
+    live: bool  # neither terminating nor finished
+
+
+def _workload_of(meta: dict[str, Any]) -> tuple[str | None, bool]:
+    """The workload a pod belongs to (None: not a hotswap pod), and whether it is the workload's
+    coordinator rather than a worker."""
     pod_labels = _dict(meta.get("labels"))
     workload = pod_labels.get(labels.JOBSET_NAME_LABEL) or pod_labels.get(labels.WORKLOAD_LABEL)
-    if workload is None:
+    return workload, pod_labels.get(labels.REPLICATED_JOB_NAME_LABEL) == contract.COORDINATOR_JOB
+
+
+def read_coordinator_pod(obj: dict[str, Any]) -> CoordinatorPod | None:
+    """A workload's coordinator pod, or None for any other pod."""
+    meta = metadata(obj)
+    workload, coordinator = _workload_of(meta)
+    if workload is None or not coordinator:
         return None
+    phase = _dict(obj.get("status")).get("phase")
+    return CoordinatorPod(
+        name=meta["name"],
+        workload=workload,
+        membership=_dict(meta.get("annotations")).get(labels.MEMBERSHIP_ANNOTATION),
+        live=not meta.get("deletionTimestamp") and phase not in ("Succeeded", "Failed"),
+    )
+
+
+def read_pod(obj: dict[str, Any]) -> LivePod | None:
+    """A worker pod of a hotswap workload, or None for any other pod (its coordinator's too)."""
+    meta = metadata(obj)
+    workload, coordinator = _workload_of(meta)
+    if workload is None or coordinator:
+        return None
+    pod_labels = _dict(meta.get("labels"))
     annotations = _dict(meta.get("annotations"))
     spec = _dict(obj.get("spec"))
     status = _dict(obj.get("status"))

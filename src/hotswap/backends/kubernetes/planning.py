@@ -224,6 +224,9 @@ def _release(
             operations.extend(child_jobs.gated_too_long(name, pod, workload.running_since, observation.now))
         elif membership is not None and pod.annotations.get(labels.MEMBERSHIP_ANNOTATION) != membership:
             operations.append(AnnotatePod(pod.name, {labels.MEMBERSHIP_ANNOTATION: membership}))
+    for coordinator in observation.coordinators.get(name, []):  # it serves each generation the workers get
+        if membership is not None and coordinator.live and coordinator.membership != membership:
+            operations.append(AnnotatePod(coordinator.name, {labels.MEMBERSHIP_ANNOTATION: membership}))
     return operations
 
 
