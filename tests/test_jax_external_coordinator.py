@@ -94,3 +94,20 @@ def test_workers_told_the_service_is_external_meet_there_generation_after_genera
         service.terminate()
         out, _ = service.communicate(timeout=10)
     assert "serving generation 1 (2 processes)" in out and "serving generation 2 (2 processes)" in out
+
+
+def test_in_an_image_without_jax_the_service_pod_idles_instead_of_failing(tmp_path: Path) -> None:
+    """The coordinator pod runs for every elastic workload, PyTorch ones included, in the
+    workload's image: without jaxlib it says so once and keeps running (no crash loop)."""
+    membership = tmp_path / "membership.json"
+    _publish(membership, 1, _free_port())
+    probe = (
+        "import sys\n"
+        "sys.modules.update(jax=None, jaxlib=None)\n"  # as if not installed
+        "from hotswap.train.jax import coordinator\n"
+        f"print('returned', coordinator.serve_every_generation({str(membership)!r}, 10, polls=5))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines() == ["hotswap: no jaxlib in this image: no JAX coordination service to run", "returned 0"]

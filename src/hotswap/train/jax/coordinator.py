@@ -115,13 +115,20 @@ def serve_every_generation(path: str, heartbeat_s: int, polls: int | None = None
     many rounds, for tests)."""
     serving: dict[int, tuple[int, Any]] = {}  # generation -> (port, service)
     superseded: dict[int, tuple[float, int]] = {}  # generation -> (since, polls with nobody connected)
+    jax_installed = True
     while polls is None or polls > 0:
         polls = None if polls is None else polls - 1
         membership = _membership(path)
-        if membership is not None and membership.generation > max(serving, default=-1) and membership.world_size > 1:
+        if membership is not None and membership.generation > max(serving, default=-1) and membership.world_size > 1 and jax_installed:
             for generation in serving:
                 superseded.setdefault(generation, (time.monotonic(), 0))
-            serving[membership.generation] = (membership.master_port, _service(membership.master_port, membership.world_size, heartbeat_s))
+            try:
+                service = _service(membership.master_port, membership.world_size, heartbeat_s)
+            except ImportError:  # a PyTorch workload's image: its workers need no service
+                print("hotswap: no jaxlib in this image: no JAX coordination service to run", flush=True)
+                jax_installed = False
+                continue
+            serving[membership.generation] = (membership.master_port, service)
             print(f"hotswap: serving generation {membership.generation} ({membership.world_size} processes) on port {membership.master_port}", flush=True)
         for generation, (since, idle) in list(superseded.items()):
             port, service = serving[generation]
