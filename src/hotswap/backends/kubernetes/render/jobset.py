@@ -43,6 +43,10 @@ Who decides what, and why it is rendered so:
   slices the workload holds exited 0 the core declares it SUCCESSFUL, and the controller ends
   the parked Jobs the way it stops any workload: it suspends the JobSet (its Jobs' gated pods
   are deleted; the completed Jobs stay Complete), or with Kueue deactivates its Workload.
+- **Elastic JAX:** an elastic JobSet also has the ``coordinator`` replicated job, the JAX
+  coordination service of every generation on no slice's node (:mod:`.coordination`); its
+  success policy then targets the ``slice`` replicated job (still ``All``), since the service
+  never exits by itself.
 """
 
 from __future__ import annotations
