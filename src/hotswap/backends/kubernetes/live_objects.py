@@ -189,6 +189,8 @@ class CoordinatorPod:
     workload: str
     membership: str | None  # its membership annotation
     live: bool  # neither terminating nor finished
+    # When the service it ran went away (it exited, was disrupted or deleted): None while it runs.
+    lost_at: float | None = None
 
 
 def _workload_of(meta: dict[str, Any]) -> tuple[str | None, bool]:
@@ -205,12 +207,21 @@ def read_coordinator_pod(obj: dict[str, Any]) -> CoordinatorPod | None:
     workload, coordinator = _workload_of(meta)
     if workload is None or not coordinator:
         return None
-    phase = _dict(obj.get("status")).get("phase")
+    status = _dict(obj.get("status"))
+    phase = status.get("phase")
+    ended = [_worker_exit(status, contract.COORDINATOR_JOB)[1], _time(meta.get("deletionTimestamp"))]
+    ended += [
+        _time(c.get("lastTransitionTime")) for c in status.get("conditions") or []
+        if isinstance(c, dict) and c.get("type") == labels.DISRUPTION_TARGET and c.get("status") == "True"
+    ]
+    known = [t for t in ended if t is not None]
+    live = not meta.get("deletionTimestamp") and phase not in ("Succeeded", "Failed")
     return CoordinatorPod(
         name=meta["name"],
         workload=workload,
         membership=_dict(meta.get("annotations")).get(labels.MEMBERSHIP_ANNOTATION),
-        live=not meta.get("deletionTimestamp") and phase not in ("Succeeded", "Failed"),
+        live=live,
+        lost_at=None if live and not known else (min(known) if known else None),
     )
 
 

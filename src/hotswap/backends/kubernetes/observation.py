@@ -170,7 +170,8 @@ def observe(
     workloads, created = _managed_workloads(observation, live)
     workloads = _exclusive(workloads)
     released = {j.name: released_of(j.state) for j in live}
-    signals = read_signals(workloads, observation.pods_of, job_uids, failing, discovery, occupants, now, released, observation.replicas)
+    losses = {name: [c.lost_at for c in found if c.lost_at is not None] for name, found in coordinators.items()}
+    signals = read_signals(workloads, observation.pods_of, job_uids, failing, discovery, occupants, now, released, observation.replicas, losses)
     observation.wake_at = _earliest(signals.wake_at, _stall_check(observation))
     observation.snapshot, observation.events = _snapshot(observation, workloads, created, signals)
     return observation

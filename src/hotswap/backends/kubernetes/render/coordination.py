@@ -23,8 +23,9 @@ it (their TCPStore lives in the generation's rank 0, which a re-formation moves 
 - **Its failure:** every exit and disruption of its pod is ``Ignore``d by its Job (the Job
   creates a new pod, same index, same DNS name), so it never fails the Job, and it is not a
   worker: the controller judges no exit of it. The generation running when it dies loses its
-  service: JAX ends its processes (the client's error callback), their exits are judged as any
-  worker's, and the next generation meets at the new pod. Should its Job fail even so (kubelet
+  service: JAX ends its processes (the client's error callback); their exits around its loss
+  are the backend's loss (:mod:`hotswap.backends.kubernetes.pod_signals`): the workload
+  restarts in place, uncharged, and the next attempt meets at the new pod. Should its Job fail even so (kubelet
   rejections beyond ``backoffLimit``), a failure-policy rule restarts the JobSet without
   counting against ``maxRestarts`` (``RestartJobSetAndIgnoreMaxRestarts``): the workload's fault
   budget is for its workers.
@@ -41,7 +42,7 @@ from hotswap.api.spec import WorkloadSpec
 from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes.settings import KubeSettings
 
-CONTAINER = "coordinator"
+CONTAINER = contract.COORDINATOR_JOB  # its container, named as its replicated job
 # The service's heartbeat timeout, seconds: the workers' (JaxGroup's default).
 HEARTBEAT_S = 100
 # Exits and disruptions of the service's pod: the Job makes a new one (see the module).
