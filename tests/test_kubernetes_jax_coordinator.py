@@ -5,12 +5,14 @@ Job controller, kube-scheduler, kubelets, node lifecycle, Kueue as their sources
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
 import pytest
-from k8s_fixtures.scenario import make_controller, make_world, run_until, running, submit
+from k8s_fixtures.scenario import events, make_controller, make_world, run_until, running, submit
 from k8s_fixtures.world import World
+from k8s_fixtures.world.world import load_nodes
 
 from hotswap.api import worker as contract
 from hotswap.backends.kubernetes import labels
@@ -103,3 +105,37 @@ def test_a_lost_coordinator_is_replaced_and_its_generation_restarts_uncharged(wo
     state = world.state("el")
     assert (state["phase"], state["restarts"], state["attempt"]) == ("RUNNING", 0, 2)
     assert running(world, "el", attempt=2) == 12
+
+
+@pytest.mark.parametrize("kueue", [False, True], ids=["hotswap-admits", "kueue"])
+def test_a_coordinator_stranded_on_a_dead_node_is_replaced_on_another(kueue: bool) -> None:
+    """The CPU node under the service dies. Its pod is evicted after 30 s (not the default
+    300 s), force-deleted by the controller once its grace period is over (the dead kubelet
+    never confirms), and its Job's new pod runs on another CPU node with the current
+    generation. The generation it served ends; the workload restarts in place, uncharged."""
+    nodes = load_nodes()
+    spare = copy.deepcopy(next(n for n in nodes if n["metadata"]["labels"].get("cloud.google.com/gke-nodepool") == CPU_POOL))
+    spare["metadata"]["name"] = spare["metadata"]["labels"]["kubernetes.io/hostname"] = "gke-hotswap-default-pool-spare"
+    world = make_world(kueue=kueue, nodes=[*nodes, spare])  # two CPU nodes
+    try:
+        controller = make_controller(world)
+        submit(world, "el", "high", 3, min_slices=2, max_restarts=0)
+        run_until(world, controller, lambda: running(world, "el") == 12 and len(coordinators(world, "el")) == 1
+                  and coordinators(world, "el")[0]["status"].get("phase") == "Running")
+        (service,) = coordinators(world, "el")
+        dead = service["spec"]["nodeName"]
+        world.fail_node(dead)
+        world.advance(100, controller)  # the workers' clients give up on it after their heartbeat timeout
+        world.exit([p for p in world.running("el") if p["metadata"]["name"].startswith("el-slice")], 1)
+        replaced = lambda: [p for p in coordinators(world, "el") if p["metadata"]["uid"] != service["metadata"]["uid"]]  # noqa: E731
+        run_until(world, controller, lambda: running(world, "el", attempt=2) == 12 and bool(replaced())
+                  and replaced()[0]["status"].get("phase") == "Running", limit_s=400)
+        (new,) = replaced()
+        assert new["spec"]["nodeName"] not in (dead, None)
+        assert not [p for p in world.pods(lambda p: p["metadata"]["uid"] == service["metadata"]["uid"])]  # gone
+        assert any(r == "PodForceDeleted" and service["metadata"]["name"] in m for _, r, m in events(world, "el"))
+        world.advance(90, controller)
+        state = world.state("el")
+        assert (state["phase"], state["restarts"], state["attempt"]) == ("RUNNING", 0, 2)
+    finally:
+        world.close()

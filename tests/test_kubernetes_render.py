@@ -217,7 +217,12 @@ def test_an_elastic_jobset_runs_the_jax_coordination_service_on_no_slice() -> No
     assert container["command"] == [
         "python3", "-m", "hotswap.train.jax.coordinator", "--every-generation", "/etc/hotswap/membership.json", "100"
     ]
-    assert "resources" not in container and "tolerations" not in pod and "nodeSelector" not in pod
+    assert "resources" not in container and "nodeSelector" not in pod
+    # No accelerator taint tolerated; evicted from a node that stopped answering after 30 s.
+    assert pod["tolerations"] == [
+        {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}
+        for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+    ]
     assert "schedulingGates" not in pod  # nothing for the controller to place
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert terms == [{"matchExpressions": [

@@ -191,6 +191,17 @@ class CoordinatorPod:
     live: bool  # neither terminating nor finished
     # When the service it ran went away (it exited, was disrupted or deleted): None while it runs.
     lost_at: float | None = None
+    uid: str = ""
+    # A terminating pod not yet finished: when its grace period ends (a kubelet that answers
+    # has confirmed by then; one on a dead node never does).
+    deletion_deadline: float | None = None
+
+
+def service_losses(job: LiveJobSet, pods: list[CoordinatorPod]) -> list[float]:
+    """When the JobSet's JAX coordination service went away: its pods' ends, and the one
+    recorded on the JobSet (which outlives a pod deleted since)."""
+    recorded = _time(job.annotations.get(labels.SERVICE_LOST_ANNOTATION))
+    return sorted({t for t in [recorded, *(c.lost_at for c in pods)] if t is not None})
 
 
 def _workload_of(meta: dict[str, Any]) -> tuple[str | None, bool]:
@@ -222,6 +233,8 @@ def read_coordinator_pod(obj: dict[str, Any]) -> CoordinatorPod | None:
         membership=_dict(meta.get("annotations")).get(labels.MEMBERSHIP_ANNOTATION),
         live=live,
         lost_at=None if live and not known else (min(known) if known else None),
+        uid=str(meta.get("uid") or ""),
+        deletion_deadline=_time(meta.get("deletionTimestamp")) if phase not in ("Succeeded", "Failed") else None,
     )
 
 

@@ -43,7 +43,7 @@ from hotswap.backends.kubernetes.child_jobs import ChildJob, read_child_jobs, re
 from hotswap.backends.kubernetes.discovery import Discovery, discover
 from hotswap.backends.kubernetes.kueue_mode import KueueView, kueue_queued, kueue_views, terminal_workload
 from hotswap.backends.kubernetes.live_objects import (
-    CoordinatorPod, LiveJobSet, LivePod, metadata, read_coordinator_pod, read_jobset, read_occupant, read_pod,
+    CoordinatorPod, LiveJobSet, LivePod, metadata, read_coordinator_pod, read_jobset, read_occupant, read_pod, service_losses,
 )
 from hotswap.backends.kubernetes.pod_signals import Signals, read_signals
 from hotswap.backends.kubernetes.settings import KubeSettings
@@ -170,7 +170,7 @@ def observe(
     workloads, created = _managed_workloads(observation, live)
     workloads = _exclusive(workloads)
     released = {j.name: released_of(j.state) for j in live}
-    losses = {name: [c.lost_at for c in found if c.lost_at is not None] for name, found in coordinators.items()}
+    losses = {name: service_losses(job, coordinators.get(name, [])) for name, job in by_name.items()}
     signals = read_signals(workloads, observation.pods_of, job_uids, failing, discovery, occupants, now, released, observation.replicas, losses)
     observation.wake_at = _earliest(signals.wake_at, _stall_check(observation))
     observation.snapshot, observation.events = _snapshot(observation, workloads, created, signals)

@@ -25,7 +25,9 @@ it (their TCPStore lives in the generation's rank 0, which a re-formation moves 
   worker: the controller judges no exit of it. The generation running when it dies loses its
   service: JAX ends its processes (the client's error callback); their exits around its loss
   are the backend's loss (:mod:`hotswap.backends.kubernetes.pod_signals`): the workload
-  restarts in place, uncharged, and the next attempt meets at the new pod. Should its Job fail even so (kubelet
+  restarts in place, uncharged, and the next attempt meets at the new pod. On a node that
+  stops answering it is evicted after :data:`EVICT_AFTER_S` and force-deleted once its grace
+  period is over (planning.py), so that its Job can replace it. Should its Job fail even so (kubelet
   rejections beyond ``backoffLimit``), a failure-policy rule restarts the JobSet without
   counting against ``maxRestarts`` (``RestartJobSetAndIgnoreMaxRestarts``): the workload's fault
   budget is for its workers.
@@ -47,6 +49,7 @@ CONTAINER = contract.COORDINATOR_JOB  # its container, named as its replicated j
 HEARTBEAT_S = 100
 # Exits and disruptions of the service's pod: the Job makes a new one (see the module).
 _BACKOFF_LIMIT = 6  # kubelet rejections only, as the Job's default
+EVICT_AFTER_S = 30  # on a node that stopped answering (tolerationSeconds)
 
 FAILURE_RULE = {
     "name": "coordinator",
@@ -80,6 +83,13 @@ def coordinator_job(spec: WorkloadSpec, cluster: str, settings: KubeSettings, me
                 "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": not_on_accelerators}]}
             }
         },
+        # Evicted from an unreachable or NotReady node after 30 s, not the default 300 s: the
+        # controller then force-deletes it once its grace period is over, and its Job makes a
+        # new pod on a node that answers (planning.py, ``_stuck_pods``).
+        "tolerations": [
+            {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": EVICT_AFTER_S}
+            for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+        ],
         "containers": [container],
         "volumes": [membership_volume],
     }
