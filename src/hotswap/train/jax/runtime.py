@@ -28,6 +28,7 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
+from hotswap.api.worker import HOTSWAP_JAX_COORDINATOR
 from hotswap.train.jax import coordinator
 from hotswap.train.rendezvous import GroupSpec, RendezvousFailed, first_line
 
@@ -149,9 +150,10 @@ class JaxGroup:
         from jax._src.lib import _jax
 
         heartbeat = max(1, int(self.heartbeat_timeout_s))
-        if spec.rank == 0:
+        external = os.environ.get(HOTSWAP_JAX_COORDINATOR)  # the backend runs the service (Kubernetes)
+        if spec.rank == 0 and not external:
             self._coordinator = coordinator.start(spec.master_port, spec.world_size, heartbeat)
-        address = f"{spec.master_addr}:{spec.master_port}"
+        address = f"{external or spec.master_addr}:{spec.master_port}"
         state = distributed.global_state
         state.client = _jax.get_distributed_runtime_client(
             address,
