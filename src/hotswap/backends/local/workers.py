@@ -230,7 +230,7 @@ class Workers(WorkerStops):
                     continue
                 if not row.identity.is_spare:
                     _log_header(row, launch, warm=False)
-                pid, ticks = self.supervisor.spawn(row, launch, self._forker(row, launch))
+                pid, ticks = self.supervisor.spawn(row, launch, _forker(self.zygote, self.spares, row, launch))
                 if not row.identity.is_spare:  # (test-only: see crash_points.py)
                     crash_at_spawn(pid, launch.dir)
             except (OSError, ValueError, KeyError) as error:  # a launch no process can have (a NUL), or lost
@@ -287,29 +287,6 @@ class Workers(WorkerStops):
         if self.zygote is not None and self.zygote.usable():
             self.spares.refill_after(0.0)  # a fork: it takes no CPU from the failover's workers
         return True
-
-    def _forker(self, row: WorkerRow, launch: WorkerLaunch) -> Callable[[int], tuple[int, int | None] | None] | None:
-        """How the zygote would start this worker or spare (None: it cannot; start it cold)."""
-        zygote = self.zygote
-        if zygote is None:
-            return None
-        what: dict[str, object]
-        if row.identity.is_spare:
-            what = {"spare": str(launch.dir)}
-        else:
-            argv = self.spares.argv_for(launch)
-            if argv is None or not starts_like(zygote.environment, launch.env, True):
-                return None  # not a Python script the zygote's interpreter runs as it would
-            what = {"assignment": {"argv": argv, "env": launch.env, "cwd": launch.cwd, "log": str(launch.log)}}
-
-        def fork(lock: int) -> tuple[int, int | None] | None:
-            try:
-                return zygote.fork(launch, lock, what)
-            except ZygoteUnusable as error:
-                zygote.say_once(str(error))
-                return None
-
-        return fork
 
     def _cannot_start(self, row: WorkerRow, launch: WorkerLaunch | None, error: Exception) -> None:
         if row.identity.is_spare:  # the pool refills later
@@ -383,6 +360,31 @@ class Workers(WorkerStops):
             return
         for _ in range(self.spares.wanted()):
             self.spawn([self.spares.new_spare(time.time())])
+
+
+def _forker(
+    zygote: Zygote | None, spares: SparePool, row: WorkerRow, launch: WorkerLaunch
+) -> Callable[[int], tuple[int, int | None] | None] | None:
+    """How the zygote would start this worker or spare (None: it cannot; start it cold)."""
+    if zygote is None:
+        return None
+    what: dict[str, object]
+    if row.identity.is_spare:
+        what = {"spare": str(launch.dir)}
+    else:
+        argv = spares.argv_for(launch)
+        if argv is None or not starts_like(zygote.environment, launch.env, True):
+            return None  # not a Python script the zygote's interpreter runs as it would
+        what = {"assignment": {"argv": argv, "env": launch.env, "cwd": launch.cwd, "log": str(launch.log)}}
+
+    def fork(lock: int) -> tuple[int, int | None] | None:
+        try:
+            return zygote.fork(launch, lock, what)
+        except ZygoteUnusable as error:
+            zygote.say_once(str(error))
+            return None
+
+    return fork
 
 
 def _started_state(row: WorkerRow) -> str:

@@ -129,8 +129,8 @@ def shim_child(request: dict, lock: int) -> int:
             return [pid]
         # The worker's process: its signals at their defaults, its output to its log, the
         # start lock (the shim's alone) closed.
-        for number in forwarded:
-            signal.signal(number, signal.SIG_DFL)
+        for number in forwarded:  # as Python starts: SIGINT raises KeyboardInterrupt
+            signal.signal(number, signal.default_int_handler if number == signal.SIGINT else signal.SIG_DFL)
         os.dup2(null, 0)
         os.dup2(log, 1)
         os.dup2(log, 2)
