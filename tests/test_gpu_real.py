@@ -86,3 +86,26 @@ def test_a_warm_spare_started_with_no_gpu_visible_trains_on_the_gpu_it_is_handed
     spare, log = run_spare(tmp_path / "spare", ["torch", "torch.distributed", "torch.optim", "torch._dynamo"], env, script)
     assert (spare / "cuda-untouched").exists()
     assert "devices 1 sum 2048" in log, log
+
+
+def test_a_worker_forked_from_the_zygote_with_no_gpu_visible_trains_on_its_gpu(tmp_path: Path) -> None:
+    """A worker that finds no spare is forked from the cluster's zygote, which imported the CUDA
+    build of PyTorch with no GPU visible and CUDA untouched: the worker's CUDA_VISIBLE_DEVICES
+    (GPU 0) applies in the forked process, before its first CUDA call."""
+    from spare_helpers import fork_worker, start_zygote
+
+    process, ready = start_zygote(tmp_path / "zygote", ["torch", "torch.distributed", "torch.optim", "torch._dynamo"])
+    try:
+        assert ready["problem"] is None  # one thread, CUDA not initialised: it may fork
+        script = (
+            "import torch\n"
+            "x = torch.ones(1024, device='cuda') * 2\n"
+            "print('devices', torch.cuda.device_count(), 'sum', int(x.sum().item()), flush=True)\n"
+        )
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0"}
+        env.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
+        code, log = fork_worker(tmp_path / "zygote", tmp_path / "worker", env, script)
+        assert code == 0 and "devices 1 sum 2048" in log, log
+    finally:
+        process.terminate()
+        process.wait()

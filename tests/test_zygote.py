@@ -132,3 +132,37 @@ def test_the_pool_refills_by_fork_and_a_killed_controller_keeps_the_zygote(home:
     wait_until(lambda: spare_parents() == [zygote], timeout=30, what="the pool refilled by fork")
     hotswap(home, "cluster", "delete", "--cluster", "c", "--force", check=True)
     wait_until(lambda: not alive(zygote), timeout=20, what="the zygote to stop with its cluster")
+
+
+def test_forked_workers_get_fresh_seeds_and_a_zygote_with_threads_refuses_to_fork(tmp_path: Path) -> None:
+    from spare_helpers import fork_worker, start_zygote
+
+    from hotswap.backends.local.zygotes import ZygoteUnusable
+
+    process, ready = start_zygote(tmp_path / "zygote", ["numpy"])
+    try:
+        assert ready["problem"] is None  # numpy's OpenBLAS threads were stopped before it serves
+        draws = "import random, numpy\nprint('DRAW', random.random(), numpy.random.rand(), flush=True)\n"
+        env = {"PATH": os.environ["PATH"]}
+        outputs = [fork_worker(tmp_path / "zygote", tmp_path / f"w{i}", env, draws) for i in range(2)]
+        assert [code for code, _ in outputs] == [0, 0]
+        lines = [next(line for line in log.splitlines() if line.startswith("DRAW")) for _, log in outputs]
+        first, second = (line.split()[1:] for line in lines)
+        assert first[0] != second[0] and first[1] != second[1]  # neither generator shared with a sibling
+    finally:
+        process.terminate()
+        process.wait()
+    # A preload that leaves a thread running: forking would copy a process without it.
+    (tmp_path / "threaded.py").write_text("import threading, time\nthreading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n")
+    os.environ["PYTHONPATH"] = f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
+    try:
+        process, ready = start_zygote(tmp_path / "threaded-zygote", ["threaded"])
+    finally:
+        os.environ["PYTHONPATH"] = os.environ["PYTHONPATH"].split(os.pathsep, 1)[1]
+    try:
+        assert ready["problem"] == "the zygote runs 2 threads"
+        with pytest.raises(ZygoteUnusable, match="cannot fork: the zygote runs 2 threads"):
+            fork_worker(tmp_path / "threaded-zygote", tmp_path / "w-threaded", {"PATH": os.environ["PATH"]}, "print(1)\n")
+    finally:
+        process.terminate()
+        process.wait()

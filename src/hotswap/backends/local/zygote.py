@@ -20,7 +20,8 @@ reaps its children.
 Fork safety: before every fork the zygote checks that it runs one thread
 (``threading.active_count()`` and ``/proc/self/task``) and that CUDA is not initialised in
 it; otherwise it refuses (the controller then starts the worker cold). A forked worker gets
-fresh seeds (``random`` reseeds itself at fork; numpy's global generator is reseeded here). Imports may start thread
+fresh seeds (``random`` reseeds itself at fork; numpy's global generator is reseeded here:
+numpy 2.4 already draws anew in each fork, older releases did not). Imports may start thread
 pools (numpy's OpenBLAS does): the zygote stops them (:func:`quiesce`) before it serves.
 
 It ends when its ``ready`` file is gone (the controller stopped it, or the cluster's directory
