@@ -48,6 +48,10 @@ class Zygote:
         and restarted finds it beside the cluster)."""
         info = self.info()
         if info is not None and info.get("modules") == self.modules:
+            try:  # what it really started with (a killed controller's environment)
+                self.environment = json.loads((self.dir / "env.json").read_text())
+            except (FileNotFoundError, ValueError):
+                pass
             return
         self.stop()
         new_dirs_private(self.dir)
