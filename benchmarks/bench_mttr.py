@@ -1,5 +1,7 @@
-"""MTTR of a real PyTorch job on the local backend: hotswap with a cold restart, hotswap onto
-warm spare workers, and waiting for the repair (no hotswap). Prints JSON.
+"""MTTR of a real PyTorch job on the local backend: hotswap with a cold restart (a new Python
+process), hotswap with no spare ready but the cluster's zygote (the process forked from the
+pre-imported zygote: ``cold_zygote``), hotswap onto warm spare workers, and waiting for the
+repair (no hotswap). Prints JSON; ``zygote_vs_cold`` is cold_zygote / cold, same run.
 
 MTTR here is what the demo reports: from the node failure to the first training step the
 restarted job completes, read from the training processes' own records. A low-priority job on
@@ -36,20 +38,22 @@ from pathlib import Path
 from typing import Any
 
 from hotswap.backends.local import operations
-from hotswap.backends.local.spares import new_cluster_warm_workers
+from hotswap.backends.local.spares import ZYGOTE_VARIABLE, new_cluster_warm_workers, new_cluster_zygote
+from hotswap.store.paths import ClusterPaths
 from hotswap.store import registry
 from hotswap.demo.drills import DEVICE, DemoOptions, Drill, phases_of_restart
 
 
 class MttrBench(Drill):
     scenario = "bench"
-    title = "MTTR: cold, warm, wait-for-repair"
+    title = "MTTR: cold, cold with the zygote, warm, wait-for-repair"
 
     def __init__(self, runs: int, repair_s: float) -> None:
         super().__init__(DemoOptions(keep=False, backing="emulated"), live=False)  # warm spares: emulated slices
         self.failures = runs  # (Drill.runs is the drill's own record of workload directories)
         self.repair_s = repair_s
         self.default_spares = 0
+        self.default_zygote = False
 
     def one_failure(self, repair_after: float | None = None) -> tuple[float, dict[str, float | None]]:
         high = self.record("high")
@@ -78,12 +82,24 @@ class MttrBench(Drill):
             store.close()
         return len(spares) >= 2 and all(os.path.exists(os.path.join(s.dir, "ready")) for s in spares)
 
+    def _zygote_ready(self) -> bool:
+        return (ClusterPaths.of(self.cluster).root / "zygote" / "ready").exists()
+
     def drill(self) -> dict[str, Any]:
-        self.create_cluster(3)
+        self.default_zygote = new_cluster_zygote()  # what a new cluster keeps without HOTSWAP_ZYGOTE
+        before = os.environ.get(ZYGOTE_VARIABLE)
+        os.environ[ZYGOTE_VARIABLE] = "0"  # cold first: no zygote at all (today's start without one)
+        try:
+            self.create_cluster(3)
+        finally:
+            os.environ.pop(ZYGOTE_VARIABLE) if before is None else os.environ.__setitem__(ZYGOTE_VARIABLE, before)
         self.submit("low", priority="low", slices=1)
         self.submit("high", priority="high", slices=2, restart_strategy="BlockingRecreate")
         self.wait_steps("high", 30)
         cold = [self.one_failure() for _ in range(self.failures)]
+        operations.create_cluster(self.cluster, DEVICE, 3, True, lambda _: True, warm_workers=0, zygote=True)
+        self.wait("the zygote", self._zygote_ready, timeout=120)
+        cold_zygote = [self.one_failure() for _ in range(self.failures)]
         self.default_spares = new_cluster_warm_workers(3, 1)  # what a new cluster keeps without --warm-workers
         operations.create_cluster(self.cluster, DEVICE, 3, True, lambda _: True, warm_workers=2)
         warm = []
@@ -92,7 +108,7 @@ class MttrBench(Drill):
             warm.append(self.one_failure())
         operations.create_cluster(self.cluster, DEVICE, 3, True, lambda _: True, warm_workers=0, hotswap=False)
         waited = [self.one_failure(repair_after=self.repair_s) for _ in range(self.failures)] if self.repair_s >= 0 else []
-        runs = {"cold": cold, "warm": warm, "wait_for_repair": waited}
+        runs = {"cold": cold, "cold_zygote": cold_zygote, "warm": warm, "wait_for_repair": waited}
         return {mode: [m for m, _ in samples] for mode, samples in runs.items()} | {
             "phases": {mode: [p for _, p in samples] for mode, samples in runs.items()}
         }
@@ -178,20 +194,27 @@ def main() -> None:
         raise SystemExit(f"benchmark failed: {summary['checks']}")
     result = {
         "cold_s": round(statistics.median(summary["cold"]), 3),
+        "cold_zygote_s": round(statistics.median(summary["cold_zygote"]), 3),
+        "zygote_vs_cold": round(statistics.median(summary["cold_zygote"]) / statistics.median(summary["cold"]), 3),
         "warm_s": round(statistics.median(summary["warm"]), 3),
-        # What a user gets without a flag: spares by default (auto) when they cover the restart.
-        "default_s": round(statistics.median(summary["warm" if bench.default_spares >= 2 else "cold"]), 3),
+        # What a user gets without a flag: spares by default (auto) when they cover the restart,
+        # else the zygote where memory allows one (auto), else cold.
+        "default_s": round(statistics.median(summary[
+            "warm" if bench.default_spares >= 2 else "cold_zygote" if bench.default_zygote else "cold"
+        ]), 3),
         "default_warm_workers": bench.default_spares,
+        "default_zygote": bench.default_zygote,
         "wait_for_repair_s": round(statistics.median(summary["wait_for_repair"]), 3) if summary["wait_for_repair"] else None,
         "repair_s": args.repair_s,
         "runs": args.runs,
-        "samples": {k: [round(v, 3) for v in summary[k]] for k in ("cold", "warm", "wait_for_repair")},
+        "samples": {k: [round(v, 3) for v in summary[k]] for k in ("cold", "cold_zygote", "warm", "wait_for_repair")},
         "phases": {mode: median_phases(samples) for mode, samples in summary["phases"].items()},
         "torch_import": imports,
         "torch_import_s": imports[0]["warm_s"] if imports else None,
     }
     if not args.json:
-        print(f"MTTR median of {args.runs}: default ({bench.default_spares} spares) {result['default_s']} s, cold {result['cold_s']} s, warm {result['warm_s']} s,"
+        print(f"MTTR median of {args.runs}: default ({bench.default_spares} spares) {result['default_s']} s, cold {result['cold_s']} s,"
+              f" cold with the zygote {result['cold_zygote_s']} s ({result['zygote_vs_cold']}x), warm {result['warm_s']} s,"
               f" wait-for-repair ({args.repair_s:g} s repair) {result['wait_for_repair_s']} s")
         for mode, phases in result["phases"].items():
             print(f"  {mode} phases (s after the failure): " + ", ".join(f"{k.removesuffix('_s')} {v}" for k, v in phases.items()))

@@ -8,3 +8,5 @@ import os
 # Python process that imports PyTorch). The suite creates hundreds of clusters on small CI
 # machines: they start none unless a test asks (explicitly, or by setting this variable).
 os.environ.setdefault("HOTSWAP_WARM_WORKERS", "0")
+# Nor a zygote (one process importing PyTorch per cluster) unless a test asks for one.
+os.environ.setdefault("HOTSWAP_ZYGOTE", "0")

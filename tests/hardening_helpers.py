@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import hashlib
 import io
+import json
 import os
 import shutil
 import sqlite3
@@ -130,6 +131,33 @@ def worker_shims(root: Path) -> list[dict[str, str]]:
             continue
         env = dict(p.decode(errors="replace").split("=", 1) for p in pairs if b"=" in p)
         found.append({**env, "pid": entry.name, "dir": command.split(b"\0")[3].decode()})
+    return found + forked_shims(root)
+
+
+def forked_shims(root: Path) -> list[dict[str, str]]:
+    """The worker shims forked by the cluster's zygote (backends/local/zygote.py): their command
+    line and /proc environment are the zygote's (a fork's), so they are found by the pid files
+    of the workers' directories, and their worker's environment read from its saved launch."""
+    zygote = root / "zygote" / "ready"
+    if not zygote.exists():
+        return []
+    zygote_pid = str(json.loads(zygote.read_text())["pid"])
+    spares = {}  # a spare's directory -> the worker directory it was handed (the pointer)
+    for pointer in root.glob("workloads/*/**/spare"):
+        spares[pointer.read_text().strip()] = pointer.parent
+    found = []
+    for pid_file in [*root.glob("workloads/*/**/pid"), *root.glob("spares/*/pid")]:
+        try:
+            pid = pid_file.read_text().split()[0]
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if stat[0] == "Z" or stat[1] != zygote_pid:
+            continue
+        worker_dir = spares.get(str(pid_file.parent), pid_file.parent)
+        launch = worker_dir / "launch.json"
+        if launch.exists():  # (an unassigned spare serves no worker)
+            found.append({**json.loads(launch.read_text())["env"], "pid": pid, "dir": str(pid_file.parent)})
     return found
 
 

@@ -201,6 +201,11 @@ def forge(drill: Drill, row: sqlite3.Row, **columns: object) -> None:
 @pytest.mark.parametrize("point", POINTS)
 def test_a_controller_killed_at_each_moment_of_a_start_costs_nothing(drill: Drill, point: str) -> None:
     drill.cluster(2)
+    start_killed_at(drill, point)
+
+
+def start_killed_at(drill: Drill, point: str) -> None:
+    """Workload a runs; b's start meets a controller killed at ``point``; nothing is lost."""
     drill.create("a")
     drill.settle()
     drill.stop_controller()
@@ -208,6 +213,23 @@ def test_a_controller_killed_at_each_moment_of_a_start_costs_nothing(drill: Dril
     assert drill.once.exists(), f"the controller never reached {point}"
     drill.settle()
     drill.check()
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_a_controller_killed_at_each_moment_of_a_start_by_the_zygote_costs_nothing(
+    drill: Drill, point: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same moments when the worker is forked by the cluster's zygote (zygote.py): its shim
+    is no child of the controller, it holds the start lock the controller passed, and a
+    restarted controller adopts it (and the zygote) as it adopts any worker."""
+    from hardening_helpers import forked_shims
+
+    monkeypatch.setenv("HOTSWAP_ZYGOTE", "1")  # (the controllers inherit it from the CLI)
+    drill.cluster(2)
+    ready = drill.root / "zygote" / "ready"
+    wait_until(ready.exists, timeout=90, what="the zygote to be ready")
+    start_killed_at(drill, point)
+    assert {env["HOTSWAP_WORKLOAD"] for env in forked_shims(drill.root)} == {"a", "b"}  # both forked, none cold
 
 
 def test_a_shim_killed_after_its_pid_file_before_its_command_is_started_again_uncharged(drill: Drill) -> None:

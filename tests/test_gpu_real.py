@@ -70,19 +70,43 @@ def test_drills_on_gpu_backed_slices(home: Path, scenario: str) -> None:
         assert summary["device"].startswith("cuda") and summary["save"]["bytes"] >= 1e9
 
 
+PRELOAD = ["torch", "torch.distributed", "torch.optim", "torch._dynamo"]  # what spares and the zygote import
+ON_GPU = (  # a worker that computes on the GPU it is given
+    "import torch\n"
+    "x = torch.ones(1024, device='cuda') * 2\n"
+    "print('devices', torch.cuda.device_count(), 'sum', int(x.sum().item()), flush=True)\n"
+)
+
+
+def on_gpu_0() -> dict[str, str]:
+    """A worker's environment naming GPU 0 (and not the spare's NVML-based check)."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0"}
+    env.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
+    return env
+
+
 def test_a_warm_spare_started_with_no_gpu_visible_trains_on_the_gpu_it_is_handed(tmp_path: Path) -> None:
     """GPU-backed slices restart on warm spares: a spare imports PyTorch (CUDA build) with no
     GPU visible and without initialising CUDA; handed a worker whose CUDA_VISIBLE_DEVICES names
     GPU 0, it sees exactly that GPU and computes on it."""
     from spare_helpers import run_spare
 
-    script = (
-        "import torch\n"
-        "x = torch.ones(1024, device='cuda') * 2\n"
-        "print('devices', torch.cuda.device_count(), 'sum', int(x.sum().item()), flush=True)\n"
-    )
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0"}
-    env.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
-    spare, log = run_spare(tmp_path / "spare", ["torch", "torch.distributed", "torch.optim", "torch._dynamo"], env, script)
+    spare, log = run_spare(tmp_path / "spare", PRELOAD, on_gpu_0(), ON_GPU)
     assert (spare / "cuda-untouched").exists()
     assert "devices 1 sum 2048" in log, log
+
+
+def test_a_worker_forked_from_the_zygote_with_no_gpu_visible_trains_on_its_gpu(tmp_path: Path) -> None:
+    """A worker that finds no spare is forked from the cluster's zygote, which imported the CUDA
+    build of PyTorch with no GPU visible and CUDA untouched: the worker's CUDA_VISIBLE_DEVICES
+    (GPU 0) applies in the forked process, before its first CUDA call."""
+    from spare_helpers import fork_worker, start_zygote
+
+    process, ready = start_zygote(tmp_path / "zygote", PRELOAD)
+    try:
+        assert ready["problem"] is None  # one thread, CUDA not initialised: it may fork
+        code, log = fork_worker(tmp_path / "zygote", tmp_path / "worker", on_gpu_0(), ON_GPU)
+        assert code == 0 and "devices 1 sum 2048" in log, log
+    finally:
+        process.terminate()
+        process.wait()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from local_helpers import hotswap, home  # noqa: F401 (home: a fixture)
 
-from hotswap.core.warm_policy import SPARE_BYTES, auto_warm_workers
+from hotswap.core.warm_policy import SPARE_BYTES, auto_warm_workers, auto_zygote
 
 GIB = 1 << 30
 
@@ -33,6 +33,22 @@ def test_auto_keeps_two_slices_of_spares_within_a_quarter_of_free_memory(slices:
 
 def test_auto_keeps_none_where_free_memory_is_unknown() -> None:
     assert auto_warm_workers(3, 1, None, 64) == 0
+
+
+@pytest.mark.parametrize(
+    ("free_gib", "zygote", "spares"),
+    [
+        (64, True, 2),  # room for all: the zygote and two slices' spares
+        (12, True, 2),  # a quarter holds three processes: the zygote and two spares
+        (8, True, 1),  # a quarter holds two: the zygote counts as one, one spare is left
+        (4, True, 0),  # a quarter holds one: the zygote (every restart forked), no spare
+        (3, False, 0),  # a quarter holds none: cold restarts
+    ],
+)
+def test_the_zygote_is_kept_where_one_process_fits_and_counts_as_a_spare(free_gib: int, zygote: bool, spares: int) -> None:
+    assert auto_zygote(free_gib * GIB) is zygote
+    assert auto_warm_workers(3, 1, free_gib * GIB, 64, zygote=zygote) == spares
+    assert auto_zygote(None) is False
 
 
 def test_a_new_cluster_gets_auto_spares_without_a_flag_and_keeps_its_setting(

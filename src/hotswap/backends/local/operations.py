@@ -26,7 +26,9 @@ from hotswap.backends.local.gpus import Backing, GpuSelection, claim, claims_loc
 from hotswap.backends.local.nvml import GpuInfo
 from hotswap.backends.local.protocol import MAX_LOCAL_SLICES, NodeOperation, RequestKind
 from hotswap.backends.local.resize import resize_events
-from hotswap.backends.local.spares import AUTO, default_warm_workers, new_cluster_warm_workers, parse_warm_workers
+from hotswap.backends.local.spares import (
+    AUTO, default_warm_workers, new_cluster_warm_workers, new_cluster_zygote, parse_warm_workers,
+)
 from hotswap.backends.local.runs import run_view
 from hotswap.backends.local.views import gpu_health, gpu_views, node_reasons, workload_view
 from hotswap.backends.views import (
@@ -60,6 +62,7 @@ def create_cluster(
     warm_preload: list[str] | None = None,
     hotswap: bool | None = None,
     gpus: str | None = None,
+    zygote: bool | None = None,
 ) -> ClusterCreated:
     """Create a local cluster, or resize it when it exists (``cluster create`` re-run).
 
@@ -68,7 +71,8 @@ def create_cluster(
     gets when None: see :func:`hotswap.core.warm_policy.auto_warm_workers`, or
     ``$HOTSWAP_WARM_WORKERS``) sizes them by the slices and the free memory. ``hotswap=False``: workloads
     that lose a slice wait for its repair instead (the baseline hotswap is measured against).
-    None keeps the current setting. ``gpus`` (``--gpus``): back the slices by this machine's
+    None keeps the current setting. ``zygote``: keep a pre-imported process that forks workers
+    and spares (a new cluster's default: ``$HOTSWAP_ZYGOTE``, else where memory allows). ``gpus`` (``--gpus``): back the slices by this machine's
     GPUs (see :mod:`hotswap.backends.local.gpus`); ``num_slices`` may then be left to them.
     """
     validate_cluster_name(name)
@@ -87,7 +91,7 @@ def create_cluster(
         if backing is None:
             if num_slices is None:
                 raise InvalidInputError("--num-slices is needed (or --gpus, to take the count from the GPUs)")
-            return _create_or_resize(paths, device, num_slices, force, confirm, warm_workers, warm_preload, hotswap)
+            return _create_or_resize(paths, device, num_slices, force, confirm, warm_workers, warm_preload, hotswap, zygote=zygote)
         # Claims are made under the machine's one lock, held until the controller has recorded
         # them: two concurrent creates never take the same GPU.
         with claims_lock():
@@ -95,7 +99,7 @@ def create_cluster(
             if not 1 <= num_slices <= MAX_LOCAL_SLICES:
                 raise InvalidInputError(f"--num-slices must be between 1 and {MAX_LOCAL_SLICES}")
             return _create_or_resize(
-                paths, device, num_slices, force, confirm, warm_workers, warm_preload, hotswap, pool
+                paths, device, num_slices, force, confirm, warm_workers, warm_preload, hotswap, pool, zygote=zygote
             )
 
 
@@ -128,6 +132,7 @@ def _create_or_resize(
     warm_preload: list[str] | None,
     hotswap: bool | None,
     gpu_pool: list[GpuInfo] | None = None,
+    zygote: bool | None = None,
 ) -> ClusterDescription:
     name = paths.name
     state = _state_of(paths)
@@ -162,6 +167,10 @@ def _create_or_resize(
             payload["warm_preload"] = warm_preload
     if hotswap is not None:
         payload["hotswap"] = hotswap
+    if zygote is None and fresh:
+        zygote = new_cluster_zygote()
+    if zygote is not None:
+        payload["zygote"] = zygote
     if gpu_pool is not None:
         payload["gpus"] = [g.to_json() for g in gpu_pool]
     outcome = client.request(paths, RequestKind.RESIZE, payload)

@@ -62,7 +62,7 @@ class RequestKind(enum.StrEnum):
     CREATE = "create"  # {"spec": the WorkloadSpec as JSON, "launch": the launch record}
     DELETE = "delete"  # {"workload": name}
     NODE = "node"  # {"op": a NodeOperation, "nodes": [node names]}
-    RESIZE = "resize"  # {"num_slices": N, and optionally "warm_workers", "warm_preload", "hotswap"}
+    RESIZE = "resize"  # {"num_slices": N, and optionally "warm_workers", "warm_preload", "hotswap", "zygote"}
     SHUTDOWN = "shutdown"  # {}: stop every worker, then the controller (``cluster delete``)
 
 
@@ -220,6 +220,8 @@ def _check_resize(payload: dict[str, Any]) -> None:
         raise ValueError("warm_preload is not a list of module names")
     if "hotswap" in payload and not isinstance(payload["hotswap"], bool):
         raise ValueError("hotswap is not true or false")
+    if "zygote" in payload and not isinstance(payload["zygote"], bool):
+        raise ValueError("zygote is not true or false")
     gpus = payload.get("gpus")
     if gpus is not None:
         fields = {"index": int, "uuid": str}

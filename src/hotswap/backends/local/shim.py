@@ -209,6 +209,32 @@ def main(argv: list[str]) -> int:
     worker_dir, log_file, lock_fd, _, command_line = argv
     os.set_inheritable(int(lock_fd), False)  # held by the shim alone, not by the command it runs
     command = argv_of(command_line)
+
+    def start(log: int, null: int, forwarded: tuple[int, ...]) -> list[int]:
+        pids: list[int] = []
+        try:
+            pids.append(spawn(command, dump_environment(dict(os.environ), worker_dir, 0), log, null, forwarded))
+            for number, process in enumerate(local_processes(worker_dir), start=1):
+                own_log = os.open(process["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                try:
+                    env = dump_environment({**os.environ, **process["env"]}, worker_dir, number)
+                    pids.append(spawn(command, env, own_log, null, forwarded))
+                finally:
+                    os.close(own_log)
+        except OSError as error:  # not found, not executable: say so where the user looks, as a shell would
+            os.write(log, f"hotswap: cannot run {command[0]!r}: {error.strerror}\n".encode())
+            for pid in pids:
+                signal_quietly(pid, signal.SIGKILL)
+            raise
+        return pids
+
+    return supervise(worker_dir, log_file, start)
+
+
+def supervise(worker_dir: str, log_file: str, start) -> int:  # type: ignore[no-untyped-def]
+    """The shim's life around ``start(log, null, forwarded) -> pids`` (the command's processes,
+    started with the ``forwarded`` signals at their default): subreaper, pid file, ``started``
+    mark, reaping, exit record. Also run in-process by a child of the zygote (zygote.py)."""
     with_libc = ctypes.CDLL(None, use_errno=True)
     with_libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     write_atomically(os.path.join(worker_dir, "pid"), f"{os.getpid()} {start_ticks(os.getpid())}\n")
@@ -219,20 +245,9 @@ def main(argv: list[str]) -> int:
         signal.signal(number, lambda *_: None)
     log = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     null = os.open(os.devnull, os.O_RDONLY)
-    pids: list[int] = []
     try:
-        pids.append(spawn(command, dump_environment(dict(os.environ), worker_dir, 0), log, null, forwarded))
-        for number, process in enumerate(local_processes(worker_dir), start=1):
-            own_log = os.open(process["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            try:
-                env = dump_environment({**os.environ, **process["env"]}, worker_dir, number)
-                pids.append(spawn(command, env, own_log, null, forwarded))
-            finally:
-                os.close(own_log)
-    except OSError as error:  # not found, not executable: say so where the user looks, as a shell would
-        os.write(log, f"hotswap: cannot run {command[0]!r}: {error.strerror}\n".encode())
-        for pid in pids:
-            signal_quietly(pid, signal.SIGKILL)
+        pids = start(log, null, forwarded)
+    except OSError:
         write_atomically(os.path.join(worker_dir, "exit"), f"{CANNOT_RUN}\n")
         return CANNOT_RUN
     finally:

@@ -27,7 +27,7 @@ from pathlib import Path
 from hotswap.api.errors import InvalidInputError
 from hotswap.api.worker import CUDA_VISIBLE_DEVICES
 from hotswap.backends.local.protocol import MAX_WARM_WORKERS
-from hotswap.core.warm_policy import auto_warm_workers
+from hotswap.core.warm_policy import auto_warm_workers, auto_zygote
 from hotswap.backends.local.supervisor import Supervisor, WorkerLaunch
 from hotswap.store.paths import new_dirs_private, write_private
 from hotswap.backends.local.tables import SPARE, LocalStore, WorkerRow
@@ -78,7 +78,20 @@ def available_memory() -> int | None:
 
 def default_warm_workers(num_slices: int, hosts_per_slice: int) -> int:
     """What ``--warm-workers auto`` means here and now (see hotswap.core.warm_policy)."""
-    return auto_warm_workers(num_slices, hosts_per_slice, available_memory(), MAX_WARM_WORKERS)
+    memory = available_memory()
+    return auto_warm_workers(num_slices, hosts_per_slice, memory, MAX_WARM_WORKERS, new_cluster_zygote(memory))
+
+
+ZYGOTE_VARIABLE = "HOTSWAP_ZYGOTE"  # whether a new cluster keeps a zygote: auto (the default), 1 or 0
+
+
+def new_cluster_zygote(memory: int | None = None) -> bool:
+    """Whether a new cluster keeps a zygote (zygotes.py): ``$HOTSWAP_ZYGOTE`` (1 or 0), else
+    auto (see hotswap.core.warm_policy.auto_zygote)."""
+    setting = (os.environ.get(ZYGOTE_VARIABLE) or AUTO).strip().lower()
+    if setting in ("0", "1"):
+        return setting == "1"
+    return auto_zygote(available_memory() if memory is None else memory)
 
 
 def new_cluster_warm_workers(num_slices: int, hosts_per_slice: int) -> int:
@@ -106,6 +119,20 @@ def preload_modules(requested: tuple[str, ...] = DEFAULT_PRELOAD) -> list[str]:
         except (ImportError, ValueError):
             continue
     return found
+
+
+def starts_like(started_with: dict[str, str], env: dict[str, str], cuda_untouched: bool) -> bool:
+    """Whether a process started with ``started_with`` is the Python process ``env`` would
+    start (with CUDA untouched in it, the GPUs it sees are chosen at hand-over)."""
+    compared = [n for n in IMPORT_TIME_VARIABLES if not (cuda_untouched and n in DEVICE_VISIBILITY_VARIABLES)]
+    return all(started_with.get(name) == env.get(name) for name in compared)
+
+
+def spare_environment() -> dict[str, str]:
+    """What a spare (and the zygote) starts with: no GPU visible and CUDA left uninitialised
+    (NVML answers is_available()), so that it serves emulated slices' workers and GPU-backed
+    ones too: their CUDA_VISIBLE_DEVICES applies at hand-over, before any CUDA call."""
+    return {**os.environ, CUDA_VISIBLE_DEVICES: "", "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
 
 
 class SparePool:
@@ -171,10 +198,7 @@ class SparePool:
         if not fifo.exists():
             os.mkfifo(fifo, 0o600)
         command = shlex.join([sys.executable, "-u", str(WARM), str(directory), *preload_modules(self.preload)])
-        # Started with no GPU visible and CUDA left uninitialised (NVML answers is_available()):
-        # it serves emulated slices' workers and, when it reports CUDA untouched, GPU-backed
-        # ones too; their CUDA_VISIBLE_DEVICES applies at hand-over, before any CUDA call.
-        environment = {**os.environ, CUDA_VISIBLE_DEVICES: "", "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
+        environment = spare_environment()
         write_private(directory / "env.json", json.dumps(environment))  # may hold secrets
         launch = WorkerLaunch(SPARE, directory, directory / "spare.log", command, str(directory), environment)
         return self.store.worker_rows.get(spare_id), launch
@@ -211,9 +235,7 @@ class SparePool:
                 started_with = json.loads((Path(row.dir) / "env.json").read_text())
             except (FileNotFoundError, json.JSONDecodeError):
                 continue
-            fresh = (Path(row.dir) / CUDA_UNTOUCHED).exists()  # then the GPUs are chosen at hand-over
-            compared = [n for n in IMPORT_TIME_VARIABLES if not (fresh and n in DEVICE_VISIBILITY_VARIABLES)]
-            if all(started_with.get(name) == env.get(name) for name in compared):
+            if starts_like(started_with, env, (Path(row.dir) / CUDA_UNTOUCHED).exists()):
                 return row
         return None
 

@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from hotswap.store.paths import write_private
@@ -113,8 +114,11 @@ class Supervisor:
         self.store = store
         self.children: dict[int, subprocess.Popen[bytes]] = {}  # worker id -> our child
 
-    def spawn(self, row: WorkerRow, launch: WorkerLaunch) -> tuple[int, int | None]:
-        """Start the process of a worker row that a committed decision created.
+    def spawn(
+        self, row: WorkerRow, launch: WorkerLaunch, fork: Callable[[int], tuple[int, int | None] | None] | None = None
+    ) -> tuple[int, int | None]:
+        """Start the process of a worker row that a committed decision created: by ``fork(lock)``
+        (the zygote: see zygotes.py) where it gives a pid and start ticks, else a new shim.
 
         Returns its pid and kernel start time; the caller records them (in one transaction for
         all the workers of a round: starting workers fast is what failover time is made of).
@@ -130,6 +134,9 @@ class Supervisor:
                 (launch.dir / stale).unlink(missing_ok=True)
             if launch.local:
                 (launch.dir / LOCAL_FILE).write_text(json.dumps([p.to_json() for p in launch.local]))
+            forked = fork(lock) if fork is not None else None
+            if forked is not None:
+                return forked  # not our child: watched as a re-adopted worker is (pidfd, records)
             cwd = launch.cwd if os.path.isdir(launch.cwd) else str(launch.dir)
             child = subprocess.Popen(
                 [sys.executable, "-S", str(SHIM), str(launch.dir), str(launch.log), str(lock), "--", launch.command],

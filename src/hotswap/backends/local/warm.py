@@ -46,6 +46,12 @@ def main(argv: list[str]) -> int:
     spare_dir, *modules = argv
     for module in modules:
         importlib.import_module(module)
+    become(wait_for_assignment(spare_dir))
+    return 0
+
+
+def wait_for_assignment(spare_dir: str) -> dict:
+    """Say that the spare is ready (and whether CUDA is untouched), and wait for its assignment."""
     if cuda_untouched():
         # Nothing has initialised CUDA here: the GPUs the worker will see are still open, so
         # the spare can serve a GPU-backed worker (its CUDA_VISIBLE_DEVICES applies at hand-over).
@@ -57,7 +63,12 @@ def main(argv: list[str]) -> int:
     while not data.endswith(b"\n"):
         data += os.read(channel, 1 << 20)
     os.close(channel)
-    assignment = json.loads(data)
+    return json.loads(data)
+
+
+def become(assignment: dict) -> None:
+    """Become the worker of ``assignment`` (``{"argv", "env", "cwd", "log"}``): its environment,
+    working directory and log, then its script as ``__main__``."""
     os.environ.clear()
     os.environ.update(assignment["env"])
     os.environ["HOTSWAP_HANDED_OVER_AT"] = repr(time.time())  # api/worker.py HOTSWAP_HANDED_OVER_AT: the worker's "spawn"
@@ -83,7 +94,6 @@ def main(argv: list[str]) -> int:
     sys.argv = [script, *arguments]
     sys.path[0] = os.path.dirname(os.path.abspath(script))
     runpy.run_path(script, run_name="__main__")
-    return 0
 
 
 if __name__ == "__main__":

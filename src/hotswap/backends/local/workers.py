@@ -37,7 +37,8 @@ from hotswap.api.worker import HOTSWAP_EVENTS_FILE
 from hotswap.backends.local import launch as files
 from hotswap.backends.local.crash_points import crash_at, crash_at_spawn
 from hotswap.backends.local.gpu_handover import GpuHandOver
-from hotswap.backends.local.spares import SpareGone, SparePool
+from hotswap.backends.local.spares import SpareGone, SparePool, preload_modules, spare_environment, starts_like
+from hotswap.backends.local.zygotes import Zygote, ZygoteUnusable
 from hotswap.backends.local.supervisor import Ending, Supervisor, WorkerLaunch
 from hotswap.store import faults
 from hotswap.store.paths import ClusterPaths, new_dirs_private, open_private
@@ -45,6 +46,7 @@ from hotswap.backends.local.tables import LIVE_WORKER_STATES, LocalStore, Worker
 
 CANNOT_START_EXIT_CODE = 127  # what a shell reports for a command it cannot run
 MAX_START_AGAIN = 3  # starts of one worker made again (its shim killed before its command ran)
+ZYGOTE_WAIT_S = 0.5  # a refill waits this long (again) while the zygote still imports
 LOST_REASON = "was lost: its shim was killed while the command ran (not the workload's fault)"
 
 
@@ -56,6 +58,7 @@ class WorkerStops:
     supervisor: Supervisor
     hand_over: GpuHandOver
     spares: SparePool
+    zygote: Zygote | None
     grace_s: Callable[[str], float]
     on_exit: Callable[[WorkerRow, int, str | None], None]
     # Exits seen but not yet committed: they are written in the transaction of the round
@@ -108,6 +111,7 @@ class WorkerStops:
         """The cluster is being deleted: stop every worker and spare, start no new spare."""
         self.stop(self.store.worker_rows.select(("starting", "running")), now)
         self.terminate(self.spares.close())
+        self.use_zygote(False)
 
     def exited(self, row: WorkerRow, code: int, lost: str | None = None) -> None:
         """A worker has ended: hold its exit for the next round, and tell the controller."""
@@ -139,11 +143,13 @@ class Workers(WorkerStops):
         grace_s: Callable[[str], float],
         on_exit: Callable[[WorkerRow, int, str | None], None],
         exclusive: Callable[[str], bool] = lambda slice_name: False,
+        zygote: bool = False,
     ) -> None:
         """``spares``: the size and preload list of the warm pool; ``grace_s``: a workload's
         grace period; ``on_exit``: told of every worker exit (not of spares'), with why hotswap
         lost the worker when the workload is not to blame (None: judge the code); ``exclusive``:
-        whether a slice's nodes run one worker at a time (GPU-backed slices)."""
+        whether a slice's nodes run one worker at a time (GPU-backed slices); ``zygote``: whether
+        workers and spares are forked from the cluster's zygote (zygotes.py)."""
         self.store = store
         self.paths = paths
         self.selector = selector
@@ -155,6 +161,8 @@ class Workers(WorkerStops):
         self.watched: dict[int, int] = {}  # pidfd -> worker id
         self.pending_exits = {}
         self.started_again: dict[int, int] = {}  # worker id -> starts made again (see ended)
+        self.zygote = None
+        self.use_zygote(zygote)
 
     def live(self, workload: str, seq: int, attempt: int | None = None) -> list[WorkerRow]:
         """The workload's workers that are, or may be, alive (and not seen ended)."""
@@ -222,7 +230,7 @@ class Workers(WorkerStops):
                     continue
                 if not row.identity.is_spare:
                     _log_header(row, launch, warm=False)
-                pid, ticks = self.supervisor.spawn(row, launch)
+                pid, ticks = self.supervisor.spawn(row, launch, _forker(self.zygote, self.spares, row, launch))
                 if not row.identity.is_spare:  # (test-only: see crash_points.py)
                     crash_at_spawn(pid, launch.dir)
             except (OSError, ValueError, KeyError) as error:  # a launch no process can have (a NUL), or lost
@@ -276,6 +284,8 @@ class Workers(WorkerStops):
         for pidfd, watched in list(self.watched.items()):
             if watched == spare.id:
                 self.watched[pidfd] = row.id
+        if self.zygote is not None and self.zygote.usable():
+            self.spares.refill_after(0.0)  # a fork: it takes no CPU from the failover's workers
         return True
 
     def _cannot_start(self, row: WorkerRow, launch: WorkerLaunch | None, error: Exception) -> None:
@@ -329,12 +339,52 @@ class Workers(WorkerStops):
 
     def resize_spares(self, size: int, preload: tuple[str, ...] | None) -> None:
         self.terminate(self.spares.resize(size, preload))
+        if self.zygote is not None and preload is not None:
+            self.zygote.modules = preload_modules(preload)
+            self.zygote.start()  # a new one where the modules changed
+
+    def use_zygote(self, on: bool) -> None:
+        """Keep the cluster's zygote (start it, or adopt the one left by a killed controller), or not."""
+        if on and self.zygote is None:
+            self.zygote = Zygote(self.paths.root, preload_modules(self.spares.preload), spare_environment())
+            self.zygote.start()
+        elif not on and self.zygote is not None:
+            self.zygote.stop()
+            self.zygote = None
 
     def refill_spares_if_due(self) -> None:
         if not self.spares.refill_due():
             return
+        if self.zygote is not None and self.zygote.importing():
+            self.spares.refill_after(ZYGOTE_WAIT_S)  # a fork soon, rather than an import now
+            return
         for _ in range(self.spares.wanted()):
             self.spawn([self.spares.new_spare(time.time())])
+
+
+def _forker(
+    zygote: Zygote | None, spares: SparePool, row: WorkerRow, launch: WorkerLaunch
+) -> Callable[[int], tuple[int, int | None] | None] | None:
+    """How the zygote would start this worker or spare (None: it cannot; start it cold)."""
+    if zygote is None:
+        return None
+    what: dict[str, object]
+    if row.identity.is_spare:
+        what = {"spare": str(launch.dir)}
+    else:
+        argv = spares.argv_for(launch)
+        if argv is None or not starts_like(zygote.environment, launch.env, True):
+            return None  # not a Python script the zygote's interpreter runs as it would
+        what = {"assignment": {"argv": argv, "env": launch.env, "cwd": launch.cwd, "log": str(launch.log)}}
+
+    def fork(lock: int) -> tuple[int, int | None] | None:
+        try:
+            return zygote.fork(launch, lock, what)
+        except ZygoteUnusable as error:
+            zygote.say_once(str(error))
+            return None
+
+    return fork
 
 
 def _started_state(row: WorkerRow) -> str:

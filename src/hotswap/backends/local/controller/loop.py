@@ -119,7 +119,7 @@ class LocalController(RequestServing):
         self.server = RequestServer(self.paths, self.selector, self.store)
         self.workers = Workers(
             self.store, self.paths, self.selector, spares, self._grace, self._worker_exited,
-            exclusive=lambda _: self.backing is not None,
+            exclusive=lambda _: self.backing is not None, zygote=bool(settings.get("zygote", False)),
         )
         self.launcher = Launcher(self.store, self.paths, lambda: self.backing)
         self.hangs = HangWatch(

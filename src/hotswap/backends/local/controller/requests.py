@@ -38,6 +38,7 @@ class RoundInputs:
     cluster: ClusterRecord | None = None  # new settings, which the round already decides with
     warm_workers: int | None = None  # after the commit: the new size of the warm pool...
     warm_preload: tuple[str, ...] | None = None  # ...and what its spares import
+    zygote: bool | None = None  # after the commit: keep the cluster's zygote or not
     repaired: tuple[str, ...] = ()  # after the commit: nodes whose GPUs may be judged afresh
 
 
@@ -100,9 +101,12 @@ def _resize(payload: dict[str, Any], snapshot: Snapshot, cluster: ClusterRecord)
             settings["warm_preload"] = preload
     if "hotswap" in payload:
         settings["hotswap"] = payload["hotswap"]
+    if "zygote" in payload:
+        settings["zygote"] = payload["zygote"]
     return RoundInputs(
         events,
         cluster=dataclasses.replace(cluster, settings={**cluster.settings, **settings}),
         warm_workers=warm_workers,
         warm_preload=None if preload is None else tuple(preload),
+        zygote=payload.get("zygote"),
     )

@@ -72,6 +72,8 @@ class RequestServing(RoundRunner):
             self._round(inputs, request)
             if inputs.warm_workers is not None:  # committed: now the pool may change
                 self.workers.resize_spares(inputs.warm_workers, inputs.warm_preload)
+            if inputs.zygote is not None:
+                self.workers.use_zygote(inputs.zygote)
             if inputs.repaired:  # committed: a repaired GPU may be judged afresh
                 self.health.repaired(inputs.repaired)
         except Withdrawn:

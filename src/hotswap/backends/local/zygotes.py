@@ -1,0 +1,133 @@
+"""The controller's side of a local cluster's zygote (``zygote.py``): start it (or adopt the one a
+killed controller left), ask it for a worker or a spare by fork, stop it.
+
+One zygote per cluster, importing the pool's preload list (``settings["warm_preload"]``): the
+cluster's workers run one interpreter and one environment, and the zygote is started as a spare
+is (no GPU visible, CUDA left uninitialised), so every slice's workers, GPU-backed or emulated,
+can come from it; their CUDA_VISIBLE_DEVICES applies in the forked process before any CUDA
+call. One process per cluster, not per slice: a fork is milliseconds, so a second zygote would
+buy nothing but its memory.
+
+When the zygote cannot serve (not started yet, still importing, dead, refusing to fork: see
+``zygote.fork_problem``), the caller starts the process cold, as before; the reason is said
+once in the controller's log (each new reason once).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from hotswap.backends.local.supervisor import WorkerLaunch, start_ticks
+from hotswap.store.paths import new_dirs_private, open_private, write_private
+
+ZYGOTE = Path(__file__).with_name("zygote.py")
+REPLY_TIMEOUT_S = 5.0
+
+
+class ZygoteUnusable(Exception):
+    """The zygote cannot start this process now (the message says why)."""
+
+
+class Zygote:
+    def __init__(self, root: Path, modules: list[str], environment: dict[str, str]) -> None:
+        """``modules``: what it imports; ``environment``: what it starts with (a spare's)."""
+        self.dir = root / "zygote"
+        self.modules = modules
+        self.environment = environment
+        self.process: subprocess.Popen[bytes] | None = None
+        self.said: set[str] = set()  # reasons for a cold start already logged
+
+    def start(self) -> None:
+        """Start the zygote, or adopt the one that runs with these modules (a controller killed
+        and restarted finds it beside the cluster)."""
+        info = self.info()
+        if info is not None and info.get("modules") == self.modules:
+            try:  # what it really started with (a killed controller's environment)
+                self.environment = json.loads((self.dir / "env.json").read_text())
+            except (FileNotFoundError, ValueError):
+                pass
+            return
+        self.stop()
+        new_dirs_private(self.dir)
+        write_private(self.dir / "env.json", json.dumps(self.environment))  # may hold secrets
+        with os.fdopen(open_private(self.dir / "zygote.log"), "a") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-u", str(ZYGOTE), str(self.dir), *self.modules],
+                cwd=self.dir, env=self.environment, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                start_new_session=True,
+            )
+
+    def info(self) -> dict | None:
+        """The running zygote's ready record (None: not running, or still importing)."""
+        if self.process is not None and self.process.poll() is not None:
+            self.process = None  # it died (reaped)
+        try:
+            info = json.loads((self.dir / "ready").read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        return info if isinstance(info, dict) and start_ticks(int(info.get("pid", 0))) is not None else None
+
+    def importing(self) -> bool:
+        """Whether the zygote this controller started is still importing (alive, not ready)."""
+        if self.process is None or self.process.poll() is not None:
+            return False
+        return self.info() is None
+
+    def stop(self) -> None:
+        """Stop the zygote (it ends when its ready file is gone; SIGTERM makes that at once)."""
+        info = self.info()
+        (self.dir / "ready").unlink(missing_ok=True)
+        if info is not None:
+            try:
+                os.kill(int(info["pid"]), signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        if self.process is not None:
+            self.process.wait()
+            self.process = None
+
+    def usable(self, env: dict[str, str] | None = None) -> bool:
+        """Whether the zygote is ready to fork (for a worker with ``env``: started as it would be)."""
+        from hotswap.backends.local.spares import starts_like  # (spares imports this module)
+
+        info = self.info()
+        return info is not None and not info.get("problem") and (env is None or starts_like(self.environment, env, True))
+
+    def fork(self, launch: WorkerLaunch, lock: int, what: dict[str, object]) -> tuple[int, int | None]:
+        """A new shim for ``launch`` forked by the zygote, holding the start lock ``lock``; it
+        runs ``what``: ``{"spare": dir}`` or ``{"assignment": {...}}``. Raises ZygoteUnusable."""
+        info = self.info()
+        if info is None:
+            raise ZygoteUnusable("the zygote is not running (or still importing)")
+        if info.get("problem"):
+            raise ZygoteUnusable(f"the zygote cannot fork: {info['problem']}")
+        request = {"dir": str(launch.dir), "log": str(launch.log), "env": launch.env, "cwd": launch.cwd, **what}
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as channel:
+                channel.settimeout(REPLY_TIMEOUT_S)
+                channel.connect(str(self.dir / "socket"))
+                socket.send_fds(channel, [json.dumps(request).encode() + b"\n"], [lock])
+                data = b""
+                while not data.endswith(b"\n"):
+                    more = channel.recv(1 << 16)
+                    if not more:
+                        break
+                    data += more
+            reply = json.loads(data)
+        except (OSError, ValueError) as error:
+            raise ZygoteUnusable(f"the zygote did not answer: {error}") from error
+        if "error" in reply:
+            raise ZygoteUnusable(f"the zygote refused: {reply['error']}")
+        return int(reply["pid"]), reply.get("ticks")
+
+    def say_once(self, reason: str) -> None:
+        """Tell the controller's log why a process starts cold (each reason once)."""
+        if reason not in self.said:
+            self.said.add(reason)
+            print(f"hotswap: starting workers cold (without the zygote): {reason}", file=sys.stderr, flush=True)
