@@ -307,3 +307,56 @@ def _alive(pid: int) -> bool:
             return handle.read().split(") ")[1][0] != "Z"
     except OSError:
         return False
+
+
+_LEAVER = """
+import sys, time
+from hotswap.train.jax.runtime import JaxGroup, configure_runtime
+from hotswap.train.rendezvous import GroupSpec
+rank, port = int(sys.argv[1]), int(sys.argv[2])
+configure_runtime(None)
+group = JaxGroup(60)
+group.form(GroupSpec(1, rank, 2, "127.0.0.1", port), lambda: False)
+if rank == 0:
+    print("service", group._coordinator.pid, flush=True)
+assert group.agree_max([rank]) == [1]
+if rank == 1:
+    time.sleep(0.5)  # rank 0 waits for it to leave
+group.leave({0, 1})
+time.sleep(2.0)  # what a survivor does next: hand its state over, join the next generation
+print("alive after leaving", flush=True)
+"""
+
+
+def test_every_member_lives_on_after_leaving_a_generation_and_its_service_then_ends() -> None:
+    """A survivor moving to the next generation leaves its group first: no member, rank 0
+    included, may be ended by the coordination service going away after it left (a JAX
+    client aborts its process when its service disappears, even after disconnecting); the
+    service ends by itself once nobody is connected, freeing its port."""
+    pytest.importorskip("jax")
+    import socket
+    import time
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**{k: v for k, v in os.environ.items() if k != "HOTSWAP_MEMBERSHIP_FILE"}, "PYTHONPATH": str(ROOT / "src")}
+    ranks = [
+        subprocess.Popen([sys.executable, "-c", _LEAVER, str(rank), str(port)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env)
+        for rank in range(2)
+    ]
+    outputs = [process.communicate(timeout=180) for process in ranks]
+    service = next((int(line.split()[1]) for line in outputs[0][0].splitlines() if line.startswith("service ")), None)
+    try:
+        for rank, (process, (out, err)) in enumerate(zip(ranks, outputs)):
+            assert process.returncode == 0 and "alive after leaving" in out, (rank, process.returncode, err[-2000:])
+        assert service is not None
+        for _ in range(100):
+            if not _alive(service):
+                break
+            time.sleep(0.1)
+        assert not _alive(service), "the service stayed after everyone left"
+    finally:
+        if service is not None and _alive(service):
+            os.kill(service, 9)

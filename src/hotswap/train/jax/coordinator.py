@@ -9,11 +9,14 @@ the loss of rank 0's process group or its exit does not take it along): with ran
 gone, the survivors' collectives fail as for any other peer, they leave through the service,
 and they re-form without it, a survivor being rank 0 of the next generation.
 
-Its lifetime: rank 0 stops it once the others have left (:func:`stop`); if rank 0 dies first,
-it serves the survivors on their way out and exits once no process is connected to it any more
-(the kernel's table of TCP connections says so), after :data:`ORPHAN_LIFETIME_S` at the most,
-so that its port is free for the next attempt; and at once if the job's membership file goes
-away (the workload or its cluster was removed).
+Its lifetime: once the others have left, rank 0 disconnects and releases it (:func:`release`);
+if rank 0 dies first, it is released too. A released service serves whoever is still on the
+way out and exits once no process is connected to it any more (the kernel's table of TCP
+connections says so), after :data:`ORPHAN_LIFETIME_S` at the most, so that its port is free for
+the next attempt; and at once if the job's membership file goes away (the workload or its
+cluster was removed). It is never stopped under a connected client: a JAX client whose
+service goes away ends its process (a fatal error in jaxlib, from its error-polling thread,
+even after it has disconnected), and a survivor moving to the next generation must live on.
 
 Run as ``python -m hotswap.train.jax.coordinator PORT PROCESSES HEARTBEAT_S PARENT_PID``.
 """
@@ -40,6 +43,12 @@ def start(port: int, processes: int, heartbeat_s: int) -> subprocess.Popen[bytes
         stdout=subprocess.DEVNULL,
         start_new_session=True,  # not in rank 0's process group: a lost worker's group is killed whole
     )
+
+
+def release(process: subprocess.Popen[bytes] | None) -> None:
+    """Let the service end by itself once nobody is connected to it (see the module)."""
+    if process is not None and process.poll() is None:
+        process.send_signal(signal.SIGUSR1)
 
 
 def stop(process: subprocess.Popen[bytes] | None) -> None:
@@ -90,7 +99,9 @@ def connections(port: int) -> int | None:
 
 def main(argv: list[str]) -> int:
     port, processes, heartbeat_s, parent = (int(value) for value in argv)
+    released = []
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    signal.signal(signal.SIGUSR1, lambda *_: released.append(True))
     service = _service(port, processes, heartbeat_s)  # noqa: F841  (serves while referenced)
     membership = os.environ.get(HOTSWAP_MEMBERSHIP_FILE)
     orphaned: float | None = None
@@ -99,7 +110,7 @@ def main(argv: list[str]) -> int:
         time.sleep(_POLL_S)
         if membership and not os.path.exists(membership):
             return 0
-        if orphaned is None and os.getppid() != parent:
+        if orphaned is None and (released or os.getppid() != parent):
             orphaned = time.monotonic()
         if orphaned is None:
             continue

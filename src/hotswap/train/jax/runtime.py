@@ -6,8 +6,9 @@ called again with another process count, so a new generation means a new process
 :class:`~hotswap.train.protocols.Group` the neutral modules drive: ``form`` initialises the
 distributed runtime (gloo collectives on CPU), ``agree_max`` is one small all-gather, and
 ``leave`` takes care of the one ordering JAX imposes: every process of the generation aborts the
-moment the coordination service goes away, so rank 0, which started it in a process of its own
-(:mod:`.coordinator`), stops it only once the others have left.
+moment the coordination service goes away (even one that has disconnected already), so rank 0,
+which started it in a process of its own (:mod:`.coordinator`), waits for the others to leave,
+leaves too and releases it: the service ends once nobody is connected to it.
 
 Recoverability is switched on (``jax_enable_recoverability``): the loss of any process, rank
 0's included (the service is not in it), then fails the collectives that need it (gloo errors at
@@ -186,25 +187,22 @@ class JaxGroup:
         self.leave(range(self.world_size))
 
     def leave(self, wait_for: Collection[int]) -> None:
-        """Leave the generation. Every rank but 0 disconnects from the coordination service;
-        rank 0 first waits (at most :data:`LEAVE_TIMEOUT_S`) until the ranks in ``wait_for``
-        have disconnected (they abort if the service goes away under them), then stops the
-        service's process."""
+        """Leave the generation: disconnect from the coordination service. Rank 0 first waits
+        (at most :data:`LEAVE_TIMEOUT_S`) until the ranks in ``wait_for`` have disconnected,
+        then releases the service's process, which ends once no process is connected to it
+        (a process aborts if the service goes away under it, see :mod:`.coordinator`)."""
         if self._left or not self._owned:
             self._left = True
             return
         self._left = True
         self._say_leaving()
-        if self.rank != 0:
-            try:
-                jax.distributed.shutdown()
-            except Exception as error:  # the service is gone already: nothing left to leave
-                log.debug("hotswap: leaving generation: %s", first_line(error))
-            return
-        try:
+        if self.rank == 0:
             self._wait_for_others(wait_for)
-        finally:
-            coordinator.stop(self._coordinator)
+        try:
+            jax.distributed.shutdown()
+        except Exception as error:  # the service is gone already: nothing left to leave
+            log.debug("hotswap: leaving generation: %s", first_line(error))
+        coordinator.release(self._coordinator)  # rank 0: it ends once nobody is connected
 
     def _wait_for_others(self, wait_for: Collection[int]) -> None:
         others = sorted(rank for rank in wait_for if rank != 0)
