@@ -360,3 +360,54 @@ def test_every_member_lives_on_after_leaving_a_generation_and_its_service_then_e
     finally:
         if service is not None and _alive(service):
             os.kill(service, 9)
+
+
+_SUCCESSOR = """
+import sys, time
+from hotswap.train.jax import handoff as handoffs
+from hotswap.train.jax.runtime import JaxGroup, configure_runtime
+from hotswap.train.rendezvous import GroupSpec
+rank, port = int(sys.argv[1]), int(sys.argv[2])
+taken = handoffs.take()
+group = JaxGroup(60)
+if rank == 0 and taken is None:  # still training in the old generation: start the next one's service
+    group.prepare_service(port, 2)
+    print("prepared", group.prepared_service()[1], flush=True)
+    change = handoffs.MembershipChange(1, 2, time.monotonic(), False)
+    handoffs.restart(handoffs.Handoff(change, None, None, None, None, service=group.prepared_service()))
+group.adopt_service(taken.service if taken else None)
+configure_runtime(None)
+group.form(GroupSpec(2, rank, 2, "127.0.0.1", port), lambda: False)
+if rank == 0:
+    print("formed on", group._coordinator.pid, flush=True)
+assert group.agree_max([rank]) == [1]
+group.leave({0, 1})
+print("left", flush=True)
+"""
+
+
+def test_rank_0_of_the_next_generation_forms_it_on_the_service_it_started_ahead(tmp_path: Path) -> None:
+    """The survivor that will be rank 0 of a published generation starts its coordination
+    service while it still trains; its next program (after its restart) forms the group on
+    that service instead of starting one then, and the others form with it."""
+    pytest.importorskip("jax")
+    import socket
+
+    script = tmp_path / "successor.py"
+    script.write_text(_SUCCESSOR)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**{k: v for k, v in os.environ.items() if k != "HOTSWAP_MEMBERSHIP_FILE"}, "PYTHONPATH": str(ROOT / "src")}
+    ranks = [
+        subprocess.Popen([sys.executable, str(script), str(rank), str(port)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env)
+        for rank in range(2)
+    ]
+    outputs = [process.communicate(timeout=180) for process in ranks]
+    for rank, (process, (out, err)) in enumerate(zip(ranks, outputs)):
+        assert process.returncode == 0 and "left" in out, (rank, process.returncode, err[-2000:])
+    lines = outputs[0][0].split()
+    prepared = lines[lines.index("prepared") + 1]
+    formed = lines[lines.index("on") + 1]
+    assert formed == prepared  # the same service process: none was started after the restart

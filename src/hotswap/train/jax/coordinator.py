@@ -18,6 +18,11 @@ cluster was removed). It is never stopped under a connected client: a JAX client
 service goes away ends its process (a fatal error in jaxlib, from its error-polling thread,
 even after it has disconnected), and a survivor moving to the next generation must live on.
 
+The process that will be rank 0 of a published generation starts that generation's service
+while it still trains in the previous one (:class:`~hotswap.train.jax.runtime.JaxGroup`'s
+``prepare_service``), and its next program adopts it (:class:`Adopted`: the same pid, so still
+its child): the new group forms without waiting for a Python process to start and load jaxlib.
+
 Run as ``python -m hotswap.train.jax.coordinator PORT PROCESSES HEARTBEAT_S PARENT_PID``.
 """
 
@@ -45,13 +50,53 @@ def start(port: int, processes: int, heartbeat_s: int) -> subprocess.Popen[bytes
     )
 
 
-def release(process: subprocess.Popen[bytes] | None) -> None:
+class Adopted:
+    """A service this process's previous program started (``exec`` keeps the pid, so it is
+    still this process's child): the part of ``Popen`` that :func:`release` and :func:`stop` use."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped already, or not ours
+                self.returncode = 0
+            else:
+                self.returncode = os.waitstatus_to_exitcode(status) if pid else None
+        return self.returncode
+
+    def send_signal(self, number: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, number)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def wait(self, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        while self.poll() is None:
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout)
+            time.sleep(0.02)
+        return self.returncode or 0
+
+
+Service = subprocess.Popen[bytes] | Adopted
+
+
+def release(process: Service | None) -> None:
     """Let the service end by itself once nobody is connected to it (see the module)."""
     if process is not None and process.poll() is None:
         process.send_signal(signal.SIGUSR1)
 
 
-def stop(process: subprocess.Popen[bytes] | None) -> None:
+def stop(process: Service | None) -> None:
     """End the service (the others have left), waiting a moment for it."""
     if process is None or process.poll() is not None:
         return

@@ -4,8 +4,9 @@ process into it (:func:`~hotswap.train.jax.handoff.restart`):
 
 1. the survivor waits, in its old program, for the generation that follows its own (leaving if
    its slice is not in it), exactly as the neutral formation does;
-2. it leaves the old group, rank 0 last (it stops the coordination service, see
-   :mod:`hotswap.train.jax.coordinator`);
+2. it leaves the old group, rank 0 last (it releases the coordination service, see
+   :mod:`hotswap.train.jax.coordinator`; the one that will be rank 0 of the new generation
+   started that generation's service while it still trained);
 3. it hands its state to its next program and ``exec``s;
 4. the next program joins the new generation, takes its state back (joining slices receive it
    from a survivor), and announces the change with the time it took from step 1.
@@ -67,6 +68,20 @@ class RestartingFormation(GroupFormation):
         """The newest generation published so far (None when not elastic)."""
         return self._watcher.poll() if self._watcher else None
 
+    def newest_generation(self) -> int:
+        self._prepare(self.newest_membership())
+        return super().newest_generation()
+
+    def _prepare(self, latest: Membership | None) -> None:
+        """While this process trains on: if it will be rank 0 of a published generation, start
+        that generation's coordination service now, so that the group forms without waiting
+        for it (the survivors train on until the joiners are ready anyway)."""
+        current = self.membership
+        if latest is None or current is None or latest.generation <= current.generation or latest.world_size == 1:
+            return
+        if latest.rank_of(self.env.slice_name, self.env.host_index) == 0:
+            self.jax_group.prepare_service(latest.master_port, latest.world_size)
+
     def finish_change(self) -> None:
         """Once the state is synchronised: the move the previous program began is done."""
         change, self.change = self.change, None
@@ -93,7 +108,7 @@ class RestartingFormation(GroupFormation):
         if not failed:
             self.jax_state.wait_for_writes()  # a healthy group can finish the save in flight
         change = MembershipChange(previous.generation, len(previous.slices), started, failed)
-        self._restart(self.jax_state.handoff(change, self.attempts + 1))
+        self._hand_over(self.jax_state.handoff(change, self.attempts + 1))
 
     def restart_into(self, after_generation: int, *, failed: bool, live: bool = True) -> NoReturn:
         """Restart this process to join the first generation after ``after_generation``."""
@@ -102,7 +117,11 @@ class RestartingFormation(GroupFormation):
         else:
             slices = len(self.membership.slices) if self.membership else None
             change = MembershipChange(after_generation, slices, time.monotonic(), failed)
-        self._restart(self.jax_state.handoff(change, self.attempts + 1, live=live))
+        self._hand_over(self.jax_state.handoff(change, self.attempts + 1, live=live))
+
+    def _hand_over(self, handoff: Handoff) -> NoReturn:
+        """Restart, handing the next program the state and a coordination service started ahead."""
+        self._restart(dataclasses.replace(handoff, service=self.jax_group.prepared_service()))
 
     def abandon(self, newest: Membership, forming: int | None) -> None:
         """The watchdog's way out of a call that does not return (see :mod:`.watchdog`)."""

@@ -48,6 +48,7 @@ class Handoff:
     leaves: list[str] | None  # the state's leaf paths, to check the next program's tree against
     objects: dict[str, Any] | None  # registered objects' state_dict()s
     attempts: int = 0  # elastic retries so far (pathwaysutils' retry policy counts them)
+    service: tuple[int, int] | None = None  # (port, pid): a coordination service started ahead
 
 
 def restart(handoff: Handoff) -> NoReturn:

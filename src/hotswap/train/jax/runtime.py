@@ -99,7 +99,9 @@ class JaxGroup:
         self.forming: GroupSpec | None = None  # the group being initialised (a call JAX cannot interrupt)
         self._owned = False
         self._left = False
-        self._coordinator: subprocess.Popen[bytes] | None = None  # rank 0: the service's process
+        self._coordinator: coordinator.Service | None = None  # rank 0: the service's process
+        self._prepared: tuple[int, coordinator.Service] | None = None  # (port, service) of a generation to come
+        self._preparing = threading.Lock()
 
     @property
     def rank(self) -> int:
@@ -150,8 +152,12 @@ class JaxGroup:
         from jax._src.lib import _jax
 
         heartbeat = max(1, int(self.heartbeat_timeout_s))
+        prepared, self._prepared = self._prepared, None
+        if prepared is not None and (spec.rank != 0 or prepared[0] != spec.master_port):
+            coordinator.stop(prepared[1])  # started for a generation that did not come
+            prepared = None
         if spec.rank == 0:
-            self._coordinator = coordinator.start(spec.master_port, spec.world_size, heartbeat)
+            self._coordinator = prepared[1] if prepared else coordinator.start(spec.master_port, spec.world_size, heartbeat)
         address = f"{spec.master_addr}:{spec.master_port}"
         state = distributed.global_state
         state.client = _jax.get_distributed_runtime_client(
@@ -163,6 +169,25 @@ class JaxGroup:
         )
         state.client.connect()
         state.coordinator_address, state.num_processes, state.process_id = address, spec.world_size, spec.rank
+
+    def prepare_service(self, port: int, processes: int) -> None:
+        """Start the coordination service of the generation this process will be rank 0 of,
+        on ``port``, ahead of forming it (see :mod:`.coordinator`)."""
+        with self._preparing:  # the step loop and the watchdog both look for new generations
+            if self._prepared is not None and self._prepared[0] == port:
+                return
+            if self._prepared is not None:
+                coordinator.stop(self._prepared[1])
+            self._prepared = (port, coordinator.start(port, processes, max(1, int(self.heartbeat_timeout_s))))
+
+    def prepared_service(self) -> tuple[int, int] | None:
+        """(port, pid) of the service started ahead, for this process's next program."""
+        return (self._prepared[0], self._prepared[1].pid) if self._prepared else None
+
+    def adopt_service(self, prepared: tuple[int, int] | None) -> None:
+        """Take over the service this process's previous program started ahead."""
+        if prepared is not None:
+            self._prepared = (prepared[0], coordinator.Adopted(prepared[1]))
 
     def stop_service(self) -> None:
         """Stop the coordination service this process started (rank 0), if any: only for a
