@@ -291,14 +291,20 @@ def test_the_coordination_service_outlives_rank_0_then_frees_its_port() -> None:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and os.path.exists(f"/proc/{service}") and coordinator.connections(port):
             time.sleep(0.1)
-        for _ in range(100):
-            if not _alive(service):
-                break
-            time.sleep(0.1)
-        assert not _alive(service), "the service stayed after everyone left"
+        assert _ends(service), "the service stayed after everyone left"
     finally:
         if _alive(service):
             os.kill(service, 9)
+
+
+def _ends(pid: int, within_s: float = 10.0) -> bool:
+    """Whether process ``pid`` is gone (or a zombie) within ``within_s``."""
+    import time
+
+    deadline = time.monotonic() + within_s
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not _alive(pid)
 
 
 def _alive(pid: int) -> bool:
@@ -352,11 +358,7 @@ def test_every_member_lives_on_after_leaving_a_generation_and_its_service_then_e
         for rank, (process, (out, err)) in enumerate(zip(ranks, outputs)):
             assert process.returncode == 0 and "alive after leaving" in out, (rank, process.returncode, err[-2000:])
         assert service is not None
-        for _ in range(100):
-            if not _alive(service):
-                break
-            time.sleep(0.1)
-        assert not _alive(service), "the service stayed after everyone left"
+        assert _ends(service), "the service stayed after everyone left"
     finally:
         if service is not None and _alive(service):
             os.kill(service, 9)
@@ -411,3 +413,46 @@ def test_rank_0_of_the_next_generation_forms_it_on_the_service_it_started_ahead(
     prepared = lines[lines.index("prepared") + 1]
     formed = lines[lines.index("on") + 1]
     assert formed == prepared  # the same service process: none was started after the restart
+
+
+_SURVIVOR = """
+import os, signal, sys, time
+from hotswap.train.jax import handoff as handoffs
+from hotswap.train.jax.successor import Successor
+taken = handoffs.take()
+if taken is None:  # the survivor: its successor starts (and imports) while it trains on
+    print("survivor", os.getpid(), flush=True)
+    successor = Successor()
+    successor.start()
+    change = handoffs.MembershipChange(1, 2, time.monotonic(), False)
+    successor.take_over(handoffs.Handoff(change, {"step": 7}, None, None, None))
+    raise SystemExit("the successor did not take the state")
+print("successor", os.getpid(), "took step", taken.counters["step"], flush=True)
+signal.signal(signal.SIGTERM, lambda *_: (print("SIGTERM at the successor", flush=True), os._exit(143)))
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+time.sleep(120)
+"""
+
+
+def test_a_survivors_successor_takes_its_state_and_runs_under_its_pid(tmp_path: Path) -> None:
+    """The next program of a survivor, started and imported ahead, takes the state handed
+    over; the survivor's pid stays (what the supervisor knows): SIGTERM sent to it reaches the
+    successor and the pid exits with the successor's status."""
+    import signal
+    import time
+
+    script = tmp_path / "survivor.py"
+    script.write_text(_SURVIVOR)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    worker = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    assert worker.stdout is not None
+    survivor = worker.stdout.readline().split()
+    successor = worker.stdout.readline().split()
+    assert survivor == ["survivor", str(worker.pid)]
+    assert successor[0] == "successor" and successor[1] != str(worker.pid) and successor[2:] == ["took", "step", "7"]
+    time.sleep(0.5)
+    assert worker.poll() is None  # the pid lives on, keeping the successor's place
+    worker.send_signal(signal.SIGTERM)
+    out, err = worker.communicate(timeout=30)
+    assert "SIGTERM at the successor" in out and worker.returncode == 143, err[-2000:]
+    assert _ends(int(successor[1]))

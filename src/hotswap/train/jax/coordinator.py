@@ -52,7 +52,9 @@ def start(port: int, processes: int, heartbeat_s: int) -> subprocess.Popen[bytes
 
 class Adopted:
     """A service this process's previous program started (``exec`` keeps the pid, so it is
-    still this process's child): the part of ``Popen`` that :func:`release` and :func:`stop` use."""
+    still this process's child; a successor's is its keeper's, see
+    :mod:`hotswap.train.jax.successor`): the part of ``Popen`` that :func:`release` and
+    :func:`stop` use."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
@@ -62,8 +64,11 @@ class Adopted:
         if self.returncode is None:
             try:
                 pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:  # reaped already, or not ours
-                self.returncode = 0
+            except ChildProcessError:  # not our child (the keeper of our pid started it): is it there?
+                try:
+                    os.kill(self.pid, 0)
+                except ProcessLookupError:
+                    self.returncode = 0
             else:
                 self.returncode = os.waitstatus_to_exitcode(status) if pid else None
         return self.returncode

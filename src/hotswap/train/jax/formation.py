@@ -7,7 +7,8 @@ process into it (:func:`~hotswap.train.jax.handoff.restart`):
 2. it leaves the old group, rank 0 last (it releases the coordination service, see
    :mod:`hotswap.train.jax.coordinator`; the one that will be rank 0 of the new generation
    started that generation's service while it still trained);
-3. it hands its state to its next program and ``exec``s;
+3. it hands its state to its next program and ``exec``s (into a keeper of its pid, if its next
+   program was started ahead: :mod:`hotswap.train.jax.successor`);
 4. the next program joins the new generation, takes its state back (joining slices receive it
    from a survivor), and announces the change with the time it took from step 1.
 
@@ -31,6 +32,7 @@ from hotswap.train.events import EventLog, say
 from hotswap.train.formation import GroupFormation
 from hotswap.train.jax.handoff import Handoff, MembershipChange
 from hotswap.train.jax.runtime import JaxGroup
+from hotswap.train.jax.successor import Successor
 from hotswap.train.jax.sync import JaxStateSync
 from hotswap.train.progress import Progress
 from hotswap.train.termination import Termination
@@ -57,6 +59,7 @@ class RestartingFormation(GroupFormation):
         self.attempts = handoff.attempts if handoff else 0  # elastic retries so far
         self._restart = restart
         self._moving = threading.Lock()  # held by whichever thread moves the process on
+        self._successor = Successor()
 
     def join_first(self) -> None:
         if self.change is not None and self.elastic:
@@ -79,8 +82,11 @@ class RestartingFormation(GroupFormation):
         current = self.membership
         if latest is None or current is None or latest.generation <= current.generation or latest.world_size == 1:
             return
-        if latest.rank_of(self.env.slice_name, self.env.host_index) == 0:
+        rank = latest.rank_of(self.env.slice_name, self.env.host_index)
+        if rank == 0:
             self.jax_group.prepare_service(latest.master_port, latest.world_size)
+        if rank is not None and threading.current_thread() is threading.main_thread():
+            self._successor.start()  # the next program, imported while this one trains on
 
     def finish_change(self) -> None:
         """Once the state is synchronised: the move the previous program began is done."""
@@ -120,8 +126,14 @@ class RestartingFormation(GroupFormation):
         self._hand_over(self.jax_state.handoff(change, self.attempts + 1, live=live))
 
     def _hand_over(self, handoff: Handoff) -> NoReturn:
-        """Restart, handing the next program the state and a coordination service started ahead."""
-        self._restart(dataclasses.replace(handoff, service=self.jax_group.prepared_service()))
+        """Restart, handing the next program the state and a coordination service started ahead;
+        into the successor started ahead if there is one (from the main thread: the successor
+        dies with the thread that started it)."""
+        handoff = dataclasses.replace(handoff, service=self.jax_group.prepared_service())
+        if self._successor.ready and threading.current_thread() is threading.main_thread():
+            self._successor.take_over(handoff)
+        self._successor.stop()
+        self._restart(handoff)
 
     def abandon(self, newest: Membership, forming: int | None) -> None:
         """The watchdog's way out of a call that does not return (see :mod:`.watchdog`)."""
