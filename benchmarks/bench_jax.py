@@ -8,8 +8,10 @@ mesh (hotswap's restore, with its tree check, next to a plain orbax restore), an
 onto a mesh of 2 devices (the arrays resharded: the 3 -> 2 slices case). On CPU the devices
 are host devices (``jax_num_cpu_devices``); on GPU the resharded restore needs 3 GPUs and is
 reported as null with the reason otherwise; orbax's own restore onto the 2 devices is timed
-next to it. ``restore_vs_orbax`` and ``resharded_restore_vs_orbax`` are the median ratios.
-Best and median of ``--repeat`` rotations.
+next to it. ``restore_vs_orbax`` and ``resharded_restore_vs_orbax`` are the median ratios
+(below 1: hotswap's restore, with its tree check, is the faster). Best and median of
+``--repeat`` rounds after one untimed round of each restore, the two alternated and their
+order swapped every round.
 
 Elastic MTTR (``--mttr-runs``, local backend, the demo's job ``examples/train_jax.py``): an
 elastic JAX job on 3 slices loses a node (SIGKILL) and continues on 2; MTTR is the failure to
@@ -42,6 +44,22 @@ def timed(action: Callable[[], Any]) -> float:
 
 def summary(samples: list[float]) -> dict[str, float]:
     return {"best_s": round(min(samples), 4), "median_s": round(statistics.median(samples), 4)}
+
+
+def alternated(repeat: int, ours: Callable[[], Any], theirs: Callable[[], Any]) -> tuple[list[float], list[float]]:
+    """``repeat`` timings of each after one untimed warm-up of each, the two alternated and
+    the one that goes first swapped every round: both see the same machine and page cache."""
+    ours(), theirs()
+    mine: list[float] = []
+    other: list[float] = []
+    for round_ in range(repeat):
+        if round_ % 2:
+            other.append(timed(theirs))
+            mine.append(timed(ours))
+        else:
+            mine.append(timed(ours))
+            other.append(timed(theirs))
+    return mine, other
 
 
 def checkpoint_costs(device: str, size_mb: float, repeat: int, directory: str) -> dict[str, Any]:
@@ -86,11 +104,11 @@ def checkpoint_costs(device: str, size_mb: float, repeat: int, directory: str) -
 
     template = jax.tree.map(jnp.zeros_like, state)
     abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)
-    restore, plain_restore = [], []
-    for _ in range(repeat):
-        restore.append(timed(lambda: jax.block_until_ready(ours.restore_latest(template).state)))
-        plain_restore.append(timed(lambda: jax.block_until_ready(
-            theirs.restore(theirs.latest_step(), args=ocp.args.StandardRestore(abstract)))))
+    restore, plain_restore = alternated(
+        repeat,
+        lambda: jax.block_until_ready(ours.restore_latest(template).state),
+        lambda: jax.block_until_ready(theirs.restore(theirs.latest_step(), args=ocp.args.StandardRestore(abstract))),
+    )
     result: dict[str, Any] = {
         "device": device,
         "device_kind": devices[0].device_kind,
@@ -110,11 +128,12 @@ def checkpoint_costs(device: str, size_mb: float, repeat: int, directory: str) -
         two = NamedSharding(Mesh(np.array(devices[:2]), ("slice",)), P("slice", None))
         onto_two = jax.tree.map(lambda x: jax.device_put(jnp.zeros(x.shape, x.dtype), two), state)
         onto_two_abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=two), state)
-        resharded, plain_resharded = [], []
-        for _ in range(repeat):  # alternated, as above: both see the same machine
-            resharded.append(timed(lambda: jax.block_until_ready(ours.restore_latest(onto_two).state)))
-            plain_resharded.append(timed(lambda: jax.block_until_ready(
-                theirs.restore(theirs.latest_step(), args=ocp.args.StandardRestore(onto_two_abstract)))))
+        resharded, plain_resharded = alternated(
+            repeat,
+            lambda: jax.block_until_ready(ours.restore_latest(onto_two).state),
+            lambda: jax.block_until_ready(
+                theirs.restore(theirs.latest_step(), args=ocp.args.StandardRestore(onto_two_abstract))),
+        )
         check = ours.restore_latest(onto_two).state["w3"]
         assert check.sharding.mesh.size == 2 and float(check[0, 0]) == 3.0
         result["resharded_restore_3_to_2"] = summary(resharded)

@@ -12,7 +12,7 @@
 #   drill                hotswap demo gpu --backing gpu --json (>= 1 GB of state on the GPU)
 #   demo-hotswap         hotswap demo hotswap --json            (GPU visible; auto backing)
 #   demo-migration       hotswap demo migration --json
-#   demo-elastic         hotswap demo elastic --json            (PyTorch)
+#   demo-elastic         hotswap demo elastic --fail-slice 0 --json (PyTorch, NCCL on GPU slices; rank 0 lost)
 #   demo-elastic-jax     hotswap demo elastic --framework jax --fail-slice 0 --json
 #   demo-migration-jax   hotswap demo migration --framework jax --json
 #   demo-shrink          hotswap demo shrink --json             (an elastic low job shrinks for high)
@@ -97,7 +97,7 @@ command_of() {
         drill) [[ "$GPU" == gpu ]] && echo "$PYTHON -m hotswap demo gpu --backing gpu --json" ;;
         demo-hotswap) echo "$PYTHON -m hotswap demo hotswap --json" ;;
         demo-migration) echo "$PYTHON -m hotswap demo migration --json" ;;
-        demo-elastic) echo "$PYTHON -m hotswap demo elastic --json" ;;
+        demo-elastic) echo "$PYTHON -m hotswap demo elastic --fail-slice 0 --json" ;;
         demo-elastic-jax) echo "$PYTHON -m hotswap demo elastic --framework jax --fail-slice 0 --json" ;;
         demo-migration-jax) echo "$PYTHON -m hotswap demo migration --framework jax --json" ;;
         demo-shrink) echo "$PYTHON -m hotswap demo shrink --json" ;;

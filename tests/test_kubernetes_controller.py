@@ -152,9 +152,10 @@ def test_blocking_recreate_starts_new_pods_only_after_old_ones_are_gone(world: W
 
 def test_elastic_workload_scales_down_without_restart_and_grows_back(world: World, controller: KubeController) -> None:
     submit(world, "el", "high", 3, min_slices=2)
-    run_until(world, controller, lambda: len(world.running("el")) == 12)
+    run_until(world, controller, lambda: running(world, "el") == 12)
     pools = world.pools_of("el")
-    survivors = {p["metadata"]["name"] for p in world.running("el") if p["metadata"]["labels"][labels.JOB_INDEX_LABEL] != "1"}
+    survivors = {p["metadata"]["name"] for p in world.running("el") if p["metadata"]["labels"][labels.JOB_INDEX_LABEL] != "1"
+                 and p["metadata"]["labels"][labels.REPLICATED_JOB_NAME_LABEL] == "slice"}
     broken = world.nodes_of_pool(pools[1])[0]
     world.fail_node(broken)
     run_until(world, controller, lambda: world.state("el")["membership"] == 1)
@@ -170,7 +171,7 @@ def test_elastic_workload_scales_down_without_restart_and_grows_back(world: Worl
     membership = json.loads(world.pods(lambda p: p["metadata"]["name"] == sorted(survivors)[0])[0]["metadata"]["annotations"][labels.MEMBERSHIP_ANNOTATION])
     assert membership["slices"] == [pools[0], pools[2]] and membership["generation"] == 1
     world.repair_node(broken)
-    run_until(world, controller, lambda: len(world.running("el")) == 12)
+    run_until(world, controller, lambda: running(world, "el") == 12)
     assert world.pools_of("el") == pools
     membership = json.loads(world.pods(lambda p: p["metadata"]["name"] == sorted(survivors)[0])[0]["metadata"]["annotations"][labels.MEMBERSHIP_ANNOTATION])
     assert membership["slices"] == pools and membership["generation"] == 2

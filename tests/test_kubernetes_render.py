@@ -85,13 +85,13 @@ SETTINGS = {
 }
 
 
-def pod_of(jobset: dict[str, Any]) -> dict[str, Any]:
-    template = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+def pod_of(jobset: dict[str, Any], index: int = 0) -> dict[str, Any]:
+    template = jobset["spec"]["replicatedJobs"][index]["template"]["spec"]["template"]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", **copy.deepcopy(template["metadata"])}, "spec": copy.deepcopy(template["spec"])}
 
 
-def job_of(jobset: dict[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}, "spec": copy.deepcopy(jobset["spec"]["replicatedJobs"][0]["template"]["spec"])}
+def job_of(jobset: dict[str, Any], index: int = 0) -> dict[str, Any]:
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}, "spec": copy.deepcopy(jobset["spec"]["replicatedJobs"][index]["template"]["spec"])}
 
 
 @pytest.mark.parametrize("settings", SETTINGS.values(), ids=SETTINGS)
@@ -100,8 +100,9 @@ def test_jobset_is_valid_against_the_jobset_crd_and_core_schemas(spec: WorkloadS
     volume = parse_checkpoint_volume("pvc:checkpoints") if spec.elastic else None
     jobset = render_jobset(spec, "c", settings, volume)
     validate_crd(jobset, "jobset.x-k8s.io_jobsets.yaml")
-    validate_core(job_of(jobset))  # the Job template: podFailurePolicy, Indexed completion
-    validate_core(pod_of(jobset))  # the pod: env, volumes, gates, node selector, lifecycle
+    for index in range(len(jobset["spec"]["replicatedJobs"])):  # the slices' and an elastic one's coordinator
+        validate_core(job_of(jobset, index))  # the Job template: podFailurePolicy, Indexed completion
+        validate_core(pod_of(jobset, index))  # the pod: env, volumes, gates, node selector, lifecycle
 
 
 def test_jobset_crd_schema_rejects_what_jobset_would_reject() -> None:
@@ -193,8 +194,49 @@ def test_exits_and_disruptions_are_the_controllers_to_judge() -> None:
     assert "successPolicy" not in jobset["spec"]  # JobSet's default: every replica's Job completes
     elastic = render_jobset(SPECS["single-host-elastic-env"], "c", KubeSettings())
     # Never Any: JobSet would complete an elastic JobSet when its first replica finishes and
-    # delete the others mid-checkpoint. A scaled-down one is completed by the controller.
-    assert "successPolicy" not in elastic["spec"]
+    # delete the others mid-checkpoint. A scaled-down one is completed by the controller. All of
+    # the slices only: its coordinator (the JAX coordination service) never exits by itself.
+    assert elastic["spec"]["successPolicy"] == {"operator": "All", "targetReplicatedJobs": ["slice"]}
+
+
+def test_an_elastic_jobset_runs_the_jax_coordination_service_on_no_slice() -> None:
+    """An elastic JobSet has a ``coordinator`` replicated job: one CPU-only pod, kept off every
+    accelerator node, serving every generation from the membership file; the workers are told
+    its stable DNS name, so that the loss of slice 0's node leaves the service running. Its
+    failures are the Job's to replace and never count against maxRestarts."""
+    spec = SPECS["single-host-elastic-env"]
+    settings = KubeSettings()
+    jobset = render_jobset(spec, "c", settings)
+    slices, coordinator = jobset["spec"]["replicatedJobs"]
+    assert (slices["name"], coordinator["name"], coordinator["replicas"]) == ("slice", "coordinator", 1)
+    job = coordinator["template"]["spec"]
+    assert (job["parallelism"], job["completions"], job["completionMode"]) == (1, 1, "Indexed")
+    assert all(rule["action"] == "Ignore" for rule in job["podFailurePolicy"]["rules"])
+    pod = job["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["command"] == [
+        "python3", "-m", "hotswap.train.jax.coordinator", "--every-generation", "/etc/hotswap/membership.json", "100"
+    ]
+    assert "resources" not in container and "nodeSelector" not in pod
+    # No accelerator taint tolerated; evicted from a node that stopped answering after 30 s.
+    assert pod["tolerations"] == [
+        {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}
+        for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+    ]
+    assert "schedulingGates" not in pod  # nothing for the controller to place
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [
+        {"key": label, "operator": "DoesNotExist"} for label in sorted({settings.accelerator_label, settings.gpu_accelerator_label})
+    ]}]
+    assert pod["volumes"] == [v for v in pod_of(jobset)["spec"]["volumes"] if v["name"] == "hotswap-membership"]
+    assert jobset["spec"]["failurePolicy"]["rules"] == [
+        {"name": "coordinator", "action": "RestartJobSetAndIgnoreMaxRestarts", "targetReplicatedJobs": ["coordinator"]}
+    ]
+    env = {e["name"]: e.get("value") for e in pod_of(jobset)["spec"]["containers"][0]["env"]}
+    assert env[contract.HOTSWAP_JAX_COORDINATOR] == "small-coordinator-0-0.small"
+    rigid = render_jobset(SPECS["seed-high"], "c", settings)
+    assert [j["name"] for j in rigid["spec"]["replicatedJobs"]] == ["slice"]
+    assert contract.HOTSWAP_JAX_COORDINATOR not in {e["name"] for e in pod_of(rigid)["spec"]["containers"][0]["env"]}
 
 
 def test_worker_environment_follows_the_contract() -> None:

@@ -8,11 +8,13 @@ from __future__ import annotations
 import itertools
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from train_harness import (
     TRAIN_EXAMPLE,
+    clean_environ,
     Worker,
     Workers,
     free_port,
@@ -141,3 +143,107 @@ def test_a_drained_slice_leaves_and_the_others_go_on(tmp_path: Path) -> None:
     assert min(steps_on(staying, 1)) == max(steps_on(staying, 2)) + 1
     stops = [e for e in read_events(leaving.log.with_suffix(".events")) if e["kind"] == "stop"]
     assert [(e["reason"], e["exit_code"]) for e in stops] == [("removed", 143)]
+
+
+# Rank 0 dies at step KILL_AT, between two steps (after every rank finished that step's
+# collectives: a file each), and the survivors go on only once it is gone and the controller
+# has published their generation. The collective they then meet in is the step boundary's vote.
+RANK_0_DIES = """
+import os, signal, sys, time
+from pathlib import Path
+import torch
+import hotswap.train as ht
+
+here, kill_at = Path(sys.argv[1]), int(sys.argv[2])
+run = ht.init(collective_timeout_s=float(sys.argv[3]))
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+run.register(model=model, optimizer=optimizer)
+for step in run.steps(100000):
+    with run.elastic_step():
+        optimizer.zero_grad()
+        model(torch.ones(8, 4)).sum().backward()
+        ht.average_gradients(model)
+        optimizer.step()
+        run.report()
+        if step == kill_at:
+            (here / f"done-{run.rank}").touch()
+            if run.rank == 0:
+                while not ((here / "done-1").exists() and (here / "done-2").exists()):
+                    time.sleep(0.01)
+                os.kill(os.getpid(), signal.SIGKILL)  # the node is gone
+            while not (here / "go").exists():
+                time.sleep(0.01)
+        time.sleep(0.02)
+"""
+
+
+def test_losing_rank_0s_slice_the_survivors_go_on_without_waiting_for_a_timeout(tmp_path: Path) -> None:
+    """With rank 0 gone, gloo fails slice 2's vote at once while slice 1's waits on slice 2: slice
+    1 learns only when slice 2's old connections close. Slice 2 used to re-form while the failed
+    vote (and with it the old group) was still alive, so slice 1 waited for its collective
+    timeout (10 s in ``hotswap demo elastic --fail-slice 0``). Both must see the loss as it
+    happens: their elastic records say the lost peer was not noticed at a timeout."""
+    membership = tmp_path / "membership.json"
+    publish_membership(membership, 1, SLICES, free_port())
+    script = tmp_path / "rank0_dies.py"
+    script.write_text(RANK_0_DIES)
+    kill_at, timeout = 5, "10"
+    with Workers(tmp_path) as workers:
+        first = []
+        for index in range(3):
+            env = worker_env(
+                rank=index, world_size=3, port=0, checkpoint_dir=tmp_path / "checkpoints",
+                events_file=tmp_path / f"slice{index}.events", slice_name=SLICES[index], membership_file=membership,
+            )
+            first.append(workers.start(f"slice{index}", script, [str(tmp_path), str(kill_at), timeout], env))
+        assert first[0].wait(TIMEOUT) == -signal.SIGKILL, first[0].stderr()
+        publish_membership(membership, 2, SLICES[1:], free_port())  # the controller's part
+        (tmp_path / "go").touch()
+        survivors = first[1:]
+        wait_until(lambda: all(len(steps_on(w, 2)) >= 5 for w in survivors), TIMEOUT, "5 steps on 2 slices", survivors)
+        for worker in survivors:
+            worker.signal(signal.SIGTERM)
+        for worker in survivors:
+            assert worker.wait(TIMEOUT) == 143, worker.stderr()
+
+    for worker in survivors:
+        elastic = [e for e in read_events(worker.log.with_suffix(".events")) if e["kind"] == "elastic"]
+        assert [(e["generation"], e["slices"], e["cause"], e["timed_out"]) for e in elastic] == [
+            (2, 2, "peer_failure", False)
+        ], worker.stderr()
+        # No step lost, none done twice: steps 1..5 on 3 slices, then 6.. on 2.
+        assert steps_on(worker, 3) == list(range(1, kill_at + 1))
+        assert min(steps_on(worker, 2)) == kill_at + 1
+        assert "still referenced" not in worker.stderr()  # the old group was freed as it was left
+
+
+LEAVE_A_GROUP = """
+import logging, sys
+import torch.distributed as dist
+from hotswap.api.worker import WorkerEnv
+from hotswap.backends.local.launch import free_port
+from hotswap.train.rendezvous import GroupSpec
+from hotswap.train.torch.distributed import ProcessGroup
+
+logging.basicConfig(format="%(message)s")
+group = ProcessGroup("gloo", 10, 30, WorkerEnv.from_environ({"CUDA_VISIBLE_DEVICES": ""}))
+for generation, hold in ((1, False), (2, True)):
+    group.form(GroupSpec(generation, 0, 1, "127.0.0.1", free_port()), interrupted=lambda: False)
+    held = dist.group.WORLD if hold else None  # what DDP, or a script's own variable, keeps
+    print(f"leaving generation {generation}", file=sys.stderr, flush=True)
+    group.destroy()
+"""
+
+
+def test_a_group_the_script_still_holds_after_leaving_is_reported() -> None:
+    """Gloo closes a left group's connections only once nothing refers to it; until then its
+    peers notice only at their collective timeout. The SDK says so when the script holds it."""
+    result = subprocess.run(
+        [sys.executable, "-c", LEAVE_A_GROUP], capture_output=True, text=True, timeout=120,
+        env={**clean_environ(), "GLOO_SOCKET_IFNAME": "lo"},
+    )
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith(("leaving", "hotswap:"))]
+    assert lines[0] == "leaving generation 1" and lines[1] == "leaving generation 2", result.stderr
+    assert len(lines) == 3 and lines[2].startswith("hotswap: the process group left behind is still referenced")

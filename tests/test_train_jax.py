@@ -108,6 +108,39 @@ def test_a_checkpoint_restores_exactly_and_refuses_another_tree_naming_the_first
         assert all(word in str(error.value) for word in words), str(error.value)
 
 
+def test_a_restore_reads_the_step_once_and_still_refuses_a_cast(jax, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """Issue 26 item 3: the restore is no slower than orbax's own. The tree check uses what
+    orbax's restore read (arrays restored as saved, not cast to the template), so a step that
+    restores is not read a second time for its metadata; another dtype is still refused."""
+    import jax.numpy as jnp
+    import numpy as np
+    import orbax.checkpoint as ocp
+
+    from hotswap.train.jax.trees import StateMismatchError
+
+    state = {"w": jnp.arange(6.0).reshape(2, 3), "host": np.arange(3, dtype=np.int32)}
+    opened_before = checkpoints(tmp_path)  # the step is written by another after this opened
+    checkpoints(tmp_path).save(4, state, {}, {"step": 4, "elastic_down_events": 0}, "periodic", wait=True)
+    reads: list[int] = []
+    real = ocp.CheckpointManager.item_metadata
+    monkeypatch.setattr(ocp.CheckpointManager, "item_metadata", lambda self, step: reads.append(step) or real(self, step))
+
+    restored = checkpoints(tmp_path).restore_latest({"w": jnp.zeros((2, 3)), "host": np.zeros(3, np.int32)})
+    assert restored is not None and restored.step == 4 and reads == []
+    assert bool((restored.state["w"] == state["w"]).all()) and restored.state["host"].tolist() == [0, 1, 2]
+    late = opened_before.restore_latest({"w": jnp.zeros((2, 3)), "host": np.zeros(3, np.int32)})
+    assert late is not None and late.step == 4 and opened_before.latest_step() == 4  # its next save knows
+    for template, words in (
+        ({"w": jnp.zeros((2, 3), jnp.bfloat16), "host": np.zeros(3, np.int32)}, ["'w'", "float32[2,3]", "bfloat16[2,3]"]),
+        ({"w": jnp.zeros((2, 3)), "host": np.zeros(3, np.int64)}, ["'host'", "int32[3]", "int64[3]"]),
+        ({"w": jnp.zeros((2, 4)), "host": np.zeros(3, np.int32)}, ["'w'", "float32[2,3]", "float32[2,4]"]),
+    ):
+        with pytest.raises(StateMismatchError) as error:
+            checkpoints(tmp_path).restore_latest(template)
+        assert all(word in str(error.value) for word in words), str(error.value)
+    assert (tmp_path / "4").is_dir()  # refused, not set aside as damaged
+
+
 def test_no_checkpoint_restores_nothing(jax, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     assert checkpoints(tmp_path).restore_latest({"w": jax.numpy.ones(2)}) is None
 

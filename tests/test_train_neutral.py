@@ -9,6 +9,7 @@ import json
 import os
 import time
 import types
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
@@ -274,8 +275,8 @@ class Formation:
         self.calls.append(f"reconfigure {generation}")
         self.generation = generation
 
-    def recover(self) -> None:
-        self.calls.append("recover")
+    def recover(self, timed_out: bool = False) -> None:
+        self.calls.append("recover after a timeout" if timed_out else "recover")
 
 
 def boundary(tmp_path: Path, group: Group, formation: Formation, progress: Progress) -> StepBoundary:
@@ -296,6 +297,56 @@ def test_a_peer_lost_while_agreeing_is_recovered_and_the_boundary_crossed(tmp_pa
     group = Group(rank=0, world_size=2, peer_votes=[PeerLost("gloo: connection closed by peer"), [0, 1, 0]])
     boundary(tmp_path, group, formation, Progress(step=3)).cross(total=100)
     assert formation.calls == ["recover"]
+
+
+class Collective:
+    """What a failed torch collective leaves in the frames its error's traceback keeps: the
+    group, whose connections gloo closes only when it is freed."""
+
+
+class FailingOnce(Group):
+    """Its first vote fails as gloo fails it; the next one agrees (the re-formed group)."""
+
+    def __init__(self, error: str) -> None:
+        super().__init__(rank=1, world_size=3)
+        self.error, self.held = error, []
+
+    def agree_max(self, values: list[int]) -> list[int]:
+        if self.held:
+            return values
+        collective = Collective()
+        self.held.append(weakref.ref(collective))
+        raise PeerLost(self.error)
+
+
+class Recovering(Formation):
+    def __init__(self, group: FailingOnce) -> None:
+        super().__init__()
+        self.group = group
+
+    def recover(self, timed_out: bool = False) -> None:
+        super().recover(timed_out)
+        self.calls.append("collective still held" if self.group.held[0]() is not None else "collective released")
+
+
+@pytest.mark.parametrize(
+    ("error", "recovery"),
+    [
+        ("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:7555", "recover"),
+        ("[gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 10000ms for recv operation", "recover after a timeout"),
+    ],
+)
+def test_a_peer_lost_while_agreeing_is_recovered_once_the_failed_collective_is_released(
+    tmp_path: Path, error: str, recovery: str
+) -> None:
+    """A survivor that re-forms while the failed collective still holds the old group keeps its
+    connections open: another survivor waiting on it in that collective then waits for its
+    timeout (losing rank 0's slice of 3 cost 10 s this way). Recovery begins once it is freed,
+    and says whether the loss was noticed at a timeout (a hang) or as the peer went."""
+    group = FailingOnce(error)
+    formation = Recovering(group)
+    boundary(tmp_path, group, formation, Progress(step=41)).cross(total=100)
+    assert formation.calls == [recovery, "collective released"]
 
 
 def test_rank_0_calls_periodic_saves_and_every_rank_takes_part(tmp_path: Path) -> None:

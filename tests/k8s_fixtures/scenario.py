@@ -50,10 +50,12 @@ def submit(world: World, name: str, priority: str = "medium", slices: int = 1, d
 
 
 def running(world: World, jobset: str, attempt: int | None = None) -> int:
-    """How many workers of a workload run (of one attempt, if given)."""
+    """How many workers of a workload run (of one attempt, if given): its slices' pods, not an
+    elastic workload's coordinator."""
     return sum(
         1 for p in world.running(jobset)
-        if attempt is None or p["metadata"]["annotations"].get("hotswap.dev/attempt") == str(attempt)
+        if p["metadata"]["labels"].get("jobset.sigs.k8s.io/replicatedjob-name") == "slice"
+        and (attempt is None or p["metadata"]["annotations"].get("hotswap.dev/attempt") == str(attempt))
     )
 
 

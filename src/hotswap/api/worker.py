@@ -64,6 +64,10 @@ HOTSWAP_ATTEMPT = "HOTSWAP_ATTEMPT"  # worker generation, bumped at every (re)st
 HOTSWAP_SLICE = "HOTSWAP_SLICE"  # name of the slice this worker runs on
 HOTSWAP_HOSTS_PER_SLICE = "HOTSWAP_HOSTS_PER_SLICE"
 HOTSWAP_MEMBERSHIP_FILE = "HOTSWAP_MEMBERSHIP_FILE"  # elastic workloads only
+# Elastic workloads on Kubernetes: the host of the JAX coordination service the backend runs for
+# every generation (each generation's on its membership's master_port). Set: a JAX worker
+# connects there and never starts a service itself; unset: the generation's rank 0 starts one.
+HOTSWAP_JAX_COORDINATOR = "HOTSWAP_JAX_COORDINATOR"
 HOTSWAP_EVENTS_FILE = "HOTSWAP_EVENTS_FILE"  # JSON lines of goodput events, one file per worker
 HOTSWAP_TERMINATION_GRACE_S = "HOTSWAP_TERMINATION_GRACE_S"
 # Set only in a worker that a warm spare runs (backends/local/warm.py, which runs by path and
@@ -86,7 +90,8 @@ RESTART_EXIT_CODE = 42
 # so the workload fails with it instead of restarting into the same refusal.
 CHECKPOINTS_UNUSABLE_EXIT_CODE = 65
 
-REPLICATED_JOB = "slice"  # the one replicated job of a hotswap JobSet
+REPLICATED_JOB = "slice"  # the replicated job of a hotswap JobSet's workers
+COORDINATOR_JOB = "coordinator"  # an elastic JobSet's replicated job running the JAX coordination service
 
 # Contract defaults: what a worker assumes when a variable is missing, and what backends set.
 DEFAULT_GRACE_PERIOD_S = 30.0  # SIGTERM -> SIGKILL, as Kubernetes' terminationGracePeriodSeconds
@@ -174,10 +179,17 @@ def replica_index(slices: tuple[str, ...] | list[str], slice_name: str) -> int:
     return list(slices).index(slice_name)
 
 
-def coordinator_host(jobset: str, replica: int | str = 0, host: int = 0) -> str:
+def coordinator_host(jobset: str, replica: int | str = 0, host: int = 0, job: str = REPLICATED_JOB) -> str:
     """The stable DNS name of one JobSet pod through the JobSet's headless service (named after
-    the JobSet): ``<jobset>-<replicated job>-<job index>-<pod index>.<jobset>``."""
-    return f"{jobset}-{REPLICATED_JOB}-{replica}-{host}.{jobset}"
+    the JobSet): ``<jobset>-<replicated job>-<job index>-<pod index>.<jobset>`` (jobset
+    api/jobset/v1alpha2/jobset_types.go, ``Network.EnableDNSHostnames``: on by default; the
+    subdomain defaults to the JobSet's name)."""
+    return f"{jobset}-{job}-{replica}-{host}.{jobset}"
+
+
+def coordination_service_host(jobset: str) -> str:
+    """HOTSWAP_JAX_COORDINATOR of an elastic JobSet: its coordinator pod's DNS name."""
+    return coordinator_host(jobset, 0, 0, COORDINATOR_JOB)
 
 
 def slice_hostnames(jobset: str, replica: int | str, hosts_per_slice: int) -> str:

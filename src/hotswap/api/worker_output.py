@@ -67,7 +67,10 @@ EVENT_CHECKPOINT_SAVE = "checkpoint_save"  # {"step", "blocking_s", "total_s", "
 # (or a later step) no step completes, and hang detection must not count that as a hang.
 EVENT_CHECKPOINT_BEGIN = "checkpoint_begin"
 EVENT_CHECKPOINT_RESTORE = "checkpoint_restore"  # {"step", "duration_s", "source"}
-EVENT_ELASTIC = "elastic"  # membership change applied: {"generation", "slices", "duration_s"}
+# membership change applied: {"generation", "slices", "duration_s", "cause"}; cause: membership (a
+# published generation) or peer_failure (a collective failed), then with "timed_out": whether the
+# lost peer was noticed only when a collective timed out (a hang) rather than by its connections.
+EVENT_ELASTIC = "elastic"
 EVENT_STOP = "stop"  # the worker leaves: {"step", "reason", "exit_code"}; reasons: complete,
 # terminated, removed, peer_lost, no_membership, rendezvous_failed, checkpoints_unusable.
 # checkpoint_save reasons: periodic, termination, final, recovery (only the writing rank records

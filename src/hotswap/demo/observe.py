@@ -12,7 +12,15 @@ import dataclasses
 import json
 from pathlib import Path
 
-from hotswap.api.worker_output import EVENT_CHECKPOINT_RESTORE, EVENT_CHECKPOINT_SAVE, EVENT_START, EVENT_STEP, EVENT_STOP, parse_fields
+from hotswap.api.worker_output import (
+    EVENT_CHECKPOINT_RESTORE,
+    EVENT_CHECKPOINT_SAVE,
+    EVENT_ELASTIC,
+    EVENT_START,
+    EVENT_STEP,
+    EVENT_STOP,
+    parse_fields,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +66,7 @@ class Trace:
     saves: list[SaveRecord] = dataclasses.field(default_factory=list)
 
     starts: list[dict] = dataclasses.field(default_factory=list)
+    elastic: list[dict] = dataclasses.field(default_factory=list)  # membership changes a worker applied
 
     def last_save_up_to(self, attempt: int) -> SaveRecord | None:
         """The newest checkpoint the workers of ``attempt`` and earlier saved: what a restart
@@ -137,6 +146,7 @@ def read_trace(workload_dir: Path) -> Trace:
     stops: list[dict] = []
     saves: list[SaveRecord] = []
     starts: list[dict] = []
+    elastic: list[dict] = []
     for path in sorted((workload_dir / "events").glob("*.jsonl")):
         try:
             attempt, replica, host = (int(part) for part in path.stem.split("-")[:3])
@@ -167,10 +177,12 @@ def read_trace(workload_dir: Path) -> Trace:
                 saves.append(SaveRecord(float(record["t"]), int(record.get("step", 0)), str(record.get("reason", "")), attempt))
             elif kind == EVENT_STOP:
                 stops.append({**record, "attempt": attempt, "replica": replica, "host": host})
+            elif kind == EVENT_ELASTIC:
+                elastic.append({**record, "attempt": attempt, "replica": replica, "host": host})
     steps.sort(key=lambda s: (s.t, s.step))
     restores.sort(key=lambda r: r.t)
     saves.sort(key=lambda r: r.t)
-    return Trace(steps, restores, stops, saves, sorted(starts, key=lambda s: s["t"]))
+    return Trace(steps, restores, stops, saves, sorted(starts, key=lambda s: s["t"]), sorted(elastic, key=lambda e: e["t"]))
 
 
 def resumed_from_last_checkpoint(trace: Trace, attempt: int) -> tuple[bool, str]:

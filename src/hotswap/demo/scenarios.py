@@ -11,7 +11,7 @@ from typing import Any
 
 from hotswap.backends.local import operations
 from hotswap.backends.local.spares import new_cluster_warm_workers
-from hotswap.demo.drills import Drill, phases_of_restart
+from hotswap.demo.drills import Drill, DrillFailed, phases_of_restart
 from hotswap.demo.gpu_drill import GpuDrill
 from hotswap.demo.shrink import ShrinkDrill
 from hotswap.demo.observe import (
@@ -169,6 +169,8 @@ class ElasticDrill(Drill):
         before_down = max((s.step for s in steps if s.t < first.t and s.slices == 3), default=0)
         self.check("no step lost on the way down", first.step <= before_down + 2,
                    f"last step before the failure {before_down}, first on 2 slices {first.step}")
+        if self.framework == "torch":  # a JAX survivor restarts its process instead
+            self._check_loss_seen(t_fail)
         self.wait_steps("elastic", first.step + 30)
         t_repair = self.node("uncordon", f"{victim}-0")
         self.event(f"node {victim}-0 repaired: the job grows back to 3 slices")
@@ -213,6 +215,23 @@ class ElasticDrill(Drill):
             "goodput": {"elastic": self.goodput("elastic")},
         }
 
+    def _check_loss_seen(self, t_fail: float) -> None:
+        """The survivors noticed the lost slice as it went (its connections closed), not when a
+        collective timed out: their own records of the change to 2 slices say which."""
+
+        def records() -> list[dict[str, Any]] | None:
+            trace = self.trace("elastic")
+            down = [e for e in trace.elastic if e["t"] > t_fail and e.get("slices") == 2] if trace else []
+            return down if len({(e["replica"], e["host"]) for e in down}) >= 2 else None
+
+        try:  # written as they train on: at once, unless the job restarted instead
+            down = self.wait("the survivors' records of the change to 2 slices", records, timeout=10.0)
+        except DrillFailed:
+            down = []
+        late = [f"replica {e['replica']}" for e in down if e.get("timed_out")]
+        self.check("the survivors saw the slice go, without waiting for a timeout", bool(down) and not late,
+                   f"{len(down)} survivors re-formed ({', '.join(sorted({str(e.get('cause')) for e in down}))}); "
+                   + (f"at a collective timeout: {', '.join(late)}" if late else "none at a collective timeout"))
 
     def _check_one_replica_each(self, name: str) -> None:
         """From the workers' own environments and logs: no two live workers share a replica

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from hotswap.train.formation import GroupFormation
 from hotswap.train.progress import Progress
-from hotswap.train.rendezvous import first_line
+from hotswap.train.rendezvous import first_line, timed_out
 from hotswap.train.termination import Termination
 
 if TYPE_CHECKING:
@@ -94,7 +94,9 @@ class StepBoundary:
                 if self.group.world_size == 1 or not self.group.is_peer_failure(error):
                     raise
                 log.warning("hotswap: a peer was lost at step %d: %s", self.progress.step, first_line(error))
-                self.formation.recover()
+                lost_at_timeout = timed_out(error)
+            # After the handler, not in it (see GroupFormation.recover).
+            self.formation.recover(timed_out=lost_at_timeout)
 
     def _agree_and_act(self, total: int) -> None:
         """Raises when a collective fails."""

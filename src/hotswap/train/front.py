@@ -14,7 +14,7 @@ from hotswap.api.worker import WorkerEnv
 from hotswap.api.worker_output import EVENT_STEP, step_line
 from hotswap.train.events import EventLog, say
 from hotswap.train.progress import Progress
-from hotswap.train.rendezvous import first_line
+from hotswap.train.rendezvous import first_line, timed_out
 
 if TYPE_CHECKING:
     from hotswap.train.formation import GroupFormation
@@ -33,6 +33,7 @@ class RunFront:
     events: EventLog
     _in_step = False  # inside the body of a step
     _step_failed = False  # the step was abandoned: a peer was lost
+    _step_timed_out = False  # ... and noticed only when a collective timed out
     _start_phases: dict[str, float] | None = None  # set once the state is synchronised; goes with the first step
 
     # Where this worker stands --------------------------------------------------------------
@@ -86,7 +87,7 @@ class RunFront:
         except Exception as error:
             if self.world_size > 1 and self.group.is_peer_failure(error):
                 log.warning("hotswap: step %d abandoned, a peer was lost: %s", self.step + 1, first_line(error))
-                self._step_failed = True
+                self._step_failed, self._step_timed_out = True, timed_out(error)
                 return
             raise
 

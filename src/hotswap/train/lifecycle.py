@@ -19,6 +19,7 @@ from hotswap.api.worker_output import EVENT_START
 from hotswap.train.boundary import StepBoundary
 from hotswap.train.events import EventLog, process_started_at
 from hotswap.train.files import CheckpointDirectoryRefused, FreshStartRefused
+from hotswap.train.rendezvous import timed_out
 from hotswap.train.front import RunFront
 from hotswap.train.termination import Termination, TerminationRequest
 
@@ -109,7 +110,7 @@ class RunLifecycle(RunFront):
             yield self.step + 1
             self._in_step = False
             if self._step_failed and self._rewind(savepoint):
-                self.formation.recover()
+                self.formation.recover(timed_out=self._step_timed_out)
                 continue
             self._step_ends()
             self._complete_step(time.monotonic() - started)
@@ -136,6 +137,7 @@ class RunLifecycle(RunFront):
         self._began = True
         self.formation.complete_join()
         formed_at = time.time()
+        lost: bool | None = None  # a peer was lost: noticed at a collective timeout?
         try:
             self._replica.synchronise(self.formation.interrupted)
         except FreshStartRefused as refusal:  # one line and a code the failure policy fails on
@@ -143,7 +145,9 @@ class RunLifecycle(RunFront):
         except Exception as error:
             if not self.group.is_peer_failure(error):
                 raise
-            self.formation.recover()
+            lost = timed_out(error)
+        if lost is not None:  # after the handler (see GroupFormation.recover)
+            self.formation.recover(timed_out=lost)
         self._synchronised()
         self._boundary_at = time.monotonic()
         # Recorded with this process's first step (the phases of a restart, from the worker's side).

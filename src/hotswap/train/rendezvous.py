@@ -23,3 +23,11 @@ class GroupSpec:
 def first_line(error: BaseException) -> str:
     """An error in one line, for warnings (gloo's messages run to many lines)."""
     return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+
+
+def timed_out(error: BaseException) -> bool:
+    """Whether a failed collective or rendezvous gave up waiting (a peer that hangs, or one
+    that left without closing its connections), rather than seeing the peer go (gloo's
+    "Connection closed by peer")."""
+    text = str(error).lower()
+    return any(word in text for word in ("timed out", "timeout", "deadline_exceeded", "deadline exceeded"))

@@ -172,6 +172,9 @@ class Kueue:
         for pod_set in workload["spec"]["podSets"]:
             per_pod = {k: v for k, v in requests({"spec": pod_set["template"]["spec"]}).items() if k != "pods"}
             selector = pod_set["template"]["spec"].get("nodeSelector") or {}
+            covered = {r for group in cq["spec"].get("resourceGroups") or [] for r in group["coveredResources"]}
+            if any(k not in covered for k in per_pod):
+                return None  # flavorassigner.go ``findFlavorForPodSetResource``: "resource X unavailable in ClusterQueue"
             chosen: dict[str, str] = {}
             for group in cq["spec"].get("resourceGroups") or []:
                 wanted = {k: v * pod_set["count"] for k, v in per_pod.items() if k in group["coveredResources"]}
@@ -187,8 +190,8 @@ class Kueue:
                         break
                 else:
                     return None
-            if not chosen:
-                return None
+            # A pod set requesting nothing fits with no flavor: flavors are found per requested
+            # resource (flavorassigner.go, ``assignFlavors``), and it requests none.
             assignments.append({"name": pod_set["name"], "flavors": chosen, "count": pod_set["count"],
                                 "resourceUsage": {k: str(int(v * pod_set["count"])) for k, v in per_pod.items()}})
         return assignments

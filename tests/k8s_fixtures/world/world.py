@@ -333,10 +333,14 @@ class World:
         return ((found or {}).get("metadata", {}).get("labels") or {}).get(key)
 
     def pools_of(self, jobset: str, pool_label: str = "cloud.google.com/gke-nodepool") -> list[str | None]:
-        """The node pool each replica's running pods are on (None: none running), by job index."""
-        replicas = self.jobset(jobset)["spec"]["replicatedJobs"][0]["replicas"]
+        """The node pool each replica's running pods are on (None: none running), by job index
+        (the slices' replicas: the first replicated job's)."""
+        first = self.jobset(jobset)["spec"]["replicatedJobs"][0]
+        replicas = first["replicas"]
         placed: dict[int, set[str]] = {}
         for pod in self.running(jobset):
+            if pod["metadata"]["labels"].get("jobset.sigs.k8s.io/replicatedjob-name") != first["name"]:
+                continue
             index = int(pod["metadata"]["labels"]["jobset.sigs.k8s.io/job-index"])
             placed.setdefault(index, set()).add(self.node_label(pod["spec"]["nodeName"], pool_label) or "?")
         result: list[str | None] = []

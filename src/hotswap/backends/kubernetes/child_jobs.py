@@ -39,6 +39,7 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
+from hotswap.api import worker as contract
 from hotswap.api.times import iso_utc, parse_iso_utc
 from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes.live_objects import LivePod, metadata
@@ -77,6 +78,8 @@ def read_child_jobs(jobs: Iterable[dict[str, Any]]) -> dict[str, list[ChildJob]]
         jobset = job_labels.get(labels.JOBSET_NAME_LABEL)
         if not isinstance(jobset, str) or not meta.get("name") or not meta.get("uid"):
             continue
+        if job_labels.get(labels.REPLICATED_JOB_NAME_LABEL) == contract.COORDINATOR_JOB:
+            continue  # not a slice's: never retired with a replica (render/coordination.py)
         index = job_labels.get(labels.JOB_INDEX_LABEL)
         touched = (meta.get("annotations") or {}).get(labels.TOUCHED_ANNOTATION)
         status = obj.get("status") if isinstance(obj.get("status"), dict) else {}

@@ -62,6 +62,9 @@ STATE_ANNOTATION = "hotswap.dev/state"  # the core's record of the workload, wri
 REJECTED_ANNOTATION = "hotswap.dev/rejected"  # why the core refused the workload
 SLICE_ANNOTATION = "hotswap.dev/slice"  # on a pod: the slice the controller placed it on
 MEMBERSHIP_ANNOTATION = "hotswap.dev/membership"  # on a pod: the elastic membership record (JSON)
+# On a JobSet: when its JAX coordination service's pod was last lost (ISO 8601 UTC), kept after
+# that pod is gone so that the workers' exits it caused are still told from theirs.
+SERVICE_LOST_ANNOTATION = "hotswap.dev/service-lost-at"
 ATTEMPT_ANNOTATION = "hotswap.dev/attempt"  # on a pod: the worker generation it belongs to
 RESTART_COUNT_ANNOTATION = "hotswap.dev/restart-count"  # on a pod: HOTSWAP_RESTART_COUNT of its worker
 TOUCHED_ANNOTATION = "hotswap.dev/touched"  # on a Job: when the controller touched it because it created no pods

@@ -12,6 +12,7 @@ from typing import Any
 
 import pydantic
 
+from hotswap.api import worker as contract
 from hotswap.api.catalog import GPU_RESOURCE, TPU_RESOURCE
 from hotswap.api.phases import WorkloadPhase
 from hotswap.api.spec import WorkloadSpec
@@ -180,13 +181,70 @@ def container_of(annotations: dict[str, Any]) -> str:
     return name if isinstance(name, str) and name else labels.CONTAINER_NAME
 
 
-def read_pod(obj: dict[str, Any]) -> LivePod | None:
-    """A pod of a hotswap workload, or None for any other pod."""
-    meta = metadata(obj)
+@dataclasses.dataclass(frozen=True)
+class CoordinatorPod:
+    """The pod of an elastic JobSet's JAX coordination service (render/coordination.py)."""
+
+    name: str
+    workload: str
+    membership: str | None  # its membership annotation
+    live: bool  # neither terminating nor finished
+    # When the service it ran went away (it exited, was disrupted or deleted): None while it runs.
+    lost_at: float | None = None
+    uid: str = ""
+    # A terminating pod not yet finished: when its grace period ends (a kubelet that answers
+    # has confirmed by then; one on a dead node never does).
+    deletion_deadline: float | None = None
+
+
+def service_losses(job: LiveJobSet, pods: list[CoordinatorPod]) -> list[float]:
+    """When the JobSet's JAX coordination service went away: its pods' ends, and the one
+    recorded on the JobSet (which outlives a pod deleted since)."""
+    recorded = _time(job.annotations.get(labels.SERVICE_LOST_ANNOTATION))
+    return sorted({t for t in [recorded, *(c.lost_at for c in pods)] if t is not None})
+
+
+def _workload_of(meta: dict[str, Any]) -> tuple[str | None, bool]:
+    """The workload a pod belongs to (None: not a hotswap pod), and whether it is the workload's
+    coordinator rather than a worker."""
     pod_labels = _dict(meta.get("labels"))
     workload = pod_labels.get(labels.JOBSET_NAME_LABEL) or pod_labels.get(labels.WORKLOAD_LABEL)
-    if workload is None:
+    return workload, pod_labels.get(labels.REPLICATED_JOB_NAME_LABEL) == contract.COORDINATOR_JOB
+
+
+def read_coordinator_pod(obj: dict[str, Any]) -> CoordinatorPod | None:
+    """A workload's coordinator pod, or None for any other pod."""
+    meta = metadata(obj)
+    workload, coordinator = _workload_of(meta)
+    if workload is None or not coordinator:
         return None
+    status = _dict(obj.get("status"))
+    phase = status.get("phase")
+    ended = [_worker_exit(status, contract.COORDINATOR_JOB)[1], _time(meta.get("deletionTimestamp"))]
+    ended += [
+        _time(c.get("lastTransitionTime")) for c in status.get("conditions") or []
+        if isinstance(c, dict) and c.get("type") == labels.DISRUPTION_TARGET and c.get("status") == "True"
+    ]
+    known = [t for t in ended if t is not None]
+    live = not meta.get("deletionTimestamp") and phase not in ("Succeeded", "Failed")
+    return CoordinatorPod(
+        name=meta["name"],
+        workload=workload,
+        membership=_dict(meta.get("annotations")).get(labels.MEMBERSHIP_ANNOTATION),
+        live=live,
+        lost_at=None if live and not known else (min(known) if known else None),
+        uid=str(meta.get("uid") or ""),
+        deletion_deadline=_time(meta.get("deletionTimestamp")) if phase not in ("Succeeded", "Failed") else None,
+    )
+
+
+def read_pod(obj: dict[str, Any]) -> LivePod | None:
+    """A worker pod of a hotswap workload, or None for any other pod (its coordinator's too)."""
+    meta = metadata(obj)
+    workload, coordinator = _workload_of(meta)
+    if workload is None or coordinator:
+        return None
+    pod_labels = _dict(meta.get("labels"))
     annotations = _dict(meta.get("annotations"))
     spec = _dict(obj.get("spec"))
     status = _dict(obj.get("status"))

@@ -42,7 +42,9 @@ from hotswap.api.spec import WorkloadSpec
 from hotswap.backends.kubernetes.child_jobs import ChildJob, read_child_jobs, retired_uids, stall_deadline
 from hotswap.backends.kubernetes.discovery import Discovery, discover
 from hotswap.backends.kubernetes.kueue_mode import KueueView, kueue_queued, kueue_views, terminal_workload
-from hotswap.backends.kubernetes.live_objects import LiveJobSet, LivePod, metadata, read_jobset, read_occupant, read_pod
+from hotswap.backends.kubernetes.live_objects import (
+    CoordinatorPod, LiveJobSet, LivePod, metadata, read_coordinator_pod, read_jobset, read_occupant, read_pod, service_losses,
+)
 from hotswap.backends.kubernetes.pod_signals import Signals, read_signals
 from hotswap.backends.kubernetes.settings import KubeSettings
 from hotswap.backends.kubernetes.state_annotation import released_of, replicas_of, workload_from_state
@@ -70,6 +72,7 @@ class Observation:
     kueue: dict[str, KueueView] = dataclasses.field(default_factory=dict)  # Kueue: JobSet -> its Workload
     wake_at: float | None = None  # when to reconcile again even if nothing changes
     child_jobs: dict[str, list[ChildJob]] = dataclasses.field(default_factory=dict)  # JobSet -> its Jobs
+    coordinators: dict[str, list[CoordinatorPod]] = dataclasses.field(default_factory=dict)  # JobSet -> its coordinator pods
     _by_workload: dict[str, list[LivePod]] | None = dataclasses.field(default=None, repr=False)
 
     @property
@@ -120,13 +123,20 @@ def observe(
     live = [read_jobset(obj) for obj in jobsets]
     live.sort(key=lambda j: (j.created, j.name))
     by_name = {j.name: j for j in live}
+    pods = list(pods)
     pod_list = [p for p in (read_pod(obj) for obj in pods) if p is not None and p.workload in by_name]
+    coordinators: dict[str, list[CoordinatorPod]] = {}
+    for found in (read_coordinator_pod(obj) for obj in pods):
+        if found is not None and found.workload in by_name:
+            coordinators.setdefault(found.workload, []).append(found)
     others = list(others)
     # Any other pod is another owner's. Ours are known by their labels, not only by the list of
     # them read a moment earlier: a pod of our JobSets created in between (a Job recreated, a
     # pod Kueue admitted) is never taken for a foreign one.
-    ours = frozenset((settings.namespace, p.name) for p in pod_list) | frozenset(
-        (settings.namespace, p.name) for p in (read_pod(obj) for obj in others if metadata(obj).get("namespace") == settings.namespace)
+    ours = frozenset((settings.namespace, p.name) for p in [*pod_list, *(c for cs in coordinators.values() for c in cs)]) | frozenset(
+        (settings.namespace, p.name)
+        for obj in others if metadata(obj).get("namespace") == settings.namespace
+        for p in (read_pod(obj) or read_coordinator_pod(obj),)
         if p is not None and p.workload in by_name
     )
     occupants = [o for o in (read_occupant(obj, ours) for obj in others) if o is not None]
@@ -151,6 +161,7 @@ def observe(
         replicas={},
         unmanaged=[j.name for j in live if j.spec is None],
         child_jobs=read_child_jobs(job_list),
+        coordinators=coordinators,
     )
     if settings.kueue:
         observation.kueue = kueue_views(kueue_objects)
@@ -159,7 +170,8 @@ def observe(
     workloads, created = _managed_workloads(observation, live)
     workloads = _exclusive(workloads)
     released = {j.name: released_of(j.state) for j in live}
-    signals = read_signals(workloads, observation.pods_of, job_uids, failing, discovery, occupants, now, released, observation.replicas)
+    losses = {name: service_losses(job, coordinators.get(name, [])) for name, job in by_name.items()}
+    signals = read_signals(workloads, observation.pods_of, job_uids, failing, discovery, occupants, now, released, observation.replicas, losses)
     observation.wake_at = _earliest(signals.wake_at, _stall_check(observation))
     observation.snapshot, observation.events = _snapshot(observation, workloads, created, signals)
     return observation

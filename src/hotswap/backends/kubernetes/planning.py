@@ -33,7 +33,7 @@ from hotswap.api.phases import WorkloadPhase
 from hotswap.api.times import iso_utc
 from hotswap.api.membership import Membership
 from hotswap.backends.kubernetes import child_jobs, labels
-from hotswap.backends.kubernetes.live_objects import LiveJobSet
+from hotswap.backends.kubernetes.live_objects import LiveJobSet, service_losses
 from hotswap.backends.kubernetes.observation import Observation
 from hotswap.backends.kubernetes.operations import (
     AnnotatePod,
@@ -70,6 +70,9 @@ def plan(observation: Observation, decision: Decision) -> list[Operation]:
             operations.extend(RecordEvent(name, "SliceLost", cause, warning=True) for cause in observation.causes.get(name, []))
         workload = _record(observation, decision, name)
         jobs = observation.child_jobs.get(name, [])
+        lost = service_losses(job, observation.coordinators.get(name, []))
+        if lost and iso_utc(lost[-1]) != job.annotations.get(labels.SERVICE_LOST_ANNOTATION):
+            enactment.annotations[labels.SERVICE_LOST_ANNOTATION] = iso_utc(lost[-1])  # before its pod may go
         retiring = child_jobs.retiring_after(job.state, jobs, decided) if workload is not None else {}
         patch = _jobset_patch(observation, job, workload, actions, enactment.annotations, retiring)
         if patch is not None:
@@ -147,6 +150,9 @@ def _recreated(previous: Sequence[str | None], effects: Sequence[ActionEffect]) 
     return {i for e in effects if e.stop == STOP_REMOVED for i, s in enumerate(previous) if s in e.removed}
 
 
+STRANDED_SERVICE_AFTER_S = 10.0  # past a terminating coordinator pod's grace period
+
+
 def _stuck_pods(observation: Observation, name: str, workload: Workload) -> list[Operation]:
     """Pods left on machines that failed, by a workload that no longer holds that slice: deleted
     with their grace period first, so that a worker whose kubelet still answers gets SIGTERM and
@@ -173,6 +179,17 @@ def _stuck_pods(observation: Observation, name: str, workload: Workload) -> list
         if delete is not None:
             what = "force-deleted" if delete.force else "deleted"
             operations += [delete, RecordEvent(name, "PodForceDeleted" if delete.force else "PodDeleted", f"pod {pod.name} {what}: {delete.why}", warning=delete.force)]
+    for coordinator in observation.coordinators.get(name, []):
+        # The JAX coordination service's pod, evicted from a dead node (render/coordination.py
+        # tolerates an unreachable node briefly): its Job replaces it only once it is gone, and
+        # that kubelet never confirms. Its grace period over, it is force-deleted.
+        deadline = coordinator.deletion_deadline
+        if deadline is not None and observation.now >= deadline + STRANDED_SERVICE_AFTER_S:
+            why = "the JAX coordination service's pod did not end within its grace period (its node does not answer)"
+            operations += [
+                DeletePod(coordinator.name, True, why, coordinator.uid),
+                RecordEvent(name, "PodForceDeleted", f"pod {coordinator.name} force-deleted: {why}", warning=True),
+            ]
     return operations
 
 
@@ -224,6 +241,9 @@ def _release(
             operations.extend(child_jobs.gated_too_long(name, pod, workload.running_since, observation.now))
         elif membership is not None and pod.annotations.get(labels.MEMBERSHIP_ANNOTATION) != membership:
             operations.append(AnnotatePod(pod.name, {labels.MEMBERSHIP_ANNOTATION: membership}))
+    for coordinator in observation.coordinators.get(name, []):  # it serves each generation the workers get
+        if membership is not None and coordinator.live and coordinator.membership != membership:
+            operations.append(AnnotatePod(coordinator.name, {labels.MEMBERSHIP_ANNOTATION: membership}))
     return operations
 
 

@@ -28,6 +28,14 @@ from a device plugin on failing hardware) takes its node's slice away for the ro
 moves the workload, uncharged. (Its Job does not fail for it: ``backoffLimit`` leaves room for
 one such failure per host, :mod:`hotswap.backends.kubernetes.render.jobset`.)
 
+**The JAX coordination service's loss** (an elastic workload's coordinator pod exited, was
+disrupted or deleted: render/coordination.py) ends the generation it served: JAX ends each of
+its processes. A non-zero exit from ``EXIT_HOLD_S`` before the loss to
+``SERVICE_LOSS_WINDOW_S`` after it (a client notices a service that vanished with its node only
+after its heartbeat timeout) is the backend's loss, not the workload's
+(:class:`~hotswap.core.events.WorkerLost`: a restart in place, never charged); its Job gives the
+service a new pod, which serves the next attempt.
+
 **Other owners' pods** (another namespace, an xpk job) that hold accelerators on a slice's node
 make the slice unusable: it is never offered, and a workload holding it loses it.
 """
@@ -35,7 +43,7 @@ make the slice unusable: it is never offered, and a workload holding it loses it
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from hotswap.api.cluster import NodeState
 from hotswap.api.phases import WorkloadPhase
@@ -46,12 +54,13 @@ from hotswap.core import events as ev
 from hotswap.core.workload import Workload
 
 EXIT_HOLD_S = 60.0  # > node-monitor-grace-period (40-50 s) plus the watch's delay
+SERVICE_LOSS_WINDOW_S = 300.0  # > twice the JAX clients' heartbeat timeout (render/coordination.py)
 UNSCHEDULABLE_AFTER_S = 120.0
 
 
 @dataclasses.dataclass
 class Signals:
-    exits: list[ev.WorkerExited] = dataclasses.field(default_factory=list)
+    exits: list[ev.WorkerExited | ev.WorkerLost] = dataclasses.field(default_factory=list)
     lost: dict[str, str] = dataclasses.field(default_factory=dict)  # node -> why its slice is lost
     blocked: dict[str, str] = dataclasses.field(default_factory=dict)  # slice -> why it is unusable
     wake_at: float | None = None  # when a held exit or a pending deadline comes due
@@ -76,8 +85,10 @@ def read_signals(
     now: float,
     released: Mapping[str, Mapping[str, frozenset[int]]] | None = None,
     replicas: Mapping[str, list[str | None]] | None = None,
+    service_losses: Mapping[str, Sequence[float]] | None = None,
 ) -> Signals:
-    """The signals of every workload that holds slices."""
+    """The signals of every workload that holds slices. ``service_losses``: when each
+    workload's JAX coordination service went away (its coordinator pods that ended)."""
     signals = Signals()
     workloads = list(workloads)
     # Nodes where a pod (of any hotswap workload) is still terminating: it frees them when gone.
@@ -101,7 +112,7 @@ def read_signals(
                 signals.lost.setdefault(found.nodes[0], f"slice {slice_name} is {signals.blocked[slice_name]}")
         mine = current_pods(workload, pods_of(workload.name), job_uids)
         if workload.phase is WorkloadPhase.RUNNING:
-            _exits(workload, mine, failing_jobs, discovery, now, signals)
+            _exits(workload, mine, failing_jobs, discovery, now, signals, (service_losses or {}).get(workload.name, ()))
             _replaced(pods_of(workload.name), (released or {}).get(workload.name, {}), (replicas or {}).get(workload.name, []), discovery, signals)
         _disruptions(mine, failing_jobs, discovery, held, signals)
         _rejections(mine, discovery, held, signals)
@@ -115,7 +126,10 @@ def _slice_of(pod: LivePod, discovery: Discovery) -> str | None:
     return pod.annotations.get(labels.SLICE_ANNOTATION)
 
 
-def _exits(workload: Workload, mine: list[LivePod], failing_jobs: frozenset[str], discovery: Discovery, now: float, signals: Signals) -> None:
+def _exits(
+    workload: Workload, mine: list[LivePod], failing_jobs: frozenset[str], discovery: Discovery, now: float, signals: Signals,
+    service_losses: Sequence[float] = (),
+) -> None:
     for pod in mine:
         if not pod.finished or pod.exit_code is None or pod.terminating or pod.disruption or pod.owner_uid in failing_jobs:
             continue
@@ -129,6 +143,11 @@ def _exits(workload: Workload, mine: list[LivePod], failing_jobs: frozenset[str]
             due = (pod.finished_at if pod.finished_at is not None else now) + EXIT_HOLD_S
             if now < due:
                 signals.wake(due)
+                continue
+            exited = pod.finished_at if pod.finished_at is not None else now
+            if any(lost - EXIT_HOLD_S <= exited <= lost + SERVICE_LOSS_WINDOW_S for lost in service_losses):
+                why = f"exited {pod.exit_code} when the JAX coordination service went away"
+                signals.exits.append(ev.WorkerLost(workload.name, workload.attempt, slice_name, pod.host, why))
                 continue
         signals.exits.append(ev.WorkerExited(workload.name, workload.attempt, slice_name, pod.host, pod.exit_code))
 

@@ -146,7 +146,8 @@ class OrbaxCheckpoints:
         dtypes differ from the template's raises :class:`StateMismatchError` naming the first
         leaf that differs: a partial or cast restore would be silent corruption."""
         self.manager.wait_until_finished()
-        self.manager.reload()
+        if sorted(ocp.utils.checkpoint_steps(self.directory)) != sorted(self.manager.all_steps()):
+            self.manager.reload()  # written or removed by another: what a later save relies on
         found = self._newest(self.manager, self.directory, template)
         if found is None and self.fallback is not None and Path(self.fallback).is_dir():
             source = ocp.CheckpointManager(
@@ -168,35 +169,35 @@ class OrbaxCheckpoints:
         the manager told, so that a later save of their step is not refused)."""
         expected = leaves_with_paths(template)
         moved = False
-        target = jax.tree.map(_abstract, template)
+        target, restore_args = _as_saved(template)
         try:
             for step in sorted(manager.all_steps(), reverse=True):
                 where = f"checkpoint {directory}/{step}"
-                # The tree check reads the step's metadata while orbax restores it (a restore
-                # that does not match is thrown away): it costs nothing next to orbax's restore.
-                check = _Background(lambda step=step: _saved_leaves(manager, step))
+                path = Path(directory) / str(step)
                 try:
-                    restored = manager.restore(
-                        step,
-                        args=ocp.args.Composite(state=ocp.args.StandardRestore(target), hotswap=ocp.args.JsonRestore()),
-                    )
+                    restored = _restore_as_saved(path, target, restore_args)
                     failure = None
                 except Exception as error:
                     restored, failure = None, error
-                try:
-                    found = check.result()
+                if restored is not None:
+                    # The tree check on what orbax read: its restore refuses another tree
+                    # structure or shape, and the arrays come back as saved (not cast), so
+                    # their dtypes and shapes are the step's own: no second metadata read.
+                    problem = first_mismatch(expected, dict(leaves_with_paths(restored[0])), where)
+                    if problem:
+                        raise StateMismatchError(f"cannot restore: {problem}")
+                    state, extra = restored
+                    return Restored(step, state, extra["objects"], extra["counters"], extra["reason"])
+                try:  # only for a step that did not restore: why (another tree, or damaged)
+                    found = _saved_leaves(manager, step)
                 except Exception as error:  # written by something else, or damaged
                     moved |= _set_aside(directory, step, f"its metadata cannot be read ({_one_line(error)})")
                     continue
                 problem = first_mismatch(expected, found, where)
                 if problem:
                     raise StateMismatchError(f"cannot restore: {problem}")
-                if restored is None:
-                    assert failure is not None
-                    moved |= _set_aside(directory, step, f"it cannot be restored ({_one_line(failure)})")
-                    continue
-                extra = restored["hotswap"]
-                return Restored(step, restored["state"], extra["objects"], extra["counters"], extra["reason"])
+                assert failure is not None
+                moved |= _set_aside(directory, step, f"it cannot be restored ({_one_line(failure)})")
             return None
         finally:
             if moved:
@@ -228,27 +229,35 @@ def _saved_leaves(manager: Any, step: int) -> dict[Any, Any]:
     return dict(leaves_with_paths(saved))
 
 
-class _Background:
-    """One call on a thread of its own; ``result()`` waits for it and returns or raises."""
+def _as_saved(template: Any) -> tuple[Any, Any]:
+    """The restore target (the template's arrays as shapes with their shardings) and orbax's
+    restore arguments for it that read every value as saved: no cast to the template's dtype,
+    no padding or truncating to its shape (orbax would do both silently)."""
+    target = jax.tree.map(_abstract, template)
+    args = jax.tree.map(_uncast, ocp.checkpoint_utils.construct_restore_args(target))
+    return target, args
 
-    def __init__(self, call: Any) -> None:
-        self._call = call
-        self._value: Any = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="hotswap-restore-check", daemon=True)
-        self._thread.start()
 
-    def _run(self) -> None:
-        try:
-            self._value = self._call()
-        except BaseException as error:  # handed to the caller
-            self._error = error
+def _uncast(args: Any) -> Any:
+    if isinstance(args, ocp.ArrayRestoreArgs):
+        if args.dtype is not None and jax.dtypes.issubdtype(args.dtype, jax.dtypes.prng_key):
+            return args  # a typed key: orbax restores its key data as saved
+        return dataclasses.replace(args, global_shape=None, shape=None, dtype=None, strict=False)
+    if isinstance(args, ocp.RestoreArgs) and args.dtype is not None:
+        return dataclasses.replace(args, dtype=None)
+    return args
 
-    def result(self) -> Any:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._value
+
+def _restore_as_saved(path: Path, target: Any, restore_args: Any) -> tuple[Any, dict[str, Any]]:
+    """A step's arrays (placed like ``target``'s, values as saved) and its JSON item, read by
+    orbax's handlers straight from the step directory (what the manager's restore calls)."""
+    arrays = ocp.PyTreeCheckpointHandler()
+    try:
+        state = arrays.restore(path / "state", args=ocp.args.PyTreeRestore(item=target, restore_args=restore_args))
+    finally:
+        arrays.close()
+    extra = ocp.JsonCheckpointHandler().restore(path / "hotswap")
+    return state, extra
 
 
 def _abstract(leaf: Any) -> Any:

@@ -20,10 +20,20 @@ even after it has disconnected), and a survivor moving to the next generation mu
 
 The process that will be rank 0 of a published generation starts that generation's service
 while it still trains in the previous one (:class:`~hotswap.train.jax.runtime.JaxGroup`'s
-``prepare_service``), and its next program adopts it (:class:`Adopted`: the same pid, so still
-its child): the new group forms without waiting for a Python process to start and load jaxlib.
+``prepare_service``), and its next program adopts it (:class:`Adopted`): the new group forms
+without waiting for a Python process to start and load jaxlib.
 
 Run as ``python -m hotswap.train.jax.coordinator PORT PROCESSES HEARTBEAT_S PARENT_PID``.
+
+**Every generation, outside the workers** (``--every-generation MEMBERSHIP_FILE HEARTBEAT_S``):
+on Kubernetes a process that rank 0 starts lives in rank 0's pod, on rank 0's node, and dies
+with it. There the backend runs this mode in a pod of its own (an elastic JobSet's
+``coordinator`` replicated job, on no slice's node) and tells the workers so
+(:data:`~hotswap.api.worker.HOTSWAP_JAX_COORDINATOR`): it reads the membership file as the
+workers do and, for each newer generation, starts that generation's service on its
+``master_port`` for its ``world_size`` processes (:func:`serve_every_generation`). A superseded
+generation's service stays until nobody is connected to it (its members have left through it,
+as they do from rank 0's own), at most :data:`ORPHAN_LIFETIME_S`, as an orphaned one above.
 """
 
 from __future__ import annotations
@@ -33,7 +43,9 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
+from hotswap.api.membership import Membership
 from hotswap.api.worker import HOTSWAP_MEMBERSHIP_FILE
 
 ORPHAN_LIFETIME_S = 30.0  # how long the service outlives rank 0's process
@@ -147,7 +159,51 @@ def connections(port: int) -> int | None:
     return count if readable else None
 
 
+def _membership(path: str) -> Membership | None:
+    """The generation the file holds (None while it is empty: not published yet)."""
+    try:
+        with open(path) as handle:
+            text = handle.read()
+        return Membership.from_json(text) if text.strip() else None
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def serve_every_generation(path: str, heartbeat_s: int, polls: int | None = None) -> int:
+    """Serve each generation that ``path`` publishes (see the module), forever (``polls``: as
+    many rounds, for tests)."""
+    serving: dict[int, tuple[int, Any]] = {}  # generation -> (port, service)
+    superseded: dict[int, tuple[float, int]] = {}  # generation -> (since, polls with nobody connected)
+    jax_installed = True
+    while polls is None or polls > 0:
+        polls = None if polls is None else polls - 1
+        membership = _membership(path)
+        if membership is not None and membership.generation > max(serving, default=-1) and membership.world_size > 1 and jax_installed:
+            for generation in serving:
+                superseded.setdefault(generation, (time.monotonic(), 0))
+            try:
+                service = _service(membership.master_port, membership.world_size, heartbeat_s)
+            except ImportError:  # a PyTorch workload's image: its workers need no service
+                print("hotswap: no jaxlib in this image: no JAX coordination service to run", flush=True)
+                jax_installed = False
+                continue
+            serving[membership.generation] = (membership.master_port, service)
+            print(f"hotswap: serving generation {membership.generation} ({membership.world_size} processes) on port {membership.master_port}", flush=True)
+        for generation, (since, idle) in list(superseded.items()):
+            port, service = serving[generation]
+            idle = idle + 1 if connections(port) == 0 else 0
+            superseded[generation] = (since, idle)
+            if idle >= 3 or time.monotonic() - since > ORPHAN_LIFETIME_S:
+                service.shutdown()
+                del serving[generation], superseded[generation]
+        time.sleep(_POLL_S)
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv and argv[0] == "--every-generation":
+        signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+        return serve_every_generation(argv[1], int(argv[2]))
     port, processes, heartbeat_s, parent = (int(value) for value in argv)
     released = []
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))

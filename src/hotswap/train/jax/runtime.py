@@ -29,6 +29,7 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
+from hotswap.api.worker import HOTSWAP_JAX_COORDINATOR
 from hotswap.train.jax import coordinator
 from hotswap.train.rendezvous import GroupSpec, RendezvousFailed, first_line
 
@@ -152,13 +153,14 @@ class JaxGroup:
         from jax._src.lib import _jax
 
         heartbeat = max(1, int(self.heartbeat_timeout_s))
+        external = os.environ.get(HOTSWAP_JAX_COORDINATOR)  # the backend runs the service (Kubernetes)
         prepared, self._prepared = self._prepared, None
-        if prepared is not None and (spec.rank != 0 or prepared[0] != spec.master_port):
+        if prepared is not None and (external or spec.rank != 0 or prepared[0] != spec.master_port):
             coordinator.stop(prepared[1])  # started for a generation that did not come
             prepared = None
-        if spec.rank == 0:
+        if spec.rank == 0 and not external:
             self._coordinator = prepared[1] if prepared else coordinator.start(spec.master_port, spec.world_size, heartbeat)
-        address = f"{spec.master_addr}:{spec.master_port}"
+        address = f"{external or spec.master_addr}:{spec.master_port}"
         state = distributed.global_state
         state.client = _jax.get_distributed_runtime_client(
             address,
@@ -173,6 +175,8 @@ class JaxGroup:
     def prepare_service(self, port: int, processes: int) -> None:
         """Start the coordination service of the generation this process will be rank 0 of,
         on ``port``, ahead of forming it (see :mod:`.coordinator`)."""
+        if os.environ.get(HOTSWAP_JAX_COORDINATOR):  # the backend runs every generation's service
+            return
         with self._preparing:  # the step loop and the watchdog both look for new generations
             if self._prepared is not None and self._prepared[0] == port:
                 return

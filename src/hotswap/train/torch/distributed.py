@@ -14,10 +14,13 @@ emulated one, whatever ``torch.cuda.is_available()`` says on the machine.
 from __future__ import annotations
 
 import errno
+import gc
 import ipaddress
+import logging
 import os
 import socket
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any
@@ -28,6 +31,8 @@ import torch.distributed as dist
 from hotswap.api.worker import WorkerEnv
 from hotswap.train.rendezvous import GroupSpec, RendezvousFailed, first_line
 from hotswap.train.torch.snapshot import join_tensors, split_tensors
+
+log = logging.getLogger("hotswap.train")
 
 BROADCAST_CHUNK_BYTES = 64 << 20  # each collective well inside the timeout, whatever the state size
 _POLL_S = 0.02
@@ -208,9 +213,22 @@ class ProcessGroup:
         return True
 
     def destroy(self, before_teardown: bool = False) -> None:
-        """Leave the group; ``before_teardown``: the interpreter is about to be torn down."""
+        """Leave the group; ``before_teardown``: the interpreter is about to be torn down.
+
+        Gloo closes a group's connections only when the group object is freed (neither
+        ``destroy_process_group`` nor the backend's ``shutdown``/``abort`` does, torch 2.13),
+        and a peer still waiting on this rank learns that it left only then: otherwise at its
+        collective timeout. So the group must be freed here; see GroupFormation.recover."""
         if self._owned and dist.is_initialized():
+            world = weakref.ref(dist.group.WORLD)
             dist.destroy_process_group()
+            if world() is not None:  # held by a reference cycle (freed now) or by the script
+                gc.collect()
+            if world() is not None:
+                log.warning(
+                    "hotswap: the process group left behind is still referenced (by the training script?): "
+                    "its connections stay open, and peers notice that this rank left only at their timeout"
+                )
             if before_teardown:
                 time.sleep(_GLOO_RELEASE_S)  # see _GLOO_RELEASE_S
         self._store, self.spec, self._owned = None, None, False

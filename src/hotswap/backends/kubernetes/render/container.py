@@ -94,6 +94,8 @@ def worker_env(
         contract_env.append((contract.HOTSWAP_CHECKPOINT_DIR, directory))
     if spec.elastic:
         contract_env.append((contract.HOTSWAP_MEMBERSHIP_FILE, f"{labels.MEMBERSHIP_DIR}/{labels.MEMBERSHIP_FILE}"))
+        # JAX: the coordination service of every generation is the coordinator pod's (.coordination).
+        contract_env.append((contract.HOTSWAP_JAX_COORDINATOR, contract.coordination_service_host(spec.name)))
     for name, value in contract_env:
         env.append({"name": name, **(value if isinstance(value, dict) else {"value": value})})
     return env
@@ -174,19 +176,22 @@ def worker_volumes(spec: WorkloadSpec, volume: CheckpointVolume | None) -> list[
             }
         )
     if spec.elastic:
-        # The controller writes the membership record into a pod annotation; the kubelet keeps
-        # this file in step with it (eventually: it refreshes projected files periodically).
-        volumes.append(
-            {
-                "name": "hotswap-membership",
-                "downwardAPI": {
-                    "items": [
-                        {
-                            "path": labels.MEMBERSHIP_FILE,
-                            "fieldRef": {"fieldPath": f"metadata.annotations['{labels.MEMBERSHIP_ANNOTATION}']"},
-                        }
-                    ]
-                },
-            }
-        )
+        volumes.append(membership_volume())
     return volumes
+
+
+def membership_volume() -> dict[str, Any]:
+    """The membership file of an elastic workload's pods (workers and coordinator): the
+    controller writes the membership record into a pod annotation; the kubelet keeps this file
+    in step with it (eventually: it refreshes projected files periodically)."""
+    return {
+        "name": "hotswap-membership",
+        "downwardAPI": {
+            "items": [
+                {
+                    "path": labels.MEMBERSHIP_FILE,
+                    "fieldRef": {"fieldPath": f"metadata.annotations['{labels.MEMBERSHIP_ANNOTATION}']"},
+                }
+            ]
+        },
+    }

@@ -43,6 +43,10 @@ Who decides what, and why it is rendered so:
   slices the workload holds exited 0 the core declares it SUCCESSFUL, and the controller ends
   the parked Jobs the way it stops any workload: it suspends the JobSet (its Jobs' gated pods
   are deleted; the completed Jobs stay Complete), or with Kueue deactivates its Workload.
+- **Elastic JAX:** an elastic JobSet also has the ``coordinator`` replicated job, the JAX
+  coordination service of every generation on no slice's node (:mod:`.coordination`); its
+  success policy then targets the ``slice`` replicated job (still ``All``), since the service
+  never exits by itself.
 """
 
 from __future__ import annotations
@@ -58,7 +62,8 @@ from hotswap.api.errors import InvalidInputError
 from hotswap.api.spec import WorkloadSpec
 from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes.checkpoint_volume import CheckpointVolume, checkpoint_dir, resumed_from
-from hotswap.backends.kubernetes.render.container import container_name, worker_container, worker_volumes
+from hotswap.backends.kubernetes.render import coordination
+from hotswap.backends.kubernetes.render.container import container_name, membership_volume, worker_container, worker_volumes
 from hotswap.backends.kubernetes.settings import KubeSettings
 
 Manifest = dict[str, Any]
@@ -174,6 +179,10 @@ def render_jobset(
             ],
         },
     }
+    if spec.elastic:  # the JAX coordination service of every generation, on no slice's node
+        jobset["spec"]["replicatedJobs"].append(coordination.coordinator_job(spec, cluster, settings, membership_volume()))
+        jobset["spec"]["failurePolicy"]["rules"] = [dict(coordination.FAILURE_RULE)]
+        jobset["spec"]["successPolicy"] = dict(coordination.SUCCESS_POLICY)
     return jobset
 
 
