@@ -17,7 +17,8 @@ Elastic MTTR (``--mttr-runs``, local backend, the demo's job ``examples/train_ja
 elastic JAX job on 3 slices loses a node (SIGKILL) and continues on 2; MTTR is the failure to
 the first step completed on 2 slices, from the workers' own records (what ``hotswap demo
 elastic --framework jax`` reports). The node is then repaired and the time until the first
-step on 3 slices is reported too.
+step on 3 slices is reported too, with the survivors' own stall on the way (``stall_up_s``: a
+survivor's last step on 2 slices to its first on 3, from its records).
 
     python benchmarks/bench_jax.py --json [--device cpu|gpu] [--size 256] [--repeat 3] [--mttr-runs 3]
 """
@@ -149,6 +150,7 @@ def checkpoint_costs(device: str, size_mb: float, repeat: int, directory: str) -
 def elastic_mttr(runs: int, step_sleep: float) -> dict[str, Any]:
     from hotswap.demo.drills import DemoOptions
     from hotswap.demo.jax_drills import JaxElasticDrill
+    from hotswap.demo.observe import survivor_stall
 
     class MttrDrill(JaxElasticDrill):
         scenario = "bench-jax"
@@ -157,7 +159,7 @@ def elastic_mttr(runs: int, step_sleep: float) -> dict[str, Any]:
             self.create_cluster(3)
             self.submit("elastic", priority="high", slices=3, min_slices=2)
             self.wait_steps("elastic", 30)
-            down, up = [], []
+            down, up, stalls = [], [], []
             for _ in range(runs):
                 job = self.record("elastic")
                 node = f"{job['slices'][1]}-0"
@@ -169,7 +171,9 @@ def elastic_mttr(runs: int, step_sleep: float) -> dict[str, Any]:
                 back = self.wait("a step on 3 slices", lambda: self._first_step_after(t_repair, 3))
                 up.append(back.t - t_repair)
                 self.wait_steps("elastic", back.step + 10)
-            return {"down": down, "up": up}
+                stall = survivor_stall(self.trace("elastic"), 0, 2, 3, t_repair)  # replica 0 survives
+                stalls.append(stall["stall_s"] if stall else None)
+            return {"down": down, "up": up, "stall_up": stalls}
 
         def _first_step_after(self, t: float, slices: int) -> Any:
             trace = self.trace("elastic")
@@ -184,7 +188,10 @@ def elastic_mttr(runs: int, step_sleep: float) -> dict[str, Any]:
         "runs": runs,
         "mttr_down_s": round(statistics.median(outcome["down"]), 3),
         "grow_back_s": round(statistics.median(outcome["up"]), 3),
-        "samples": {"down": [round(v, 3) for v in outcome["down"]], "up": [round(v, 3) for v in outcome["up"]]},
+        # the survivors' own stall on grow-back (their last step on 2 slices to their first on 3)
+        "stall_up_s": round(statistics.median(s for s in outcome["stall_up"] if s is not None), 3) if any(outcome["stall_up"]) else None,
+        "samples": {"down": [round(v, 3) for v in outcome["down"]], "up": [round(v, 3) for v in outcome["up"]],
+                    "stall_up": outcome["stall_up"]},
     }
 
 

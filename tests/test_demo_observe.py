@@ -49,3 +49,16 @@ def test_a_restore_with_no_save_behind_it_fails(tmp_path: Path) -> None:
     _events(tmp_path, "2-0-0", {"t": 300.0, "kind": "checkpoint_restore", "step": 7, "source": "checkpoint"})
     assert not resumed_from_last_checkpoint(read_trace(tmp_path), attempt=1)[0]
     assert not resumed_from_last_checkpoint(read_trace(tmp_path / "nothing"), attempt=1)[0]  # no restore at all
+
+
+def test_the_returning_replicas_restore_is_its_own_not_the_first_after_the_repair(tmp_path: Path) -> None:
+    """After a repair, the survivors (replicas 0 and 2) restart into the grown group too: the
+    check of where the returning replica (1) got its state must read replica 1's restore."""
+    _events(tmp_path, "1-0-0-1", {"t": 500.2, "kind": "checkpoint_restore", "step": 51, "source": "checkpoint"})
+    _events(tmp_path, "1-2-0-3", {"t": 500.3, "kind": "checkpoint_restore", "step": 51, "source": "checkpoint"})
+    _events(tmp_path, "1-1-0-4", {"t": 500.4, "kind": "checkpoint_restore", "step": 90, "source": "peer"})
+    trace = read_trace(tmp_path)
+    joined = trace.restore_after(500.0, replica=1)
+    assert joined is not None and (joined.replica, joined.source, joined.step) == (1, "peer", 90)
+    assert trace.restore_after(500.0, replica=0).source == "checkpoint"  # type: ignore[union-attr]
+    assert trace.restore_after(500.5, replica=1) is None

@@ -324,14 +324,20 @@ def test_the_coordination_service_outlives_rank_0_then_frees_its_port() -> None:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and os.path.exists(f"/proc/{service}") and coordinator.connections(port):
             time.sleep(0.1)
-        for _ in range(100):
-            if not _alive(service):
-                break
-            time.sleep(0.1)
-        assert not _alive(service), "the service stayed after everyone left"
+        assert _ends(service), "the service stayed after everyone left"
     finally:
         if _alive(service):
             os.kill(service, 9)
+
+
+def _ends(pid: int, within_s: float = 10.0) -> bool:
+    """Whether process ``pid`` is gone (or a zombie) within ``within_s``."""
+    import time
+
+    deadline = time.monotonic() + within_s
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not _alive(pid)
 
 
 def _alive(pid: int) -> bool:
@@ -340,3 +346,146 @@ def _alive(pid: int) -> bool:
             return handle.read().split(") ")[1][0] != "Z"
     except OSError:
         return False
+
+
+_LEAVER = """
+import sys, time
+from hotswap.train.jax.runtime import JaxGroup, configure_runtime
+from hotswap.train.rendezvous import GroupSpec
+rank, port = int(sys.argv[1]), int(sys.argv[2])
+configure_runtime(None)
+group = JaxGroup(60)
+group.form(GroupSpec(1, rank, 2, "127.0.0.1", port), lambda: False)
+if rank == 0:
+    print("service", group._coordinator.pid, flush=True)
+assert group.agree_max([rank]) == [1]
+if rank == 1:
+    time.sleep(0.5)  # rank 0 waits for it to leave
+group.leave({0, 1})
+time.sleep(2.0)  # what a survivor does next: hand its state over, join the next generation
+print("alive after leaving", flush=True)
+"""
+
+
+def test_every_member_lives_on_after_leaving_a_generation_and_its_service_then_ends() -> None:
+    """A survivor moving to the next generation leaves its group first: no member, rank 0
+    included, may be ended by the coordination service going away after it left (a JAX
+    client aborts its process when its service disappears, even after disconnecting); the
+    service ends by itself once nobody is connected, freeing its port."""
+    pytest.importorskip("jax")
+    import socket
+    import time
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**{k: v for k, v in os.environ.items() if k != "HOTSWAP_MEMBERSHIP_FILE"}, "PYTHONPATH": str(ROOT / "src")}
+    ranks = [
+        subprocess.Popen([sys.executable, "-c", _LEAVER, str(rank), str(port)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env)
+        for rank in range(2)
+    ]
+    outputs = [process.communicate(timeout=180) for process in ranks]
+    service = next((int(line.split()[1]) for line in outputs[0][0].splitlines() if line.startswith("service ")), None)
+    try:
+        for rank, (process, (out, err)) in enumerate(zip(ranks, outputs)):
+            assert process.returncode == 0 and "alive after leaving" in out, (rank, process.returncode, err[-2000:])
+        assert service is not None
+        assert _ends(service), "the service stayed after everyone left"
+    finally:
+        if service is not None and _alive(service):
+            os.kill(service, 9)
+
+
+_SUCCESSOR = """
+import sys, time
+from hotswap.train.jax import handoff as handoffs
+from hotswap.train.jax.runtime import JaxGroup, configure_runtime
+from hotswap.train.rendezvous import GroupSpec
+rank, port = int(sys.argv[1]), int(sys.argv[2])
+taken = handoffs.take()
+group = JaxGroup(60)
+if rank == 0 and taken is None:  # still training in the old generation: start the next one's service
+    group.prepare_service(port, 2)
+    print("prepared", group.prepared_service()[1], flush=True)
+    change = handoffs.MembershipChange(1, 2, time.monotonic(), False)
+    handoffs.restart(handoffs.Handoff(change, None, None, None, None, service=group.prepared_service()))
+group.adopt_service(taken.service if taken else None)
+configure_runtime(None)
+group.form(GroupSpec(2, rank, 2, "127.0.0.1", port), lambda: False)
+if rank == 0:
+    print("formed on", group._coordinator.pid, flush=True)
+assert group.agree_max([rank]) == [1]
+group.leave({0, 1})
+print("left", flush=True)
+"""
+
+
+def test_rank_0_of_the_next_generation_forms_it_on_the_service_it_started_ahead(tmp_path: Path) -> None:
+    """The survivor that will be rank 0 of a published generation starts its coordination
+    service while it still trains; its next program (after its restart) forms the group on
+    that service instead of starting one then, and the others form with it."""
+    pytest.importorskip("jax")
+    import socket
+
+    script = tmp_path / "successor.py"
+    script.write_text(_SUCCESSOR)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**{k: v for k, v in os.environ.items() if k != "HOTSWAP_MEMBERSHIP_FILE"}, "PYTHONPATH": str(ROOT / "src")}
+    ranks = [
+        subprocess.Popen([sys.executable, str(script), str(rank), str(port)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env)
+        for rank in range(2)
+    ]
+    outputs = [process.communicate(timeout=180) for process in ranks]
+    for rank, (process, (out, err)) in enumerate(zip(ranks, outputs)):
+        assert process.returncode == 0 and "left" in out, (rank, process.returncode, err[-2000:])
+    lines = outputs[0][0].split()
+    prepared = lines[lines.index("prepared") + 1]
+    formed = lines[lines.index("on") + 1]
+    assert formed == prepared  # the same service process: none was started after the restart
+
+
+_SURVIVOR = """
+import os, signal, sys, time
+from hotswap.train.jax import handoff as handoffs
+from hotswap.train.jax.successor import Successor
+taken = handoffs.take()
+if taken is None:  # the survivor: its successor starts (and imports) while it trains on
+    print("survivor", os.getpid(), flush=True)
+    successor = Successor()
+    successor.start()
+    change = handoffs.MembershipChange(1, 2, time.monotonic(), False)
+    successor.take_over(handoffs.Handoff(change, {"step": 7}, None, None, None))
+    raise SystemExit("the successor did not take the state")
+print("successor", os.getpid(), "took step", taken.counters["step"], flush=True)
+signal.signal(signal.SIGTERM, lambda *_: (print("SIGTERM at the successor", flush=True), os._exit(143)))
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+time.sleep(120)
+"""
+
+
+def test_a_survivors_successor_takes_its_state_and_runs_under_its_pid(tmp_path: Path) -> None:
+    """The next program of a survivor, started and imported ahead, takes the state handed
+    over; the survivor's pid stays (what the supervisor knows): SIGTERM sent to it reaches the
+    successor and the pid exits with the successor's status."""
+    import signal
+    import time
+
+    script = tmp_path / "survivor.py"
+    script.write_text(_SURVIVOR)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    worker = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    assert worker.stdout is not None
+    survivor = worker.stdout.readline().split()
+    successor = worker.stdout.readline().split()
+    assert survivor == ["survivor", str(worker.pid)]
+    assert successor[0] == "successor" and successor[1] != str(worker.pid) and successor[2:] == ["took", "step", "7"]
+    time.sleep(0.5)
+    assert worker.poll() is None  # the pid lives on, keeping the successor's place
+    worker.send_signal(signal.SIGTERM)
+    out, err = worker.communicate(timeout=30)
+    assert "SIGTERM at the successor" in out and worker.returncode == 143, err[-2000:]
+    assert _ends(int(successor[1]))

@@ -42,6 +42,8 @@ class RestoreRecord:
     step: int
     source: str
     attempt: int
+    replica: int = 0  # the replica index of the worker that restored (its events file says)
+    host: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,8 +83,9 @@ class Trace:
     def first_step_after(self, t: float) -> StepRecord | None:
         return next((s for s in self.steps if s.t > t), None)
 
-    def restore_after(self, t: float) -> RestoreRecord | None:
-        return next((r for r in self.restores if r.t > t), None)
+    def restore_after(self, t: float, replica: int | None = None) -> RestoreRecord | None:
+        """The first restore after ``t`` (by ``replica``'s workers only, if given)."""
+        return next((r for r in self.restores if r.t > t and replica in (None, r.replica)), None)
 
     def latest_loss(self) -> float | None:
         return next((s.loss for s in reversed(self.steps) if s.loss is not None), None)
@@ -167,7 +170,9 @@ def read_trace(workload_dir: Path) -> Trace:
             elif kind == EVENT_START:
                 starts.append({**record, "attempt": attempt, "replica": replica, "host": host})
             elif kind == EVENT_CHECKPOINT_RESTORE:
-                restores.append(RestoreRecord(float(record["t"]), int(record.get("step", 0)), str(record.get("source", "")), attempt))
+                restores.append(
+                    RestoreRecord(float(record["t"]), int(record.get("step", 0)), str(record.get("source", "")), attempt, replica, host)
+                )
             elif kind == EVENT_CHECKPOINT_SAVE:
                 saves.append(SaveRecord(float(record["t"]), int(record.get("step", 0)), str(record.get("reason", "")), attempt))
             elif kind == EVENT_STOP:

@@ -179,9 +179,11 @@ class ElasticDrill(Drill):
             lambda: (lambda tr: next((s for s in tr.steps if s.t > t_repair and s.slices == 3), None) if tr else None)(self.trace("elastic")),
         )
         trace = self.trace("elastic")
-        joined = trace.restore_after(t_repair) if trace else None
+        # The returning replica's own restore: the survivors restart into the grown group too
+        # and take their own state back (a restore of theirs would say so, not this one's).
+        joined = trace.restore_after(t_repair, replica=failing) if trace else None
         self.check("the returning replica got its state from a peer", joined is not None and joined.source == "peer",
-                   f"restore source {joined.source if joined else '-'} at step {joined.step if joined else '-'}")
+                   f"replica {failing}: restore source {joined.source if joined else '-'} at step {joined.step if joined else '-'}")
         self.wait_steps("elastic", back.step + 20)
         self._check_one_replica_each("elastic")
         # What the survivors lived through, from their own step times.

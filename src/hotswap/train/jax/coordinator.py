@@ -9,11 +9,19 @@ the loss of rank 0's process group or its exit does not take it along): with ran
 gone, the survivors' collectives fail as for any other peer, they leave through the service,
 and they re-form without it, a survivor being rank 0 of the next generation.
 
-Its lifetime: rank 0 stops it once the others have left (:func:`stop`); if rank 0 dies first,
-it serves the survivors on their way out and exits once no process is connected to it any more
-(the kernel's table of TCP connections says so), after :data:`ORPHAN_LIFETIME_S` at the most,
-so that its port is free for the next attempt; and at once if the job's membership file goes
-away (the workload or its cluster was removed).
+Its lifetime: once the others have left, rank 0 disconnects and releases it (:func:`release`);
+if rank 0 dies first, it is released too. A released service serves whoever is still on the
+way out and exits once no process is connected to it any more (the kernel's table of TCP
+connections says so), after :data:`ORPHAN_LIFETIME_S` at the most, so that its port is free for
+the next attempt; and at once if the job's membership file goes away (the workload or its
+cluster was removed). It is never stopped under a connected client: a JAX client whose
+service goes away ends its process (a fatal error in jaxlib, from its error-polling thread,
+even after it has disconnected), and a survivor moving to the next generation must live on.
+
+The process that will be rank 0 of a published generation starts that generation's service
+while it still trains in the previous one (:class:`~hotswap.train.jax.runtime.JaxGroup`'s
+``prepare_service``), and its next program adopts it (:class:`Adopted`): the new group forms
+without waiting for a Python process to start and load jaxlib.
 
 Run as ``python -m hotswap.train.jax.coordinator PORT PROCESSES HEARTBEAT_S PARENT_PID``.
 
@@ -54,7 +62,58 @@ def start(port: int, processes: int, heartbeat_s: int) -> subprocess.Popen[bytes
     )
 
 
-def stop(process: subprocess.Popen[bytes] | None) -> None:
+class Adopted:
+    """A service this process's previous program started (``exec`` keeps the pid, so it is
+    still this process's child; a successor's is its keeper's, see
+    :mod:`hotswap.train.jax.successor`): the part of ``Popen`` that :func:`release` and
+    :func:`stop` use."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # not our child (the keeper of our pid started it): is it there?
+                try:
+                    os.kill(self.pid, 0)
+                except ProcessLookupError:
+                    self.returncode = 0
+            else:
+                self.returncode = os.waitstatus_to_exitcode(status) if pid else None
+        return self.returncode
+
+    def send_signal(self, number: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, number)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def wait(self, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        while self.poll() is None:
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout)
+            time.sleep(0.02)
+        return self.returncode or 0
+
+
+Service = subprocess.Popen[bytes] | Adopted
+
+
+def release(process: Service | None) -> None:
+    """Let the service end by itself once nobody is connected to it (see the module)."""
+    if process is not None and process.poll() is None:
+        process.send_signal(signal.SIGUSR1)
+
+
+def stop(process: Service | None) -> None:
     """End the service (the others have left), waiting a moment for it."""
     if process is None or process.poll() is not None:
         return
@@ -146,7 +205,9 @@ def main(argv: list[str]) -> int:
         signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
         return serve_every_generation(argv[1], int(argv[2]))
     port, processes, heartbeat_s, parent = (int(value) for value in argv)
+    released = []
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    signal.signal(signal.SIGUSR1, lambda *_: released.append(True))
     service = _service(port, processes, heartbeat_s)  # noqa: F841  (serves while referenced)
     membership = os.environ.get(HOTSWAP_MEMBERSHIP_FILE)
     orphaned: float | None = None
@@ -155,7 +216,7 @@ def main(argv: list[str]) -> int:
         time.sleep(_POLL_S)
         if membership and not os.path.exists(membership):
             return 0
-        if orphaned is None and os.getppid() != parent:
+        if orphaned is None and (released or os.getppid() != parent):
             orphaned = time.monotonic()
         if orphaned is None:
             continue

@@ -4,9 +4,11 @@ process into it (:func:`~hotswap.train.jax.handoff.restart`):
 
 1. the survivor waits, in its old program, for the generation that follows its own (leaving if
    its slice is not in it), exactly as the neutral formation does;
-2. it leaves the old group, rank 0 last (it stops the coordination service, see
-   :mod:`hotswap.train.jax.coordinator`);
-3. it hands its state to its next program and ``exec``s;
+2. it leaves the old group, rank 0 last (it releases the coordination service, see
+   :mod:`hotswap.train.jax.coordinator`; the one that will be rank 0 of the new generation
+   started that generation's service while it still trained);
+3. it hands its state to its next program and ``exec``s (into a keeper of its pid, if its next
+   program was started ahead: :mod:`hotswap.train.jax.successor`);
 4. the next program joins the new generation, takes its state back (joining slices receive it
    from a survivor), and announces the change with the time it took from step 1.
 
@@ -30,6 +32,7 @@ from hotswap.train.events import EventLog, say
 from hotswap.train.formation import GroupFormation
 from hotswap.train.jax.handoff import Handoff, MembershipChange
 from hotswap.train.jax.runtime import JaxGroup
+from hotswap.train.jax.successor import Successor
 from hotswap.train.jax.sync import JaxStateSync
 from hotswap.train.progress import Progress
 from hotswap.train.termination import Termination
@@ -56,6 +59,7 @@ class RestartingFormation(GroupFormation):
         self.attempts = handoff.attempts if handoff else 0  # elastic retries so far
         self._restart = restart
         self._moving = threading.Lock()  # held by whichever thread moves the process on
+        self._successor = Successor()
 
     def join_first(self) -> None:
         if self.change is not None and self.elastic:
@@ -66,6 +70,23 @@ class RestartingFormation(GroupFormation):
     def newest_membership(self) -> Membership | None:
         """The newest generation published so far (None when not elastic)."""
         return self._watcher.poll() if self._watcher else None
+
+    def newest_generation(self) -> int:
+        self._prepare(self.newest_membership())
+        return super().newest_generation()
+
+    def _prepare(self, latest: Membership | None) -> None:
+        """While this process trains on: if it will be rank 0 of a published generation, start
+        that generation's coordination service now, so that the group forms without waiting
+        for it (the survivors train on until the joiners are ready anyway)."""
+        current = self.membership
+        if latest is None or current is None or latest.generation <= current.generation or latest.world_size == 1:
+            return
+        rank = latest.rank_of(self.env.slice_name, self.env.host_index)
+        if rank == 0:
+            self.jax_group.prepare_service(latest.master_port, latest.world_size)
+        if rank is not None and threading.current_thread() is threading.main_thread():
+            self._successor.start()  # the next program, imported while this one trains on
 
     def finish_change(self) -> None:
         """Once the state is synchronised: the move the previous program began is done."""
@@ -93,7 +114,7 @@ class RestartingFormation(GroupFormation):
         if not failed:
             self.jax_state.wait_for_writes()  # a healthy group can finish the save in flight
         change = MembershipChange(previous.generation, len(previous.slices), started, failed)
-        self._restart(self.jax_state.handoff(change, self.attempts + 1))
+        self._hand_over(self.jax_state.handoff(change, self.attempts + 1))
 
     def restart_into(self, after_generation: int, *, failed: bool, live: bool = True) -> NoReturn:
         """Restart this process to join the first generation after ``after_generation``."""
@@ -102,7 +123,17 @@ class RestartingFormation(GroupFormation):
         else:
             slices = len(self.membership.slices) if self.membership else None
             change = MembershipChange(after_generation, slices, time.monotonic(), failed)
-        self._restart(self.jax_state.handoff(change, self.attempts + 1, live=live))
+        self._hand_over(self.jax_state.handoff(change, self.attempts + 1, live=live))
+
+    def _hand_over(self, handoff: Handoff) -> NoReturn:
+        """Restart, handing the next program the state and a coordination service started ahead;
+        into the successor started ahead if there is one (from the main thread: the successor
+        dies with the thread that started it)."""
+        handoff = dataclasses.replace(handoff, service=self.jax_group.prepared_service())
+        if self._successor.ready and threading.current_thread() is threading.main_thread():
+            self._successor.take_over(handoff)
+        self._successor.stop()
+        self._restart(handoff)
 
     def abandon(self, newest: Membership, forming: int | None) -> None:
         """The watchdog's way out of a call that does not return (see :mod:`.watchdog`)."""

@@ -48,6 +48,7 @@ class Handoff:
     leaves: list[str] | None  # the state's leaf paths, to check the next program's tree against
     objects: dict[str, Any] | None  # registered objects' state_dict()s
     attempts: int = 0  # elastic retries so far (pathwaysutils' retry policy counts them)
+    service: tuple[int, int] | None = None  # (port, pid): a coordination service started ahead
 
 
 def restart(handoff: Handoff) -> NoReturn:
@@ -55,25 +56,38 @@ def restart(handoff: Handoff) -> NoReturn:
     ``handoff``."""
     blocked = {signal.SIGTERM}
     signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
-    handle = _anonymous_file()
-    pickle.dump(handoff, handle, protocol=pickle.HIGHEST_PROTOCOL)
-    handle.flush()
-    handle.seek(0)
-    fd = handle.fileno()
+    fd = write(handoff)
     os.set_inheritable(fd, True)
     env = dict(os.environ)
     env[HANDOFF_FD] = str(fd)
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
+    flush_streams()
     try:
         os.chdir(_START_DIR)
         os.execve(sys.executable, command_line(), env)
     except OSError:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
         raise
+
+
+_held: list[BinaryIO] = []  # the handoff files written, open until the program is replaced
+
+
+def write(handoff: Handoff) -> int:
+    """The handoff in an anonymous in-memory file: its descriptor, at offset 0."""
+    handle = _anonymous_file()
+    pickle.dump(handoff, handle, protocol=pickle.HIGHEST_PROTOCOL)
+    handle.flush()
+    handle.seek(0)
+    _held.append(handle)
+    return handle.fileno()
+
+
+def flush_streams() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
 
 
 def command_line() -> list[str]:

@@ -76,6 +76,7 @@ class JaxRun(RunLifecycle):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # blocked across a restart
         configure_runtime(compilation_cache)
         self.group = JaxGroup(rendezvous_timeout_s)
+        self.group.adopt_service(handoff.service if handoff else None)
         self.progress = Progress()
         self.sync = JaxStateSync(
             self.group,

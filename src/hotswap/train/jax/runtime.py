@@ -6,8 +6,9 @@ called again with another process count, so a new generation means a new process
 :class:`~hotswap.train.protocols.Group` the neutral modules drive: ``form`` initialises the
 distributed runtime (gloo collectives on CPU), ``agree_max`` is one small all-gather, and
 ``leave`` takes care of the one ordering JAX imposes: every process of the generation aborts the
-moment the coordination service goes away, so rank 0, which started it in a process of its own
-(:mod:`.coordinator`), stops it only once the others have left.
+moment the coordination service goes away (even one that has disconnected already), so rank 0,
+which started it in a process of its own (:mod:`.coordinator`), waits for the others to leave,
+leaves too and releases it: the service ends once nobody is connected to it.
 
 Recoverability is switched on (``jax_enable_recoverability``): the loss of any process, rank
 0's included (the service is not in it), then fails the collectives that need it (gloo errors at
@@ -99,7 +100,9 @@ class JaxGroup:
         self.forming: GroupSpec | None = None  # the group being initialised (a call JAX cannot interrupt)
         self._owned = False
         self._left = False
-        self._coordinator: subprocess.Popen[bytes] | None = None  # rank 0: the service's process
+        self._coordinator: coordinator.Service | None = None  # rank 0: the service's process
+        self._prepared: tuple[int, coordinator.Service] | None = None  # (port, service) of a generation to come
+        self._preparing = threading.Lock()
 
     @property
     def rank(self) -> int:
@@ -151,8 +154,12 @@ class JaxGroup:
 
         heartbeat = max(1, int(self.heartbeat_timeout_s))
         external = os.environ.get(HOTSWAP_JAX_COORDINATOR)  # the backend runs the service (Kubernetes)
+        prepared, self._prepared = self._prepared, None
+        if prepared is not None and (external or spec.rank != 0 or prepared[0] != spec.master_port):
+            coordinator.stop(prepared[1])  # started for a generation that did not come
+            prepared = None
         if spec.rank == 0 and not external:
-            self._coordinator = coordinator.start(spec.master_port, spec.world_size, heartbeat)
+            self._coordinator = prepared[1] if prepared else coordinator.start(spec.master_port, spec.world_size, heartbeat)
         address = f"{external or spec.master_addr}:{spec.master_port}"
         state = distributed.global_state
         state.client = _jax.get_distributed_runtime_client(
@@ -164,6 +171,27 @@ class JaxGroup:
         )
         state.client.connect()
         state.coordinator_address, state.num_processes, state.process_id = address, spec.world_size, spec.rank
+
+    def prepare_service(self, port: int, processes: int) -> None:
+        """Start the coordination service of the generation this process will be rank 0 of,
+        on ``port``, ahead of forming it (see :mod:`.coordinator`)."""
+        if os.environ.get(HOTSWAP_JAX_COORDINATOR):  # the backend runs every generation's service
+            return
+        with self._preparing:  # the step loop and the watchdog both look for new generations
+            if self._prepared is not None and self._prepared[0] == port:
+                return
+            if self._prepared is not None:
+                coordinator.stop(self._prepared[1])
+            self._prepared = (port, coordinator.start(port, processes, max(1, int(self.heartbeat_timeout_s))))
+
+    def prepared_service(self) -> tuple[int, int] | None:
+        """(port, pid) of the service started ahead, for this process's next program."""
+        return (self._prepared[0], self._prepared[1].pid) if self._prepared else None
+
+    def adopt_service(self, prepared: tuple[int, int] | None) -> None:
+        """Take over the service this process's previous program started ahead."""
+        if prepared is not None:
+            self._prepared = (prepared[0], coordinator.Adopted(prepared[1]))
 
     def stop_service(self) -> None:
         """Stop the coordination service this process started (rank 0), if any: only for a
@@ -188,25 +216,22 @@ class JaxGroup:
         self.leave(range(self.world_size))
 
     def leave(self, wait_for: Collection[int]) -> None:
-        """Leave the generation. Every rank but 0 disconnects from the coordination service;
-        rank 0 first waits (at most :data:`LEAVE_TIMEOUT_S`) until the ranks in ``wait_for``
-        have disconnected (they abort if the service goes away under them), then stops the
-        service's process."""
+        """Leave the generation: disconnect from the coordination service. Rank 0 first waits
+        (at most :data:`LEAVE_TIMEOUT_S`) until the ranks in ``wait_for`` have disconnected,
+        then releases the service's process, which ends once no process is connected to it
+        (a process aborts if the service goes away under it, see :mod:`.coordinator`)."""
         if self._left or not self._owned:
             self._left = True
             return
         self._left = True
         self._say_leaving()
-        if self.rank != 0:
-            try:
-                jax.distributed.shutdown()
-            except Exception as error:  # the service is gone already: nothing left to leave
-                log.debug("hotswap: leaving generation: %s", first_line(error))
-            return
-        try:
+        if self.rank == 0:
             self._wait_for_others(wait_for)
-        finally:
-            coordinator.stop(self._coordinator)
+        try:
+            jax.distributed.shutdown()
+        except Exception as error:  # the service is gone already: nothing left to leave
+            log.debug("hotswap: leaving generation: %s", first_line(error))
+        coordinator.release(self._coordinator)  # rank 0: it ends once nobody is connected
 
     def _wait_for_others(self, wait_for: Collection[int]) -> None:
         others = sorted(rank for rank in wait_for if rank != 0)
