@@ -70,3 +70,19 @@ def test_the_report_judges_each_part_from_its_output_and_merges_them(tmp_path: P
     assert sorted(p.name for p in out.iterdir()) == ["benchmarks.json", "checks.json", "logs.txt", "pytest_gpu.txt"]
     assert json.loads((out / "benchmarks.json").read_text())["bench-mttr"]["result"]["warm_s"] == 0.25
     assert "No such option: --fail-slice" in (out / "logs.txt").read_text()
+
+
+def test_the_jax_figure_shows_the_elastic_runs_keys_as_bench_jax_writes_them(tmp_path: Path) -> None:
+    work, out = tmp_path / "work", tmp_path / "out"
+    work.mkdir()
+    out.mkdir()
+    result = {
+        "checkpoints": {"state_mb": 512, "device_kind": "H200", "restore": {"median_s": 0.15}, "orbax_restore": {"median_s": 0.16}},
+        "elastic": {"runs": 1, "mttr_down_s": 2.9, "grow_back_s": 5.1, "stall_up_s": 2.2},
+    }
+    (work / "bench-jax.status").write_text("0 60")
+    (work / "bench-jax.out").write_text(json.dumps(result) + "\n")
+    (work / "bench-jax.err").write_text("")
+    (line,), failed = report(work, out, ["bench-jax"], on_gpu=True)
+    assert line.startswith("PASS") and failed == 0
+    assert "elastic MTTR 2.9 s" in line and "elastic grow-back 5.1 s" in line and "elastic survivors' stall 2.2 s" in line
