@@ -41,3 +41,18 @@ def test_the_demo_summary_says_why_a_job_that_never_trained_has_no_goodput(capsy
     out = " ".join(capsys.readouterr().out.split())
     assert "goodput of low 0.0% over 13 s" in out
     assert "its workers reported no training step" in out
+
+
+@pytest.mark.parametrize(("zygote", "said"), [(True, "no spare, forked from the zygote"), (False, "cold restart")])
+def test_the_hotswap_demo_says_how_the_restart_without_a_spare_started(
+    zygote: bool, said: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the cluster has a zygote, the restart that finds no spare is forked, not cold."""
+    from hotswap.cli.demo import _print_summary
+
+    monkeypatch.setenv("COLUMNS", "160")  # one row per line
+
+    _print_summary({"scenario": "hotswap", "checks": [], "passed": True, "wall_s": 20.0, "mttr_s": 0.4,
+                    "mttr_warm_s": 0.25, "zygote": zygote})
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"MTTR (failure -> first training step), {said} 0.40 s" in out

@@ -56,6 +56,7 @@ def test_hotswap_drill(home: Path, tmp_path: Path) -> None:
     assert summary["steps_lost_warm"] == 0 and summary["mttr_warm_s"] > 0  # spares serve GPU-backed slices too
     # A cluster created without --warm-workers: here the suite's HOTSWAP_WARM_WORKERS=0 (conftest).
     assert summary["default_warm_workers"] == 0 and summary["mttr_default_s"] == summary["mttr_s"]
+    assert summary["zygote"] is False  # the suite's HOTSWAP_ZYGOTE=0: that restart was cold
     # Where each restart's time went, from the workers' own records, in order.
     order = ["decision_s", "stop_s", "spawn_s", "import_s", "formed_s", "restored_s", "first_step_s"]
     for key, mttr in (("restart_phases", "mttr_s"), ("restart_phases_warm", "mttr_warm_s")):

@@ -305,9 +305,9 @@ def test_local_worker_environment_and_cli_outputs(local_cluster: tuple[Path, dic
     ]
     outputs = ""
     for args in runs:
-        # No warm spares (a new cluster's default keeps some, as many as this machine's free
+        # No warm spares and no zygote (a new cluster's default keeps them as this machine's free
         # memory allows): the outputs and the workers' environments must not depend on it.
-        spares = {"HOTSWAP_WARM_WORKERS": "0"} if args[:2] == ("cluster", "create") else {}
+        spares = {"HOTSWAP_WARM_WORKERS": "0", "HOTSWAP_ZYGOTE": "0"} if args[:2] == ("cluster", "create") else {}
         code, stdout, stderr = cli_process({**environ, **spares}, tmp, *args)
         assert code == 0, f"{args}: {stderr}"
         table_with_pids = args[:2] == ("workload", "describe") and "--output" not in args

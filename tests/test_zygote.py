@@ -79,7 +79,10 @@ def create(zygote: bool, spares: int = 0) -> None:
 
 
 def test_a_worker_forked_from_the_zygote_is_its_own_worker_and_restarts_from_it(home: Path, tmp_path: Path) -> None:
+    from hotswap.backends.local import operations
+
     create(zygote=True)
+    assert operations.describe_cluster("c")["zygote"] is True  # cluster describe says it has one
     zygote = zygote_pid(home)
     submit(tmp_path)
     wait_until(lambda: len(records(home)) >= 2, timeout=60, what="the first attempt and its restart")

@@ -238,6 +238,7 @@ class ClusterSummary(_ClusterSummaryRequired, total=False):
     # local
     created_time: float
     warm_workers: int
+    zygote: bool  # a pre-imported process forks the workers that find no spare
     hotswap: bool
     backing: str  # "gpu" or "emulated"
     gpus_per_host: int

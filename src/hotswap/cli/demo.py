@@ -142,6 +142,11 @@ def _not_installed(util: Any, name: str) -> bool:
         return True
 
 
+def _no_spare_label(summary: dict[str, Any]) -> str:
+    how = "no spare, forked from the zygote" if summary.get("zygote") else "cold restart"
+    return f"MTTR (failure -> first training step), {how}"
+
+
 def _print_summary(summary: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -153,7 +158,7 @@ def _print_summary(summary: dict[str, Any]) -> None:
     table.add_column("value")
     if summary.get("mttr_s") is not None:
         label = (
-            "MTTR (failure -> first training step), cold restart" if "mttr_warm_s" in summary
+            _no_spare_label(summary) if "mttr_warm_s" in summary
             else "MTTR (created again -> first training step)" if summary["scenario"] == "migration"
             else "high's MTTR (submitted -> first training step; low shrank for it)" if summary["scenario"] == "shrink"
             else "MTTR (failure -> first training step)"

@@ -102,6 +102,8 @@ class HotswapDrill(Drill):
         low_lost = self.repair(cold["failed_node"], cold["low_attempt"], "cold")
         result: dict[str, Any] = {
             "mttr_s": round(cold["mttr_s"], 3),
+            # No spare is kept for this restart: it is forked from the cluster's zygote where it has one.
+            "zygote": bool(operations.describe_cluster(self.cluster).get("zygote")),
             "restart_phases": cold["phases"],
             "steps_lost": cold["steps_lost"],
             "preempted": ["low"],

@@ -271,6 +271,7 @@ def describe_cluster(name: str) -> ClusterDescription:
         "created_time": record.created_at,
         "controller_pid": paths.controller_pid(),
         "warm_workers": int(record.settings.get("warm_workers", 0)),
+        "zygote": bool(record.settings.get("zygote", False)),
         "hotswap": bool(record.settings.get("hotswap", True)),
         "backing": "gpu" if backing is not None else "emulated",
         "gpus_per_host": backing.per_host if backing is not None else 0,
