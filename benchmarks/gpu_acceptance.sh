@@ -69,6 +69,8 @@ CPU_RUN="${ON_CPU:-0}"
     echo "date: $(date -u +%FT%TZ)"
     echo "host: $(hostname), $(nproc) CPUs"
     echo "commit: $(git -C "$ROOT" log -1 --format='%h %s' 2>/dev/null || echo '?')"
+    # A copied tree may carry a stale .git: the hash of what runs (git hash-object of each file) says which tree it was.
+    echo "tree: src+benchmarks $( (cd "$ROOT" && find src/hotswap benchmarks -name '*.py' -o -name '*.sh' | LC_ALL=C sort | xargs git hash-object 2>/dev/null | sha1sum | cut -c1-12) )"
     echo "gpu: $GPU (ON_CPU=$CPU_RUN)"
     nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv 2>&1 || echo "nvidia-smi: not found"
     "$PYTHON" - <<'EOF'
