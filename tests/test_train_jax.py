@@ -489,3 +489,29 @@ def test_a_survivors_successor_takes_its_state_and_runs_under_its_pid(tmp_path: 
     out, err = worker.communicate(timeout=30)
     assert "SIGTERM at the successor" in out and worker.returncode == 143, err[-2000:]
     assert _ends(int(successor[1]))
+
+
+@pytest.mark.parametrize(
+    ("no_gpu", "user_platforms", "expected"),
+    [(True, None, "cpu"), (False, None, ""), (True, "cpu,cuda", "cpu,cuda")],
+)
+def test_a_worker_of_an_emulated_slice_runs_jax_on_the_cpu_without_trying_cuda(
+    no_gpu: bool, user_platforms: str | None, expected: str
+) -> None:
+    """On a GPU host an emulated slice's worker has its GPUs hidden: JAX's CUDA plugin would
+    log an error and a traceback before falling back to the CPU (seen on an H200). The user's
+    own JAX_PLATFORMS wins."""
+    pytest.importorskip("jax")
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    env["PYTHONPATH"] = str(ROOT / "src")
+    if user_platforms:
+        env["JAX_PLATFORMS"] = user_platforms
+    code = (
+        "import jax\n"
+        "from hotswap.train.jax.runtime import configure_runtime\n"
+        f"configure_runtime(None, no_gpu={no_gpu})\n"
+        "print(jax.config.jax_platforms or '')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == expected

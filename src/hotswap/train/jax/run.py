@@ -74,7 +74,7 @@ class JaxRun(RunLifecycle):
         handoff = handoffs.take()
         request = self._open(env)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # blocked across a restart
-        configure_runtime(compilation_cache)
+        configure_runtime(compilation_cache, no_gpu=env.emulated)
         self.group = JaxGroup(rendezvous_timeout_s)
         self.group.adopt_service(handoff.service if handoff else None)
         self.progress = Progress()

@@ -53,14 +53,20 @@ _PEER_FAILURE_MARKS = (
 )
 
 
-def configure_runtime(compilation_cache: str | None) -> None:
+def configure_runtime(compilation_cache: str | None, *, no_gpu: bool = False) -> None:
     """Settings that must be made before JAX creates its backends. JAX's own preemption
     service is off: it would take SIGTERM from hotswap's handler, and hotswap is what acts on
     it (every rank agrees at a step boundary, saves, exits with the contract's code).
 
     With ``compilation_cache`` (a directory), compiled programs persist across processes, so
     a process restarted into a new generation loads its step instead of compiling it again
-    (unless the script configured JAX's cache itself)."""
+    (unless the script configured JAX's cache itself).
+
+    ``no_gpu`` (a worker of an emulated slice: its GPUs are hidden): JAX runs on the CPU
+    without first trying its CUDA plugin, which on a GPU host would log an error and a
+    traceback before falling back (unless the user chose platforms: ``JAX_PLATFORMS``)."""
+    if no_gpu and not os.environ.get("JAX_PLATFORMS") and not jax.config.jax_platforms:
+        jax.config.update("jax_platforms", "cpu")
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.config.update("jax_enable_recoverability", True)
     jax.config.update("jax_enable_preemption_service", False)
