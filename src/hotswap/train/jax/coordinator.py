@@ -45,8 +45,8 @@ import sys
 import time
 from typing import Any
 
-from hotswap.api.membership import Membership
 from hotswap.api.worker import HOTSWAP_MEMBERSHIP_FILE
+from hotswap.train.membership import MembershipWatcher
 
 ORPHAN_LIFETIME_S = 30.0  # how long the service outlives rank 0's process
 _POLL_S = 0.2
@@ -159,25 +159,16 @@ def connections(port: int) -> int | None:
     return count if readable else None
 
 
-def _membership(path: str) -> Membership | None:
-    """The generation the file holds (None while it is empty: not published yet)."""
-    try:
-        with open(path) as handle:
-            text = handle.read()
-        return Membership.from_json(text) if text.strip() else None
-    except (OSError, ValueError, KeyError):
-        return None
-
-
 def serve_every_generation(path: str, heartbeat_s: int, polls: int | None = None) -> int:
     """Serve each generation that ``path`` publishes (see the module), forever (``polls``: as
     many rounds, for tests)."""
     serving: dict[int, tuple[int, Any]] = {}  # generation -> (port, service)
     superseded: dict[int, tuple[float, int]] = {}  # generation -> (since, polls with nobody connected)
     jax_installed = True
+    watcher = MembershipWatcher(path)  # read only when the file was replaced
     while polls is None or polls > 0:
         polls = None if polls is None else polls - 1
-        membership = _membership(path)
+        membership = watcher.poll()
         if membership is not None and membership.generation > max(serving, default=-1) and membership.world_size > 1 and jax_installed:
             for generation in serving:
                 superseded.setdefault(generation, (time.monotonic(), 0))
