@@ -92,12 +92,10 @@ class Zygote:
             self.process.wait()
             self.process = None
 
-    def usable(self, env: dict[str, str] | None = None) -> bool:
-        """Whether the zygote is ready to fork (for a worker with ``env``: started as it would be)."""
-        from hotswap.backends.local.spares import starts_like  # (spares imports this module)
-
+    def usable(self) -> bool:
+        """Whether the zygote is ready to fork."""
         info = self.info()
-        return info is not None and not info.get("problem") and (env is None or starts_like(self.environment, env, True))
+        return info is not None and not info.get("problem")
 
     def fork(self, launch: WorkerLaunch, lock: int, what: dict[str, object]) -> tuple[int, int | None]:
         """A new shim for ``launch`` forked by the zygote, holding the start lock ``lock``; it
