@@ -169,3 +169,32 @@ def test_forked_workers_get_fresh_seeds_and_a_zygote_with_threads_refuses_to_for
     finally:
         process.terminate()
         process.wait()
+
+
+def test_a_cluster_deleted_while_its_zygote_still_imports_is_deleted(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller stopped the zygote by removing its ready file; one still importing had
+    none yet, so the controller waited for it forever and `cluster delete` never returned."""
+    import threading
+
+    from hotswap.backends.local import operations
+
+    (tmp_path / "slow_import_for_zygote.py").write_text("import time\ntime.sleep(600)\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    operations.create_cluster("c", "v6e-4", 1, True, lambda _: True, warm_workers=0, warm_preload=["slow_import_for_zygote"], zygote=True)
+    wait_until(lambda: bool(zygote_processes()), timeout=30, what="the zygote importing")
+    deleting = threading.Thread(target=operations.delete_cluster, args=("c",), daemon=True)
+    deleting.start()
+    deleting.join(timeout=60)  # a hang guard, not a measurement
+    assert not deleting.is_alive(), "cluster delete hangs on a zygote that still imports"
+    assert not zygote_processes()
+
+
+def zygote_processes() -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and b"slow_import_for_zygote" in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            pass
+    return found

@@ -80,12 +80,16 @@ class Zygote:
         return self.info() is None
 
     def stop(self) -> None:
-        """Stop the zygote (it ends when its ready file is gone; SIGTERM makes that at once)."""
+        """Stop the zygote (it ends when its ready file is gone; SIGTERM makes that at once,
+        also while it still imports and has written no ready file to remove)."""
         info = self.info()
         (self.dir / "ready").unlink(missing_ok=True)
-        if info is not None:
+        pids = {int(info["pid"])} if info is not None else set()
+        if self.process is not None:
+            pids.add(self.process.pid)  # ours, perhaps still importing: waited for below
+        for pid in pids:
             try:
-                os.kill(int(info["pid"]), signal.SIGTERM)
+                os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
         if self.process is not None:
