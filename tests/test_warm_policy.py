@@ -82,6 +82,32 @@ def test_warm_workers_takes_auto_or_a_count_and_refuses_anything_else_in_one_lin
     assert not (home / "clusters" / "w").exists()
 
 
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("HOTSWAP_WARM_WORKERS", "bogus", "HOTSWAP_WARM_WORKERS must be auto or a count between 0 and 64, not 'bogus'"),
+        ("HOTSWAP_WARM_WORKERS", "65", "HOTSWAP_WARM_WORKERS must be auto or a count between 0 and 64, not '65'"),
+        ("HOTSWAP_ZYGOTE", "bogus", "HOTSWAP_ZYGOTE must be auto, 1 or 0, not 'bogus'"),
+        ("HOTSWAP_ZYGOTE", "true", "HOTSWAP_ZYGOTE must be auto, 1 or 0, not 'true'"),  # was taken as auto
+    ],
+)
+def test_a_bad_default_in_the_environment_is_refused_by_its_name_and_leaves_no_cluster(
+    home: Path, monkeypatch: pytest.MonkeyPatch, variable: str, value: str, message: str  # noqa: F811
+) -> None:
+    """The variables say what a new cluster gets without a flag; a bad value is refused in one
+    line that names the variable (not a flag the user did not give), before the cluster exists:
+    no cluster is left behind, stopped with no slices."""
+    monkeypatch.setenv(variable, value)
+    result = hotswap(home, "cluster", "create", "--cluster", "a", "--device-type", "v6e-4", "--num-slices", "1")
+    assert result.returncode != 0 and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and "--warm-workers" not in lines[0], result.stderr
+    monkeypatch.delenv(variable)
+    listed = hotswap(home, "cluster", "list", "-o", "json", check=True)
+    assert json.loads(listed.stdout) == [], listed.stdout
+    assert not (home / "clusters" / "a").exists()
+
+
 def test_a_spare_leaves_cuda_uninitialised_so_a_gpu_worker_chooses_its_gpus_at_hand_over(tmp_path: Path) -> None:
     """A spare imports PyTorch with no GPU visible; it must not initialise CUDA (then the GPUs
     a GPU-backed worker names in CUDA_VISIBLE_DEVICES could not apply): it says so with a

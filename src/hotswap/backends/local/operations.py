@@ -27,7 +27,7 @@ from hotswap.backends.local.nvml import GpuInfo
 from hotswap.backends.local.protocol import MAX_LOCAL_SLICES, NodeOperation, RequestKind
 from hotswap.backends.local.resize import resize_events
 from hotswap.backends.local.spares import (
-    AUTO, default_warm_workers, new_cluster_warm_workers, new_cluster_zygote, parse_warm_workers,
+    NewClusterDefaults, parse_warm_workers,
 )
 from hotswap.backends.local.runs import run_view
 from hotswap.backends.local.views import gpu_health, gpu_views, node_reasons, workload_view
@@ -77,6 +77,7 @@ def create_cluster(
     """
     validate_cluster_name(name)
     warm_workers = parse_warm_workers(warm_workers)
+    defaults = NewClusterDefaults.read()  # $HOTSWAP_WARM_WORKERS, $HOTSWAP_ZYGOTE: refused before any state exists
     device = get_device_type(device_type)
     selection = GpuSelection.parse(gpus) if gpus is not None else None
     if selection is not None:
@@ -91,7 +92,7 @@ def create_cluster(
         if backing is None:
             if num_slices is None:
                 raise InvalidInputError("--num-slices is needed (or --gpus, to take the count from the GPUs)")
-            return _create_or_resize(paths, device, num_slices, force, confirm, warm_workers, warm_preload, hotswap, zygote=zygote)
+            return _create_or_resize(paths, device, num_slices, force, confirm, warm_workers, warm_preload, hotswap, defaults, zygote=zygote)
         # Claims are made under the machine's one lock, held until the controller has recorded
         # them: two concurrent creates never take the same GPU.
         with claims_lock():
@@ -99,7 +100,7 @@ def create_cluster(
             if not 1 <= num_slices <= MAX_LOCAL_SLICES:
                 raise InvalidInputError(f"--num-slices must be between 1 and {MAX_LOCAL_SLICES}")
             return _create_or_resize(
-                paths, device, num_slices, force, confirm, warm_workers, warm_preload, hotswap, pool, zygote=zygote
+                paths, device, num_slices, force, confirm, warm_workers, warm_preload, hotswap, defaults, pool, zygote=zygote
             )
 
 
@@ -131,6 +132,7 @@ def _create_or_resize(
     warm_workers: int | str | None,
     warm_preload: list[str] | None,
     hotswap: bool | None,
+    defaults: NewClusterDefaults,
     gpu_pool: list[GpuInfo] | None = None,
     zygote: bool | None = None,
 ) -> ClusterDescription:
@@ -138,7 +140,7 @@ def _create_or_resize(
     state = _state_of(paths)
     if state == "deleted":  # a `cluster delete` that was cut short: finish it first
         removal.delete_cluster(paths)
-    fresh = state != "live"
+    fresh, current_zygote = state != "live", None
     if fresh:
         private_dir(paths.root)
         settings = {} if gpu_pool is None else {"gpus": Backing(gpus_per_host(device)).to_settings()}
@@ -153,24 +155,16 @@ def _create_or_resize(
                 f"cluster {name} exists with device type {record.device_type}; its device type cannot"
                 f" change (delete it first, or use --device-type {record.device_type})"
             )
-        current = _slice_count(paths)
+        current, current_zygote = _slice_count(paths), bool(record.settings.get("zygote", False))
         if num_slices < current and not force and not confirm(_shrink_question(paths, num_slices)):
             raise Declined(f"cluster {name} left at {current} slices; nothing changed")
-    payload: dict[str, Any] = {"num_slices": num_slices}
-    if warm_workers is None and fresh:
-        warm_workers = new_cluster_warm_workers(num_slices, device.hosts_per_slice)
-    elif warm_workers == AUTO:
-        warm_workers = default_warm_workers(num_slices, device.hosts_per_slice)
-    if warm_workers is not None:
-        payload["warm_workers"] = warm_workers
-        if warm_preload is not None:
-            payload["warm_preload"] = warm_preload
+    payload: dict[str, Any] = {
+        "num_slices": num_slices, **defaults.settings(warm_workers, zygote, num_slices, device.hosts_per_slice, current_zygote)
+    }
+    if "warm_workers" in payload and warm_preload is not None:
+        payload["warm_preload"] = warm_preload
     if hotswap is not None:
         payload["hotswap"] = hotswap
-    if zygote is None and fresh:
-        zygote = new_cluster_zygote()
-    if zygote is not None:
-        payload["zygote"] = zygote
     if gpu_pool is not None:
         payload["gpus"] = [g.to_json() for g in gpu_pool]
     outcome = client.request(paths, RequestKind.RESIZE, payload)
