@@ -166,3 +166,34 @@ def test_a_touched_job_that_still_has_no_pods_is_recreated_by_uid() -> None:
     assert repairs("w", [touched], frozenset({"u1"}), set(), 100.0 + STALL_S + 1) == []  # the touch gets its time
     second = repairs("w", [touched], frozenset({"u1"}), set(), 100.0 + 2 * STALL_S)
     assert second[0] == ops.DeleteJob("w", "w-slice-0", "u1", "stalled") and "recreating" in second[1].message
+
+
+def test_a_coordinator_loss_seen_with_its_exits_is_one_uncharged_restart_though_jobset_recreates_jobs_between_the_writes(world: World) -> None:
+    """The controller is down while the JAX coordination service dies and its workers exit.
+    Its first round back sees the loss and the exits at once: it records the loss on the JobSet
+    (service-lost-at, and the first of a count in a row) and restarts the workload; JobSet
+    recreates the deleted Jobs before the controller's next write. The restart happens once,
+    uncharged, and the loss is counted once: the next rounds do not take the recorded loss for
+    a new one."""
+    from test_kubernetes_jax_coordinator import coordinators, served
+
+    from hotswap.backends.kubernetes import labels
+
+    controller = make_controller(world)
+    submit(world, "el", "high", 3, min_slices=2, max_restarts=0)
+    run_until(world, controller, lambda: served(world, 1))
+    mark = world.store.revision
+    (service,) = coordinators(world, "el")
+    world.exit([service], 1)  # no controller watches
+    world.advance(2)
+    world.exit([p for p in world.running("el") if p["metadata"]["labels"][labels.REPLICATED_JOB_NAME_LABEL] == "slice"], 1)
+    world.advance(90)  # past the hold in which exits wait to be judged
+    controller = make_controller(world)  # back
+    run_until(world, controller, lambda: served(world, 2), limit_s=300)
+    world.advance(120, controller)
+    assert [r for _, r, _ in events(world, "el")].count("Restarted") == 1
+    assert len(jobs_created(world, "el", mark)) == 3  # one generation of the slices' Jobs
+    annotations = world.jobset("el")["metadata"]["annotations"]
+    assert annotations[labels.SERVICE_LOSSES_IN_A_ROW_ANNOTATION] == "1" and labels.SERVICE_LOST_ANNOTATION in annotations
+    state = world.state("el")
+    assert (state["phase"], state["attempt"], state["restarts"]) == ("RUNNING", 2, 0)

@@ -139,3 +139,90 @@ def test_a_coordinator_stranded_on_a_dead_node_is_replaced_on_another(kueue: boo
         assert (state["phase"], state["restarts"], state["attempt"]) == ("RUNNING", 0, 2)
     finally:
         world.close()
+
+
+def lose_the_service(world: World, controller: Any) -> float:
+    """The service process of the running generation dies and JAX ends every worker of that
+    generation (exit 1); returns when the service went away."""
+    (service,) = [p for p in coordinators(world, "el") if p["status"].get("phase") == "Running"]
+    lost_at = world.clock.now
+    world.exit([service], 1)
+    world.advance(2, controller)
+    world.exit([p for p in world.running("el") if p["metadata"]["labels"][labels.REPLICATED_JOB_NAME_LABEL] == "slice"], 1)
+    return lost_at
+
+
+def served(world: World, attempt: int) -> bool:
+    """The generation ``attempt`` runs, with a live service that serves it."""
+    live = [p for p in coordinators(world, "el") if p["status"].get("phase") == "Running"]
+    return running(world, "el", attempt=attempt) == 12 and len(live) == 1 and labels.MEMBERSHIP_ANNOTATION in live[0]["metadata"]["annotations"]
+
+
+def test_a_coordinator_lost_again_and_again_is_charged_after_three_in_a_row_and_fails_the_workload(world: World) -> None:
+    """The service dies in every generation. The first UNCHARGED_SERVICE_LOSSES losses in a row
+    restart the workload uncharged; the next ones are charged like a crash with a restart code,
+    so max_restarts (1) ends it: FAILED, where it used to restart without end. The count lives
+    on the JobSet: a controller restarted between the losses counts on."""
+    from hotswap.backends.kubernetes.pod_signals import UNCHARGED_SERVICE_LOSSES
+
+    assert UNCHARGED_SERVICE_LOSSES == 3
+    controller = make_controller(world)
+    submit(world, "el", "high", 3, min_slices=2, max_restarts=1)
+    run_until(world, controller, lambda: served(world, 1))
+    for attempt in range(1, 5):
+        lose_the_service(world, controller)
+        controller = make_controller(world)  # stateless: what it needs is on the JobSet
+        run_until(world, controller, lambda: served(world, attempt + 1), limit_s=300)
+        state = world.state("el")
+        assert (state["phase"], state["attempt"], state["restarts"]) == ("RUNNING", attempt + 1, 0 if attempt <= 3 else 1)
+        assert world.jobset("el")["metadata"]["annotations"][labels.SERVICE_LOSSES_IN_A_ROW_ANNOTATION] == str(attempt)
+    lose_the_service(world, controller)
+    run_until(world, controller, lambda: world.state("el")["phase"] == "FAILED", limit_s=300)
+    state = world.state("el")
+    assert state["restarts"] == 1 and "5 times in a row" in state["status_message"], state["status_message"]
+    said = [(r, m) for _, r, m in events(world, "el") if r in ("Restarted", "Failed")]
+    assert [r for r, _ in said] == ["Restarted"] * 4 + ["Failed"]
+    assert [m.endswith("; not charged") for _, m in said] == [True] * 3 + [False] * 2
+    assert "max restarts (1) is used up" in said[-1][1]
+
+
+def test_a_generation_that_runs_past_the_window_starts_the_count_again(world: World) -> None:
+    """Three losses in a row, then the workload runs past the last one's window without a loss:
+    the next loss is the first of a new count, uncharged (max_restarts 0 would fail it)."""
+    controller = make_controller(world)
+    submit(world, "el", "high", 3, min_slices=2, max_restarts=0)
+    run_until(world, controller, lambda: served(world, 1))
+    for attempt in range(1, 4):
+        lose_the_service(world, controller)
+        run_until(world, controller, lambda: served(world, attempt + 1), limit_s=300)
+    world.advance(400, controller)  # a healthy run: longer than a window (and the hold before the next)
+    lose_the_service(world, controller)
+    run_until(world, controller, lambda: served(world, 5), limit_s=300)
+    state = world.state("el")
+    assert (state["phase"], state["attempt"], state["restarts"]) == ("RUNNING", 5, 0)
+    assert world.jobset("el")["metadata"]["annotations"][labels.SERVICE_LOSSES_IN_A_ROW_ANNOTATION] == "1"
+
+
+def test_losses_in_a_row_count_on_from_the_jobset_and_start_again_after_a_gap() -> None:
+    """The count the controller keeps on the JobSet: a loss within the gap of the recorded one
+    is the next in a row, one after it the first of a new count; the recorded loss (seen again
+    in its pod, to the second) is never counted twice; a record from before the count was kept
+    counts as one."""
+    from hotswap.api.times import iso_utc
+    from hotswap.backends.kubernetes.live_objects import CoordinatorPod, LiveJobSet
+    from hotswap.backends.kubernetes.pod_signals import SERVICE_LOSS_STREAK_GAP_S, service_losses_of
+
+    def job(annotations: dict[str, str]) -> LiveJobSet:
+        return LiveJobSet("el", "u", None, None, False, None, "", None, None, 0.0, 0, 0, annotations)
+
+    def pod(lost_at: float) -> CoordinatorPod:
+        return CoordinatorPod(f"el-coordinator-{lost_at}", "el", None, False, lost_at)
+
+    t = 1_767_600_000.0
+    recorded = {labels.SERVICE_LOST_ANNOTATION: iso_utc(t), labels.SERVICE_LOSSES_IN_A_ROW_ANNOTATION: "2"}
+    assert service_losses_of(job({}), []).in_a_row == 0
+    assert service_losses_of(job(recorded), [pod(t + 0.4)]).in_a_row == 2  # the recorded one
+    assert service_losses_of(job(recorded), [pod(t + SERVICE_LOSS_STREAK_GAP_S)]).in_a_row == 3
+    assert service_losses_of(job(recorded), [pod(t + SERVICE_LOSS_STREAK_GAP_S + 1)]).in_a_row == 1
+    assert service_losses_of(job(recorded), [pod(t + 60), pod(t + 120)]).charged  # the 4th in a row
+    assert service_losses_of(job({labels.SERVICE_LOST_ANNOTATION: iso_utc(t)}), [pod(t + 60)]).in_a_row == 2

@@ -227,10 +227,16 @@ def _worker_exited(state: RoundState, event: ev.WorkerExited, done: _Done) -> No
 
 def _worker_lost(state: RoundState, event: ev.WorkerLost) -> None:
     """A worker the backend lost (never the workload's doing): restart in place, not charged,
-    with the same checks as an exit (a stale attempt, or a loss already handled, does nothing)."""
+    with the same checks as an exit (a stale attempt, or a loss already handled, does nothing).
+    A loss the backend charges is judged like a hang: a crash with a restart code."""
     workload = _workload_of_current_worker(state, event)
-    if workload is not None:
-        state.restart_in_place(workload, f"worker {event.slice}/{event.host} {event.reason}; not charged", charged=False)
+    if workload is None:
+        return
+    where = f"worker {event.slice}/{event.host} {event.reason}"
+    if not event.charged:
+        state.restart_in_place(workload, f"{where}; not charged", charged=False)
+        return
+    _charge(state, workload, f"{where}; charged")
 
 
 def _workload_of_current_worker(state: RoundState, event: ev.WorkerExited | ev.WorkerLost) -> Workload | None:
@@ -275,11 +281,17 @@ def _hung(state: RoundState, event: ev.WorkloadHung) -> None:
     workload = state.workloads.get(event.workload)
     if workload is None or workload.phase is not RUNNING or workload.attempt != event.attempt or event.workload in state.lost:
         return  # a stale attempt, or one already being replaced
+    _charge(state, workload, f"hung: {event.reason}")
+
+
+def _charge(state: RoundState, workload: Workload, what: str) -> None:
+    """Judged like a crash with a restart code (a hang, a loss the backend charges): restart in
+    place charged, or fail once max_restarts is used up."""
     verdict, why = FailurePolicy.of(workload.spec).judge_hang(workload.restarts)
     if verdict is _RESTART:
-        state.restart_in_place(workload, f"hung: {event.reason}; {why}", charged=True)
+        state.restart_in_place(workload, f"{what}; {why}", charged=True)
     else:
-        _fail(state, workload, f"hung: {event.reason}; {why}")
+        _fail(state, workload, f"{what}; {why}")
 
 
 def _fail(state: RoundState, workload: Workload, reason: str) -> None:

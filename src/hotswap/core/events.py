@@ -77,13 +77,16 @@ class WorkerExited:
 class WorkerLost:
     """The backend lost one worker of ``attempt`` for a reason of its own, never the workload's
     (the local controller's crash killed its supervisor under it): the workload restarts in
-    place, and that is never charged to max_restarts."""
+    place, and that is never charged to max_restarts. ``charged``: the backend will not vouch
+    for it any more (the same loss again and again, ``reason`` says why): it is charged like a
+    crash with a restart code."""
 
     workload: str
     attempt: int
     slice: str
     host: int
     reason: str
+    charged: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -65,6 +65,9 @@ MEMBERSHIP_ANNOTATION = "hotswap.dev/membership"  # on a pod: the elastic member
 # On a JobSet: when its JAX coordination service's pod was last lost (ISO 8601 UTC), kept after
 # that pod is gone so that the workers' exits it caused are still told from theirs.
 SERVICE_LOST_ANNOTATION = "hotswap.dev/service-lost-at"
+# On a JobSet: how many losses of that service in a row the one at service-lost-at ends (the
+# controller keeps no state of its own: a restarted one counts on from here; pod_signals.py).
+SERVICE_LOSSES_IN_A_ROW_ANNOTATION = "hotswap.dev/service-losses-in-a-row"
 ATTEMPT_ANNOTATION = "hotswap.dev/attempt"  # on a pod: the worker generation it belongs to
 RESTART_COUNT_ANNOTATION = "hotswap.dev/restart-count"  # on a pod: HOTSWAP_RESTART_COUNT of its worker
 TOUCHED_ANNOTATION = "hotswap.dev/touched"  # on a Job: when the controller touched it because it created no pods

@@ -43,9 +43,9 @@ from hotswap.backends.kubernetes.child_jobs import ChildJob, read_child_jobs, re
 from hotswap.backends.kubernetes.discovery import Discovery, discover
 from hotswap.backends.kubernetes.kueue_mode import KueueView, kueue_queued, kueue_views, terminal_workload
 from hotswap.backends.kubernetes.live_objects import (
-    CoordinatorPod, LiveJobSet, LivePod, metadata, read_coordinator_pod, read_jobset, read_occupant, read_pod, service_losses,
+    CoordinatorPod, LiveJobSet, LivePod, metadata, read_coordinator_pod, read_jobset, read_occupant, read_pod,
 )
-from hotswap.backends.kubernetes.pod_signals import Signals, read_signals
+from hotswap.backends.kubernetes.pod_signals import ServiceLosses, Signals, read_signals, service_losses_of
 from hotswap.backends.kubernetes.settings import KubeSettings
 from hotswap.backends.kubernetes.state_annotation import released_of, replicas_of, workload_from_state
 from hotswap.core import events as ev
@@ -73,6 +73,7 @@ class Observation:
     wake_at: float | None = None  # when to reconcile again even if nothing changes
     child_jobs: dict[str, list[ChildJob]] = dataclasses.field(default_factory=dict)  # JobSet -> its Jobs
     coordinators: dict[str, list[CoordinatorPod]] = dataclasses.field(default_factory=dict)  # JobSet -> its coordinator pods
+    service_losses: dict[str, ServiceLosses] = dataclasses.field(default_factory=dict)  # JobSet -> its JAX service's losses
     _by_workload: dict[str, list[LivePod]] | None = dataclasses.field(default=None, repr=False)
 
     @property
@@ -170,7 +171,7 @@ def observe(
     workloads, created = _managed_workloads(observation, live)
     workloads = _exclusive(workloads)
     released = {j.name: released_of(j.state) for j in live}
-    losses = {name: service_losses(job, coordinators.get(name, [])) for name, job in by_name.items()}
+    losses = observation.service_losses = {name: service_losses_of(job, coordinators.get(name, [])) for name, job in by_name.items()}
     signals = read_signals(workloads, observation.pods_of, job_uids, failing, discovery, occupants, now, released, observation.replicas, losses)
     observation.wake_at = _earliest(signals.wake_at, _stall_check(observation))
     observation.snapshot, observation.events = _snapshot(observation, workloads, created, signals)

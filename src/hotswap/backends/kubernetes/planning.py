@@ -33,8 +33,9 @@ from hotswap.api.phases import WorkloadPhase
 from hotswap.api.times import iso_utc
 from hotswap.api.membership import Membership
 from hotswap.backends.kubernetes import child_jobs, labels
-from hotswap.backends.kubernetes.live_objects import LiveJobSet, service_losses
+from hotswap.backends.kubernetes.live_objects import LiveJobSet
 from hotswap.backends.kubernetes.observation import Observation
+from hotswap.backends.kubernetes.pod_signals import ServiceLosses
 from hotswap.backends.kubernetes.operations import (
     AnnotatePod,
     DeactivateKueueWorkload,
@@ -70,9 +71,10 @@ def plan(observation: Observation, decision: Decision) -> list[Operation]:
             operations.extend(RecordEvent(name, "SliceLost", cause, warning=True) for cause in observation.causes.get(name, []))
         workload = _record(observation, decision, name)
         jobs = observation.child_jobs.get(name, [])
-        lost = service_losses(job, observation.coordinators.get(name, []))
-        if lost and iso_utc(lost[-1]) != job.annotations.get(labels.SERVICE_LOST_ANNOTATION):
-            enactment.annotations[labels.SERVICE_LOST_ANNOTATION] = iso_utc(lost[-1])  # before its pod may go
+        lost = observation.service_losses.get(name, ServiceLosses())
+        if lost.times and iso_utc(lost.times[-1]) != job.annotations.get(labels.SERVICE_LOST_ANNOTATION):
+            enactment.annotations[labels.SERVICE_LOST_ANNOTATION] = iso_utc(lost.times[-1])  # before its pod may go
+            enactment.annotations[labels.SERVICE_LOSSES_IN_A_ROW_ANNOTATION] = str(lost.in_a_row)
         retiring = child_jobs.retiring_after(job.state, jobs, decided) if workload is not None else {}
         patch = _jobset_patch(observation, job, workload, actions, enactment.annotations, retiring)
         if patch is not None:

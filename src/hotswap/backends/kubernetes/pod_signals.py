@@ -33,8 +33,15 @@ disrupted or deleted: render/coordination.py) ends the generation it served: JAX
 its processes. A non-zero exit from ``EXIT_HOLD_S`` before the loss to
 ``SERVICE_LOSS_WINDOW_S`` after it (a client notices a service that vanished with its node only
 after its heartbeat timeout) is the backend's loss, not the workload's
-(:class:`~hotswap.core.events.WorkerLost`: a restart in place, never charged); its Job gives the
-service a new pod, which serves the next attempt.
+(:class:`~hotswap.core.events.WorkerLost`: a restart in place, not charged); its Job gives the
+service a new pod, which serves the next attempt. **Not without end:** a service that dies again
+and again would restart the workload forever, and a real failure of the script in a window would
+escape ``max_restarts``. Losses in a row (each within ``SERVICE_LOSS_STREAK_GAP_S`` of the one
+before: their windows overlap, so the workload never ran a window through between them) are
+counted on the JobSet (``hotswap.dev/service-losses-in-a-row``, next to ``service-lost-at``);
+the exits that a loss beyond ``UNCHARGED_SERVICE_LOSSES`` in a row explains are charged like a
+crash with a restart code (the workload's status and its Restarted or Failed event say so). A
+loss after a longer gap starts the count again.
 
 **Other owners' pods** (another namespace, an xpk job) that hold accelerators on a slice's node
 make the slice unusable: it is never offered, and a workload holding it loses it.
@@ -47,15 +54,51 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from hotswap.api.cluster import NodeState
 from hotswap.api.phases import WorkloadPhase
+from hotswap.api.times import parse_iso_utc
 from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes.discovery import Discovery
-from hotswap.backends.kubernetes.live_objects import LivePod, Occupant
+from hotswap.backends.kubernetes.live_objects import CoordinatorPod, LiveJobSet, LivePod, Occupant, service_losses
 from hotswap.core import events as ev
 from hotswap.core.workload import Workload
 
 EXIT_HOLD_S = 60.0  # > node-monitor-grace-period (40-50 s) plus the watch's delay
 SERVICE_LOSS_WINDOW_S = 300.0  # > twice the JAX clients' heartbeat timeout (render/coordination.py)
 UNSCHEDULABLE_AFTER_S = 120.0
+UNCHARGED_SERVICE_LOSSES = 3  # losses in a row of the JAX coordination service not charged; the next ones are
+# A loss later than this after the one before starts a new count: their windows (an exit from
+# EXIT_HOLD_S before a loss to SERVICE_LOSS_WINDOW_S after it) do not overlap, so the workload
+# ran with every exit judged as usual in between.
+SERVICE_LOSS_STREAK_GAP_S = EXIT_HOLD_S + SERVICE_LOSS_WINDOW_S
+
+
+@dataclasses.dataclass(frozen=True)
+class ServiceLosses:
+    """When a workload's JAX coordination service went away (oldest first), and how many losses
+    in a row the latest of them ends."""
+
+    times: Sequence[float] = ()
+    in_a_row: int = 0
+
+    @property
+    def charged(self) -> bool:
+        """Whether the exits the latest loss explains are charged (too many in a row)."""
+        return self.in_a_row > UNCHARGED_SERVICE_LOSSES
+
+
+def service_losses_of(job: LiveJobSet, pods: list[CoordinatorPod]) -> ServiceLosses:
+    """The JobSet's service losses, counted on from those it records (a loss it does not record
+    yet comes after them)."""
+    times = service_losses(job, pods)
+    recorded = job.annotations.get(labels.SERVICE_LOST_ANNOTATION)
+    last = parse_iso_utc(recorded) if recorded else None
+    count = job.annotations.get(labels.SERVICE_LOSSES_IN_A_ROW_ANNOTATION) or ""
+    in_a_row = (int(count) if count.isdigit() and int(count) > 0 else 1) if last is not None else 0
+    for lost in times:
+        if last is not None and lost < last + 1.0:  # the recorded loss (to the second), or an earlier one
+            continue
+        in_a_row = in_a_row + 1 if last is not None and lost - last <= SERVICE_LOSS_STREAK_GAP_S else 1
+        last = lost
+    return ServiceLosses(times, in_a_row)
 
 
 @dataclasses.dataclass
@@ -85,7 +128,7 @@ def read_signals(
     now: float,
     released: Mapping[str, Mapping[str, frozenset[int]]] | None = None,
     replicas: Mapping[str, list[str | None]] | None = None,
-    service_losses: Mapping[str, Sequence[float]] | None = None,
+    service_losses: Mapping[str, ServiceLosses] | None = None,
 ) -> Signals:
     """The signals of every workload that holds slices. ``service_losses``: when each
     workload's JAX coordination service went away (its coordinator pods that ended)."""
@@ -112,7 +155,7 @@ def read_signals(
                 signals.lost.setdefault(found.nodes[0], f"slice {slice_name} is {signals.blocked[slice_name]}")
         mine = current_pods(workload, pods_of(workload.name), job_uids)
         if workload.phase is WorkloadPhase.RUNNING:
-            _exits(workload, mine, failing_jobs, discovery, now, signals, (service_losses or {}).get(workload.name, ()))
+            _exits(workload, mine, failing_jobs, discovery, now, signals, (service_losses or {}).get(workload.name, ServiceLosses()))
             _replaced(pods_of(workload.name), (released or {}).get(workload.name, {}), (replicas or {}).get(workload.name, []), discovery, signals)
         _disruptions(mine, failing_jobs, discovery, held, signals)
         _rejections(mine, discovery, held, signals)
@@ -128,7 +171,7 @@ def _slice_of(pod: LivePod, discovery: Discovery) -> str | None:
 
 def _exits(
     workload: Workload, mine: list[LivePod], failing_jobs: frozenset[str], discovery: Discovery, now: float, signals: Signals,
-    service_losses: Sequence[float] = (),
+    losses: ServiceLosses = ServiceLosses(),
 ) -> None:
     for pod in mine:
         if not pod.finished or pod.exit_code is None or pod.terminating or pod.disruption or pod.owner_uid in failing_jobs:
@@ -145,9 +188,11 @@ def _exits(
                 signals.wake(due)
                 continue
             exited = pod.finished_at if pod.finished_at is not None else now
-            if any(lost - EXIT_HOLD_S <= exited <= lost + SERVICE_LOSS_WINDOW_S for lost in service_losses):
+            if any(lost - EXIT_HOLD_S <= exited <= lost + SERVICE_LOSS_WINDOW_S for lost in losses.times):
                 why = f"exited {pod.exit_code} when the JAX coordination service went away"
-                signals.exits.append(ev.WorkerLost(workload.name, workload.attempt, slice_name, pod.host, why))
+                if losses.charged:
+                    why += f" ({losses.in_a_row} times in a row; only {UNCHARGED_SERVICE_LOSSES} in a row are not charged)"
+                signals.exits.append(ev.WorkerLost(workload.name, workload.attempt, slice_name, pod.host, why, losses.charged))
                 continue
         signals.exits.append(ev.WorkerExited(workload.name, workload.attempt, slice_name, pod.host, pod.exit_code))
 
