@@ -456,11 +456,11 @@ taken = handoffs.take()
 if taken is None:  # the survivor: its successor starts (and imports) while it trains on
     print("survivor", os.getpid(), flush=True)
     successor = Successor()
-    successor.start()
+    successor.start(sys.argv[1])
     change = handoffs.MembershipChange(1, 2, time.monotonic(), False)
     successor.take_over(handoffs.Handoff(change, {"step": 7}, None, None, None))
     raise SystemExit("the successor did not take the state")
-print("successor", os.getpid(), "took step", taken.counters["step"], flush=True)
+print("successor", os.getpid(), "took step", taken.counters["step"], "marked", os.path.exists(sys.argv[1]), flush=True)
 signal.signal(signal.SIGTERM, lambda *_: (print("SIGTERM at the successor", flush=True), os._exit(143)))
 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 time.sleep(120)
@@ -477,12 +477,13 @@ def test_a_survivors_successor_takes_its_state_and_runs_under_its_pid(tmp_path: 
     script = tmp_path / "survivor.py"
     script.write_text(_SURVIVOR)
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    worker = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    mark = tmp_path / "ready-mark"  # what the survivors wait for before they move (see formation)
+    worker = subprocess.Popen([sys.executable, str(script), str(mark)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     assert worker.stdout is not None
     survivor = worker.stdout.readline().split()
     successor = worker.stdout.readline().split()
     assert survivor == ["survivor", str(worker.pid)]
-    assert successor[0] == "successor" and successor[1] != str(worker.pid) and successor[2:] == ["took", "step", "7"]
+    assert successor[0] == "successor" and successor[1] != str(worker.pid) and successor[2:] == ["took", "step", "7", "marked", "True"]
     time.sleep(0.5)
     assert worker.poll() is None  # the pid lives on, keeping the successor's place
     worker.send_signal(signal.SIGTERM)

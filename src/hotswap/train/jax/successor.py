@@ -13,7 +13,8 @@ successor dies with its keeper (``PR_SET_PDEATHSIG``) and, before the handover, 
 survivor (its input closes).
 
 Run as ``python -m hotswap.train.jax.successor TOLD_FD PROGRAM...`` (``-m MODULE ARGS`` or ``SCRIPT
-ARGS``); it reads the modules to import, then the handoff's path, one line each.
+ARGS``); it reads the modules to import and the mark to leave once they are imported (one JSON
+line), then the handoff's path.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import subprocess
 import sys
 from typing import Any, NoReturn
 
+from hotswap.train.formation import mark_ready
 from hotswap.train.jax import handoff as handoffs
 
 TAKE_OVER_S = 30.0  # how long the survivor waits for its successor to take the state
@@ -58,9 +60,14 @@ class Successor:
     def ready(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
-    def start(self) -> None:
+    @property
+    def started(self) -> bool:
+        return self._process is not None
+
+    def start(self, ready_mark: str | None) -> None:
         """Start the successor once (the main thread only: the successor dies with the thread
-        that started it)."""
+        that started it). Once it has imported, it creates the file ``ready_mark`` (the
+        survivors move when every member of the new generation is ready)."""
         if self._process is not None:
             return
         flags = subprocess._args_from_interpreter_flags()  # type: ignore[attr-defined]
@@ -72,7 +79,8 @@ class Successor:
         )
         os.close(told)
         assert self._process.stdin is not None
-        self._process.stdin.write((json.dumps(_installed_modules()) + "\n").encode())
+        told_first = {"modules": _installed_modules(), "ready_mark": ready_mark}
+        self._process.stdin.write((json.dumps(told_first) + "\n").encode())
         self._process.stdin.flush()
 
     def take_over(self, handoff: handoffs.Handoff) -> None:
@@ -117,12 +125,14 @@ def main(arguments: list[str]) -> Any:
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # as across an exec: the run unblocks it
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the keeper
-    modules = json.loads(sys.stdin.readline() or "[]")
-    for name in modules:
+    told_first = json.loads(sys.stdin.readline() or "{}")
+    for name in told_first.get("modules", []):
         try:
             __import__(name)
         except BaseException:  # noqa: BLE001 - a module that fails here fails in the script, or not at all
             pass
+    if told_first.get("ready_mark"):
+        mark_ready(told_first["ready_mark"])
     path = sys.stdin.readline().strip()
     if not path:  # the survivor went away without handing over
         return 0
