@@ -32,7 +32,7 @@ from hotswap.train.events import EventLog, say
 from hotswap.train.formation import GroupFormation, mark_ready
 from hotswap.train.jax.handoff import Handoff, MembershipChange
 from hotswap.train.jax.runtime import JaxGroup
-from hotswap.train.jax.successor import Successor
+from hotswap.train.jax.successor import Ahead, Successor
 from hotswap.train.jax.sync import JaxStateSync
 from hotswap.train.progress import Progress
 from hotswap.train.termination import Termination
@@ -100,8 +100,14 @@ class RestartingFormation(GroupFormation):
         if rank is None:
             return
         mark = latest.joined_mark(self.env.slice_name, self.env.host_index, self.env.local_rank)
-        if not self._successor.started and threading.current_thread() is threading.main_thread():
-            self._successor.start(mark)  # the next program, imported while this one trains on
+        on_main_thread = threading.current_thread() is threading.main_thread()
+        if self._successor.generation not in (None, latest.generation) and on_main_thread:
+            self._successor.stop()  # it runs ahead for a generation that will not form
+        if not self._successor.started and on_main_thread:
+            # The next program, imported (and, with marks, run up to the state) while this one
+            # trains on; without marks nobody would wait for it to get that far.
+            ahead = Ahead(current.generation, latest.generation, self.attempts + 1, self.jax_group.prepared_service())
+            self._successor.start(mark, ahead if mark is not None else None)
         elif self._successor.started and not self._successor.ready and mark is not None:
             mark_ready(mark)  # it died: this survivor restarts plainly, and holds nobody back
 
@@ -120,6 +126,10 @@ class RestartingFormation(GroupFormation):
             return True
         seen = self._successors_pending_since.setdefault(latest.generation, time.monotonic())
         return time.monotonic() - seen >= SUCCESSORS_READY_TIMEOUT_S
+
+    def receive(self, handoff: Handoff) -> None:
+        """A successor run ahead has its survivor's handoff: the move it finishes."""
+        self.change, self.attempts = handoff.change, handoff.attempts
 
     def finish_change(self) -> None:
         """Once the state is synchronised: the move the previous program began is done."""
@@ -140,12 +150,14 @@ class RestartingFormation(GroupFormation):
         assert previous is not None
         self._claim()
         newest = self._await_membership(previous.generation, fresh=False)
+        if not failed:
+            # A healthy group can finish the save in flight, but only before it leaves: the
+            # save ends at a barrier of the group's processes (it failed after 10 s otherwise).
+            self.jax_state.wait_for_writes()
         self.jax_group.leave(_staying(previous, newest))
         if newest.rank_of(self.env.slice_name, self.env.host_index) is None:
             say(f"leaving: slice {self.env.slice_name} is not in membership generation {newest.generation}")
             self.termination.exit(CHECKPOINTED_EXIT_CODE, "removed")
-        if not failed:
-            self.jax_state.wait_for_writes()  # a healthy group can finish the save in flight
         change = MembershipChange(previous.generation, len(previous.slices), started, failed)
         self._hand_over(self.jax_state.handoff(change, self.attempts + 1))
 
@@ -163,7 +175,9 @@ class RestartingFormation(GroupFormation):
         into the successor started ahead if there is one (from the main thread: the successor
         dies with the thread that started it)."""
         handoff = dataclasses.replace(handoff, service=self.jax_group.prepared_service())
-        if self._successor.ready and threading.current_thread() is threading.main_thread():
+        newest = self.newest_membership()
+        current = self._successor.generation in (None, newest.generation if newest else None)
+        if self._successor.ready and current and threading.current_thread() is threading.main_thread():
             self._successor.take_over(handoff)
         self._successor.stop()
         self._restart(handoff)

@@ -79,6 +79,12 @@ def configure_runtime(compilation_cache: str | None, *, no_gpu: bool = False) ->
     write_every_process_cpu_entries()  # ranks 1.. of a CPU job load their programs too
 
 
+def cpu_only() -> bool:
+    """Whether JAX in this process runs on the CPU alone (set before its backends exist)."""
+    platforms = jax.config.jax_platforms or os.environ.get("JAX_PLATFORMS", "")
+    return [name.strip() for name in platforms.split(",")] == ["cpu"]
+
+
 def default_compilation_cache() -> str:
     """A per-user directory in the machine's temporary space (a container's, on Kubernetes:
     what a restarted process of the same pod finds again)."""
