@@ -114,12 +114,16 @@ class JaxLikeGroup(Group):
     def prepare_service(self, port: int, processes: int) -> None:
         pass
 
+    def prepared_service(self) -> tuple[int, int] | None:
+        return None
+
 
 class Successors:
     """A survivor's next program (see hotswap.train.jax.successor), as the formation sees it."""
 
     def __init__(self) -> None:
         self.marks: list[str | None] = []
+        self.generation: int | None = None  # the generation it runs ahead for
         self.alive = True
 
     @property
@@ -130,8 +134,9 @@ class Successors:
     def ready(self) -> bool:
         return self.started and self.alive
 
-    def start(self, ready_mark: str | None) -> None:
+    def start(self, ready_mark: str | None, ahead: object = None) -> None:
         self.marks.append(ready_mark)
+        self.generation = getattr(ahead, "generation", None)
 
 
 def jax_survivor(tmp_path: Path, joined: Path, slice_name: str) -> tuple[object, Successors]:
@@ -168,7 +173,8 @@ def test_jax_survivors_move_only_when_their_next_programs_have_imported_too(tmp_
     publish(membership, 2, ("a", "b", "c"), joined)
     (joined / "2-c-0-0").touch()  # the joiner is ready
     assert survivor.newest_generation() == 1  # type: ignore[attr-defined]
-    assert successor.marks == [str(joined / "2-a-0-0")]  # its next program marks itself once imported
+    # Its next program runs ahead for generation 2, and marks itself once it wants the state.
+    assert successor.marks == [str(joined / "2-a-0-0")] and successor.generation == 2
     (joined / "2-a-0-0").touch()
     assert survivor.newest_generation() == 1  # type: ignore[attr-defined]  # b's next program still imports
     (joined / "2-b-0-0").touch()
