@@ -8,7 +8,9 @@ process into it (:func:`~hotswap.train.jax.handoff.restart`):
    :mod:`hotswap.train.jax.coordinator`; the one that will be rank 0 of the new generation
    started that generation's service while it still trained);
 3. it hands its state to its next program and ``exec``s (into a keeper of its pid, if its next
-   program was started ahead: :mod:`hotswap.train.jax.successor`);
+   program was started ahead: :mod:`hotswap.train.jax.successor`; where readiness marks exist,
+   that program has joined the new generation and run the script up to the state meanwhile,
+   and the survivors moved only once every such program and every joiner was ready);
 4. the next program joins the new generation, takes its state back (joining slices receive it
    from a survivor), and announces the change with the time it took from step 1.
 
