@@ -104,3 +104,95 @@ def test_survivors_move_anyway_after_the_timeout_or_without_marks(tmp_path: Path
     assert survivor.newest_generation() == 2  # a joiner that never comes does not hold them forever
     without = Membership(3, ("a", "b", "c"), 1, "127.0.0.1", 1003)  # Kubernetes: no marks, move at once
     assert Membership.from_json(without.to_json()).joined_marks(Membership(2, ("a", "b"), 1, "127.0.0.1", 1002)) == []
+
+
+class JaxLikeGroup(Group):
+    """The fake group, plus what a JAX survivor does ahead of a generation (no service here)."""
+
+    used = False  # it has not formed a group yet
+
+    def prepare_service(self, port: int, processes: int) -> None:
+        pass
+
+    def prepared_service(self) -> tuple[int, int] | None:
+        return None
+
+
+class Successors:
+    """A survivor's next program (see hotswap.train.jax.successor), as the formation sees it."""
+
+    def __init__(self) -> None:
+        self.marks: list[str | None] = []
+        self.generation: int | None = None  # the generation it runs ahead for
+        self.alive = True
+
+    @property
+    def started(self) -> bool:
+        return bool(self.marks)
+
+    @property
+    def ready(self) -> bool:
+        return self.started and self.alive
+
+    def start(self, ready_mark: str | None, ahead: object = None) -> None:
+        self.marks.append(ready_mark)
+        self.generation = getattr(ahead, "generation", None)
+
+
+def jax_survivor(tmp_path: Path, joined: Path, slice_name: str) -> tuple[object, Successors]:
+    pytest.importorskip("jax")
+    from test_train_neutral import State, ending
+
+    from hotswap.api.worker import WorkerEnv
+    from hotswap.train.events import EventLog
+    from hotswap.train.jax.formation import RestartingFormation
+    from hotswap.train.progress import Progress
+
+    group = JaxLikeGroup()
+    env = WorkerEnv(slice_name=slice_name, num_slices=3, membership_file=str(tmp_path / "membership.json"))
+    state, progress = State(), Progress()
+    survivor = RestartingFormation(
+        env, group, ending(tmp_path, group, state, progress), state, progress, EventLog(None),  # type: ignore[arg-type]
+        membership_timeout_s=5.0, handoff=None, restart=lambda handoff: None,  # type: ignore[arg-type,return-value]
+    )
+    successor = Successors()
+    survivor._successor = successor  # type: ignore[assignment]
+    survivor.join_first()
+    return survivor, successor
+
+
+def test_jax_survivors_move_only_when_their_next_programs_have_imported_too(tmp_path: Path) -> None:
+    """A JAX survivor moves to a new generation by handing its state to its next program,
+    started ahead: survivors that moved once the joiner was ready, while one's next program
+    still imported, made the whole new group wait for it (0.6 s of a grow-back stall)."""
+    joined = tmp_path / "joined"
+    joined.mkdir()
+    membership = tmp_path / "membership.json"
+    publish(membership, 1, ("a", "b"), joined)
+    survivor, successor = jax_survivor(tmp_path, joined, "a")
+    publish(membership, 2, ("a", "b", "c"), joined)
+    (joined / "2-c-0-0").touch()  # the joiner is ready
+    assert survivor.newest_generation() == 1  # type: ignore[attr-defined]
+    # Its next program runs ahead for generation 2, and marks itself once it wants the state.
+    assert successor.marks == [str(joined / "2-a-0-0")] and successor.generation == 2
+    (joined / "2-a-0-0").touch()
+    assert survivor.newest_generation() == 1  # type: ignore[attr-defined]  # b's next program still imports
+    (joined / "2-b-0-0").touch()
+    assert survivor.newest_generation() == 2  # type: ignore[attr-defined]
+
+
+def test_a_jax_survivor_whose_next_program_died_holds_nobody_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hotswap.train.jax import formation as jax_formation
+
+    joined = tmp_path / "joined"
+    joined.mkdir()
+    membership = tmp_path / "membership.json"
+    publish(membership, 1, ("a", "b"), joined)
+    survivor, successor = jax_survivor(tmp_path, joined, "a")
+    publish(membership, 2, ("a", "b"), joined)  # a generation with no joiner, e.g. after a repair elsewhere
+    assert survivor.newest_generation() == 1  # type: ignore[attr-defined]
+    successor.alive = False  # it will restart plainly: it marks itself for it
+    survivor.newest_generation()  # type: ignore[attr-defined]
+    assert (joined / "2-a-0-0").exists()
+    monkeypatch.setattr(jax_formation, "SUCCESSORS_READY_TIMEOUT_S", 0.0)
+    assert survivor.newest_generation() == 2  # type: ignore[attr-defined]  # b's never came: move anyway

@@ -456,11 +456,11 @@ taken = handoffs.take()
 if taken is None:  # the survivor: its successor starts (and imports) while it trains on
     print("survivor", os.getpid(), flush=True)
     successor = Successor()
-    successor.start()
+    successor.start(sys.argv[1])
     change = handoffs.MembershipChange(1, 2, time.monotonic(), False)
     successor.take_over(handoffs.Handoff(change, {"step": 7}, None, None, None))
     raise SystemExit("the successor did not take the state")
-print("successor", os.getpid(), "took step", taken.counters["step"], flush=True)
+print("successor", os.getpid(), "took step", taken.counters["step"], "marked", os.path.exists(sys.argv[1]), flush=True)
 signal.signal(signal.SIGTERM, lambda *_: (print("SIGTERM at the successor", flush=True), os._exit(143)))
 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 time.sleep(120)
@@ -477,12 +477,13 @@ def test_a_survivors_successor_takes_its_state_and_runs_under_its_pid(tmp_path: 
     script = tmp_path / "survivor.py"
     script.write_text(_SURVIVOR)
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    worker = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    mark = tmp_path / "ready-mark"  # what the survivors wait for before they move (see formation)
+    worker = subprocess.Popen([sys.executable, str(script), str(mark)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     assert worker.stdout is not None
     survivor = worker.stdout.readline().split()
     successor = worker.stdout.readline().split()
     assert survivor == ["survivor", str(worker.pid)]
-    assert successor[0] == "successor" and successor[1] != str(worker.pid) and successor[2:] == ["took", "step", "7"]
+    assert successor[0] == "successor" and successor[1] != str(worker.pid) and successor[2:] == ["took", "step", "7", "marked", "True"]
     time.sleep(0.5)
     assert worker.poll() is None  # the pid lives on, keeping the successor's place
     worker.send_signal(signal.SIGTERM)
@@ -515,3 +516,42 @@ def test_a_worker_of_an_emulated_slice_runs_jax_on_the_cpu_without_trying_cuda(
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == expected
+
+
+_AHEAD = """
+import os, sys, time
+from hotswap.train.jax import handoff as handoffs
+from hotswap.train.jax.successor import Ahead, Successor
+mark = sys.argv[1]
+taken = handoffs.take()
+if taken is None:  # the survivor: its successor runs the script ahead while it trains on
+    successor = Successor()
+    successor.start(mark, Ahead(after_generation=1, generation=2, attempts=3, service=None))
+    while not os.path.exists(mark):  # what the survivors wait for before they move
+        time.sleep(0.01)
+    print("survivor hands over", flush=True)
+    change = handoffs.MembershipChange(1, 2, time.monotonic(), False)
+    successor.take_over(handoffs.Handoff(change, {"step": 7}, None, None, None, attempts=3))
+    raise SystemExit("the successor did not take the state")
+preview = taken.preview  # a successor run ahead: what it knows before the state
+print("ahead of the state: after", preview.change.after_generation, "attempts", preview.attempts, flush=True)
+state = taken.wait()
+print("took step", state.counters["step"], "previous slices", state.change.previous_slices, flush=True)
+"""
+
+
+def test_a_successor_runs_the_script_ahead_and_takes_the_state_when_it_wants_it(tmp_path: Path) -> None:
+    """Run ahead, a survivor's next program runs the script before the survivor hands over
+    (joining the new generation and building the model meanwhile), marks itself ready only
+    when the script wants the state, and then takes the state the survivor held."""
+    script = tmp_path / "survivor.py"
+    script.write_text(_AHEAD)
+    mark = tmp_path / "2-a-0-0"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    done = subprocess.run([sys.executable, str(script), str(mark)], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == [
+        "ahead of the state: after 1 attempts 3",
+        "survivor hands over",
+        "took step 7 previous slices 2",
+    ]

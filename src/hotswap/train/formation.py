@@ -271,8 +271,12 @@ class GroupFormation:
 def _mark_joined(membership: Membership, slice_name: str, host: int, local_rank: int) -> None:
     """Tell the survivors this worker is ready to form ``membership`` (when it has marks)."""
     mark = membership.joined_mark(slice_name, host, local_rank)
-    if mark is None:
-        return
+    if mark is not None:
+        mark_ready(mark)
+
+
+def mark_ready(mark: str) -> None:
+    """Create the readiness mark ``mark`` (see ``Membership.joined_dir``)."""
     try:
         os.close(os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))  # owner-only
     except FileExistsError:

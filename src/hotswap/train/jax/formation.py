@@ -8,7 +8,9 @@ process into it (:func:`~hotswap.train.jax.handoff.restart`):
    :mod:`hotswap.train.jax.coordinator`; the one that will be rank 0 of the new generation
    started that generation's service while it still trained);
 3. it hands its state to its next program and ``exec``s (into a keeper of its pid, if its next
-   program was started ahead: :mod:`hotswap.train.jax.successor`);
+   program was started ahead: :mod:`hotswap.train.jax.successor`; where readiness marks exist,
+   that program has joined the new generation and run the script up to the state meanwhile,
+   and the survivors moved only once every such program and every joiner was ready);
 4. the next program joins the new generation, takes its state back (joining slices receive it
    from a survivor), and announces the change with the time it took from step 1.
 
@@ -29,14 +31,17 @@ from typing import NoReturn
 from hotswap.api.membership import Membership
 from hotswap.api.worker import CHECKPOINTED_EXIT_CODE, RESTART_EXIT_CODE, WorkerEnv
 from hotswap.train.events import EventLog, say
-from hotswap.train.formation import GroupFormation
+from hotswap.train.formation import GroupFormation, mark_ready
 from hotswap.train.jax.handoff import Handoff, MembershipChange
 from hotswap.train.jax.runtime import JaxGroup
-from hotswap.train.jax.successor import Successor
+from hotswap.train.jax.successor import Ahead, Successor
 from hotswap.train.jax.sync import JaxStateSync
 from hotswap.train.progress import Progress
 from hotswap.train.termination import Termination
 
+# The longest survivors wait for their next programs to import (Python, JAX and the script's
+# modules: seconds on a busy machine) once the joiners are ready; then they move anyway.
+SUCCESSORS_READY_TIMEOUT_S = 30.0
 
 class RestartingFormation(GroupFormation):
     def __init__(
@@ -60,6 +65,7 @@ class RestartingFormation(GroupFormation):
         self._restart = restart
         self._moving = threading.Lock()  # held by whichever thread moves the process on
         self._successor = Successor()
+        self._successors_pending_since: dict[int, float] = {}  # generation -> first seen waiting for them
 
     def join_first(self) -> None:
         if self.change is not None and self.elastic:
@@ -72,21 +78,60 @@ class RestartingFormation(GroupFormation):
         return self._watcher.poll() if self._watcher else None
 
     def newest_generation(self) -> int:
-        self._prepare(self.newest_membership())
-        return super().newest_generation()
+        """As for every framework, but a generation is taken only once the survivors' next
+        programs are ready too (their marks, see :meth:`_successors_ready`)."""
+        latest = self.newest_membership()
+        self._prepare(latest)
+        newest = super().newest_generation()
+        current = self.membership
+        if latest is None or current is None or newest != latest.generation or newest <= current.generation:
+            return newest
+        return newest if self._successors_ready(latest, current) else current.generation
 
     def _prepare(self, latest: Membership | None) -> None:
         """While this process trains on: if it will be rank 0 of a published generation, start
         that generation's coordination service now, so that the group forms without waiting
-        for it (the survivors train on until the joiners are ready anyway)."""
+        for it (the survivors train on until the joiners are ready anyway); start and import
+        its next program (:mod:`.successor`)."""
         current = self.membership
         if latest is None or current is None or latest.generation <= current.generation or latest.world_size == 1:
             return
         rank = latest.rank_of(self.env.slice_name, self.env.host_index)
         if rank == 0:
             self.jax_group.prepare_service(latest.master_port, latest.world_size)
-        if rank is not None and threading.current_thread() is threading.main_thread():
-            self._successor.start()  # the next program, imported while this one trains on
+        if rank is None:
+            return
+        mark = latest.joined_mark(self.env.slice_name, self.env.host_index, self.env.local_rank)
+        on_main_thread = threading.current_thread() is threading.main_thread()
+        if self._successor.generation not in (None, latest.generation) and on_main_thread:
+            self._successor.stop()  # it runs ahead for a generation that will not form
+        if not self._successor.started and on_main_thread:
+            # The next program, imported (and, with marks, run up to the state) while this one
+            # trains on; without marks nobody would wait for it to get that far.
+            ahead = Ahead(current.generation, latest.generation, self.attempts + 1, self.jax_group.prepared_service())
+            self._successor.start(mark, ahead if mark is not None else None)
+        elif self._successor.started and not self._successor.ready and mark is not None:
+            mark_ready(mark)  # it died: this survivor restarts plainly, and holds nobody back
+
+    def _successors_ready(self, latest: Membership, current: Membership) -> bool:
+        """Whether the next program of every survivor has imported (its mark exists; without
+        marks, or after :data:`SUCCESSORS_READY_TIMEOUT_S`, the survivors move anyway): a
+        survivor whose successor still imports would make the whole new group wait for it."""
+        marks = [
+            mark
+            for slice_name in latest.slices if slice_name in current.slices
+            for host in range(latest.hosts_per_slice)
+            for local_rank in range(latest.local_world_size)
+            if (mark := latest.joined_mark(slice_name, host, local_rank)) is not None
+        ]
+        if all(map(os.path.exists, marks)):
+            return True
+        seen = self._successors_pending_since.setdefault(latest.generation, time.monotonic())
+        return time.monotonic() - seen >= SUCCESSORS_READY_TIMEOUT_S
+
+    def receive(self, handoff: Handoff) -> None:
+        """A successor run ahead has its survivor's handoff: the move it finishes."""
+        self.change, self.attempts = handoff.change, handoff.attempts
 
     def finish_change(self) -> None:
         """Once the state is synchronised: the move the previous program began is done."""
@@ -107,12 +152,14 @@ class RestartingFormation(GroupFormation):
         assert previous is not None
         self._claim()
         newest = self._await_membership(previous.generation, fresh=False)
+        if not failed:
+            # A healthy group can finish the save in flight, but only before it leaves: the
+            # save ends at a barrier of the group's processes (it failed after 10 s otherwise).
+            self.jax_state.wait_for_writes()
         self.jax_group.leave(_staying(previous, newest))
         if newest.rank_of(self.env.slice_name, self.env.host_index) is None:
             say(f"leaving: slice {self.env.slice_name} is not in membership generation {newest.generation}")
             self.termination.exit(CHECKPOINTED_EXIT_CODE, "removed")
-        if not failed:
-            self.jax_state.wait_for_writes()  # a healthy group can finish the save in flight
         change = MembershipChange(previous.generation, len(previous.slices), started, failed)
         self._hand_over(self.jax_state.handoff(change, self.attempts + 1))
 
@@ -130,7 +177,9 @@ class RestartingFormation(GroupFormation):
         into the successor started ahead if there is one (from the main thread: the successor
         dies with the thread that started it)."""
         handoff = dataclasses.replace(handoff, service=self.jax_group.prepared_service())
-        if self._successor.ready and threading.current_thread() is threading.main_thread():
+        newest = self.newest_membership()
+        current = self._successor.generation in (None, newest.generation if newest else None)
+        if self._successor.ready and current and threading.current_thread() is threading.main_thread():
             self._successor.take_over(handoff)
         self._successor.stop()
         self._restart(handoff)

@@ -21,7 +21,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from typing import Any, BinaryIO, NoReturn
+from typing import Any, BinaryIO, NoReturn, Protocol
 
 HANDOFF_FD = "HOTSWAP_JAX_HANDOFF_FD"  # between a process and its own next program only
 
@@ -69,7 +69,7 @@ def restart(handoff: Handoff) -> NoReturn:
         raise
 
 
-_held: list[BinaryIO] = []  # the handoff files written, open until the program is replaced
+_written: list[BinaryIO] = []  # the handoff files written, open until the program is replaced
 
 
 def write(handoff: Handoff) -> int:
@@ -78,7 +78,7 @@ def write(handoff: Handoff) -> int:
     pickle.dump(handoff, handle, protocol=pickle.HIGHEST_PROTOCOL)
     handle.flush()
     handle.seek(0)
-    _held.append(handle)
+    _written.append(handle)
     return handle.fileno()
 
 
@@ -102,15 +102,37 @@ def command_line() -> list[str]:
     return [sys.executable, *subprocess._args_from_interpreter_flags(), *program, *sys.argv[1:]]
 
 
-def take() -> Handoff | None:
+class Pending(Protocol):
+    """A handoff still to come (a successor run ahead: :mod:`.successor`)."""
+
+    preview: Handoff  # what is known before: the move, the retries, the service started ahead
+
+    def wait(self) -> Handoff: ...
+
+
+_held: list[Handoff | Pending] = []  # what a successor received, or will, before its script runs
+
+
+def hold(handoff: Handoff | Pending) -> None:
+    """Keep ``handoff`` for :func:`take` (a successor receives it, or learns it will, before
+    it runs the script)."""
+    _held.append(handoff)
+
+
+def take() -> Handoff | Pending | None:
     """The handoff left by this process's previous program (once), or None in a fresh process."""
+    if _held:
+        return _held.pop()
     value = os.environ.pop(HANDOFF_FD, None)
-    if not value:
-        return None
-    with os.fdopen(int(value), "rb") as handle:
+    return read(int(value)) if value else None
+
+
+def read(fd: int) -> Handoff:
+    """The handoff in the file open at ``fd`` (closed after)."""
+    with os.fdopen(fd, "rb") as handle:
         handoff = pickle.load(handle)
     if not isinstance(handoff, Handoff):
-        raise TypeError(f"{HANDOFF_FD} names a file that holds no hotswap handoff")
+        raise TypeError("the handoff's file holds no hotswap handoff")
     return handoff
 
 

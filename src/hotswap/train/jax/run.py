@@ -27,13 +27,13 @@ import jax
 import numpy as np
 
 from hotswap.api.membership import Membership
-from hotswap.api.worker import CHECKPOINTED_EXIT_CODE, WorkerEnv
+from hotswap.api.worker import CHECKPOINTED_EXIT_CODE, RESTART_EXIT_CODE, WorkerEnv
 from hotswap.api.worker_output import EVENT_STOP
 from hotswap.train import runs
 from hotswap.train.formation import GroupFormation
 from hotswap.train.jax import handoff as handoffs
 from hotswap.train.jax.formation import RestartingFormation
-from hotswap.train.jax.runtime import JaxGroup, configure_runtime, default_compilation_cache
+from hotswap.train.jax.runtime import JaxGroup, configure_runtime, cpu_only, default_compilation_cache
 from hotswap.train.jax.sync import JaxStateSync
 from hotswap.train.jax.watchdog import Watchdog
 from hotswap.train.files import CheckpointDirectoryRefused
@@ -71,9 +71,13 @@ class JaxRun(RunLifecycle):
         for name, value in (("checkpoint_every", checkpoint_every), ("snapshot_every", snapshot_every)):
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be at least 1 (or None for never), not {value}")
-        handoff = handoffs.take()
+        taken = handoffs.take()
+        # A successor run ahead (see successor): its survivor's state comes at its first step.
+        self._pending = None if taken is None or isinstance(taken, handoffs.Handoff) else taken
+        handoff = taken.preview if self._pending is not None else taken
         request = self._open(env)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # blocked across a restart
+        if self._pending is None:  # a successor's SIGTERM waits until it is the worker
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # blocked across a restart
         configure_runtime(compilation_cache, no_gpu=env.emulated)
         self.group = JaxGroup(rendezvous_timeout_s)
         self.group.adopt_service(handoff.service if handoff else None)
@@ -100,7 +104,7 @@ class JaxRun(RunLifecycle):
                 self.events,
                 membership_timeout_s=membership_timeout_s,
                 handoff=handoff,
-                restart=handoffs.restart,
+                restart=self._restart,
             )
 
         self._assemble(request, self.sync, formation, checkpoint_every)
@@ -111,6 +115,8 @@ class JaxRun(RunLifecycle):
         loading = threading.Thread(target=importlib.import_module, args=("hotswap.train.jax.checkpoints",), daemon=True)
         loading.start()
         self.formation.join_first()
+        if self._pending is not None and not cpu_only():
+            self._take_over()  # no accelerator backend while the survivor holds the memory
         loading.join()
         from hotswap.train.jax.checkpoints import OrbaxCheckpoints
 
@@ -189,6 +195,33 @@ class JaxRun(RunLifecycle):
         if self.watchdog is not None:
             self.watchdog.stop()
         super().close()
+
+    # A successor run ahead ----------------------------------------------------------------
+
+    def _begin(self) -> None:
+        if self._pending is not None:
+            self._take_over()
+        super()._begin()
+
+    def _step_done(self) -> None:
+        if self._pending is not None:
+            self._take_over()
+        super()._step_done()
+
+    def _take_over(self) -> None:
+        """Wait for the survivor's state, and become the worker (see successor)."""
+        pending, self._pending = self._pending, None
+        assert pending is not None
+        handoff = pending.wait()
+        self.sync.receive(handoff)
+        self.formation.receive(handoff)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+    def _restart(self, handoff: handoffs.Handoff) -> NoReturn:
+        if self._pending is not None:  # a successor that will not take over: its survivor restarts plainly
+            handoffs.flush_streams()
+            os._exit(RESTART_EXIT_CODE)
+        handoffs.restart(handoff)
 
     # Between steps -------------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ from jax.experimental import multihost_utils
 
 from hotswap.api.worker import HOTSWAP_JAX_COORDINATOR
 from hotswap.train.jax import coordinator
+from hotswap.train.jax.compile_cache import write_every_process_cpu_entries
 from hotswap.train.rendezvous import GroupSpec, RendezvousFailed, first_line
 
 log = logging.getLogger("hotswap.train")
@@ -60,7 +61,8 @@ def configure_runtime(compilation_cache: str | None, *, no_gpu: bool = False) ->
 
     With ``compilation_cache`` (a directory), compiled programs persist across processes, so
     a process restarted into a new generation loads its step instead of compiling it again
-    (unless the script configured JAX's cache itself).
+    (unless the script configured JAX's cache itself); on the CPU every process writes its
+    own entries (:mod:`.compile_cache`).
 
     ``no_gpu`` (a worker of an emulated slice: its GPUs are hidden): JAX runs on the CPU
     without first trying its CUDA plugin, which on a GPU host would log an error and a
@@ -74,6 +76,13 @@ def configure_runtime(compilation_cache: str | None, *, no_gpu: bool = False) ->
         jax.config.update("jax_compilation_cache_dir", compilation_cache)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    write_every_process_cpu_entries()  # ranks 1.. of a CPU job load their programs too
+
+
+def cpu_only() -> bool:
+    """Whether JAX in this process runs on the CPU alone (set before its backends exist)."""
+    platforms = jax.config.jax_platforms or os.environ.get("JAX_PLATFORMS", "")
+    return [name.strip() for name in platforms.split(",")] == ["cpu"]
 
 
 def default_compilation_cache() -> str:

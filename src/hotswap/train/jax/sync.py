@@ -140,6 +140,10 @@ class JaxStateSync:
 
     # ReplicaState -----------------------------------------------------------------------------
 
+    def receive(self, handoff: Handoff) -> None:
+        """The handoff a successor run ahead received at its first step (see successor)."""
+        self._handoff = handoff
+
     def synchronise(self, interrupted: Callable[[], bool]) -> None:
         """Every rank at the same step: the most advanced holder's (itself, after a handoff;
         a survivor slice's, for a joining slice), else the newest checkpoint."""
