@@ -42,41 +42,39 @@ _METADATA = "_METADATA"  # orbax's tree metadata of a pytree item (format_utils.
 class OpenStep:
     """A step's arrays opened for reading: what each leaf is as saved, and how to read them."""
 
-    found: dict[str, Any]  # leaf path -> ShapeDtypeStruct as saved (None: a saved leaf the template lacks)
+    found: dict[str, Any]  # leaf path -> ShapeDtypeStruct as saved; None: a leaf the template lacks
     template: Any
     stores: list[Any]  # per template leaf, its opened TensorStore
 
     def read(self) -> Any:
         """The template's tree with every array read as saved, placed like the template's."""
         leaves = [leaf for _, leaf in leaves_with_paths(self.template)]
-        pieces: list[list[Any]] = [[] for _ in leaves]
-        hosts: dict[int, Any] = {}
-        pending: collections.deque[tuple[int, Any, Any, list[Any]]] = collections.deque()
+        pieces: list[list[Any]] = [[] for _ in leaves]  # per leaf: its arrays on single devices, or its host array
+        pending: collections.deque[tuple[int, Any, np.ndarray, list[Any]]] = collections.deque()
         held = 0
 
         def place() -> int:
             position, future, buffer, devices = pending.popleft()
             future.result()
-            if not devices:  # a NumPy leaf
-                hosts[position] = buffer
             for device in devices:
-                kind = leaves[position].sharding.memory_kind
-                pieces[position].append(jax.device_put(buffer, jax.sharding.SingleDeviceSharding(device, memory_kind=kind)))
+                one = jax.sharding.SingleDeviceSharding(device, memory_kind=leaves[position].sharding.memory_kind)
+                pieces[position].append(jax.device_put(buffer, one))
+            if not devices:  # a NumPy leaf: stays on the host
+                pieces[position].append(buffer)
             return buffer.nbytes
 
         for position, (leaf, store) in enumerate(zip(leaves, self.stores)):
             for index, devices in _shards(leaf):
-                source = store[index] if index else store
+                source = store[index].translate_to[(0,) * store.rank] if store.rank else store
                 buffer = _aligned_empty(source.shape, np.dtype(store.dtype.numpy_dtype))
                 while pending and held + buffer.nbytes > IN_FLIGHT_BYTES:
                     held -= place()
                 held += buffer.nbytes
-                target = ts.array(buffer)
-                pending.append((position, target.write(source.translate_to[(0,) * source.rank] if source.rank else source), buffer, devices))
+                pending.append((position, ts.array(buffer).write(source), buffer, devices))
         while pending:
             place()
         values = [
-            hosts[position] if isinstance(leaf, np.ndarray)
+            pieces[position][0] if isinstance(leaf, np.ndarray)
             else jax.make_array_from_single_device_arrays(leaf.shape, leaf.sharding, pieces[position])
             for position, leaf in enumerate(leaves)
         ]
@@ -96,18 +94,18 @@ def open_step(directory: Path, template: Any) -> OpenStep | None:
         return None
     metadata, leaves = saved
     use_ocdbt, use_zarr3 = bool(metadata.get("use_ocdbt", True)), bool(metadata.get("use_zarr3", False))
-    context = ocp.type_handlers.get_ts_context(use_ocdbt=use_ocdbt)
+    missing_data_fails = bool(metadata.get("store_array_data_equal_to_fill_value", True))  # as orbax reads it
+    context = ocp.type_handlers.get_ts_context(use_ocdbt=use_ocdbt)  # one per restore: nothing kept between
     opening = {}
     for path, _ in expected:
-        if path in leaves:
+        if path in leaves:  # opened together, in one context: one OCDBT driver and node cache for all
             info = ocp.type_handlers.ParamInfo(name=leaves[path], parent_dir=directory, use_zarr3=use_zarr3, ts_context=context)
-            spec = ocp.type_handlers.get_json_tspec_read(
-                info, use_ocdbt=use_ocdbt,
-                raise_array_data_missing_error=bool(metadata.get("store_array_data_equal_to_fill_value", True)))
+            spec = ocp.type_handlers.get_json_tspec_read(info, use_ocdbt=use_ocdbt, raise_array_data_missing_error=missing_data_fails)
             opening[path] = ts.open(spec, open=True, read=True, context=context)
     stores = {path: future.result() for path, future in opening.items()}
     found: dict[str, Any] = {path: None for path in leaves}
-    found.update({path: jax.ShapeDtypeStruct(tuple(s.shape), np.dtype(s.dtype.numpy_dtype)) for path, s in stores.items()})
+    for path, store in stores.items():
+        found[path] = jax.ShapeDtypeStruct(tuple(store.shape), np.dtype(store.dtype.numpy_dtype))
     return OpenStep(found, template, [stores.get(path) for path, _ in expected])
 
 
@@ -141,7 +139,7 @@ def _shards(leaf: Any) -> list[tuple[tuple[slice, ...], list[Any]]]:
     """Each distinct index of the leaf this process holds, with the devices that hold it (read
     once, placed on each); a NumPy leaf is read whole, onto no device."""
     if isinstance(leaf, np.ndarray):
-        return [((), [])]
+        return [(tuple(slice(None) for _ in leaf.shape), [])]
     by_index: dict[Any, tuple[tuple[slice, ...], list[Any]]] = {}
     for device, index in leaf.sharding.addressable_devices_indices_map(leaf.shape).items():
         key = tuple((s.start, s.stop) for s in index)
