@@ -173,3 +173,34 @@ def test_a_step_saved_after_a_restore_is_what_the_next_restore_reads(jax, tmp_pa
     other.save(2, {"w": jnp.full(4, 7.0)}, {}, {**counters, "step": 2}, "periodic", wait=True)
     assert other.restore_latest({"w": jnp.zeros(4)}).state["w"].tolist() == [7.0] * 4  # type: ignore[union-attr]
     assert store.restore_latest({"w": jnp.zeros(4)}).state["w"].tolist() == [0.0, 10.0, 20.0, 30.0]  # type: ignore[union-attr]
+
+
+@pytest.mark.gpu
+def test_on_gpus_the_restore_places_every_shard_on_its_gpu_bit_for_bit(jax, tmp_path: Path) -> None:
+    """On a GPU host (``-m gpu``; skipped where JAX sees no GPU): hotswap's reader copies each
+    shard to its GPU (sharded across every GPU, and replicated), values as saved. Its speed
+    against orbax's restore is ``bench_jax.py --device gpu`` in ``benchmarks/gpu_acceptance.sh``."""
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    if jax.default_backend() != "gpu":
+        pytest.skip("needs a GPU visible to JAX")
+    gpus = jax.devices()
+    mesh = Mesh(np.array(gpus), ("slice",))
+    rows = 1024 * len(gpus)
+    values = np.random.default_rng(0).standard_normal((rows, 2048)).astype(np.float32)
+    state = {
+        "sharded": jax.device_put(values, NamedSharding(mesh, P("slice", None))),
+        "half": jax.device_put(values[:, :512].astype(jnp.bfloat16), NamedSharding(mesh, P("slice", None))),
+        "replicated": jax.device_put(values[:8], NamedSharding(mesh, P())),
+    }
+    checkpoints(tmp_path).save(1, state, {}, {"step": 1, "elastic_down_events": 0}, "periodic", wait=True)
+    template = jax.tree.map(lambda x: jax.device_put(jnp.zeros(x.shape, x.dtype), x.sharding), state)
+    restored = checkpoints(tmp_path).restore_latest(template)
+    assert restored is not None and restored.step == 1
+    for key, value in state.items():
+        got = restored.state[key]
+        assert got.sharding == value.sharding and got.devices() == set(value.sharding.device_set), key
+        assert np.asarray(got).tobytes() == np.asarray(value).tobytes(), key
