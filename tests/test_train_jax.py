@@ -109,9 +109,9 @@ def test_a_checkpoint_restores_exactly_and_refuses_another_tree_naming_the_first
 
 
 def test_a_restore_reads_the_step_once_and_still_refuses_a_cast(jax, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
-    """Issue 26 item 3: the restore is no slower than orbax's own. The tree check uses what
-    orbax's restore read (arrays restored as saved, not cast to the template), so a step that
-    restores is not read a second time for its metadata; another dtype is still refused."""
+    """Issue 26 item 3: the restore is no slower than orbax's own. The tree check uses what the
+    restore opened (the arrays' shapes and dtypes as saved, never cast to the template), so a
+    step that restores is not read a second time for its metadata; another dtype is still refused."""
     import jax.numpy as jnp
     import numpy as np
     import orbax.checkpoint as ocp

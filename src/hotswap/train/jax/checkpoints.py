@@ -30,6 +30,7 @@ from hotswap.api.worker_output import EVENT_CHECKPOINT_SAVE
 from hotswap.train import runs
 from hotswap.train.events import EventLog
 from hotswap.train.files import prepare_directory, set_aside
+from hotswap.train.jax import step_reader
 from hotswap.train.jax.trees import StateMismatchError, first_mismatch, leaves_with_paths
 
 log = logging.getLogger("hotswap.train")
@@ -169,23 +170,18 @@ class OrbaxCheckpoints:
         the manager told, so that a later save of their step is not refused)."""
         expected = leaves_with_paths(template)
         moved = False
-        target, restore_args = _as_saved(template)
         try:
             for step in sorted(manager.all_steps(), reverse=True):
                 where = f"checkpoint {directory}/{step}"
                 path = Path(directory) / str(step)
                 try:
-                    restored = _restore_as_saved(path, target, restore_args)
+                    restored = _restore_as_saved(path, template, expected, where)
                     failure = None
+                except StateMismatchError:
+                    raise
                 except Exception as error:
                     restored, failure = None, error
                 if restored is not None:
-                    # The tree check on what orbax read: its restore refuses another tree
-                    # structure or shape, and the arrays come back as saved (not cast), so
-                    # their dtypes and shapes are the step's own: no second metadata read.
-                    problem = first_mismatch(expected, dict(leaves_with_paths(restored[0])), where)
-                    if problem:
-                        raise StateMismatchError(f"cannot restore: {problem}")
                     state, extra = restored
                     return Restored(step, state, extra["objects"], extra["counters"], extra["reason"])
                 try:  # only for a step that did not restore: why (another tree, or damaged)
@@ -193,9 +189,7 @@ class OrbaxCheckpoints:
                 except Exception as error:  # written by something else, or damaged
                     moved |= _set_aside(directory, step, f"its metadata cannot be read ({_one_line(error)})")
                     continue
-                problem = first_mismatch(expected, found, where)
-                if problem:
-                    raise StateMismatchError(f"cannot restore: {problem}")
+                _check(expected, found, where)
                 assert failure is not None
                 moved |= _set_aside(directory, step, f"it cannot be restored ({_one_line(failure)})")
             return None
@@ -248,16 +242,48 @@ def _uncast(args: Any) -> Any:
     return args
 
 
-def _restore_as_saved(path: Path, target: Any, restore_args: Any) -> tuple[Any, dict[str, Any]]:
-    """A step's arrays (placed like ``target``'s, values as saved) and its JSON item, read by
-    orbax's handlers straight from the step directory (what the manager's restore calls)."""
-    arrays = ocp.PyTreeCheckpointHandler()
-    try:
-        state = arrays.restore(path / "state", args=ocp.args.PyTreeRestore(item=target, restore_args=restore_args))
-    finally:
-        arrays.close()
+def _restore_as_saved(path: Path, template: Any, expected: list[tuple[str, Any]], where: str) -> tuple[Any, dict[str, Any]]:
+    """A step's arrays (placed like the template's, values as saved) and its JSON item.
+
+    The tree check runs on what the step holds as saved (shapes and dtypes, never cast), with
+    no second read of the step's metadata: hotswap's reader (:mod:`hotswap.train.jax.step_reader`)
+    opens the step's arrays and checks them before reading any. A tree it leaves to orbax, or a
+    step it cannot read, is read by orbax's own handler (which refuses another tree structure or
+    shape) and checked on what that read: only orbax's restore failing makes a step damaged."""
+    state = _read(path / "state", template, expected, where)
+    if state is None:
+        target, restore_args = _as_saved(template)
+        arrays = ocp.PyTreeCheckpointHandler()
+        try:
+            state = arrays.restore(path / "state", args=ocp.args.PyTreeRestore(item=target, restore_args=restore_args))
+        finally:
+            arrays.close()
+        _check(expected, dict(leaves_with_paths(state)), where)
     extra = ocp.JsonCheckpointHandler().restore(path / "hotswap")
     return state, extra
+
+
+def _read(directory: Path, template: Any, expected: list[tuple[str, Any]], where: str) -> Any | None:
+    """The step's arrays read by hotswap's reader; None to let orbax's restore read them."""
+    try:
+        opened = step_reader.open_step(directory, template)
+    except Exception as error:  # damaged, or a layout this reader does not know
+        log.debug("hotswap: %s: orbax reads it (%s)", where, _one_line(error))
+        return None
+    if opened is None:
+        return None
+    _check(expected, opened.found, where)
+    try:
+        return opened.read()
+    except Exception as error:
+        log.debug("hotswap: %s: orbax reads it (%s)", where, _one_line(error))
+        return None
+
+
+def _check(expected: list[tuple[str, Any]], found: dict[str, Any], where: str) -> None:
+    problem = first_mismatch(expected, found, where)
+    if problem:
+        raise StateMismatchError(f"cannot restore: {problem}")
 
 
 def _abstract(leaf: Any) -> Any:

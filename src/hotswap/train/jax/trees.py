@@ -48,7 +48,22 @@ def describe(leaf: Any) -> str:
     dtype, shape = getattr(leaf, "dtype", None), getattr(leaf, "shape", None)
     if dtype is None or shape is None:
         return type(leaf).__name__
-    return f"{np.dtype(dtype).name}[{','.join(str(n) for n in shape)}]"
+    return f"{_dtype_name(dtype)}[{','.join(str(n) for n in shape)}]"
+
+
+def _dtype_name(dtype: Any) -> str:
+    """``float32``, ``bfloat16``; a JAX extended dtype (a typed PRNG key) as JAX names it."""
+    try:
+        return np.dtype(dtype).name
+    except TypeError:  # key<fry>: not a NumPy dtype
+        return str(dtype)
+
+
+def _same_dtype(a: Any, b: Any) -> bool:
+    try:
+        return bool(np.dtype(a) == np.dtype(b))
+    except TypeError:
+        return str(a) == str(b)
 
 
 def first_mismatch(expected: Sequence[tuple[str, Any]], found: Mapping[str, Any], where: str) -> str | None:
@@ -60,7 +75,7 @@ def first_mismatch(expected: Sequence[tuple[str, Any]], found: Mapping[str, Any]
         other = found[path]
         array = hasattr(leaf, "dtype") and hasattr(leaf, "shape")
         if array and hasattr(other, "dtype") and hasattr(other, "shape"):
-            if np.dtype(other.dtype) != np.dtype(leaf.dtype) or tuple(other.shape) != tuple(leaf.shape):
+            if not _same_dtype(other.dtype, leaf.dtype) or tuple(other.shape) != tuple(leaf.shape):
                 return f"leaf {path!r} is {describe(other)} in {where} but {describe(leaf)} in the registered state"
     extra = [path for path in found if path not in dict(expected)]
     if extra:
