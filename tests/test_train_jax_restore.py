@@ -92,48 +92,26 @@ def test_a_restore_reshards_onto_the_registered_layout_with_every_bit_as_saved(j
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
 
 
-def test_a_restore_costs_less_cpu_than_orbax_s_own_restore_of_the_same_step(jax, tmp_path: Path) -> None:
-    """Issue 26 item 3: restoring 32 MB onto a CPU device costs hotswap at most 0.75x the CPU
-    time of orbax's own ``CheckpointManager.restore`` of the same state (median of 7 alternated
-    rounds after 2 of each; CPU time, not wall time, so that other processes on the machine do not decide it).
-    orbax zero-fills a host buffer per shard, then copies it into the device's; hotswap's
-    reader reads into buffers the CPU device adopts as they are."""
-    import logging
-    import resource
-    import statistics
-
+def test_a_plain_state_is_read_by_hotswap_s_reader_not_by_orbax_s_restore(
+    jax, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 26 item 3: a state of plain arrays is read by hotswap's reader (what makes the
+    restore faster than orbax's own: ``benchmarks/bench_jax.py`` measures it; tests assert no
+    times), bit for bit: orbax's array restore is not called at all."""
     import jax.numpy as jnp
     import orbax.checkpoint as ocp
 
-    logging.getLogger("absl").setLevel(logging.ERROR)
-    state = {f"w{i}": jnp.full((512, 2048), i, jnp.float32) for i in range(8)}
+    state = {f"w{i}": jnp.full((64, 128), i, jnp.float32) for i in range(4)}
     ours = checkpoints(tmp_path / "hotswap")
     ours.save(1, state, {}, {"step": 1, "elastic_down_events": 0}, "periodic", wait=True)
-    theirs = ocp.CheckpointManager(tmp_path / "orbax", options=ocp.CheckpointManagerOptions(enable_async_checkpointing=False))
-    theirs.save(1, args=ocp.args.StandardSave(state))
-    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)
 
-    def cpu_s(restore) -> float:  # type: ignore[no-untyped-def]
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        jax.block_until_ready(restore())
-        after = resource.getrusage(resource.RUSAGE_SELF)
-        return (after.ru_utime + after.ru_stime) - (usage.ru_utime + usage.ru_stime)
+    def refused(*args: object, **kwargs: object) -> None:
+        raise AssertionError("orbax's array restore was called for a plain state")
 
-    hotswap_restore = lambda: ours.restore_latest(state).state  # noqa: E731
-    orbax_restore = lambda: theirs.restore(1, args=ocp.args.StandardRestore(abstract))  # noqa: E731
-    for _ in range(2):  # warmed up: the first rounds fault in fresh memory for both
-        hotswap_restore(), orbax_restore()
-    mine: list[float] = []
-    other: list[float] = []
-    for round_ in range(7):
-        pair = [(mine, hotswap_restore), (other, orbax_restore)]
-        for samples, restore in pair if round_ % 2 else pair[::-1]:
-            samples.append(cpu_s(restore))
-    ratio = statistics.median(mine) / statistics.median(other)
-    assert ratio <= 0.75, f"hotswap's restore took {ratio:.2f}x orbax's CPU time ({mine} vs {other})"
+    monkeypatch.setattr(ocp.PyTreeCheckpointHandler, "restore", refused)
     restored = ours.restore_latest(state)
-    assert restored is not None and all(bool((restored.state[k] == state[k]).all()) for k in state)
-    theirs.close()
+    assert restored is not None and restored.step == 1
+    assert all(bool((restored.state[k] == state[k]).all()) for k in state)
 
 
 def test_a_tree_the_reader_leaves_to_orbax_still_restores_and_is_still_checked(jax, tmp_path: Path) -> None:
