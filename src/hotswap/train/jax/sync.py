@@ -30,6 +30,7 @@ from hotswap.train.jax.trees import (
     any_deleted,
     broadcast_object,
     broadcast_shards,
+    leaf_names,
     leaves_with_paths,
     local_shards,
     place_local_data,
@@ -271,7 +272,7 @@ class JaxStateSync:
         return {**self.progress.counters(), "last_checkpoint_step": self.progress.last_checkpoint_step}
 
     def _leaves(self) -> list[str]:
-        return [path for path, _ in leaves_with_paths(self.template)]
+        return leaf_names(self.template)
 
     def _announce_restore(self, source: str, started: float) -> None:
         elapsed = time.monotonic() - started

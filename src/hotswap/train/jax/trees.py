@@ -5,6 +5,13 @@ the registered one, and sending one slice's shards to the others.
 Only the shards a process can address are ever touched: in a multi-host slice every host holds
 its part of the replica, and a host of a joining slice receives the same part from the host at
 the same position of a surviving slice.
+
+A typed PRNG key (``jax.random.key``, dtype ``key<fry>``) travels as its key data (the uint32
+words of each key, ``jax.random.key_data``): its shards are indexed like any array's (over the
+key array's own shape, the words being a last dimension every shard holds whole) and wrapped
+again with the registered key's implementation on arrival, so a state's random stream goes on
+bit for bit. :func:`leaf_names` records the implementation with the leaf's path: a handoff is
+taken only into a state with the same kind of key.
 """
 
 from __future__ import annotations
@@ -42,6 +49,38 @@ def leaf_path(path: Sequence[Any]) -> str:
 def leaves_with_paths(tree: Any) -> list[tuple[str, Any]]:
     flat, _ = jax.tree_util.tree_flatten_with_path(tree)
     return [(leaf_path(path), leaf) for path, leaf in flat]
+
+
+def leaf_names(tree: Any) -> list[str]:
+    """The leaves' paths, a typed key's with its dtype (``rng:key<fry>``): what a handoff's
+    tree is checked against."""
+    return [f"{path}:{leaf.dtype}" if is_key(leaf) else path for path, leaf in leaves_with_paths(tree)]
+
+
+def is_key(leaf: Any) -> bool:
+    """Whether ``leaf`` is an array of typed PRNG keys."""
+    return isinstance(leaf, jax.Array) and jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key)
+
+
+def _host_layout(leaf: jax.Array) -> tuple[np.dtype[Any], tuple[int, ...]]:
+    """The NumPy dtype a leaf's shards have on the host and the dimensions each shard's host
+    copy has past the leaf's own (a typed key's words; none for a plain array)."""
+    if is_key(leaf):
+        data = jax.eval_shape(jax.random.key_data, leaf)
+        return np.dtype(data.dtype), tuple(data.shape[leaf.ndim:])
+    return np.dtype(leaf.dtype), ()
+
+
+def _host_data(leaf: jax.Array, data: jax.Array) -> jax.Array:
+    """One shard's data as it travels: a typed key's as its key data."""
+    return jax.random.key_data(data) if is_key(leaf) else data
+
+
+def _on_device(leaf: jax.Array, data: Any, device: Any) -> jax.Array:
+    """A shard of ``leaf`` on ``device`` from its host data (a typed key wrapped again with
+    ``leaf``'s implementation)."""
+    placed = jax.device_put(data, device)
+    return jax.random.wrap_key_data(placed, impl=jax.random.key_impl(leaf)) if is_key(leaf) else placed
 
 
 def describe(leaf: Any) -> str:
@@ -95,7 +134,11 @@ def local_shards(tree: Any) -> list[dict[Index, Any]]:
     shards: list[dict[Index, Any]] = []
     for _, leaf in leaves_with_paths(tree):
         if isinstance(leaf, jax.Array):
-            shards.append({index_of(s.index, leaf.shape): np.array(s.data, copy=True) for s in leaf.addressable_shards})
+            indices = leaf.sharding.addressable_devices_indices_map(leaf.shape)
+            shards.append({
+                index_of(indices[s.device], leaf.shape): np.array(_host_data(leaf, s.data), copy=True)
+                for s in leaf.addressable_shards
+            })
         else:
             shards.append({(): leaf})
     return shards
@@ -118,12 +161,14 @@ def rebuild(template: Any, shards: Sequence[Mapping[Index, Any]]) -> Any | None:
         if not isinstance(leaf, jax.Array):
             values.append(held.get((), leaf))
             continue
-        pieces = []
+        pieces, (dtype, words) = [], _host_layout(leaf)
         for device, index in leaf.sharding.addressable_devices_indices_map(leaf.shape).items():
-            data = held.get(index_of(index, leaf.shape))
-            if data is None or np.dtype(data.dtype) != np.dtype(leaf.dtype):
+            bounds = index_of(index, leaf.shape)
+            data = held.get(bounds)
+            shape = tuple(stop - start for start, stop in bounds) + words
+            if data is None or np.dtype(data.dtype) != dtype or tuple(data.shape) != shape:
                 return None
-            pieces.append(jax.device_put(data, device))
+            pieces.append(_on_device(leaf, data, device))
         values.append(jax.make_array_from_single_device_arrays(leaf.shape, leaf.sharding, pieces))
     return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(template), values)
 
@@ -135,7 +180,7 @@ def broadcast_shards(template: Any, tree: Any | None, is_source: bool) -> list[A
     """The source's local shards of ``tree``, sent to every process as host arrays in the
     order of :func:`ordered_local_indices` (receivers pass ``tree=None``). Bytes travel as
     unsigned integers so that every value, -0.0 and NaN payloads included, arrives exactly."""
-    layout = [(np.dtype(shape_dtype.dtype), shape) for shape_dtype, shape in _local_layout(template)]
+    layout = _local_layout(template)
     if is_source:
         assert tree is not None
         payload = [_as_bytes(np.asarray(s)) for s in ordered_local_data(tree)]
@@ -150,7 +195,7 @@ def ordered_local_data(tree: Any) -> list[Any]:
     data = []
     for _, leaf in leaves_with_paths(tree):
         if isinstance(leaf, jax.Array):
-            by_device = {s.device: s.data for s in leaf.addressable_shards}
+            by_device = {s.device: _host_data(leaf, s.data) for s in leaf.addressable_shards}
             data += [by_device[device] for device in _ordered_devices(leaf)]
     return data
 
@@ -163,7 +208,7 @@ def place_local_data(template: Any, data: Sequence[Any]) -> Any:
             values.append(leaf)
             continue
         devices = _ordered_devices(leaf)
-        pieces = [jax.device_put(data[position + i], device) for i, device in enumerate(devices)]
+        pieces = [_on_device(leaf, data[position + i], device) for i, device in enumerate(devices)]
         position += len(devices)
         values.append(jax.make_array_from_single_device_arrays(leaf.shape, leaf.sharding, pieces))
     return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(template), values)
@@ -173,14 +218,16 @@ def _ordered_devices(leaf: jax.Array) -> list[Any]:
     return sorted(leaf.sharding.addressable_devices, key=lambda d: d.id)
 
 
-def _local_layout(template: Any) -> list[tuple[Any, tuple[int, ...]]]:
+def _local_layout(template: Any) -> list[tuple[np.dtype[Any], tuple[int, ...]]]:
+    """The host dtype and shape of each shard :func:`ordered_local_data` gives."""
     layout = []
     for _, leaf in leaves_with_paths(template):
         if isinstance(leaf, jax.Array):
             indices = leaf.sharding.addressable_devices_indices_map(leaf.shape)
+            dtype, words = _host_layout(leaf)
             for device in _ordered_devices(leaf):
                 shape = tuple(stop - start for start, stop in index_of(indices[device], leaf.shape))
-                layout.append((leaf, shape))
+                layout.append((dtype, shape + words))
     return layout
 
 
