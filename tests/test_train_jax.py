@@ -575,8 +575,8 @@ def test_a_state_holding_typed_prng_keys_goes_on_with_the_same_random_stream(jax
     """A state holding typed PRNG keys (``jax.random.key``: a dropout key) is handed across a
     survivor's restart from its host snapshot, sent to a returning slice and saved and restored
     on SIGTERM, each time with the keys bit for bit (the same random numbers after), and a
-    handoff is not taken into a state whose key is of another kind. (Before, taking the host
-    snapshot of such a state failed, and so did sending it to a slice.)"""
+    handoff is not taken into a state whose key is of another kind. (Before, such a state
+    failed at the first step boundary, and its host snapshot and sending it to a slice failed.)"""
     import pickle
 
     import jax.numpy as jnp
@@ -597,6 +597,8 @@ def test_a_state_holding_typed_prng_keys_goes_on_with_the_same_random_stream(jax
     survivor = _key_sync(jax, 6, None)
     survivor.register(state, {})
     survivor.at_boundary()  # the host snapshot of step 6
+    survivor.commit()  # at every boundary: step 6 is computed
+    assert survivor.committed is not None and survivor.snapshot is not None
     survivor.current = None  # the live arrays are gone (donated to a failed step)
     handed = survivor.handoff(handoffs.MembershipChange(1, 2, 0.0, True), attempts=1)
     handed = pickle.loads(pickle.dumps(handed))  # as the next program reads it

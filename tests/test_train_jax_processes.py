@@ -2,7 +2,8 @@
 the test as the controller: a job saved on 3 slices resumes on 2 with its arrays resharded and
 on 3 again; kill -9 during orbax saves never restores wrongly; an elastic job whose peer hangs
 is moved on by the watchdog from its host snapshot, and a returning slice gets the state from a
-survivor. Each check is on exact values: a step adds 1 to every element of the state."""
+survivor, a typed PRNG key with it. Each check is on exact values: a step adds 1 to every
+element of the state and splits its key."""
 
 from __future__ import annotations
 
@@ -127,9 +128,14 @@ SLICES = ("slice-0", "slice-1", "slice-2")
 
 
 def test_a_hung_peer_is_left_behind_from_the_snapshot_and_a_returning_slice_gets_the_state(tmp_path: Path) -> None:
+    """With a typed PRNG key in the state (a dropout key): the survivors carry it across their
+    restarts and the returning slice receives it, bit for bit (before, taking the snapshot of
+    such a state failed)."""
+    from jax_harness import expected_key
+
     membership = tmp_path / "membership.json"
     publish_membership(membership, 1, SLICES, free_port())
-    args = ["--rows", "6", "--shard", "none", "--checkpoint-every", "1000", "--step-sleep", "0.05"]
+    args = ["--rows", "6", "--shard", "none", "--checkpoint-every", "1000", "--step-sleep", "0.05", "--key"]
 
     def start(workers: Workers, index: int, name: str) -> Worker:
         env = worker_env(
@@ -168,6 +174,9 @@ def test_a_hung_peer_is_left_behind_from_the_snapshot_and_a_returning_slice_gets
         resumed = min(on(joiner, 3))
         for worker in everyone:
             assert on(worker, 3)[resumed] == expected_checksum(resumed, 6)
+        for worker in everyone:  # the same random stream throughout, on every slice
+            wrong = {step: f["key"] for step, f in worker.steps().items() if int(f["key"]) != expected_key(step)}
+            assert not wrong, (worker.name, wrong)
 
 
 PATHWAYS_HARNESS = Path(__file__).with_name("jax_pathways_harness.py")

@@ -34,6 +34,7 @@ from hotswap.train.jax.trees import (
     leaves_with_paths,
     local_shards,
     place_local_data,
+    plain,
     rebuild,
 )
 from hotswap.train.progress import Progress, plan_peer_copy
@@ -283,4 +284,4 @@ class JaxStateSync:
 
 
 def _arrays(tree: Any) -> list[jax.Array]:
-    return [leaf for _, leaf in leaves_with_paths(tree) if isinstance(leaf, jax.Array)]
+    return [plain(leaf) for _, leaf in leaves_with_paths(tree) if isinstance(leaf, jax.Array)]

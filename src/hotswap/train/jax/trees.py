@@ -71,9 +71,10 @@ def _host_layout(leaf: jax.Array) -> tuple[np.dtype[Any], tuple[int, ...]]:
     return np.dtype(leaf.dtype), ()
 
 
-def _host_data(leaf: jax.Array, data: jax.Array) -> jax.Array:
-    """One shard's data as it travels: a typed key's as its key data."""
-    return jax.random.key_data(data) if is_key(leaf) else data
+def plain(leaf: jax.Array) -> jax.Array:
+    """An array leaf as a plain array: a typed key's key data (its buffers: no computation),
+    which has what a key array lacks (``is_ready``, a NumPy dtype)."""
+    return jax.random.key_data(leaf) if is_key(leaf) else leaf
 
 
 def _on_device(leaf: jax.Array, data: Any, device: Any) -> jax.Array:
@@ -136,7 +137,7 @@ def local_shards(tree: Any) -> list[dict[Index, Any]]:
         if isinstance(leaf, jax.Array):
             indices = leaf.sharding.addressable_devices_indices_map(leaf.shape)
             shards.append({
-                index_of(indices[s.device], leaf.shape): np.array(_host_data(leaf, s.data), copy=True)
+                index_of(indices[s.device], leaf.shape): np.array(plain(s.data), copy=True)
                 for s in leaf.addressable_shards
             })
         else:
@@ -195,7 +196,7 @@ def ordered_local_data(tree: Any) -> list[Any]:
     data = []
     for _, leaf in leaves_with_paths(tree):
         if isinstance(leaf, jax.Array):
-            by_device = {s.device: _host_data(leaf, s.data) for s in leaf.addressable_shards}
+            by_device = {s.device: plain(s.data) for s in leaf.addressable_shards}
             data += [by_device[device] for device in _ordered_devices(leaf)]
     return data
 
