@@ -21,6 +21,7 @@ from hotswap.train import termination
 from hotswap.train.boundary import Action, StepBoundary, Vote, decide, periodic_checkpoint_due
 from hotswap.train.events import EventLog
 from hotswap.train.formation import GroupFormation
+from hotswap.train.lifecycle import RunLifecycle
 from hotswap.train.progress import PeerCopy, Progress, plan_peer_copy
 from hotswap.train.rendezvous import GroupSpec, RendezvousFailed
 from hotswap.train.termination import Termination, TerminationRequest
@@ -271,11 +272,11 @@ class Formation:
     def newest_generation(self) -> int:
         return self.published
 
-    def reconfigure(self, generation: int) -> None:
+    def reconfigure(self, generation: int, since: float | None = None) -> None:
         self.calls.append(f"reconfigure {generation}")
         self.generation = generation
 
-    def recover(self, timed_out: bool = False) -> None:
+    def recover(self, timed_out: bool = False, since: float | None = None) -> None:
         self.calls.append("recover after a timeout" if timed_out else "recover")
 
 
@@ -324,7 +325,7 @@ class Recovering(Formation):
         super().__init__()
         self.group = group
 
-    def recover(self, timed_out: bool = False) -> None:
+    def recover(self, timed_out: bool = False, since: float | None = None) -> None:
         super().recover(timed_out)
         self.calls.append("collective still held" if self.group.held[0]() is not None else "collective released")
 
@@ -347,6 +348,91 @@ def test_a_peer_lost_while_agreeing_is_recovered_once_the_failed_collective_is_r
     formation = Recovering(group)
     boundary(tmp_path, group, formation, Progress(step=41)).cross(total=100)
     assert formation.calls == [recovery, "collective released"]
+
+
+class SlowCollective(Group):
+    """Its first vote waits ``delay_s`` (a collective waiting on a peer), then fails as a lost
+    peer fails it, or returns the peers' votes; the re-formed group's votes agree at once."""
+
+    def __init__(self, delay_s: float, outcome: list[int] | Exception) -> None:
+        super().__init__(rank=1, world_size=2)
+        self.delay_s, self.outcome = delay_s, outcome
+
+    def agree_max(self, values: list[int]) -> list[int]:
+        outcome, self.outcome = self.outcome, None
+        if outcome is None:
+            return values
+        time.sleep(self.delay_s)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return [max(mine, theirs) for mine, theirs in zip(values, outcome)]
+
+
+@pytest.mark.parametrize(
+    ("outcome", "cause"),
+    [
+        (PeerLost("[gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 400ms for recv operation"), "peer_failure"),
+        ([0, 2, 0], "membership"),
+    ],
+)
+def test_the_elastic_events_duration_counts_from_the_failed_collective_not_from_the_recovery(
+    tmp_path: Path, outcome: list[int] | Exception, cause: str
+) -> None:
+    """A survivor that waited in a failed collective until its timeout lost that time too: the
+    elastic event's ``duration_s`` (goodput's elastic badput) counts from when the boundary's
+    collective began, not from when recovery started after the timeout. (Before, the 0.4 s
+    the collective waited were counted nowhere.)"""
+    delay_s = 0.4
+    publish(tmp_path / "membership.json", 1, ("a", "b"))
+    group, state, progress = SlowCollective(delay_s, outcome), State(), Progress(step=5, has_state=True)
+    env = WorkerEnv(slice_name="b", num_slices=2, membership_file=str(tmp_path / "membership.json"))
+    events = EventLog(str(tmp_path / "events.jsonl"))
+    formation = GroupFormation(env, group, ending(tmp_path, group, state, progress), state, progress, events, membership_timeout_s=5.0)
+    formation.join_first()
+    publish(tmp_path / "membership.json", 2, ("b",) if cause == "peer_failure" else ("a", "b"))
+    crossing = time.monotonic()
+    StepBoundary(group, formation, ending(tmp_path, group, state, progress), state, progress, checkpoint_every=None).cross(100)
+    crossed_s = time.monotonic() - crossing
+    events.close()
+
+    [elastic] = [e for line in (tmp_path / "events.jsonl").read_text().splitlines() if (e := json.loads(line))["kind"] == "elastic"]
+    assert elastic["cause"] == cause and elastic["generation"] == 2
+    assert delay_s <= elastic["duration_s"] <= crossed_s
+
+
+class Loop(RunLifecycle):
+    """The neutral step loop on a fake group (what the PyTorch and JAX runs build on)."""
+
+    def __init__(self, env: WorkerEnv, group: Group, state: State, progress: Progress, events: EventLog) -> None:
+        self.env, self.group, self.progress, self.events = env, group, progress, events
+        formation = lambda stop: GroupFormation(env, group, stop, state, progress, events, membership_timeout_s=5.0)  # noqa: E731
+        self._assemble(TerminationRequest(grace_period_s=30.0), state, formation, checkpoint_every=None)
+
+
+def test_the_elastic_events_duration_counts_from_the_start_of_the_step_that_failed(tmp_path: Path) -> None:
+    """A step whose collective waited on a lost peer until it failed: the elastic event's
+    ``duration_s`` counts from the start of that abandoned step (it is counted as no step)."""
+    delay_s = 0.4
+    publish(tmp_path / "membership.json", 1, ("a", "b"))
+    env = WorkerEnv(slice_name="b", num_slices=2, membership_file=str(tmp_path / "membership.json"))
+    events = EventLog(str(tmp_path / "events.jsonl"))
+    group, progress = SlowCollective(0.0, None), Progress(step=5, has_state=True)  # type: ignore[arg-type]
+    loop = Loop(env, group, State(), progress, events)
+    loop.formation.join_first()
+    tries = []
+    for _ in loop._steps(6):
+        with loop.elastic_step():
+            tries.append(time.monotonic())
+            if len(tries) == 1:  # the all-reduce waits on the lost peer, then fails
+                publish(tmp_path / "membership.json", 2, ("b",))
+                time.sleep(delay_s)
+                raise PeerLost("[gloo/transport/tcp/pair.cc:553] Connection closed by peer")
+    events.close()
+
+    records = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    [elastic] = [e for e in records if e["kind"] == "elastic"]
+    assert [e["step"] for e in records if e["kind"] == "step"] == [6] and len(tries) == 2
+    assert delay_s <= elastic["duration_s"] <= tries[1] - tries[0]
 
 
 def test_rank_0_calls_periodic_saves_and_every_rank_takes_part(tmp_path: Path) -> None:

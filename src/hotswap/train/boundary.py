@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from hotswap.train.formation import GroupFormation
@@ -82,6 +83,7 @@ class StepBoundary:
         self.state = state
         self.progress = progress
         self.checkpoint_every = checkpoint_every
+        self._began = 0.0  # time.monotonic() when the ranks began agreeing at this boundary
 
     def cross(self, total: int) -> None:
         """Agree and act before the next of ``total`` steps. A peer lost meanwhile re-forms the
@@ -96,15 +98,16 @@ class StepBoundary:
                 log.warning("hotswap: a peer was lost at step %d: %s", self.progress.step, first_line(error))
                 lost_at_timeout = timed_out(error)
             # After the handler, not in it (see GroupFormation.recover).
-            self.formation.recover(timed_out=lost_at_timeout)
+            self.formation.recover(timed_out=lost_at_timeout, since=self._began)
 
     def _agree_and_act(self, total: int) -> None:
         """Raises when a collective fails."""
         while True:
+            self._began = time.monotonic()
             agreed = self._agree(self._vote(total))
             action = decide(agreed, self.formation.generation, self.formation.elastic)
             if action is Action.REFORM:
-                self.formation.reconfigure(agreed.generation)
+                self.formation.reconfigure(agreed.generation, since=self._began)
                 continue
             if action is Action.STOP:
                 self.termination.terminate()

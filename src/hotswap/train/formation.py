@@ -66,6 +66,7 @@ class GroupFormation:
         self._pending_since: dict[int, float] = {}  # generation -> when first seen waiting for joiners
         self._deferred: Membership | None = None  # a first generation joined only at complete_join()
         self._lost_at_timeout: bool | None = None  # how recover() learned of the last lost peer
+        self._since: float | None = None  # when the change under way began (see recover)
 
     @property
     def elastic(self) -> bool:
@@ -195,15 +196,22 @@ class GroupFormation:
 
     # Re-forming ----------------------------------------------------------------------------
 
-    def reconfigure(self, generation: int) -> None:
-        """Move to ``generation``, which the ranks agreed the controller has published."""
+    def reconfigure(self, generation: int, since: float | None = None) -> None:
+        """Move to ``generation``, which the ranks agreed the controller has published (at the
+        boundary that began at ``since``, ``time.monotonic()``: see :meth:`recover`)."""
         assert self._watcher is not None
+        self._since = since
         # Another rank may have seen the new file first: read until this rank sees it too.
         self._watcher.wait_for(lambda m: m.generation >= generation, self.membership_timeout_s, lambda: False)
         self._change_membership(failed=False)
 
-    def recover(self, timed_out: bool = False) -> None:
+    def recover(self, timed_out: bool = False, since: float | None = None) -> None:
         """A collective failed: a peer is gone (``timed_out``: noticed only at the timeout).
+
+        ``since`` (``time.monotonic()``) is when the work that failed began: the step, or the
+        boundary whose collective failed. The elastic event's ``duration_s`` counts from there,
+        not from this call: a survivor that waited in the failed collective until its timeout
+        lost that time too (goodput counts it as elastic, not as a step).
 
         Call it after the handler of the collective's error, never inside: while an error is
         handled its traceback keeps the failed collective's frames, and with them the group,
@@ -211,7 +219,7 @@ class GroupFormation:
         still waiting on this rank in that collective would wait for its timeout instead of
         seeing this rank leave (losing rank 0's slice of 3 cost 10 s this way)."""
         if self.elastic:
-            self._lost_at_timeout = timed_out
+            self._lost_at_timeout, self._since = timed_out, since
             self._change_membership(failed=True)
             return
         # Not elastic: the group cannot be re-formed in place. Every survivor holds the same
@@ -232,7 +240,7 @@ class GroupFormation:
 
         A framework whose process group cannot be re-formed in place overrides this (JAX:
         :class:`hotswap.train.jax.formation.RestartingFormation` restarts the process)."""
-        started = time.monotonic()
+        started = self._change_began()
         previous = self.membership
         assert previous is not None
         after = previous.generation
@@ -251,8 +259,15 @@ class GroupFormation:
                 after = self.generation
         self._announce_change(len(previous.slices), started, failed)
 
+    def _change_began(self) -> float:
+        """When the change under way began as this worker saw it (the failed step or
+        collective, or the boundary that agreed on a new generation); now when not told."""
+        since, self._since = self._since, None
+        return min(since, time.monotonic()) if since is not None else time.monotonic()
+
     def _announce_change(self, previous_slices: int, started: float, failed: bool) -> None:
-        """The membership change that began at ``started`` (``time.monotonic()``) is done."""
+        """The membership change that began at ``started`` (``time.monotonic()``) is done: the
+        elastic event's ``duration_s`` is the time from then until the group trains again."""
         if self.slices < previous_slices:
             self.progress.elastic_down_events += 1
         elapsed = time.monotonic() - started

@@ -110,7 +110,7 @@ class RunLifecycle(RunFront):
             yield self.step + 1
             self._in_step = False
             if self._step_failed and self._rewind(savepoint):
-                self.formation.recover(timed_out=self._step_timed_out)
+                self.formation.recover(timed_out=self._step_timed_out, since=started)
                 continue
             self._step_ends()
             self._complete_step(time.monotonic() - started)
@@ -136,7 +136,7 @@ class RunLifecycle(RunFront):
             return
         self._began = True
         self.formation.complete_join()
-        formed_at = time.time()
+        formed_at, synchronising = time.time(), time.monotonic()
         lost: bool | None = None  # a peer was lost: noticed at a collective timeout?
         try:
             self._replica.synchronise(self.formation.interrupted)
@@ -147,7 +147,7 @@ class RunLifecycle(RunFront):
                 raise
             lost = timed_out(error)
         if lost is not None:  # after the handler (see GroupFormation.recover)
-            self.formation.recover(timed_out=lost)
+            self.formation.recover(timed_out=lost, since=synchronising)
         self._synchronised()
         self._boundary_at = time.monotonic()
         # Recorded with this process's first step (the phases of a restart, from the worker's side).

@@ -147,7 +147,7 @@ class RestartingFormation(GroupFormation):
 
     def _change_membership(self, failed: bool) -> None:
         """Restart into the generation after this one (see the module)."""
-        started = time.monotonic()
+        started = self._change_began()
         previous = self.membership
         assert previous is not None
         self._claim()

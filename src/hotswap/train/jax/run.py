@@ -237,13 +237,14 @@ class JaxRun(RunLifecycle):
             raise RuntimeError("assign each step's new state to run.state (JAX arrays are immutable)")
 
     def _cross(self, total: int) -> None:
+        began = time.monotonic()
         try:
             self.sync.at_boundary()
         except Exception as error:  # the step's result, computed asynchronously, failed
             if self.world_size == 1 or not self.group.is_peer_failure(error):
                 raise
             log.warning("hotswap: a peer was lost in step %d: %s", self.step, first_line(error))
-            self.formation.recover()
+            self.formation.recover(since=began)
         if self.watchdog is not None:
             self.watchdog.beat()
         self.boundary.cross(total)
