@@ -665,3 +665,52 @@ def test_typed_keys_sharded_across_slices_travel_shard_by_shard(jax) -> None:  #
     env = {**os.environ, "PYTHONPATH": str(root / "src"), "JAX_PLATFORMS": "cpu"}
     done = subprocess.run([sys.executable, "-c", _SHARDED_KEYS], capture_output=True, text=True, env=env, timeout=240)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+
+
+def test_a_process_the_watchdog_moves_on_counts_the_stuck_step_in_the_elastic_time(jax, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A survivor stuck in a step on a hung peer (JAX cannot interrupt the collective): the
+    watchdog moves it on, and the move it hands to its next program began at its last step
+    boundary, so the elastic event's ``duration_s`` counts the stuck step (before: from when
+    the watchdog acted, the stall uncounted)."""
+    import threading
+    import time
+
+    from hotswap.api.membership import Membership
+    from hotswap.api.worker import WorkerEnv
+    from hotswap.train.events import EventLog
+    from hotswap.train.jax.formation import RestartingFormation
+    from hotswap.train.jax.handoff import Handoff
+    from hotswap.train.jax.watchdog import Watchdog
+    from hotswap.train.progress import Progress
+
+    membership = tmp_path / "membership.json"
+    first = Membership(1, ("a", "b", "c"), 1, "127.0.0.1", 1001)
+    membership.write_text(first.to_json())
+    group = types.SimpleNamespace(leave=lambda staying: None, prepared_service=lambda: None)
+    sync = types.SimpleNamespace(handoff=lambda change, attempts, live=True: Handoff(change, None, None, None, None, attempts))
+    handed: list[Handoff] = []
+    formation = RestartingFormation(
+        WorkerEnv(slice_name="a", num_slices=3, membership_file=str(membership)), group, None, sync,  # type: ignore[arg-type]
+        Progress(), EventLog(None), membership_timeout_s=5.0, handoff=None, restart=handed.append,  # type: ignore[arg-type]
+    )
+    formation.membership = first
+    moved = threading.Event()
+
+    def on_stall(newest: Membership, forming: bool, since: float) -> None:
+        formation.abandon(newest, None, since)
+        moved.set()
+
+    stall_s = 0.5
+    watchdog = Watchdog(
+        str(membership), stall_s=stall_s, generation=lambda: 1, forming=lambda: None, is_rank_zero=lambda: True,
+        others_leaving=lambda: False, terminated=lambda: False, on_stall=on_stall, on_terminated=lambda: None,
+    )
+    watchdog.beat()  # the step that will hang begins
+    stuck_from = time.monotonic()
+    watchdog.start()
+    membership.write_text(Membership(2, ("a", "c"), 1, "127.0.0.1", 1002).to_json())  # the controller left b behind
+    assert moved.wait(10.0)
+    watchdog.stop()
+    [handoff] = handed
+    assert handoff.change.failed and handoff.change.after_generation == 1 and handoff.change.previous_slices == 3
+    assert handoff.change.started <= stuck_from  # not when the watchdog acted, stall_s later

@@ -163,13 +163,16 @@ class RestartingFormation(GroupFormation):
         change = MembershipChange(previous.generation, len(previous.slices), started, failed)
         self._hand_over(self.jax_state.handoff(change, self.attempts + 1))
 
-    def restart_into(self, after_generation: int, *, failed: bool, live: bool = True) -> NoReturn:
-        """Restart this process to join the first generation after ``after_generation``."""
+    def restart_into(
+        self, after_generation: int, *, failed: bool, live: bool = True, since: float | None = None
+    ) -> NoReturn:
+        """Restart this process to join the first generation after ``after_generation`` (a move
+        that began at ``since``, ``time.monotonic()``; now when not told)."""
         if self.change is not None:  # still finishing the previous move: it goes on
             change = dataclasses.replace(self.change, after_generation=after_generation)
         else:
             slices = len(self.membership.slices) if self.membership else None
-            change = MembershipChange(after_generation, slices, time.monotonic(), failed)
+            change = MembershipChange(after_generation, slices, time.monotonic() if since is None else since, failed)
         self._hand_over(self.jax_state.handoff(change, self.attempts + 1, live=live))
 
     def _hand_over(self, handoff: Handoff) -> NoReturn:
@@ -184,8 +187,9 @@ class RestartingFormation(GroupFormation):
         self._successor.stop()
         self._restart(handoff)
 
-    def abandon(self, newest: Membership, forming: int | None) -> None:
-        """The watchdog's way out of a call that does not return (see :mod:`.watchdog`)."""
+    def abandon(self, newest: Membership, forming: int | None, since: float | None = None) -> None:
+        """The watchdog's way out of a call that does not return (see :mod:`.watchdog`); the
+        step stuck since ``since`` counts in the move's time."""
         if not self._moving.acquire(blocking=False):
             return  # the main thread is moving on already
         try:
@@ -195,7 +199,7 @@ class RestartingFormation(GroupFormation):
             previous = self.membership
             assert previous is not None
             self.jax_group.leave(_staying(previous, newest))
-            self.restart_into(previous.generation, failed=True, live=False)
+            self.restart_into(previous.generation, failed=True, live=False, since=since)
         except BaseException as error:  # the main thread waits for this one: never leave it hanging
             print(f"hotswap: cannot restart into generation {newest.generation}: {error}", file=sys.stderr, flush=True)
             os._exit(RESTART_EXIT_CODE)

@@ -266,9 +266,9 @@ class JaxRun(RunLifecycle):
         watchdog.start()
         return watchdog
 
-    def _abandon(self, newest: Membership, forming: bool) -> None:
+    def _abandon(self, newest: Membership, forming: bool, since: float) -> None:
         forming_generation = self.group.forming.generation if forming and self.group.forming else None
-        self.formation.abandon(newest, forming_generation)
+        self.formation.abandon(newest, forming_generation, since)
 
     def _end_without_group(self) -> NoReturn:
         """SIGTERM while the group was still forming: nothing to save with; leave now."""

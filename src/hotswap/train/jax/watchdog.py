@@ -7,7 +7,8 @@ membership file: once the controller has published a newer generation and the ma
 not reached a step boundary for ``stall_s`` (a second, if another rank has already left the
 generation: the collective may be waiting on it), or is still initialising the old generation,
 it moves the process on itself: the state goes from the last step known computed (or the last
-host snapshot), and the process restarts into the new generation. A SIGTERM while
+host snapshot), and the process restarts into the new generation (the move counted from the
+last step boundary: the step stuck since then is counted as no step). A SIGTERM while
 initialising that outlasts ``stall_s`` ends the process with the checkpointed code (there is
 no group to save with).
 """
@@ -40,7 +41,7 @@ class Watchdog:
         is_rank_zero: Callable[[], bool],
         others_leaving: Callable[[], bool],
         terminated: Callable[[], bool],
-        on_stall: Callable[[Membership, bool], None],
+        on_stall: Callable[[Membership, bool, float], None],
         on_terminated: Callable[[], None],
     ) -> None:
         self.watcher = MembershipWatcher(membership_file)  # its own: the main thread polls the file too
@@ -94,5 +95,6 @@ class Watchdog:
                     "hotswap: generation %d is published and this process is stuck %s: restarting into it",
                     newest.generation, "forming its group" if forming is not None else "in a step",
                 )
-                self.on_stall(newest, forming is not None)
+                # The process is stuck since its last boundary: the step it began there.
+                self.on_stall(newest, forming is not None, self._boundary_at)
                 return
