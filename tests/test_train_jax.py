@@ -618,7 +618,7 @@ def test_a_state_holding_typed_prng_keys_goes_on_with_the_same_random_stream(jax
     assert other.progress.step == 0 and str(other.current["key"].dtype) == "key<rbg>"
 
     # A returning slice: the survivor's shards, sent and placed on the returning slice's mesh.
-    sent = place_local_data(fresh(), broadcast_shards(fresh(), state, is_source=True))
+    sent = place_local_data(fresh(), broadcast_shards(fresh(), state, is_source=True)[0])
     assert str(sent["key"].dtype) == "key<fry>" and draws(sent) == draws(state)
 
     saver = _key_sync(jax, 6, None, tmp_path / "checkpoints")
@@ -645,7 +645,7 @@ def state(seed):
 saved, template = state(5), state(0)
 for name, got in (
     ("handoff", rebuild(template, pickle.loads(pickle.dumps(local_shards(saved))))),
-    ("peer", place_local_data(template, broadcast_shards(template, saved, is_source=True))),
+    ("peer", place_local_data(template, broadcast_shards(template, saved, is_source=True)[0])),
 ):
     for leaf in ("keys", "key"):
         assert got[leaf].dtype == saved[leaf].dtype and got[leaf].sharding == saved[leaf].sharding, (name, leaf)

@@ -11,6 +11,7 @@ is the source is the neutral :func:`~hotswap.train.progress.plan_peer_copy`.
 from __future__ import annotations
 
 import logging
+import pickle
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,7 +29,6 @@ from hotswap.train.jax.runtime import JaxGroup
 from hotswap.train.jax.trees import (
     HostSnapshot,
     any_deleted,
-    broadcast_object,
     broadcast_shards,
     leaf_names,
     leaves_with_paths,
@@ -157,27 +157,32 @@ class JaxStateSync:
             if not self.progress.has_state:
                 self._restore_from_disk(started)
             return
-        offers = self.group.all_gather_ints([int(self.progress.has_state), self.progress.step])
-        copy = plan_peer_copy([(bool(has), step) for has, step in offers])
+        # The counters and objects a source would send, pickled: every rank offers their size
+        # with its step, so that they travel with the shards (one collective, not three).
+        extra = pickle.dumps((self._counters(), self._objects_now)) if self.progress.has_state else b""
+        offers = self.group.all_gather_ints([int(self.progress.has_state), self.progress.step, len(extra)])
+        copy = plan_peer_copy([(bool(has), step) for has, step, _ in offers])
         if copy is None:
             self._restore_from_disk(started)
             return
         if not copy.receivers:
             return
         rank, hosts = self.group.rank, self.hosts_per_slice
-        source_slice = copy.source // hosts
-        received = None
+        source_slice, extra_size = copy.source // hosts, offers[copy.source][2]
+        received, attached = None, b""
         for host in range(hosts):
             sender = source_slice * hosts + host
-            data = broadcast_shards(self.template, self.current if rank == sender else None, rank == sender)
+            carries = extra_size if sender == copy.source else 0  # the source's host sends them along
+            data, attachment = broadcast_shards(
+                self.template, self.current if rank == sender else None, rank == sender,
+                extra if rank == sender and carries else b"", carries,
+            )
+            attached = attachment or attached
             if rank % hosts == host:
                 received = data
-        extra = broadcast_object(
-            (self._counters(), self._objects_now) if rank == copy.source else None, rank == copy.source
-        )
         if rank in copy.receivers:
             assert received is not None
-            counters, objects = extra
+            counters, objects = pickle.loads(attached)
             self.current = place_local_data(self.template, received)
             self.objects.load(objects)
             self._objects_now = self.objects.state()

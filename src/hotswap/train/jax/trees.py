@@ -17,7 +17,6 @@ taken only into a state with the same kind of key.
 from __future__ import annotations
 
 import dataclasses
-import pickle
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -177,18 +176,25 @@ def rebuild(template: Any, shards: Sequence[Mapping[Index, Any]]) -> Any | None:
 # Between processes ---------------------------------------------------------------------------
 
 
-def broadcast_shards(template: Any, tree: Any | None, is_source: bool) -> list[Any]:
+def broadcast_shards(
+    template: Any, tree: Any | None, is_source: bool, attachment: bytes = b"", attachment_size: int = 0
+) -> tuple[list[Any], bytes]:
     """The source's local shards of ``tree``, sent to every process as host arrays in the
-    order of :func:`ordered_local_indices` (receivers pass ``tree=None``). Bytes travel as
-    unsigned integers so that every value, -0.0 and NaN payloads included, arrives exactly."""
+    order of :func:`ordered_local_indices` (receivers pass ``tree=None``), and the source's
+    ``attachment`` of ``attachment_size`` bytes (a size every process knows) with them, in the
+    same collective. Bytes travel as unsigned integers so that every value, -0.0 and NaN
+    payloads included, arrives exactly."""
     layout = _local_layout(template)
     if is_source:
-        assert tree is not None
+        assert tree is not None and len(attachment) == attachment_size
         payload = [_as_bytes(np.asarray(s)) for s in ordered_local_data(tree)]
     else:
         payload = [np.zeros(int(np.prod(shape)) * dtype.itemsize, np.uint8) for dtype, shape in layout]
+    if attachment_size:
+        payload.append(np.frombuffer(attachment, np.uint8) if is_source else np.zeros(attachment_size, np.uint8))
     received = multihost_utils.broadcast_one_to_all(payload, is_source=is_source)
-    return [np.asarray(raw).view(dtype).reshape(shape) for raw, (dtype, shape) in zip(received, layout)]
+    shards = [np.asarray(raw).view(dtype).reshape(shape) for raw, (dtype, shape) in zip(received, layout)]
+    return shards, np.asarray(received[-1], np.uint8).tobytes() if attachment_size else b""
 
 
 def ordered_local_data(tree: Any) -> list[Any]:
@@ -234,15 +240,6 @@ def _local_layout(template: Any) -> list[tuple[np.dtype[Any], tuple[int, ...]]]:
 
 def _as_bytes(array: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
-
-
-def broadcast_object(obj: Any, is_source: bool) -> Any:
-    """A small picklable object from the source process to every process."""
-    data = np.frombuffer(pickle.dumps(obj), np.uint8) if is_source else np.zeros(0, np.uint8)
-    size = multihost_utils.broadcast_one_to_all(np.asarray([data.size], np.int32), is_source=is_source)
-    buffer = data if is_source else np.zeros(int(size[0]), np.uint8)
-    received = multihost_utils.broadcast_one_to_all(buffer, is_source=is_source)
-    return pickle.loads(np.asarray(received, np.uint8).tobytes())
 
 
 @dataclasses.dataclass(frozen=True)
