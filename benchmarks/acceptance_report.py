@@ -25,6 +25,7 @@ TAIL_LINES = 40
 # spares, and with no spare ready (forked from the zygote: cold_zygote_s); a restart with
 # neither (cold_s, a new Python process) is reported, not judged.
 MTTR_TARGETS_S = {"default_s": 2.0, "cold_zygote_s": 2.0, "warm_s": 0.3}
+STALL_UP_TARGET_S = 0.5  # issue 26: the survivors' stall on an elastic JAX grow-back
 
 
 def _last_json(text: str) -> Any:
@@ -69,7 +70,7 @@ def _figure_checkpoint(result: dict[str, Any]) -> tuple[bool, str]:
     return not missed, f"{size} GB on {result.get('device')}: {shown}" + (f"; targets missed: {', '.join(missed)}" if missed else "")
 
 
-def _figure_jax(result: dict[str, Any]) -> tuple[bool, str]:
+def _figure_jax(result: dict[str, Any], on_gpu: bool) -> tuple[bool, str]:
     c = result.get("checkpoints", {})
     restore = (c.get("restore") or {}).get("median_s")
     orbax = (c.get("orbax_restore") or {}).get("median_s")
@@ -79,8 +80,11 @@ def _figure_jax(result: dict[str, Any]) -> tuple[bool, str]:
     if isinstance(elastic, dict):  # bench_jax.py's elastic run: the keys it writes
         shown = [f"{label} {elastic[key]} s" for key, label in ELASTIC_FIGURES if elastic.get(key) is not None]
         text += "".join(f", elastic {figure}" for figure in shown)
-    met = restore is None or orbax is None or restore <= orbax
-    return met, text + ("" if met else "; restore slower than orbax's")
+    missed = [] if restore is None or orbax is None or restore <= orbax else ["restore slower than orbax's"]
+    stall = elastic.get("stall_up_s") if isinstance(elastic, dict) else None
+    if on_gpu and isinstance(stall, (int, float)) and stall > STALL_UP_TARGET_S:
+        missed.append(f"survivors' stall > {STALL_UP_TARGET_S} s")
+    return not missed, text + "".join(f"; {miss}" for miss in missed)
 
 
 def _figure_mttr(result: dict[str, Any], on_gpu: bool) -> tuple[bool, str]:
@@ -133,7 +137,7 @@ def report(work: Path, out: Path, parts: list[str], on_gpu: bool) -> tuple[list[
             elif part == "bench-checkpoint":
                 ok, figure = _figure_checkpoint(result)
             elif part == "bench-jax":
-                ok, figure = _figure_jax(result)
+                ok, figure = _figure_jax(result, on_gpu)
             elif part == "bench-mttr":
                 ok, figure = _figure_mttr(result, on_gpu)
             else:
