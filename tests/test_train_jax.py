@@ -714,3 +714,37 @@ def test_a_process_the_watchdog_moves_on_counts_the_stuck_step_in_the_elastic_ti
     [handoff] = handed
     assert handoff.change.failed and handoff.change.after_generation == 1 and handoff.change.previous_slices == 3
     assert handoff.change.started <= stuck_from  # not when the watchdog acted, stall_s later
+
+
+def test_a_process_joining_a_live_elastic_job_leaves_the_survivors_save_in_flight_alone(jax, tmp_path: Path) -> None:
+    """A survivor's next program run ahead, or a grow-back's joiner, opens the checkpoint
+    directory while the survivors may still be saving: orbax's clean-up of temporary step
+    directories at that moment removed their save in flight (its commit then failed and the
+    survivors waited 10 s for it: seen in the grow-back drill). A fresh start still cleans up."""
+    import shutil
+
+    import jax.numpy as jnp
+
+    from hotswap.api.worker import WorkerEnv
+    from hotswap.train.events import EventLog
+    from hotswap.train.jax import handoff as handoffs
+    from hotswap.train.jax.checkpoints import OrbaxCheckpoints
+    from hotswap.train.jax.run import joins_live_job
+
+    change = handoffs.MembershipChange(1, 2, 0.0, False)
+    assert joins_live_job(WorkerEnv(start_cause="elastic"), None)  # a grow-back's joiner
+    assert joins_live_job(WorkerEnv(start_cause="start"), handoffs.Handoff(change, None, None, None, None))
+    assert not joins_live_job(WorkerEnv(start_cause="failure"), None)  # every process of the job starts
+
+    directory = tmp_path / "checkpoints"
+    saved = checkpoints(directory)
+    saved.save(1, {"w": jnp.ones(4)}, {}, {"step": 1, "elastic_down_events": 0}, "periodic", wait=True)
+    in_flight = directory / "2.orbax-checkpoint-tmp"  # what orbax writes a step into until it commits
+    shutil.copytree(directory / "1", in_flight)
+    counters = {"step": 3, "elastic_down_events": 0}
+    joining = OrbaxCheckpoints(str(directory), 3, EventLog(None), record_events=False, clean_leftovers=False)
+    joining.save(3, {"w": jnp.ones(4)}, {}, counters, "periodic", wait=True)  # orbax's clean-up is done by then
+    assert in_flight.exists()
+    fresh = OrbaxCheckpoints(str(directory), 3, EventLog(None), record_events=False)  # a fresh start
+    fresh.save(4, {"w": jnp.ones(4)}, {}, {**counters, "step": 4}, "periodic", wait=True)
+    assert not in_flight.exists() and (directory / "1").exists()

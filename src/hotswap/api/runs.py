@@ -48,4 +48,5 @@ def pending_migration(signals: Mapping[str, str | None]) -> str | None:
 # Why a worker generation started: its first start, a restart after a node failure (onto other
 # slices), after a worker failure or hang (same slices), re-admission after preemption, a
 # replica joining an elastic workload that grows back, a new run resuming its predecessor.
-START_CAUSES = ("start", "hotswap", "failure", "preemption", "elastic", "resume")
+CAUSE_ELASTIC = "elastic"  # a replica joining an elastic workload that grows back
+START_CAUSES = ("start", "hotswap", "failure", "preemption", CAUSE_ELASTIC, "resume")

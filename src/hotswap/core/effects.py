@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from hotswap.api.runs import CAUSE_ELASTIC
 from hotswap.core import actions as act
 
 # Which of the workload's workers stop (``ActionEffect.stop``).
@@ -122,7 +123,7 @@ class _Effects:
 
     def on_scale_up(self, action: act.ScaleUp) -> ActionEffect:
         return ActionEffect(
-            action, start=action.added, replicas=action.slices, generation=action.slices, placement=GROW, cause="elastic"
+            action, start=action.added, replicas=action.slices, generation=action.slices, placement=GROW, cause=CAUSE_ELASTIC
         )
 
 

@@ -48,8 +48,19 @@ class Restored:
 
 class OrbaxCheckpoints:
     def __init__(
-        self, directory: str, keep: int, events: EventLog, *, record_events: bool, fallback: str | None = None
+        self,
+        directory: str,
+        keep: int,
+        events: EventLog,
+        *,
+        record_events: bool,
+        fallback: str | None = None,
+        clean_leftovers: bool = True,
     ) -> None:
+        """``clean_leftovers``: remove what killed saves left behind (orbax's temporary step
+        directories) now; never in a process that joins a live elastic job, where they may be
+        the survivors' save in flight (orbax replaces a step's leftover when it saves the step
+        again, and a fresh start removes the rest)."""
         prepare_directory(Path(directory))  # CheckpointDirectoryRefused: another's, or writable by others
         self.directory = directory
         self.fallback = fallback  # the run's resume source, read while ``directory`` has no step
@@ -65,7 +76,7 @@ class OrbaxCheckpoints:
             options=ocp.CheckpointManagerOptions(
                 max_to_keep=keep,
                 enable_async_checkpointing=True,
-                cleanup_tmp_directories=True,  # what a killed save left behind
+                cleanup_tmp_directories=clean_leftovers,
                 async_options=ocp.AsyncOptions(post_finalization_callback=self._written),
             ),
         )

@@ -27,6 +27,7 @@ import jax
 import numpy as np
 
 from hotswap.api.membership import Membership
+from hotswap.api.runs import CAUSE_ELASTIC
 from hotswap.api.worker import CHECKPOINTED_EXIT_CODE, RESTART_EXIT_CODE, WorkerEnv
 from hotswap.api.worker_output import EVENT_STOP
 from hotswap.train import runs
@@ -124,7 +125,8 @@ class JaxRun(RunLifecycle):
         if directory:
             source = runs.resume_source(env)
             self.sync.checkpoints = OrbaxCheckpoints(
-                directory, keep, self.events, record_events=self.rank == 0, fallback=str(source) if source else None
+                directory, keep, self.events, record_events=self.rank == 0, fallback=str(source) if source else None,
+                clean_leftovers=not joins_live_job(env, handoff),
             )
         else:
             warn_no_checkpoint_directory()
@@ -278,6 +280,13 @@ class JaxRun(RunLifecycle):
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
         os._exit(CHECKPOINTED_EXIT_CODE)
+
+
+def joins_live_job(env: WorkerEnv, handoff: handoffs.Handoff | None) -> bool:
+    """Whether this process joins an elastic job whose other processes may be saving now: a
+    survivor's next program (run ahead, its survivors still train and save) or a joiner of a
+    grow-back (it forms the group with those programs, ahead of the survivors' switch)."""
+    return handoff is not None or env.start_cause == CAUSE_ELASTIC
 
 
 def _plain(value: object) -> object:
