@@ -72,18 +72,25 @@ def test_the_report_judges_each_part_from_its_output_and_merges_them(tmp_path: P
     assert "No such option: --fail-slice" in (out / "logs.txt").read_text()
 
 
-def test_the_jax_figure_shows_the_elastic_runs_keys_as_bench_jax_writes_them(tmp_path: Path) -> None:
+def _bench_jax_line(tmp_path: Path, elastic: dict[str, float], on_gpu: bool) -> tuple[str, int]:
+    """The acceptance report's line for a bench-jax part that printed ``elastic`` (and a
+    restore faster than orbax's), and how many parts failed."""
     work, out = tmp_path / "work", tmp_path / "out"
-    work.mkdir()
-    out.mkdir()
+    work.mkdir(exist_ok=True)
+    out.mkdir(exist_ok=True)
     result = {
         "checkpoints": {"state_mb": 512, "device_kind": "H200", "restore": {"median_s": 0.15}, "orbax_restore": {"median_s": 0.16}},
-        "elastic": {"runs": 1, "mttr_down_s": 2.9, "grow_back_s": 5.1, "stall_up_s": 0.4},
+        "elastic": elastic,
     }
     (work / "bench-jax.status").write_text("0 60")
     (work / "bench-jax.out").write_text(json.dumps(result) + "\n")
     (work / "bench-jax.err").write_text("")
-    (line,), failed = report(work, out, ["bench-jax"], on_gpu=True)
+    (line,), failed = report(work, out, ["bench-jax"], on_gpu=on_gpu)
+    return line, failed
+
+
+def test_the_jax_figure_shows_the_elastic_runs_keys_as_bench_jax_writes_them(tmp_path: Path) -> None:
+    line, failed = _bench_jax_line(tmp_path, {"runs": 1, "mttr_down_s": 2.9, "grow_back_s": 5.1, "stall_up_s": 0.4}, on_gpu=True)
     assert line.startswith("PASS") and failed == 0
     assert "elastic MTTR 2.9 s" in line and "elastic grow-back 5.1 s" in line and "elastic survivors' stall 0.4 s" in line
 
@@ -91,17 +98,8 @@ def test_the_jax_figure_shows_the_elastic_runs_keys_as_bench_jax_writes_them(tmp
 def test_the_jax_part_fails_on_a_gpu_host_when_the_survivors_stall_misses_its_target(tmp_path: Path) -> None:
     """Issue 26 item 2: the grow-back stall of survivors is at most 0.5 s; the acceptance run
     on a GPU host says so when it is not (on a machine without a GPU it only reports it)."""
-    work, out = tmp_path / "work", tmp_path / "out"
-    work.mkdir()
-    out.mkdir()
-    result = {
-        "checkpoints": {"state_mb": 512, "device_kind": "H200", "restore": {"median_s": 0.15}, "orbax_restore": {"median_s": 0.16}},
-        "elastic": {"runs": 3, "mttr_down_s": 2.9, "grow_back_s": 5.1, "stall_up_s": 1.2},
-    }
-    (work / "bench-jax.status").write_text("0 60")
-    (work / "bench-jax.out").write_text(json.dumps(result) + "\n")
-    (work / "bench-jax.err").write_text("")
-    (line,), failed = report(work, out, ["bench-jax"], on_gpu=True)
+    elastic = {"runs": 3, "mttr_down_s": 2.9, "grow_back_s": 5.1, "stall_up_s": 1.2}
+    line, failed = _bench_jax_line(tmp_path, elastic, on_gpu=True)
     assert line.startswith("FAIL") and failed == 1 and "survivors' stall > 0.5 s" in line
-    (line,), failed = report(work, out, ["bench-jax"], on_gpu=False)
+    line, failed = _bench_jax_line(tmp_path, elastic, on_gpu=False)
     assert line.startswith("PASS") and failed == 0

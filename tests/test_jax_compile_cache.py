@@ -5,12 +5,12 @@ process): real JAX processes on loopback, formed through JaxGroup, run twice."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from train_harness import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,16 +37,10 @@ _WORKER = (
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _run(cache: Path) -> dict[int, int]:
     """One run of both processes: each rank's count of persistent cache hits."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "JAX_PLATFORMS": "cpu"}
-    port = _free_port()
+    port = free_port()
     workers = [
         subprocess.Popen([sys.executable, "-c", _WORKER, str(rank), str(port), str(cache)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
