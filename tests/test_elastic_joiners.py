@@ -181,6 +181,19 @@ def test_jax_survivors_move_only_when_their_next_programs_have_imported_too(tmp_
     assert survivor.newest_generation() == 2  # type: ignore[attr-defined]
 
 
+def test_a_jax_generation_that_adds_no_slice_is_taken_at_once(tmp_path: Path) -> None:
+    """A slice taken away (preempted: its worker is being stopped) must not wait for the
+    survivors' next programs: the stopping worker's vote would stop the whole group meanwhile."""
+    joined = tmp_path / "joined"
+    joined.mkdir()
+    membership = tmp_path / "membership.json"
+    publish(membership, 1, ("a", "b", "c"), joined)
+    survivor, successor = jax_survivor(tmp_path, joined, "a")
+    publish(membership, 2, ("a", "b"), joined)
+    assert survivor.newest_generation() == 2  # type: ignore[attr-defined]
+    assert successor.generation == 2 and not (joined / "2-a-0-0").exists()  # started, not ready yet
+
+
 def test_a_jax_survivor_whose_next_program_died_holds_nobody_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from hotswap.train.jax import formation as jax_formation
 
@@ -189,7 +202,8 @@ def test_a_jax_survivor_whose_next_program_died_holds_nobody_back(tmp_path: Path
     membership = tmp_path / "membership.json"
     publish(membership, 1, ("a", "b"), joined)
     survivor, successor = jax_survivor(tmp_path, joined, "a")
-    publish(membership, 2, ("a", "b"), joined)  # a generation with no joiner, e.g. after a repair elsewhere
+    publish(membership, 2, ("a", "b", "c"), joined)
+    (joined / "2-c-0-0").touch()  # the joiner is ready
     assert survivor.newest_generation() == 1  # type: ignore[attr-defined]
     successor.alive = False  # it will restart plainly: it marks itself for it
     survivor.newest_generation()  # type: ignore[attr-defined]

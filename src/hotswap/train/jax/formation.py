@@ -78,13 +78,17 @@ class RestartingFormation(GroupFormation):
         return self._watcher.poll() if self._watcher else None
 
     def newest_generation(self) -> int:
-        """As for every framework, but a generation is taken only once the survivors' next
-        programs are ready too (their marks, see :meth:`_successors_ready`)."""
+        """As for every framework, but a generation that adds slices is taken only once the
+        survivors' next programs are ready too (their marks, see :meth:`_successors_ready`).
+        One that adds none is taken at once: it may be removing a slice whose worker is being
+        stopped, and its stop vote would otherwise stop the whole group."""
         latest = self.newest_membership()
         self._prepare(latest)
         newest = super().newest_generation()
         current = self.membership
         if latest is None or current is None or newest != latest.generation or newest <= current.generation:
+            return newest
+        if not latest.joiners(current):
             return newest
         return newest if self._successors_ready(latest, current) else current.generation
 
