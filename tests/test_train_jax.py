@@ -748,3 +748,33 @@ def test_a_process_joining_a_live_elastic_job_leaves_the_survivors_save_in_fligh
     fresh = OrbaxCheckpoints(str(directory), 3, EventLog(None), record_events=False)  # a fresh start
     fresh.save(4, {"w": jnp.ones(4)}, {}, {**counters, "step": 4}, "periodic", wait=True)
     assert not in_flight.exists() and (directory / "1").exists()
+
+
+def test_a_successor_asked_to_restart_while_it_waits_for_its_state_ends_instead(
+    jax, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A successor run ahead waits for its survivor's state; if its watchdog moves it on
+    meanwhile (a newer generation), it must end, not replace itself by a fresh program: its
+    survivor still runs, and restarts plainly (two workers of one slice otherwise)."""
+    from hotswap.train.jax import handoff as handoffs
+    from hotswap.train.jax import run as runs_module
+
+    run = object.__new__(runs_module.JaxRun)
+    restarted: list[object] = []
+    monkeypatch.setattr(handoffs, "restart", lambda handoff: restarted.append(handoff))
+
+    def ended(code: int) -> None:
+        raise SystemExit(code)
+
+    monkeypatch.setattr(runs_module.os, "_exit", ended)
+
+    class Waiting:
+        preview = None
+
+        def wait(self) -> None:  # the watchdog acts while the state has not come
+            run._restart(handoffs.Handoff(handoffs.MembershipChange(1, 2, 0.0, True), None, None, None, None))
+
+    run._pending = Waiting()  # type: ignore[attr-defined]
+    with pytest.raises(SystemExit) as ending:
+        run._take_over()  # type: ignore[attr-defined]
+    assert ending.value.code == runs_module.RESTART_EXIT_CODE and restarted == []

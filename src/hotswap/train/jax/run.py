@@ -212,9 +212,10 @@ class JaxRun(RunLifecycle):
 
     def _take_over(self) -> None:
         """Wait for the survivor's state, and become the worker (see successor)."""
-        pending, self._pending = self._pending, None
+        pending = self._pending
         assert pending is not None
         handoff = pending.wait()
+        self._pending = None  # only now: a restart asked for while it waits (the watchdog) ends it instead
         self.sync.receive(handoff)
         self.formation.receive(handoff)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
