@@ -139,7 +139,9 @@ class Successors:
         self.generation = getattr(ahead, "generation", None)
 
 
-def jax_survivor(tmp_path: Path, joined: Path, slice_name: str) -> tuple[object, Successors]:
+def jax_survivor(tmp_path: Path, slices: tuple[str, ...]) -> tuple[object, Successors, Path, Path]:
+    """Slice ``slices[0]``'s JAX worker in generation 1 of ``slices``, with a fake next
+    program: (its formation, its successor, the membership file, the readiness marks)."""
     pytest.importorskip("jax")
     from test_train_neutral import State, ending
 
@@ -148,8 +150,12 @@ def jax_survivor(tmp_path: Path, joined: Path, slice_name: str) -> tuple[object,
     from hotswap.train.jax.formation import RestartingFormation
     from hotswap.train.progress import Progress
 
+    joined = tmp_path / "joined"
+    joined.mkdir()
+    membership = tmp_path / "membership.json"
+    publish(membership, 1, slices, joined)
     group = JaxLikeGroup()
-    env = WorkerEnv(slice_name=slice_name, num_slices=3, membership_file=str(tmp_path / "membership.json"))
+    env = WorkerEnv(slice_name=slices[0], num_slices=3, membership_file=str(membership))
     state, progress = State(), Progress()
     survivor = RestartingFormation(
         env, group, ending(tmp_path, group, state, progress), state, progress, EventLog(None),  # type: ignore[arg-type]
@@ -158,18 +164,14 @@ def jax_survivor(tmp_path: Path, joined: Path, slice_name: str) -> tuple[object,
     successor = Successors()
     survivor._successor = successor  # type: ignore[assignment]
     survivor.join_first()
-    return survivor, successor
+    return survivor, successor, membership, joined
 
 
 def test_jax_survivors_move_only_when_their_next_programs_have_imported_too(tmp_path: Path) -> None:
     """A JAX survivor moves to a new generation by handing its state to its next program,
     started ahead: survivors that moved once the joiner was ready, while one's next program
     still imported, made the whole new group wait for it (0.6 s of a grow-back stall)."""
-    joined = tmp_path / "joined"
-    joined.mkdir()
-    membership = tmp_path / "membership.json"
-    publish(membership, 1, ("a", "b"), joined)
-    survivor, successor = jax_survivor(tmp_path, joined, "a")
+    survivor, successor, membership, joined = jax_survivor(tmp_path, ("a", "b"))
     publish(membership, 2, ("a", "b", "c"), joined)
     (joined / "2-c-0-0").touch()  # the joiner is ready
     assert survivor.newest_generation() == 1  # type: ignore[attr-defined]
@@ -184,11 +186,7 @@ def test_jax_survivors_move_only_when_their_next_programs_have_imported_too(tmp_
 def test_a_jax_generation_that_adds_no_slice_is_taken_at_once(tmp_path: Path) -> None:
     """A slice taken away (preempted: its worker is being stopped) must not wait for the
     survivors' next programs: the stopping worker's vote would stop the whole group meanwhile."""
-    joined = tmp_path / "joined"
-    joined.mkdir()
-    membership = tmp_path / "membership.json"
-    publish(membership, 1, ("a", "b", "c"), joined)
-    survivor, successor = jax_survivor(tmp_path, joined, "a")
+    survivor, successor, membership, joined = jax_survivor(tmp_path, ("a", "b", "c"))
     publish(membership, 2, ("a", "b"), joined)
     assert survivor.newest_generation() == 2  # type: ignore[attr-defined]
     assert successor.generation == 2 and not (joined / "2-a-0-0").exists()  # started, not ready yet
@@ -197,11 +195,7 @@ def test_a_jax_generation_that_adds_no_slice_is_taken_at_once(tmp_path: Path) ->
 def test_a_jax_survivor_whose_next_program_died_holds_nobody_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from hotswap.train.jax import formation as jax_formation
 
-    joined = tmp_path / "joined"
-    joined.mkdir()
-    membership = tmp_path / "membership.json"
-    publish(membership, 1, ("a", "b"), joined)
-    survivor, successor = jax_survivor(tmp_path, joined, "a")
+    survivor, successor, membership, joined = jax_survivor(tmp_path, ("a", "b"))
     publish(membership, 2, ("a", "b", "c"), joined)
     (joined / "2-c-0-0").touch()  # the joiner is ready
     assert survivor.newest_generation() == 1  # type: ignore[attr-defined]

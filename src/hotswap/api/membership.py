@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from hotswap.api.worker import global_rank, replica_index, world_size
@@ -78,9 +79,13 @@ class Membership:
 
     def joined_marks(self, previous: Membership) -> list[str]:
         """The marks every worker joining since ``previous`` leaves when ready (none without marks)."""
+        return self.marks_of(self.joiners(previous))
+
+    def marks_of(self, slices: Sequence[str]) -> list[str]:
+        """The readiness marks of every worker of ``slices`` in this generation (none without marks)."""
         marks = [
             self.joined_mark(slice_name, host, local_rank)
-            for slice_name in self.joiners(previous)
+            for slice_name in slices
             for host in range(self.hosts_per_slice)
             for local_rank in range(self.local_world_size)
         ]

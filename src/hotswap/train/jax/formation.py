@@ -39,9 +39,11 @@ from hotswap.train.jax.sync import JaxStateSync
 from hotswap.train.progress import Progress
 from hotswap.train.termination import Termination
 
-# The longest survivors wait for their next programs to import (Python, JAX and the script's
-# modules: seconds on a busy machine) once the joiners are ready; then they move anyway.
+# The longest survivors wait for their next programs to be ready (imports, and where run ahead
+# the new group and the script up to its state: seconds on a busy machine) once the joiners are
+# ready; then they move anyway.
 SUCCESSORS_READY_TIMEOUT_S = 30.0
+
 
 class RestartingFormation(GroupFormation):
     def __init__(
@@ -118,17 +120,11 @@ class RestartingFormation(GroupFormation):
             mark_ready(mark)  # it died: this survivor restarts plainly, and holds nobody back
 
     def _successors_ready(self, latest: Membership, current: Membership) -> bool:
-        """Whether the next program of every survivor has imported (its mark exists; without
-        marks, or after :data:`SUCCESSORS_READY_TIMEOUT_S`, the survivors move anyway): a
-        survivor whose successor still imports would make the whole new group wait for it."""
-        marks = [
-            mark
-            for slice_name in latest.slices if slice_name in current.slices
-            for host in range(latest.hosts_per_slice)
-            for local_rank in range(latest.local_world_size)
-            if (mark := latest.joined_mark(slice_name, host, local_rank)) is not None
-        ]
-        if all(map(os.path.exists, marks)):
+        """Whether the next program of every survivor is ready for its state (its mark exists;
+        without marks, or after :data:`SUCCESSORS_READY_TIMEOUT_S`, the survivors move anyway):
+        a survivor whose successor still imports would make the whole new group wait for it."""
+        staying = [slice_name for slice_name in latest.slices if slice_name in current.slices]
+        if all(map(os.path.exists, latest.marks_of(staying))):
             return True
         seen = self._successors_pending_since.setdefault(latest.generation, time.monotonic())
         return time.monotonic() - seen >= SUCCESSORS_READY_TIMEOUT_S
