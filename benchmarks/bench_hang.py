@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from hotswap.backends.local import operations
+from hotswap.backends.local.commands import workloads as workload_commands
 from hotswap.demo.drills import DemoOptions, Drill
 
 ANCHOR_S = 5.0
@@ -51,7 +51,7 @@ class HangBench(Drill):
             os.kill(process, signal.SIGCONT)
         trace = self.trace(name)
         assert trace is not None
-        operations.delete_workload(self.cluster, name)
+        workload_commands.delete_workload(self.cluster, name)
         return decided - max(s.t for s in trace.steps if s.t <= decided)
 
     def _hung_at(self, name: str) -> float | None:

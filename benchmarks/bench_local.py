@@ -62,12 +62,15 @@ def main() -> None:
 
         from hotswap.api.spec import workload_spec
         from hotswap.backends.base import launch_record
-        from hotswap.backends.local import client, operations
+        from hotswap.backends.local.commands import client
+        from hotswap.backends.local.commands import clusters as cluster_commands
+        from hotswap.backends.local.commands import workloads as workload_commands
+        from hotswap.backends.local.queries import workloads as workload_queries
         from hotswap.backends.local.protocol import NodeOperation, RequestKind
         from hotswap.store import registry
 
         cluster = "bench"
-        operations.create_cluster(cluster, args.device_type, 3, force=True, confirm=lambda _: True)
+        cluster_commands.create_cluster(cluster, args.device_type, 3, force=True, confirm=lambda _: True)
         paths = registry.existing(cluster)
         launch = launch_record(
             environ=dict(os.environ), cwd=str(root), user_env={"MARKS": str(marks)}, checkpoint_dir=str(root / "ckpt")
@@ -75,10 +78,10 @@ def main() -> None:
         command = f"{sys.executable} {script}"
         for name, priority, slices in (("low", "low", 1), ("high", "high", 2)):
             spec = workload_spec(name=name, command=command, device_type=args.device_type, num_slices=slices, priority=priority)
-            operations.create_workload(cluster, spec, launch)
+            workload_commands.create_workload(cluster, spec, launch)
 
         def record(name: str) -> dict:
-            return next(v for v in operations.list_workloads(cluster) if v["name"] == name)
+            return next(v for v in workload_queries.list_workloads(cluster) if v["name"] == name)
 
         def started(name: str, attempt: int) -> list[float]:
             hosts = len(list(marks.glob(f"{name}-1-0-*"))) or 1
@@ -101,7 +104,7 @@ def main() -> None:
                 decision_ms.append((decided - t0) * 1000.0)
                 client.request(paths, RequestKind.NODE, {"op": NodeOperation.UNCORDON, "nodes": [node]})
         finally:
-            operations.delete_cluster(cluster)
+            cluster_commands.delete_cluster(cluster)
 
     ordered = sorted(failover_ms)
     result = {

@@ -37,8 +37,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hotswap.backends.local import operations
-from hotswap.backends.local.spares import ZYGOTE_VARIABLE, new_cluster_warm_workers, new_cluster_zygote
+from hotswap.backends.local.commands import clusters as cluster_commands
+
+from hotswap.backends.local.queries import records as records
+from hotswap.backends.local.commands.new_cluster import ZYGOTE_VARIABLE, new_cluster_warm_workers, new_cluster_zygote
 from hotswap.store.paths import ClusterPaths
 from hotswap.store import registry
 from hotswap.demo.drills import DEVICE, DemoOptions, Drill, phases_of_restart
@@ -75,7 +77,7 @@ class MttrBench(Drill):
         return next((s for s in trace.steps if s.attempt > attempt), None) if trace else None
 
     def _spares_ready(self) -> bool:
-        store = operations.open_store(registry.existing(self.cluster))
+        store = records.open_store(registry.existing(self.cluster))
         try:
             spares = store.worker_rows.select(("warm",))
         finally:
@@ -97,16 +99,16 @@ class MttrBench(Drill):
         self.submit("high", priority="high", slices=2, restart_strategy="BlockingRecreate")
         self.wait_steps("high", 30)
         cold = [self.one_failure() for _ in range(self.failures)]
-        operations.create_cluster(self.cluster, DEVICE, 3, True, lambda _: True, warm_workers=0, zygote=True)
+        cluster_commands.create_cluster(self.cluster, DEVICE, 3, True, lambda _: True, warm_workers=0, zygote=True)
         self.wait("the zygote", self._zygote_ready, timeout=120)
         cold_zygote = [self.one_failure() for _ in range(self.failures)]
         self.default_spares = new_cluster_warm_workers(3, 1)  # what a new cluster keeps without --warm-workers
-        operations.create_cluster(self.cluster, DEVICE, 3, True, lambda _: True, warm_workers=2)
+        cluster_commands.create_cluster(self.cluster, DEVICE, 3, True, lambda _: True, warm_workers=2)
         warm = []
         for _ in range(self.failures):
             self.wait("spares", self._spares_ready, timeout=120)
             warm.append(self.one_failure())
-        operations.create_cluster(self.cluster, DEVICE, 3, True, lambda _: True, warm_workers=0, hotswap=False)
+        cluster_commands.create_cluster(self.cluster, DEVICE, 3, True, lambda _: True, warm_workers=0, hotswap=False)
         waited = [self.one_failure(repair_after=self.repair_s) for _ in range(self.failures)] if self.repair_s >= 0 else []
         runs = {"cold": cold, "cold_zygote": cold_zygote, "warm": warm, "wait_for_repair": waited}
         return {mode: [m for m, _ in samples] for mode, samples in runs.items()} | {

@@ -8,7 +8,7 @@
 #
 # Phase 1, in parallel (pass/fail checks; each with its own HOTSWAP_HOME):
 #   gpu-tests            python -m pytest -m gpu (the real-GPU tests)
-#   nvml                 python -m hotswap.backends.local.gpu_probe --once
+#   nvml                 python -m hotswap.backends.local.gpu.probe --once
 #   drill                hotswap demo gpu --backing gpu --json (>= 1 GB of state on the GPU)
 #   demo-hotswap         hotswap demo hotswap --json            (GPU visible; auto backing)
 #   demo-migration       hotswap demo migration --json
@@ -96,7 +96,7 @@ command_of() {
         # test_drills_on_gpu_backed_slices runs the drill and demo-migration parts again: left
         # out here (they run beside it), which keeps the slowest part of phase 1 under a minute.
         gpu-tests) echo "$PYTHON -m pytest -q -m gpu -p no:cacheprovider --durations=5 --deselect tests/test_gpu_real.py::test_drills_on_gpu_backed_slices[gpu] --deselect tests/test_gpu_real.py::test_drills_on_gpu_backed_slices[migration] $(grep -l 'mark\.gpu' tests/test_*.py | tr '\n' ' ')" ;;
-        nvml) [[ "$GPU" == gpu ]] && echo "$PYTHON -m hotswap.backends.local.gpu_probe --once" ;;
+        nvml) [[ "$GPU" == gpu ]] && echo "$PYTHON -m hotswap.backends.local.gpu.probe --once" ;;
         drill) [[ "$GPU" == gpu ]] && echo "$PYTHON -m hotswap demo gpu --backing gpu --json" ;;
         demo-hotswap) echo "$PYTHON -m hotswap demo hotswap --json" ;;
         demo-migration) echo "$PYTHON -m hotswap demo migration --json" ;;

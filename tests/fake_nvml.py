@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hotswap.backends.local.nvml import GpuInfo, NvmlError
+from hotswap.backends.local.gpu.nvml import GpuInfo, NvmlError
 from hotswap.core.gpu_health import GpuReading
 
 STATE_VARIABLE = "FAKE_NVML_STATE"

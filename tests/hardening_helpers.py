@@ -135,7 +135,7 @@ def worker_shims(root: Path) -> list[dict[str, str]]:
 
 
 def forked_shims(root: Path) -> list[dict[str, str]]:
-    """The worker shims forked by the cluster's zygote (backends/local/zygote.py): their command
+    """The worker shims forked by the cluster's zygote (backends/local/workers/zygote.py): their command
     line and /proc environment are the zygote's (a fork's), so they are found by the pid files
     of the workers' directories, and their worker's environment read from its saved launch."""
     zygote = root / "zygote" / "ready"

@@ -1,4 +1,4 @@
-"""Run backends/local/warm.py as the pool does: a spare that preloads modules, then is handed
+"""Run backends/local/workers/warm.py as the pool does: a spare that preloads modules, then is handed
 one assignment through its FIFO."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from hotswap.backends.local.spares import WARM
+from hotswap.backends.local.workers.spares import WARM
 
 
 def run_spare(directory: Path, preload: list[str], worker_env: dict[str, str], script: str, timeout: float = 120.0) -> tuple[Path, str]:
@@ -37,9 +37,9 @@ def run_spare(directory: Path, preload: list[str], worker_env: dict[str, str], s
 
 
 def start_zygote(directory: Path, preload: list[str], timeout: float = 120.0) -> tuple[subprocess.Popen, dict]:
-    """Start backends/local/zygote.py as the controller does (no GPU visible, CUDA unchecked);
+    """Start backends/local/workers/zygote.py as the controller does (no GPU visible, CUDA unchecked);
     returns the process and its ready record once it is ready."""
-    from hotswap.backends.local.zygotes import ZYGOTE
+    from hotswap.backends.local.workers.zygotes import ZYGOTE
 
     directory.mkdir(parents=True, exist_ok=True)
     spare_env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
@@ -59,9 +59,9 @@ def fork_worker(zygote_dir: Path, worker_dir: Path, worker_env: dict[str, str], 
     import dataclasses
     import fcntl
 
-    from hotswap.backends.local.supervisor import WorkerLaunch
+    from hotswap.backends.local.workers.supervisor import WorkerLaunch
     from hotswap.backends.local.tables import SPARE
-    from hotswap.backends.local.zygotes import Zygote
+    from hotswap.backends.local.workers.zygotes import Zygote
 
     worker_dir.mkdir(parents=True, exist_ok=True)
     (worker_dir / "job.py").write_text(script)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hotswap.api.errors import StateError
-from hotswap.backends.local import client
+from hotswap.backends.local.commands import client
 from hotswap.backends.local.tables import LocalStore
 from hotswap.store import faults
 from hotswap.store.state import ClusterRecord

@@ -13,7 +13,7 @@ import pytest
 from hardening_helpers import home  # noqa: F401 (a fixture)
 from local_helpers import alive, hotswap, wait_until
 
-from hotswap.backends.local import client
+from hotswap.backends.local.commands import client
 from hotswap.backends.local.claim import Claim
 from hotswap.store.paths import ClusterPaths
 from hotswap.store.state import Store

@@ -49,7 +49,7 @@ def test_the_size_check_sees_a_long_module() -> None:
     assert _has_reason('"""Title.\n\nSize: a table of data."""'.strip('"'))
 
 
-# Module paths in backquotes, written whole from src/hotswap (`backends/local/effects.py`,
+# Module paths in backquotes, written whole from src/hotswap (`backends/local/controller/enactment.py`,
 # `core/`) or from the repository (`tests/...`, `benchmarks/...`); or dotted (`hotswap.core.actions`).
 _PATH = re.compile(r"`([a-z_][a-z0-9_]*(?:/[a-z0-9_]+)*(?:\.py|\.sh|/))`")
 _DOTTED = re.compile(r"`(hotswap(?:\.[a-z_][a-z0-9_]*)+)`")
@@ -71,3 +71,46 @@ def test_every_module_the_architecture_page_names_exists() -> None:
     missing += [d for d in _DOTTED.findall(page) if not _dotted_exists(d)]
     assert len(named) > 50, "the page names modules by their whole path from src/hotswap"
     assert not missing, "docs/architecture.md names modules that do not exist: " + ", ".join(sorted(set(missing)))
+
+
+def _is_module(dotted: str) -> bool:
+    parts = dotted.split(".")[1:]
+    return bool(parts) and (SRC.joinpath(*parts).with_suffix(".py").exists() or SRC.joinpath(*parts).is_dir())
+
+
+def _private_names_imported(path: Path) -> list[str]:
+    """Private names (``_x``, not dunders) this module takes from another hotswap module: by
+    ``from m import _x``, or as ``alias._x`` of a module it imported."""
+    tree = ast.parse(path.read_text())
+    found, modules = [], {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("hotswap"):
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    found.append(f"{node.module}.{alias.name}")
+                elif _is_module(f"{node.module}.{alias.name}"):
+                    modules[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("hotswap") and alias.asname:
+                    modules[alias.asname] = alias.name
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules
+            and node.attr.startswith("_") and not node.attr.startswith("__")
+        ):
+            found.append(f"{modules[node.value.id]}.{node.attr}")
+    return found
+
+
+def test_no_module_takes_a_private_name_of_another() -> None:
+    """A name starting with ``_`` is its module's own: a second module that needs it needs it
+    public, in the module that is its one home."""
+    taken = [f"{p.relative_to(ROOT)}: {name}" for p in _modules() for name in _private_names_imported(p)]
+    assert not taken, "private names imported across modules:\n" + "\n".join(taken)
+
+
+def test_the_private_name_check_sees_both_forms(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("from hotswap.core import actions as act\nfrom hotswap.core.effects import _Effects\nact._private\n")
+    assert _private_names_imported(module) == ["hotswap.core.effects._Effects", "hotswap.core.actions._private"]

@@ -23,7 +23,8 @@ from local_helpers import query, wait_until
 from hotswap.api.envfile import parse_env_file, parse_env_pairs, read_env_file
 from hotswap.api.errors import InvalidInputError
 from hotswap.api.limits import check_text
-from hotswap.backends.local import client, protocol
+from hotswap.backends.local import protocol
+from hotswap.backends.local.commands import client
 from hotswap.backends.local.protocol import RequestKind
 from hotswap.store.paths import ClusterPaths
 from hotswap.backends.local.tables import LocalStore

@@ -18,7 +18,7 @@ import pytest
 from fake_nvml import FakeMachine
 from local_helpers import PYTHON, home, live_workers, query, wait_until, write_sleeper  # noqa: F401 (home: a fixture)
 
-from hotswap.backends.local import shim
+from hotswap.backends.local.workers import shim
 from hotswap.backends.local.controller import gpu_health
 
 # A worker that writes what it was started with, then waits (SIGTERM: it lingers, then exits 143).

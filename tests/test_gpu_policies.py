@@ -16,8 +16,9 @@ from hotswap.api import worker as contract
 from hotswap.api.membership import Membership
 from hotswap.api.catalog import device_type_names, device_types, get_device_type
 from hotswap.api.errors import ConflictError, InvalidInputError
-from hotswap.backends.local.gpus import Backing, GpuSelection, choose_pool, gpus_per_host
-from hotswap.backends.local.nvml import GpuInfo
+from hotswap.backends.local.gpu.backing import Backing, gpus_per_host
+from hotswap.backends.local.gpu.claims import GpuSelection, choose_pool
+from hotswap.backends.local.gpu.nvml import GpuInfo
 from hotswap.core import events as ev
 from hotswap.core.gpu_health import GpuReading, XidClass, XidFilter, reading_problems
 from hotswap.core.hang import FLOOR_S, HangLimits, RankProgress, judge, next_deadline

@@ -22,7 +22,7 @@ def _gpu_machine() -> str | None:
         return "no torch"
     if not torch.cuda.is_available():
         return "no CUDA device"
-    from hotswap.backends.local.nvml import NvmlError, discover
+    from hotswap.backends.local.gpu.nvml import NvmlError, discover
 
     try:
         return None if discover() else "NVML sees no GPU"
@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_nvml_reads_every_gpu_and_its_health() -> None:
-    printed = subprocess.run([sys.executable, "-m", "hotswap.backends.local.gpu_probe", "--once"],
+    printed = subprocess.run([sys.executable, "-m", "hotswap.backends.local.gpu.probe", "--once"],
                              capture_output=True, text=True, check=True, timeout=60).stdout
     gpus = json.loads(printed)["gpus"]
     assert gpus and all(g["uuid"].startswith("GPU-") and g["reading"]["reachable"] for g in gpus)

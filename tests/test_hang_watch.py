@@ -9,7 +9,7 @@ from pathlib import Path
 from builders import holding
 
 from hotswap.api.worker_output import EVENT_CHECKPOINT_BEGIN, EVENT_CHECKPOINT_SAVE, EVENT_ELASTIC, EVENT_STEP, event_record
-from hotswap.backends.local import launch as files
+from hotswap.backends.local import workload_files as files
 from hotswap.backends.local.controller.hangs import CHECK_INTERVAL_S, HangWatch
 from hotswap.core import events as ev
 from hotswap.core.model import Snapshot

@@ -18,7 +18,9 @@ import pytest
 from hardening_helpers import controllers, home, hotswap_command, state_home  # noqa: F401 (home: a fixture)
 from local_helpers import alive, hotswap, live_workers, query, wait_until, workloads, write_sleeper
 
-from hotswap.backends.local import client, protocol
+from hotswap.backends.local import protocol
+
+from hotswap.backends.local.commands import client
 from hotswap.backends.local.controller import rounds
 from hotswap.backends.local.controller.loop import LocalController
 from hotswap.store.paths import ClusterPaths

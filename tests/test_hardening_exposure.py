@@ -83,7 +83,7 @@ def _listening(port: int) -> list[str]:
 
 FORM_A_GROUP = """
 import sys
-from hotswap.backends.local.launch import free_port
+from hotswap.backends.local.workers.environment import free_port
 from hotswap.api.worker import WorkerEnv
 from hotswap.train.torch.distributed import ProcessGroup
 from hotswap.train.rendezvous import GroupSpec

@@ -385,7 +385,10 @@ def test_a_workload_that_can_never_fit_exits_with_the_capacity_code(bad_input_ho
 
 def test_warm_spares_take_over_starts_and_refill(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from hotswap.api.spec import workload_spec
-    from hotswap.backends.local import logs, operations
+    from hotswap.backends.local.queries import logs
+    from hotswap.backends.local.commands import clusters as cluster_commands
+    from hotswap.backends.local.commands import workloads as workload_commands
+    from hotswap.backends.local.queries import clusters as cluster_queries
     from hotswap.backends.base import launch_record
 
     monkeypatch.setenv("HOTSWAP_HOME", str(home))
@@ -396,7 +399,7 @@ def test_warm_spares_take_over_starts_and_refill(home: Path, tmp_path: Path, mon
         "time.sleep(600)\n"
     )
     # Spares preload only the standard library here; the demo's preload PyTorch.
-    operations.create_cluster("c", "v6e-4", 3, True, lambda _: True, warm_workers=2, warm_preload=["json"])
+    cluster_commands.create_cluster("c", "v6e-4", 3, True, lambda _: True, warm_workers=2, warm_preload=["json"])
     spares = lambda: query(home, "c", "SELECT * FROM workers WHERE state = 'warm'")  # noqa: E731
     wait_until(
         lambda: len(spares()) == 2 and all(r["pid"] and (Path(r["dir"]) / "ready").exists() for r in spares()),
@@ -405,7 +408,7 @@ def test_warm_spares_take_over_starts_and_refill(home: Path, tmp_path: Path, mon
     spare_pids = {r["pid"] for r in spares()}
     launch = launch_record(environ=dict(os.environ), cwd=str(tmp_path), user_env={}, checkpoint_dir=str(tmp_path / "ckpt"))
     spec = workload_spec(name="job", command=f"{sys.executable} job.py --flag 1", device_type="v6e-4", num_slices=2)
-    operations.create_workload("c", spec, launch)
+    workload_commands.create_workload("c", spec, launch)
     workers = live_workers(home, "c", "job")
     assert {w["pid"] for w in workers} == spare_pids  # both started on spares
     log = logs.log_file("c", "job", None, 0)
@@ -415,7 +418,7 @@ def test_warm_spares_take_over_starts_and_refill(home: Path, tmp_path: Path, mon
     wait_until(lambda: len(spares()) == 2, timeout=30, what="pool refilled")
     hotswap(home, "node", "fail", "--cluster", "c", "--node", f"{workers[0]['slice']}-0", check=True)
     wait_until(lambda: "warm 0 2" in log.read_text() or "warm 0 2" in logs.log_file("c", "job", "1", 0).read_text(), what="restarted warm")
-    describe = operations.describe_cluster("c")
+    describe = cluster_queries.describe_cluster("c")
     assert describe["warm_workers"] == 2
 
 
@@ -526,7 +529,10 @@ def test_concurrent_creates_of_one_cluster_name_explain_themselves(home: Path) -
 
 def test_warm_spares_apply_pythonpath(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from hotswap.api.spec import workload_spec
-    from hotswap.backends.local import logs, operations
+    from hotswap.backends.local.queries import logs
+    from hotswap.backends.local.commands import clusters as cluster_commands
+    from hotswap.backends.local.commands import workloads as workload_commands
+    from hotswap.backends.local.queries import clusters as cluster_queries
     from hotswap.backends.base import launch_record
 
     monkeypatch.setenv("HOTSWAP_HOME", str(home))
@@ -534,12 +540,12 @@ def test_warm_spares_apply_pythonpath(home: Path, tmp_path: Path, monkeypatch: p
     library.mkdir()
     (library / "helpermod.py").write_text("VALUE = 'from PYTHONPATH'\n")
     (tmp_path / "job.py").write_text("import time, helpermod\nprint(helpermod.VALUE, flush=True)\ntime.sleep(600)\n")
-    operations.create_cluster("c", "v6e-4", 1, True, lambda _: True, warm_workers=1, warm_preload=["json"])
+    cluster_commands.create_cluster("c", "v6e-4", 1, True, lambda _: True, warm_workers=1, warm_preload=["json"])
     wait_until(lambda: query(home, "c", "SELECT * FROM workers WHERE state = 'warm' AND pid IS NOT NULL"), what="a spare")
     spare = query(home, "c", "SELECT * FROM workers WHERE state = 'warm'")[0]
     wait_until(lambda: (Path(spare["dir"]) / "ready").exists(), what="spare ready")
     launch = launch_record(environ=dict(os.environ), cwd=str(tmp_path), user_env={"PYTHONPATH": str(library)}, checkpoint_dir=str(tmp_path / "c"))
-    operations.create_workload("c", workload_spec(name="job", command=f"{sys.executable} job.py", device_type="v6e-4"), launch)
+    workload_commands.create_workload("c", workload_spec(name="job", command=f"{sys.executable} job.py", device_type="v6e-4"), launch)
     log = logs.log_file("c", "job", None, 0)
     wait_until(lambda: "from PYTHONPATH" in log.read_text(), what="the module found on a spare")
     assert "on a warm spare" in log.read_text()

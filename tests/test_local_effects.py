@@ -1,4 +1,4 @@
-"""What actions do to a local cluster's workers (``backends/local/effects.py``), the timeline's
+"""What actions do to a local cluster's workers (``backends/local/controller/enactment.py``), the timeline's
 text (``timeline.py``), the worker identity shared by rows and launches, and the worker
 environment the local launcher derives from the contract."""
 
@@ -15,10 +15,12 @@ from hotswap.api.launch import HELD_START_KEY
 from hotswap.api.membership import Membership
 from hotswap.api.spec import workload_spec
 from hotswap.backends.base import launch_record
-from hotswap.backends.local import effects, timeline
-from hotswap.backends.local.effects import Launcher, WorkerPlan
-from hotswap.backends.local.launch import membership_path, worker_environment
-from hotswap.backends.local.supervisor import WorkerLaunch
+from hotswap.backends.local import timeline
+from hotswap.backends.local.controller import enactment as effects
+from hotswap.backends.local.controller.enactment import Launcher, WorkerPlan
+from hotswap.backends.local.workload_files import membership_path
+from hotswap.backends.local.workers.environment import worker_environment
+from hotswap.backends.local.workers.supervisor import WorkerLaunch
 from hotswap.core import actions as act
 from hotswap.core import events as ev
 from hotswap.core.model import Node, Slice, Snapshot

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hotswap.api.worker_output import event_record
-from hotswap.backends.local.goodput import workload_goodput
+from hotswap.backends.local.queries.goodput import workload_goodput
 
 
 def row(t: float, kind: str, **data: object) -> dict:

@@ -13,7 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hotswap.backends.local import client, protocol
+from hotswap.backends.local import protocol
+
+from hotswap.backends.local.commands import client
 from hotswap.backends.local.protocol import LineReader, NodeOperation, ProtocolError, RequestKind
 from hotswap.backends.local.controller.server import RequestServer
 from hotswap.store.paths import ClusterPaths

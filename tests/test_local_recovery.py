@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 from hotswap.backends.local.controller.recovery import recover
-from hotswap.backends.local.supervisor import WorkerLaunch
-from hotswap.backends.local.workers import Workers
+from hotswap.backends.local.workers.supervisor import WorkerLaunch
+from hotswap.backends.local.workers.lifecycle import Workers
 from hotswap.store.paths import ClusterPaths
 from hotswap.backends.local.tables import LocalStore, WorkerIdentity, WorkerRow
 

@@ -1,4 +1,4 @@
-"""The real NVML layer (hotswap.backends.local.nvml.PynvmlLayer) against a stand-in ``pynvml``
+"""The real NVML layer (hotswap.backends.local.gpu.nvml.PynvmlLayer) against a stand-in ``pynvml``
 module: how NVML's answers and errors become GPUs, readings, XID events and one-line errors
 (the real library runs in tests/test_gpu_real.py, on a GPU)."""
 
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from hotswap.backends.local.nvml import GpuInfo, NvmlError, PynvmlLayer
-from hotswap.backends.local.gpu_probe import main as probe_main
+from hotswap.backends.local.gpu.nvml import GpuInfo, NvmlError, PynvmlLayer
+from hotswap.backends.local.gpu.probe import main as probe_main
 
 TIMEOUT, LOST, NOT_FOUND, UNINITIALIZED, NOT_SUPPORTED = 10, 15, 6, 1, 3
 XID_EVENT = 8

@@ -17,7 +17,7 @@ from hotswap.api import worker as contract
 from hotswap.api.runs import RESUME_AUTO, RUN_DONE, RUN_RESUME, RUN_RUNNING, RUN_SIGNAL_FILE, is_run_id
 from hotswap.api.worker_output import RESTORE_SOURCES, parse_fields, restore_source, restored_line
 from hotswap.api.launch import Run
-from hotswap.backends.local.runs import resolve
+from hotswap.backends.local.commands.runs import resolve
 
 pytest.importorskip("torch")
 

@@ -222,7 +222,7 @@ LEAVE_A_GROUP = """
 import logging, sys
 import torch.distributed as dist
 from hotswap.api.worker import WorkerEnv
-from hotswap.backends.local.launch import free_port
+from hotswap.backends.local.workers.environment import free_port
 from hotswap.train.rendezvous import GroupSpec
 from hotswap.train.torch.distributed import ProcessGroup
 

@@ -54,22 +54,24 @@ def test_the_zygote_is_kept_where_one_process_fits_and_counts_as_a_spare(free_gi
 def test_a_new_cluster_gets_auto_spares_without_a_flag_and_keeps_its_setting(
     home: Path, monkeypatch: pytest.MonkeyPatch  # noqa: F811
 ) -> None:
-    from hotswap.backends.local import operations, spares
+    from hotswap.backends.local.commands import clusters as cluster_commands
+    from hotswap.backends.local.queries import clusters as cluster_queries
+    from hotswap.backends.local.commands import new_cluster
 
     monkeypatch.setenv("HOTSWAP_HOME", str(home))
     monkeypatch.delenv("HOTSWAP_WARM_WORKERS", raising=False)  # the suite's default is 0 (conftest)
-    monkeypatch.setattr(spares, "available_memory", lambda: 3 * GIB)
-    operations.create_cluster("small", "v6e-4", 3, True, lambda _: True)
-    assert operations.describe_cluster("small")["warm_workers"] == 0  # too little memory: cold restarts
-    monkeypatch.setattr(spares, "available_memory", lambda: 64 * GIB)
-    operations.create_cluster("big", "v6e-4", 3, True, lambda _: True, warm_preload=["json"])
-    assert operations.describe_cluster("big")["warm_workers"] == 2  # no flag: spares
-    operations.create_cluster("big", "v6e-4", 4, True, lambda _: True)  # a resize keeps the setting
-    assert operations.describe_cluster("big")["warm_workers"] == 2
-    operations.create_cluster("big", "v6e-4", 4, True, lambda _: True, warm_workers=0)
-    assert operations.describe_cluster("big")["warm_workers"] == 0
-    operations.create_cluster("big", "v6e-4", 4, True, lambda _: True, warm_workers="auto")
-    assert operations.describe_cluster("big")["warm_workers"] == 2
+    monkeypatch.setattr(new_cluster, "available_memory", lambda: 3 * GIB)
+    cluster_commands.create_cluster("small", "v6e-4", 3, True, lambda _: True)
+    assert cluster_queries.describe_cluster("small")["warm_workers"] == 0  # too little memory: cold restarts
+    monkeypatch.setattr(new_cluster, "available_memory", lambda: 64 * GIB)
+    cluster_commands.create_cluster("big", "v6e-4", 3, True, lambda _: True, warm_preload=["json"])
+    assert cluster_queries.describe_cluster("big")["warm_workers"] == 2  # no flag: spares
+    cluster_commands.create_cluster("big", "v6e-4", 4, True, lambda _: True)  # a resize keeps the setting
+    assert cluster_queries.describe_cluster("big")["warm_workers"] == 2
+    cluster_commands.create_cluster("big", "v6e-4", 4, True, lambda _: True, warm_workers=0)
+    assert cluster_queries.describe_cluster("big")["warm_workers"] == 0
+    cluster_commands.create_cluster("big", "v6e-4", 4, True, lambda _: True, warm_workers="auto")
+    assert cluster_queries.describe_cluster("big")["warm_workers"] == 2
 
 
 def test_warm_workers_takes_auto_or_a_count_and_refuses_anything_else_in_one_line(home: Path) -> None:  # noqa: F811
@@ -129,7 +131,7 @@ def test_a_spare_leaves_cuda_uninitialised_so_a_gpu_worker_chooses_its_gpus_at_h
 
 
 def test_the_pool_gives_a_gpu_backed_worker_only_a_spare_that_left_cuda_untouched(tmp_path: Path) -> None:
-    from hotswap.backends.local.spares import SparePool
+    from hotswap.backends.local.workers.spares import SparePool
 
     class Alive:
         def alive(self, row: object) -> bool:

@@ -22,7 +22,7 @@ from hotswap.api.spec import workload_spec
 from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes.render import render_jobset
 from hotswap.backends.kubernetes.settings import KubeSettings
-from hotswap.backends.local.launch import worker_environment
+from hotswap.backends.local.workers.environment import worker_environment
 
 CLUSTER = "c"
 RESTARTS = 2  # restarts so far: both backends' workers are attempt 3

@@ -1,4 +1,4 @@
-"""The zygote of a local cluster (backends/local/zygote.py, zygotes.py): workers and spares made
+"""The zygote of a local cluster (backends/local/workers/zygote.py, zygotes.py): workers and spares made
 by fork from one pre-imported process are, from the outside, the workers the shim starts, and a
 dead zygote never costs a workload anything but the cold start.
 
@@ -50,7 +50,7 @@ def zygote_pid(home: Path) -> int:
 
 
 def records(home: Path) -> list[dict]:
-    from hotswap.backends.local import logs
+    from hotswap.backends.local.queries import logs
 
     found = []
     for attempt_log in sorted(logs.log_file("c", "job", None, 0).parent.glob("*")):
@@ -63,26 +63,32 @@ def records(home: Path) -> list[dict]:
 def submit(tmp_path: Path, *, max_restarts: int = 3) -> None:
     from hotswap.api.spec import workload_spec
     from hotswap.backends.base import launch_record
-    from hotswap.backends.local import operations
+    from hotswap.backends.local.commands import clusters as cluster_commands
+    from hotswap.backends.local.commands import workloads as workload_commands
+    from hotswap.backends.local.queries import clusters as cluster_queries
 
     (tmp_path / "job.py").write_text(JOB)
     launch = launch_record(environ=dict(os.environ), cwd=str(tmp_path), user_env={"MINE": "mine"}, checkpoint_dir=str(tmp_path / "ckpt"))
     spec = workload_spec(name="job", command=f"{sys.executable} job.py", device_type="v6e-4", max_restarts=max_restarts)
-    operations.create_workload("c", spec, launch)
+    workload_commands.create_workload("c", spec, launch)
 
 
 def create(zygote: bool, spares: int = 0) -> None:
-    from hotswap.backends.local import operations
+    from hotswap.backends.local.commands import clusters as cluster_commands
+    from hotswap.backends.local.commands import workloads as workload_commands
+    from hotswap.backends.local.queries import clusters as cluster_queries
 
     # The zygote preloads only the standard library here (the pool's preload list).
-    operations.create_cluster("c", "v6e-4", 2, True, lambda _: True, warm_workers=spares, warm_preload=["json"], zygote=zygote)
+    cluster_commands.create_cluster("c", "v6e-4", 2, True, lambda _: True, warm_workers=spares, warm_preload=["json"], zygote=zygote)
 
 
 def test_a_worker_forked_from_the_zygote_is_its_own_worker_and_restarts_from_it(home: Path, tmp_path: Path) -> None:
-    from hotswap.backends.local import operations
+    from hotswap.backends.local.commands import clusters as cluster_commands
+    from hotswap.backends.local.commands import workloads as workload_commands
+    from hotswap.backends.local.queries import clusters as cluster_queries
 
     create(zygote=True)
-    assert operations.describe_cluster("c")["zygote"] is True  # cluster describe says it has one
+    assert cluster_queries.describe_cluster("c")["zygote"] is True  # cluster describe says it has one
     zygote = zygote_pid(home)
     submit(tmp_path)
     wait_until(lambda: len(records(home)) >= 2, timeout=60, what="the first attempt and its restart")
@@ -140,7 +146,7 @@ def test_the_pool_refills_by_fork_and_a_killed_controller_keeps_the_zygote(home:
 def test_forked_workers_get_fresh_seeds_and_a_zygote_with_threads_refuses_to_fork(tmp_path: Path) -> None:
     from spare_helpers import fork_worker, start_zygote
 
-    from hotswap.backends.local.zygotes import ZygoteUnusable
+    from hotswap.backends.local.workers.zygotes import ZygoteUnusable
 
     process, ready = start_zygote(tmp_path / "zygote", ["numpy"])
     try:
@@ -176,13 +182,17 @@ def test_a_cluster_deleted_while_its_zygote_still_imports_is_deleted(home: Path,
     none yet, so the controller waited for it forever and `cluster delete` never returned."""
     import threading
 
-    from hotswap.backends.local import operations
+    from hotswap.backends.local.commands import clusters as cluster_commands
+
+    from hotswap.backends.local.commands import workloads as workload_commands
+
+    from hotswap.backends.local.queries import clusters as cluster_queries
 
     (tmp_path / "slow_import_for_zygote.py").write_text("import time\ntime.sleep(600)\n")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
-    operations.create_cluster("c", "v6e-4", 1, True, lambda _: True, warm_workers=0, warm_preload=["slow_import_for_zygote"], zygote=True)
+    cluster_commands.create_cluster("c", "v6e-4", 1, True, lambda _: True, warm_workers=0, warm_preload=["slow_import_for_zygote"], zygote=True)
     wait_until(lambda: bool(zygote_processes()), timeout=30, what="the zygote importing")
-    deleting = threading.Thread(target=operations.delete_cluster, args=("c",), daemon=True)
+    deleting = threading.Thread(target=cluster_commands.delete_cluster, args=("c",), daemon=True)
     deleting.start()
     deleting.join(timeout=60)  # a hang guard, not a measurement
     assert not deleting.is_alive(), "cluster delete hangs on a zygote that still imports"

@@ -70,7 +70,7 @@ HOTSWAP_MEMBERSHIP_FILE = "HOTSWAP_MEMBERSHIP_FILE"  # elastic workloads only
 HOTSWAP_JAX_COORDINATOR = "HOTSWAP_JAX_COORDINATOR"
 HOTSWAP_EVENTS_FILE = "HOTSWAP_EVENTS_FILE"  # JSON lines of goodput events, one file per worker
 HOTSWAP_TERMINATION_GRACE_S = "HOTSWAP_TERMINATION_GRACE_S"
-# Set only in a worker that a warm spare runs (backends/local/warm.py, which runs by path and
+# Set only in a worker that a warm spare runs (backends/local/workers/warm.py, which runs by path and
 # spells it out): when the spare took the assignment, in Unix seconds: the restart's "spawn".
 HOTSWAP_HANDED_OVER_AT = "HOTSWAP_HANDED_OVER_AT"
 # Set by the user (`workload create --env HOTSWAP_ALLOW_FRESH_START=1`), never by a backend: a

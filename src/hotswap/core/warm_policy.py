@@ -1,14 +1,14 @@
 """How many warm spare workers a local cluster keeps when the user did not say (``--warm-workers
 auto``, the default): pure, from the cluster's shape and a reading of free memory.
 
-A spare is a worker process that has imported PyTorch and waits (backends/local/warm.py); a
+A spare is a worker process that has imported PyTorch and waits (backends/local/workers/warm.py); a
 restart handed to spares skips Python's start and the import (seconds with a CUDA build). The
 policy keeps enough spares to restart the workers of two slices at once (a two-slice job
 restarted as a whole, or a slice replaced under a larger job), one per host, and never lets
 the idle spares hold more than a quarter of the memory that is free when the cluster is
 created. With too little memory for one spare it keeps none: restarts are cold, as before.
 
-The zygote (backends/local/zygote.py: one pre-imported process per cluster that forks spares
+The zygote (backends/local/workers/zygote.py: one pre-imported process per cluster that forks spares
 and workers) is kept when that quarter of the free memory holds one process, and counts as
 one: the spares are then one fewer where memory is what limits them. A forked spare shares its
 pages with the zygote copy-on-write, but Python's reference counts and the worker's own

@@ -9,8 +9,8 @@ uses them. Without NVML there are no GPUs to count: emulated.
 from __future__ import annotations
 
 from hotswap.api.errors import InvalidInputError
-from hotswap.backends.local.gpus import held_by_clusters
-from hotswap.backends.local.nvml import NvmlError, discover
+from hotswap.backends.local.gpu.claims import held_by_clusters
+from hotswap.backends.local.gpu.nvml import NvmlError, discover
 
 EMULATED_DEVICE = "v6e-4"  # one host per slice: one training process per slice on a laptop
 GPU_DEVICE = "local-gpu-1"  # one GPU per slice: one training process per GPU

@@ -23,8 +23,9 @@ from typing import Any
 
 from hotswap.api.spec import workload_spec
 from hotswap.backends.base import launch_record, new_run
-from hotswap.backends.local import client, operations
-from hotswap.backends.local.launch import log_path
+from hotswap.backends.local.commands import client
+from hotswap.backends.local.backend import LocalBackend
+from hotswap.backends.local.workload_files import log_path
 from hotswap.backends.local.protocol import RequestKind
 from hotswap.demo.backing import EMULATED_DEVICE, choose_backing
 from hotswap.demo.observe import Trace, log_lines, read_trace, restart_phases
@@ -34,6 +35,8 @@ from hotswap.store.paths import home, owner_only, private_dir
 from hotswap.backends.local.tables import LocalStore
 
 DEVICE = EMULATED_DEVICE
+
+LOCAL = LocalBackend()  # the drills drive their cluster as the CLI does, through the Backend
 
 
 # Controller decisions worth showing as they happen (node faults appear as the drill's own lines).
@@ -99,11 +102,11 @@ class Drill(abc.ABC):
 
     def _state(self) -> dict[str, Any]:
         try:
-            cluster = operations.describe_cluster(self.cluster)
+            cluster = LOCAL.describe_cluster(self.cluster)
         except Exception:  # the cluster is being created or removed
             return {}
         jobs = []
-        for job in operations.list_workloads(self.cluster):
+        for job in LOCAL.list_workloads(self.cluster, "EVERYTHING", None):
             trace = self.trace(job["name"])
             jobs.append({**job, "step": trace.last_step if trace else None, "loss": trace.latest_loss() if trace else None})
         return {"slices": cluster["slices"], "jobs": jobs}
@@ -148,7 +151,7 @@ class Drill(abc.ABC):
 
     def _fail_fast(self) -> None:
         """A training job that failed will not recover: stop waiting and show why."""
-        for job in operations.list_workloads(self.cluster, "FAILED"):
+        for job in LOCAL.list_workloads(self.cluster, "FAILED", None):
             directory = self.workload_dir(job["name"])
             tail = log_lines(log_path(directory, 0, 0))[-8:] if directory else []
             raise DrillFailed(f"{job['name']} failed: {job['status_message']}; its log ends:\n" + "\n".join(tail))
@@ -156,7 +159,7 @@ class Drill(abc.ABC):
     def create_cluster(self, slices: int, warm: int = 0) -> None:
         self.device, gpus = choose_backing(self.options.backing, slices)
         self.backed = gpus is not None
-        summary = operations.create_cluster(self.cluster, self.device, slices, True, lambda _: True, warm_workers=warm, gpus=gpus)
+        summary = LOCAL.create_cluster(self.cluster, self.device, slices, True, lambda _: True, {"warm_workers": warm, "gpus": gpus})
         where = "GPUs " + ", ".join(str(g["index"]) for s in summary["slices"] for g in s["gpus"]) if self.backed else "emulated"
         self.event(f"cluster {self.cluster}: {slices} x {self.device} (1 host per slice, {where}), controller started")
 
@@ -179,7 +182,7 @@ class Drill(abc.ABC):
             checkpoint_dir=str(registry.existing(self.cluster).checkpoint_dir(name) / run.id), run=run,
         )
         t = time.time()
-        view = operations.create_workload(self.cluster, spec, launch)
+        view = LOCAL.create_workload(self.cluster, spec, launch)
         directory = self.workload_dir(name)
         if directory is not None and directory not in self.runs.setdefault(name, []):
             if self.runs[name]:  # created again: a point on the plot
@@ -188,7 +191,7 @@ class Drill(abc.ABC):
         self.event(f"{name} ({priority}, {slices} slice(s)) submitted: {view['status']} on {', '.join(view['slices']) or '-'}")
 
     def record(self, name: str) -> dict[str, Any] | None:
-        return next((w for w in operations.list_workloads(self.cluster) if w["name"] == name), None)
+        return next((w for w in LOCAL.list_workloads(self.cluster, "EVERYTHING", None) if w["name"] == name), None)
 
     def workload_dir(self, name: str) -> Path | None:
         paths = registry.existing(self.cluster)
@@ -223,7 +226,7 @@ class Drill(abc.ABC):
         return log_path(directory, replica, 0)
 
     def goodput(self, name: str) -> dict[str, Any]:
-        return operations.describe_workload(self.cluster, name)["goodput"]
+        return LOCAL.describe_workload(self.cluster, name)["goodput"]
 
     def timeline(self) -> list[dict[str, Any]]:
         with self.store() as store:
@@ -237,7 +240,7 @@ class Drill(abc.ABC):
             return
         try:
             checkpoints = registry.existing(self.cluster).checkpoint_dir("x").parent
-            operations.delete_cluster(self.cluster)
+            LOCAL.delete_cluster(self.cluster, lambda _: True)
             shutil.rmtree(checkpoints, ignore_errors=True)
             self.event(f"cluster {self.cluster} deleted")
         except Exception as error:  # report, never mask the drill's own outcome
@@ -289,7 +292,7 @@ class Drill(abc.ABC):
         (a job deleted and created again has two): every step, none thinned out."""
         progress: dict[str, list[tuple[float, int, int | None]]] = {}
         try:
-            names = {w["name"] for w in operations.list_workloads(self.cluster)} | set(self.runs)
+            names = {w["name"] for w in LOCAL.list_workloads(self.cluster, "EVERYTHING", None)} | set(self.runs)
         except Exception:
             names = set(self.runs)
         for name in sorted(names):

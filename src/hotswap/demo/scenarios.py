@@ -9,9 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hotswap.backends.local import operations
-from hotswap.backends.local.spares import new_cluster_warm_workers
-from hotswap.demo.drills import Drill, DrillFailed, phases_of_restart
+from hotswap.backends.local.commands.new_cluster import new_cluster_warm_workers
+from hotswap.demo.drills import LOCAL, Drill, DrillFailed, phases_of_restart
 from hotswap.demo.gpu_drill import GpuDrill
 from hotswap.demo.shrink import ShrinkDrill
 from hotswap.demo.observe import (
@@ -103,7 +102,7 @@ class HotswapDrill(Drill):
         result: dict[str, Any] = {
             "mttr_s": round(cold["mttr_s"], 3),
             # No spare is kept for this restart: it is forked from the cluster's zygote where it has one.
-            "zygote": bool(operations.describe_cluster(self.cluster).get("zygote")),
+            "zygote": bool(LOCAL.describe_cluster(self.cluster).get("zygote")),
             "restart_phases": cold["phases"],
             "steps_lost": cold["steps_lost"],
             "preempted": ["low"],
@@ -114,7 +113,7 @@ class HotswapDrill(Drill):
         result["default_warm_workers"] = default = new_cluster_warm_workers(3, 1)
         if self.options.warm:
             spares = default if default >= 2 else 2
-            operations.create_cluster(self.cluster, self.device, 3, True, lambda _: True, warm_workers=spares)
+            LOCAL.create_cluster(self.cluster, self.device, 3, True, lambda _: True, {"warm_workers": spares})
             self.event(f"warm spare workers (PyTorch already imported): {f'the default, {spares}' if default >= 2 else 2}"
                        f" ({default} by default here)")
             self.wait("warm spares to be ready", self._spares_ready, timeout=120)
@@ -265,7 +264,7 @@ class MigrationDrill(Drill):
         first_dir = self.workload_dir("mnist")
         self.event("deleting mnist (SIGTERM: it saves a checkpoint and exits)")
         self.marks.append({"t": time.time(), "what": "delete", "workload": "mnist"})
-        operations.delete_workload(self.cluster, "mnist")
+        LOCAL.delete_workload(self.cluster, "mnist")
         assert first_dir is not None
         self.wait("the old workers to stop", lambda: not self._live("mnist"))
         stopped_at = read_trace(first_dir).last_step

@@ -1,5 +1,5 @@
 """What ``workload list`` and ``describe`` show about JobSets: the same rows and JSON as the local
-backend (see :mod:`hotswap.backends.local.views`), built from live objects (pure)."""
+backend (see :mod:`hotswap.backends.local.queries.views`), built from live objects (pure)."""
 
 from __future__ import annotations
 

@@ -7,10 +7,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from hotswap.api.catalog import get_device_type
-from hotswap.api.errors import InvalidInputError
+from hotswap.api.errors import InvalidInputError, NotFoundError
 from hotswap.api.launch import Launch
 from hotswap.backends.capabilities import Capabilities
-from hotswap.backends.local import logs, operations
+from hotswap.backends.local.commands import client, clusters, nodes, workloads
+from hotswap.backends.local.queries import clusters as cluster_queries
+from hotswap.backends.local.queries import logs
+from hotswap.backends.local.queries import nodes as node_queries
+from hotswap.backends.local.queries import workloads as workload_queries
+from hotswap.store.registry import existing
 from hotswap.backends.views import (
     CacheImageResult,
     ClusterCreated,
@@ -57,18 +62,22 @@ class LocalBackend:
             raise InvalidInputError(f"{', '.join('--' + k.replace('_', '-') for k in options)}: only for --backend kubernetes")
         if device_type is None or (num_slices is None and gpus is None):
             raise InvalidInputError("a local cluster needs --device-type and --num-slices (or --gpus)")
-        return operations.create_cluster(
-            cluster, device_type, num_slices, force, confirm, warm_workers=warm_workers, gpus=gpus
-        )
+        clusters.create_cluster(cluster, device_type, num_slices, force, confirm, warm_workers=warm_workers, gpus=gpus)
+        return cluster_queries.describe_cluster(cluster)
 
     def delete_cluster(self, cluster: str, confirm: Callable[[str], bool]) -> None:
-        operations.delete_cluster(cluster, confirm)
+        clusters.delete_cluster(cluster, confirm)
 
     def describe_cluster(self, cluster: str) -> ClusterDescription:
-        return operations.describe_cluster(cluster)
+        self._keep_served(cluster)
+        return cluster_queries.describe_cluster(cluster)
 
     def create_workload(self, cluster: str, spec: WorkloadSpec, launch: Launch) -> WorkloadCreated:
-        return operations.create_workload(cluster, spec, launch)
+        workloads.create_workload(cluster, spec, launch)
+        try:
+            return workload_queries.describe_workload(cluster, spec.name, timeline=False)
+        except NotFoundError:  # created, then deleted by another command before we looked
+            return {"name": spec.name, "status": "DELETED", "status_message": "created, then deleted by another command"}
 
     def dry_run(self, cluster: str | None, spec: WorkloadSpec, launch: Launch) -> Any:
         return {
@@ -80,10 +89,10 @@ class LocalBackend:
         }
 
     def delete_workload(self, cluster: str, name: str) -> None:
-        operations.delete_workload(cluster, name)
+        workloads.delete_workload(cluster, name)
 
     def cache_image(self, cluster: str, image: str) -> CacheImageResult:
-        operations.existing(cluster)  # an unknown cluster is still an error
+        existing(cluster)  # an unknown cluster is still an error
         return {
             "cluster": cluster,
             "image": image,
@@ -93,13 +102,14 @@ class LocalBackend:
         }
 
     def workload_gone(self, cluster: str, name: str) -> bool:
-        return operations.workload_gone(cluster, name)
+        return workload_queries.workload_gone(cluster, name)
 
     def list_workloads(self, cluster: str, status: str, job_filter: str | None) -> list[WorkloadRow]:
-        return operations.list_workloads(cluster, status, job_filter)
+        self._keep_served(cluster)
+        return workload_queries.list_workloads(cluster, status, job_filter)
 
     def describe_workload(self, cluster: str, name: str) -> WorkloadDescription:
-        return operations.describe_workload(cluster, name)
+        return workload_queries.describe_workload(cluster, name)
 
     def logs(
         self, cluster: str, name: str, slice_: str | None, host: int, follow: bool, write: Callable[[bytes], None]
@@ -126,11 +136,19 @@ class LocalBackend:
 
     @staticmethod
     def _finished(cluster: str, name: str) -> bool:
-        views = {v["name"]: v["status"] for v in operations.list_workloads(cluster, "EVERYTHING", None)}
+        views = {v["name"]: v["status"] for v in workload_queries.list_workloads(cluster, "EVERYTHING", None)}
         return views.get(name) in (None, "SUCCESSFUL", "FAILED")
 
+    @staticmethod
+    def _keep_served(cluster: str) -> None:
+        """Before the user looks at a cluster: one whose controller died (killed, out of memory,
+        a reboot) gets a new one, started in the background, which re-adopts its workers. The
+        read itself is a query (``queries/``), which starts nothing and does not wait for it."""
+        client.wake_controller(existing(cluster))
+
     def list_nodes(self, cluster: str) -> list[NodeRow]:
-        return operations.list_nodes(cluster)
+        self._keep_served(cluster)
+        return node_queries.list_nodes(cluster)
 
     def node_operation(self, cluster: str, operation: str, node: str | None, slice_: str | None) -> list[str]:
-        return operations.node_operation(cluster, operation, node, slice_)
+        return nodes.node_operation(cluster, operation, node, slice_)

@@ -19,7 +19,7 @@ import os
 import signal
 import time
 
-from hotswap.backends.local.supervisor import start_ticks
+from hotswap.backends.local.proc import start_ticks
 from hotswap.store.paths import ClusterPaths, write_private
 from hotswap.store.state import Store
 

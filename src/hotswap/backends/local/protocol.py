@@ -29,6 +29,10 @@ from hotswap.api.limits import MAX_ARGUMENT_LENGTH, check_text
 from hotswap.api.names import validate_workload_name
 from hotswap.api.runs import is_run_id
 
+# The controller's daemon, as the CLI starts it: ``python -m CONTROLLER_MODULE <cluster-dir>``
+# (named, not imported: the CLI's side never loads the controller).
+CONTROLLER_MODULE = "hotswap.backends.local.controller.entry"
+
 PING = "ping"
 PONG = "pong"
 WAIT = "wait"

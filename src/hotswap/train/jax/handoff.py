@@ -27,7 +27,7 @@ HANDOFF_FD = "HOTSWAP_JAX_HANDOFF_FD"  # between a process and its own next prog
 
 # The directory the program started in: a script given by a relative path is found again even
 # if the program changed directory since.
-_START_DIR = os.getcwd()
+START_DIR = os.getcwd()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +62,7 @@ def restart(handoff: Handoff) -> NoReturn:
     env[HANDOFF_FD] = str(fd)
     flush_streams()
     try:
-        os.chdir(_START_DIR)
+        os.chdir(START_DIR)
         os.execve(sys.executable, command_line(), env)
     except OSError:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
@@ -98,7 +98,7 @@ def command_line() -> list[str]:
     if spec is not None and spec.name:  # python -m package.module
         program = ["-m", spec.name.removesuffix(".__main__")]
     else:
-        program = [os.path.join(_START_DIR, sys.argv[0])]
+        program = [os.path.join(START_DIR, sys.argv[0])]
     return [sys.executable, *subprocess._args_from_interpreter_flags(), *program, *sys.argv[1:]]
 
 

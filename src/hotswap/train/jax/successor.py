@@ -91,7 +91,7 @@ class Successor:
         self._taken, told = os.pipe()
         self._process = subprocess.Popen(
             [sys.executable, *flags, "-m", "hotswap.train.jax.successor", str(told), *program],
-            stdin=subprocess.PIPE, cwd=handoffs._START_DIR, pass_fds=(told,),
+            stdin=subprocess.PIPE, cwd=handoffs.START_DIR, pass_fds=(told,),
         )
         os.close(told)
         self.generation = ahead.generation if ahead else None

@@ -1,7 +1,7 @@
 """GPU health of a GPU-backed local cluster, as its controller watches it.
 
 The controller never calls NVML itself (a call can hang): it runs the probe
-(:mod:`hotswap.backends.local.gpu_probe`) as a child process, reads its JSON lines from its
+(:mod:`hotswap.backends.local.gpu.probe`) as a child process, reads its JSON lines from its
 selector loop without blocking, and judges them with :mod:`hotswap.core.gpu_health`:
 
 - a GPU that is lost, has new uncorrectable ECC errors, a pending page retirement or row
@@ -29,8 +29,8 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 
-from hotswap.backends.local.gpus import Backing
-from hotswap.backends.local.nvml import GpuInfo
+from hotswap.backends.local.gpu.backing import Backing
+from hotswap.backends.local.gpu.nvml import GpuInfo
 from hotswap.core.gpu_health import GpuReading, XidClass, XidFilter, describe_xid, reading_problems
 
 SILENCE_S = 10.0  # a probe quiet this long is hung in NVML: kill it, say so, start another
@@ -110,7 +110,7 @@ class GpuHealthMonitor:
 
     def _start_probe(self) -> None:
         command = [
-            sys.executable, "-m", "hotswap.backends.local.gpu_probe", "--interval", str(READING_INTERVAL_S), *self.gpus,
+            sys.executable, "-m", "hotswap.backends.local.gpu.probe", "--interval", str(READING_INTERVAL_S), *self.gpus,
         ]
         try:
             self.process = subprocess.Popen(

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from hotswap.api.worker_output import EVENT_CHECKPOINT_BEGIN, EVENT_CHECKPOINT_SAVE, EVENT_ELASTIC, EVENT_STEP
 from hotswap.api.phases import WorkloadPhase
-from hotswap.backends.local import launch as files
+from hotswap.backends.local import workload_files as files
 from hotswap.core import events as ev
 from hotswap.core.hang import WINDOW_STEPS, HangLimits, RankProgress, judge
 from hotswap.core.model import Snapshot

@@ -18,11 +18,11 @@ This module keeps the loop: starting, waking and stopping. :class:`LocalControll
 object whose pieces share the in-memory snapshot and the open transaction: serving requests
 (``serving.py``) and one decision round (``rounds.py``); what a request asks of a round is in
 ``requests.py``. Beside them in this package: the socket (``server.py``, speaking
-``backends/local/protocol.py``), taking over after a crash (``recovery.py``), hang detection
-(``hangs.py``) and the GPU health probe (``gpu_health.py``); in ``backends/local``: worker
-processes and warm spares (``workers.py``), what actions do to workers (``effects.py``), the
-timeline's text (``timeline.py``) and the GPUs behind a GPU-backed cluster's slices
-(``gpus.py``).
+``backends/local/protocol.py``), taking over after a crash (``recovery.py``), what actions do to
+workers (``enactment.py``), hang detection (``hangs.py``) and the GPU health probe
+(``gpu_health.py``); elsewhere in ``backends/local``: worker processes and warm spares
+(``workers/``), the timeline's text (``timeline.py``) and the GPUs behind a GPU-backed cluster's
+slices (``gpu/``).
 
 Run it with ``python -m hotswap.backends.local.controller.entry <cluster-dir>``; the CLI does
 that whenever it finds no controller running.
@@ -49,10 +49,10 @@ from hotswap.backends.local.controller.recovery import recover
 from hotswap.backends.local.controller.rounds import scheduler_config
 from hotswap.backends.local.controller.server import RequestServer
 from hotswap.backends.local.controller.serving import RETRY_S, RequestServing
-from hotswap.backends.local.effects import Launcher
-from hotswap.backends.local.gpus import Backing
-from hotswap.backends.local.spares import DEFAULT_PRELOAD
-from hotswap.backends.local.workers import Workers
+from hotswap.backends.local.controller.enactment import Launcher
+from hotswap.backends.local.gpu.backing import Backing
+from hotswap.backends.local.workers.spares import DEFAULT_PRELOAD
+from hotswap.backends.local.workers.lifecycle import Workers
 from hotswap.core import events as ev
 from hotswap.core.model import Snapshot
 from hotswap.store import faults

@@ -15,8 +15,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from hotswap.backends.local.supervisor import Supervisor
-from hotswap.backends.local.workers import Workers
+from hotswap.backends.local.workers.supervisor import Supervisor
+from hotswap.backends.local.workers.lifecycle import Workers
 from hotswap.backends.local.tables import LIVE_WORKER_STATES, LocalStore, WorkerRow
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from hotswap.api.errors import ConflictError, HotswapError
 from hotswap.api.spec import workload_spec
-from hotswap.backends.local.gpus import SETTINGS_KEY, Backing
+from hotswap.backends.local.gpu.backing import SETTINGS_KEY, Backing
 from hotswap.backends.local.protocol import NodeOperation, RequestKind
 from hotswap.backends.local.resize import resize_events
 from hotswap.core import events as ev

@@ -9,18 +9,19 @@ import time
 
 from hotswap.api.launch import Launch
 from hotswap.backends.kit.figures import RecoveryFigures
-from hotswap.backends.local import effects, protocol, timeline
+from hotswap.backends.local import protocol, timeline
+from hotswap.backends.local.controller import enactment as effects
 from hotswap.backends.local.claim import Claim
 from hotswap.backends.local.controller.gpu_health import GpuHealthMonitor
 from hotswap.backends.local.crash_points import crash_at
 from hotswap.backends.local.controller.requests import RoundInputs
 from hotswap.backends.local.controller.server import RequestServer
-from hotswap.backends.local.effects import Launcher
-from hotswap.backends.local.gpus import Backing
+from hotswap.backends.local.controller.enactment import Launcher
+from hotswap.backends.local.gpu.backing import Backing
 from hotswap.backends.local.protocol import RequestKind
-from hotswap.backends.local.supervisor import WorkerLaunch
+from hotswap.backends.local.workers.supervisor import WorkerLaunch
 from hotswap.backends.local.tables import LocalStore, Request, WorkerRow
-from hotswap.backends.local.workers import Workers
+from hotswap.backends.local.workers.lifecycle import Workers
 from hotswap.core import events as ev
 from hotswap.core.effects import effect_of
 from hotswap.core.model import Snapshot

@@ -1,4 +1,4 @@
-"""The controller's end of the socket :mod:`hotswap.backends.local.client` talks to.
+"""The controller's end of the socket :mod:`hotswap.backends.local.commands.client` talks to.
 
 It answers a ping at once, and a wait once the request's outcome is committed (at once when it
 already is). Requests themselves arrive through the database, so nothing here decides anything:

@@ -1,8 +1,8 @@
 """The GPU health probe: a child process of a GPU-backed cluster's controller that asks NVML
 about the cluster's GPUs and prints what it sees as JSON lines.
 
-    python -m hotswap.backends.local.gpu_probe [--interval S] UUID...
-    python -m hotswap.backends.local.gpu_probe --once      # every GPU of the machine, one document
+    python -m hotswap.backends.local.gpu.probe [--interval S] UUID...
+    python -m hotswap.backends.local.gpu.probe --once      # every GPU of the machine, one document
 
 NVML calls can hang (a GPU falling off the bus, a wedged driver): in a process of its own they
 never block the controller, which reads these lines without waiting, kills a probe that falls
@@ -24,7 +24,7 @@ import sys
 import time
 from typing import Any
 
-from hotswap.backends.local.nvml import NvmlError, load_layer
+from hotswap.backends.local.gpu.nvml import NvmlError, load_layer
 
 NVML_FAILED_EXIT_CODE = 3
 WAIT_MS = 500

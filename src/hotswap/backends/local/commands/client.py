@@ -14,6 +14,7 @@ is reported as served.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -24,7 +25,6 @@ from typing import Any
 from hotswap.api.errors import EXIT_INTERRUPTED, ConflictError, HotswapError, NotFoundError, StateError
 from hotswap.backends.local import protocol
 from hotswap.backends.local.claim import AlreadyClaimed, Claim
-from hotswap.backends.local.controller.entry import main as controller_main
 from hotswap.backends.local.protocol import RequestKind
 from hotswap.store import faults
 from hotswap.store.paths import ClusterPaths, new_dirs_private, open_private
@@ -71,20 +71,19 @@ def ping(paths: ClusterPaths, timeout: float = 2.0) -> int | None:
     return pid if isinstance(pid, int) and not isinstance(pid, bool) else None
 
 
-def ensure_controller(paths: ClusterPaths, wait: bool = True) -> int | None:
-    """Start the cluster's controller unless one answers already; return its pid.
+def wake_controller(paths: ClusterPaths) -> None:
+    """Start the cluster's controller in the background unless one answers, and go on at once
+    (quietly when it cannot be started: a read-only state directory)."""
+    if ping(paths) is None:
+        with contextlib.suppress(OSError):
+            _start(paths)
 
-    With ``wait=False`` (read-only commands) a missing controller is started in the background
-    and the caller goes on at once (quietly when it cannot be: reads need no controller)."""
+
+def ensure_controller(paths: ClusterPaths) -> int:
+    """Start the cluster's controller unless one answers already; return its pid."""
     pid = ping(paths)
     if pid is not None:
         return pid
-    if not wait:
-        try:
-            _start(paths)
-        except OSError:
-            pass  # a read-only state directory: the read goes on without a controller
-        return None
     for _ in range(MAX_STARTS):
         pid = _start_and_wait(paths)
         if pid is not None:
@@ -100,7 +99,7 @@ def _start(paths: ClusterPaths) -> subprocess.Popen[bytes]:
     log = open_private(paths.controller_log)
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", controller_main.__module__, str(paths.root)],
+            [sys.executable, "-m", protocol.CONTROLLER_MODULE, str(paths.root)],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,

@@ -34,12 +34,12 @@ from collections.abc import Callable, Collection, Iterable
 
 from hotswap.api.times import iso_utc
 from hotswap.api.worker import HOTSWAP_EVENTS_FILE
-from hotswap.backends.local import launch as files
+from hotswap.backends.local import workload_files as files
 from hotswap.backends.local.crash_points import crash_at, crash_at_spawn
-from hotswap.backends.local.gpu_handover import GpuHandOver
-from hotswap.backends.local.spares import SpareGone, SparePool, preload_modules, spare_environment, starts_like
-from hotswap.backends.local.zygotes import Zygote, ZygoteUnusable
-from hotswap.backends.local.supervisor import Ending, Supervisor, WorkerLaunch
+from hotswap.backends.local.workers.gpu_handover import GpuHandOver
+from hotswap.backends.local.workers.spares import SpareGone, SparePool, preload_modules, spare_environment, starts_like
+from hotswap.backends.local.workers.zygotes import Zygote, ZygoteUnusable
+from hotswap.backends.local.workers.supervisor import Ending, Supervisor, WorkerLaunch
 from hotswap.store import faults
 from hotswap.store.paths import ClusterPaths, new_dirs_private, open_private
 from hotswap.backends.local.tables import LIVE_WORKER_STATES, LocalStore, WorkerRow
@@ -321,7 +321,7 @@ class Workers(WorkerStops):
         command's exit is the workload's to answer for: a start whose shim was killed before
         the command ran is made again (it never counts), and a worker whose shim was killed
         while the command ran on is reported lost, which restarts the workload without
-        charging it (see :class:`~hotswap.backends.local.supervisor.Ending`)."""
+        charging it (see :class:`~hotswap.backends.local.workers.supervisor.Ending`)."""
         code, how = self.supervisor.ending(row)
         if row.state == "stopping" or row.identity.is_spare:
             self.exited(row, code)  # told to stop: how it ended is never judged

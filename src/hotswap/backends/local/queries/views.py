@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from hotswap.api.launch import Launch
 from hotswap.api.priority import Priority
 from hotswap.api.xpk_status import with_xpk_words
-from hotswap.backends.local.gpus import Backing
+from hotswap.backends.local.gpu.backing import Backing
 from hotswap.backends.local.timeline import NODE_ENTRY_KINDS
 from hotswap.backends.views import GpuHealth, GpuView, WorkloadRow, iso
 from hotswap.store.state import Store
@@ -64,3 +65,12 @@ def gpu_health(store: Store) -> GpuHealth | None:
         return None
     latest = rows[-1]
     return {"time": iso(latest["t"]), "message": latest["message"]}
+
+
+def run_view(launch: Launch) -> dict[str, Any]:
+    """The run fields of a workload's JSON (``run_id``, ``resumed_from``); None for a workload
+    created by a release without runs."""
+    run = launch.run
+    if run is None:
+        return {"run_id": None, "resumed_from": None}
+    return {"run_id": run.id, "resumed_from": None if run.resumed_from is None else dict(run.resumed_from)}

@@ -23,7 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hotswap.backends.local.supervisor import WorkerLaunch, start_ticks
+from hotswap.backends.local.proc import start_ticks
+from hotswap.backends.local.workers.supervisor import WorkerLaunch
 from hotswap.store.paths import new_dirs_private, open_private, write_private
 
 ZYGOTE = Path(__file__).with_name("zygote.py")

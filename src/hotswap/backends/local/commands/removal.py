@@ -24,11 +24,11 @@ import uuid
 from pathlib import Path
 
 from hotswap.api.errors import ConflictError
-from hotswap.backends.local import client
+from hotswap.backends.local.commands import client
+from hotswap.backends.local import protocol
 from hotswap.backends.local.claim import AlreadyClaimed, Claim
-from hotswap.backends.local.controller.entry import main as controller_main
 from hotswap.backends.local.protocol import DONE, RequestKind
-from hotswap.backends.local.supervisor import start_ticks
+from hotswap.backends.local.proc import start_ticks
 from hotswap.store import faults
 from hotswap.store.paths import ClusterPaths
 from hotswap.backends.local.tables import LIVE_WORKER_STATES, LocalStore
@@ -124,7 +124,7 @@ def remove_tombstones(clusters: Path) -> None:
 def _remove_unreadable(paths: ClusterPaths) -> None:
     """A cluster whose database cannot be read: stop its controller and its workers by their
     pid files, then remove it."""
-    controller = _process(paths.pid_file, controller_main.__module__)
+    controller = _process(paths.pid_file, protocol.CONTROLLER_MODULE)
     if controller is not None:
         os.kill(controller, signal.SIGTERM)
     with _claimed(paths, timeout=STRAGGLER_GRACE_S) as claim:

@@ -16,9 +16,9 @@ from hotswap.api.catalog import get_device_type
 from hotswap.api.errors import NotFoundError
 from hotswap.api.limits import check_text
 from hotswap.api.names import validate_workload_name
-from hotswap.backends.local import launch as files
-from hotswap.backends.local.operations import _record, open_store
-from hotswap.backends.local.views import workload_view
+from hotswap.backends.local import workload_files as files
+from hotswap.backends.local.queries.records import open_store, workload_record
+from hotswap.backends.local.queries.views import workload_view
 from hotswap.backends.views import FINISHED
 from hotswap.store.paths import ClusterPaths
 from hotswap.store.registry import existing
@@ -30,7 +30,7 @@ def log_file(cluster: str, name: str, slice_: str | None, host: int, follow: boo
     when there is no log at all, unless ``follow`` waits for a live workload's to appear."""
     paths = existing(cluster)
     try:
-        record, _ = _record(paths, name)
+        record, _ = workload_record(paths, name)
     except NotFoundError:
         return _deleted_log(paths, name, slice_, host)
     spec = record["spec"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hotswap.api.errors import InvalidInputError
 from hotswap.api.launch import RUN_FRESH, RUN_FROM, Launch, Run
@@ -87,12 +87,3 @@ def _signals(root: Path, exclude: str) -> dict[str, str | None]:
         except OSError:
             signals[entry.name] = None
     return signals
-
-
-def run_view(launch: Launch) -> dict[str, Any]:
-    """The run fields of a workload's JSON (``run_id``, ``resumed_from``); None for a workload
-    created by a release without runs."""
-    run = launch.run
-    if run is None:
-        return {"run_id": None, "resumed_from": None}
-    return {"run_id": run.id, "resumed_from": None if run.resumed_from is None else dict(run.resumed_from)}

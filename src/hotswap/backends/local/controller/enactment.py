@@ -5,7 +5,7 @@ backend's plan and enactment.
 give a :class:`WorkerPlan` (rows to stop, a new membership generation, workers to start).
 :class:`Launcher` turns a plan's starts into :class:`WorkerLaunch` es inside the round's
 transaction (it publishes the generation, with a fresh rendezvous port, first). The controller
-commits both before any process is signalled or started (see ``workers.py``).
+commits both before any process is signalled or started (see ``workers/lifecycle.py``).
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from hotswap.api import worker as contract
 from hotswap.api.launch import HeldStart, Launch, Run
 from hotswap.api.membership import Membership
 from hotswap.api.catalog import AcceleratorKind, get_device_type
-from hotswap.backends.local import launch as files
-from hotswap.backends.local.gpus import Backing
-from hotswap.backends.local.supervisor import LocalProcess, WorkerLaunch
+from hotswap.backends.local import workload_files as files
+from hotswap.backends.local.gpu.backing import Backing
+from hotswap.backends.local.workers import environment
+from hotswap.backends.local.workers.supervisor import LocalProcess, WorkerLaunch
 from hotswap.core import actions as act
 from hotswap.core.effects import GROW, STOP_NONE, STOP_OLDER, STOP_REMOVED, ActionEffect, effect_of, with_resume
 from hotswap.core.model import Snapshot
@@ -120,7 +121,7 @@ class Launcher:
             for host, node in enumerate(nodes):
                 gpus = tuple(g.index for g in backing.host_gpus(slice_, host)) if backing else ()
                 log = files.log_path(directory, replica, host)
-                env = files.worker_environment(
+                env = environment.worker_environment(
                     base=launch.environ,
                     user=launch.user_env,
                     cluster=self.paths.name,
@@ -143,7 +144,7 @@ class Launcher:
                 env.update(run_env)
                 identity = WorkerIdentity(workload.name, workload.seq, plan.attempt, slice_, replica, host, node)
                 others = tuple(
-                    LocalProcess(files.local_process_environment(env, rank), files.local_log_path(log, rank))
+                    LocalProcess(environment.local_process_environment(env, rank), files.local_log_path(log, rank))
                     for rank in range(1, len(gpus))
                 )
                 launches.append(
@@ -172,7 +173,7 @@ class Launcher:
     def _publish(self, workload: Workload, slices: tuple[str, ...], snapshot: Snapshot) -> None:
         """A new membership generation with its own rendezvous port (the file: elastic workloads)."""
         generation, _ = self.store.launches.membership(workload.name)
-        port = files.free_port()
+        port = environment.free_port()
         generation += 1
         self.store.launches.set_membership(workload.name, generation, port)
         if workload.spec.min_slices is not None:
@@ -184,7 +185,7 @@ class Launcher:
             new_dirs_private(joined)
             files.publish_membership(
                 directory,
-                Membership(generation, tuple(slices), hosts, files.MASTER_ADDR, port, per_host, str(joined)),
+                Membership(generation, tuple(slices), hosts, environment.MASTER_ADDR, port, per_host, str(joined)),
             )
 
 

@@ -1,21 +1,15 @@
-"""What a worker of the local backend is started with: its environment, files and log.
-
-The environment follows the contract in :mod:`hotswap.api.worker`: JobSet's indices,
-MEGASCALE's slice id and count, torch.distributed's rendezvous, and hotswap's own variables.
+"""What a worker of the local backend is started with: its environment, by the contract in
+:mod:`hotswap.api.worker` (JobSet's indices, MEGASCALE's slice id and count, torch.distributed's
+rendezvous, and hotswap's own variables), and its rendezvous port.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import socket
 from pathlib import Path
 from typing import Any
 
 from hotswap.api import worker as contract
-from hotswap.api.membership import Membership
-from hotswap.api.errors import InvalidInputError
-from hotswap.store.paths import check_private, new_dirs_private, open_private
 
 MASTER_ADDR = contract.DEFAULT_MASTER_ADDR  # every worker of a local cluster is on this machine
 
@@ -25,50 +19,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind((MASTER_ADDR, 0))
         return int(probe.getsockname()[1])
-
-
-def log_path(workload_dir: Path, replica: int, host: int) -> Path:
-    """One log per replica index and host, appended across attempts: replica 0 host 0 is
-    always rank 0, so its log is the job's main log."""
-    return workload_dir / "logs" / f"slice-{replica}-host-{host}.log"
-
-
-def worker_dir(workload_dir: Path, worker_id: int) -> Path:
-    """One directory per worker process (its row in the worker table)."""
-    return workload_dir / "workers" / str(worker_id)
-
-
-def events_path(workload_dir: Path, attempt: int, replica: int, host: int, worker_id: int) -> Path:
-    """One goodput events file per worker process: ``<attempt>-<replica>-<host>-<worker>``."""
-    return workload_dir / "events" / f"{attempt}-{replica}-{host}-{worker_id}.jsonl"
-
-
-def local_events_path(events: Path, local_rank: int) -> Path:
-    """The events file of local process ``local_rank`` of a worker whose events file is
-    ``events`` (local rank 0's is the worker's own, which goodput reads as rank 0's)."""
-    return events if local_rank == 0 else events.with_name(f"{events.name}.local{local_rank}")
-
-
-def local_log_path(log: Path, local_rank: int) -> Path:
-    """The log of local process ``local_rank``: local rank 0 writes the host's own log."""
-    return log if local_rank == 0 else log.with_name(f"{log.stem}.local{local_rank}{log.suffix}")
-
-
-def membership_path(workload_dir: Path) -> Path:
-    return workload_dir / "membership.json"
-
-
-def publish_membership(workload_dir: Path, membership: Membership) -> Path:
-    """Replace the membership file atomically (workers may read it at any moment)."""
-    target = membership_path(workload_dir)
-    new_dirs_private(target.parent)
-    temporary = target.with_suffix(".tmp")
-    with os.fdopen(open_private(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as handle:
-        handle.write(membership.to_json())
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, target)
-    return target
 
 
 def worker_environment(
@@ -151,25 +101,3 @@ def local_process_environment(env: dict[str, str], local_rank: int) -> dict[str,
     }
     indices[contract.LOCAL_RANK] = local_rank
     return {contract.LOCAL_RANK: str(local_rank), contract.RANK: str(contract.derived_values(indices)[contract.RANK])}
-
-
-def read_membership(workload_dir: Path) -> Membership | None:
-    try:
-        return Membership.from_json(membership_path(workload_dir).read_text())
-    except (FileNotFoundError, json.JSONDecodeError, KeyError):
-        return None
-
-
-def check_checkpoint_dir(path: str, what: str) -> None:
-    """Refuse, before anything is queued, a checkpoint directory of another user or open to
-    others' writes (its contents are restored into the job), or one that can be neither used
-    nor created (under a regular file, in a directory we cannot write)."""
-    existing_part = Path(path)
-    while not existing_part.exists() and existing_part != existing_part.parent:
-        existing_part = existing_part.parent
-    if not existing_part.is_dir():
-        raise InvalidInputError(f"{what} {path}: {existing_part} is not a directory")
-    if existing_part == Path(path):
-        check_private(existing_part, what, remedy="use a directory of yours", error=InvalidInputError)
-    if not os.access(existing_part, os.W_OK | os.X_OK):
-        raise InvalidInputError(f"{what} {path}: {existing_part} is not writable by you")

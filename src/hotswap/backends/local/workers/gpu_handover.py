@@ -3,7 +3,7 @@
 A GPU is held by a process until it exits, as a Kubernetes device plugin holds it for a pod until
 the pod is gone: a worker whose node still runs another worker (a preempted job saving its state,
 the previous attempt) waits, committed but not started, until that one has exited. Never two
-processes on one GPU. :class:`~hotswap.backends.local.workers.Workers` finds the holder and starts
+processes on one GPU. :class:`~hotswap.backends.local.workers.lifecycle.Workers` finds the holder and starts
 the waiting workers after an exit; this keeps who waits.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 
-from hotswap.backends.local.supervisor import WorkerLaunch
+from hotswap.backends.local.workers.supervisor import WorkerLaunch
 from hotswap.backends.local.tables import WorkerRow
 
 

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from hotswap.backends.local.proc import start_ticks
 from hotswap.store.paths import write_private
 from hotswap.backends.local.tables import LocalStore, WorkerIdentity, WorkerRow
 
@@ -95,18 +96,6 @@ class WorkerLaunch:
         record = json.loads((Path(row.dir) / LAUNCH_FILE).read_text())
         local = tuple(LocalProcess(p["env"], Path(p["log"])) for p in record.get("local", ()))
         return cls(row.identity, Path(row.dir), Path(record["log"]), record["command"], record["cwd"], record["env"], local)
-
-
-def start_ticks(pid: int) -> int | None:
-    """Kernel start time of ``pid`` (clock ticks since boot), None if it does not exist."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            fields = stat.read().rsplit(b")", 1)[1].split()
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return None
-    if fields and fields[0] == b"Z":
-        return None  # a zombie has ended; only its exit status is left
-    return int(fields[19])
 
 
 class Supervisor:

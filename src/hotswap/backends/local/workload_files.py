@@ -1,0 +1,64 @@
+"""The files of a local workload, in its directory (``workloads/<name>-<seq>/``): one log per
+replica and host, one directory and one goodput events file per worker process, and the
+elastic membership file. Written by the controller and the workers, read by the CLI's queries.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from hotswap.api.membership import Membership
+from hotswap.store.paths import new_dirs_private, open_private
+
+
+def log_path(workload_dir: Path, replica: int, host: int) -> Path:
+    """One log per replica index and host, appended across attempts: replica 0 host 0 is
+    always rank 0, so its log is the job's main log."""
+    return workload_dir / "logs" / f"slice-{replica}-host-{host}.log"
+
+
+def worker_dir(workload_dir: Path, worker_id: int) -> Path:
+    """One directory per worker process (its row in the worker table)."""
+    return workload_dir / "workers" / str(worker_id)
+
+
+def events_path(workload_dir: Path, attempt: int, replica: int, host: int, worker_id: int) -> Path:
+    """One goodput events file per worker process: ``<attempt>-<replica>-<host>-<worker>``."""
+    return workload_dir / "events" / f"{attempt}-{replica}-{host}-{worker_id}.jsonl"
+
+
+def local_events_path(events: Path, local_rank: int) -> Path:
+    """The events file of local process ``local_rank`` of a worker whose events file is
+    ``events`` (local rank 0's is the worker's own, which goodput reads as rank 0's)."""
+    return events if local_rank == 0 else events.with_name(f"{events.name}.local{local_rank}")
+
+
+def local_log_path(log: Path, local_rank: int) -> Path:
+    """The log of local process ``local_rank``: local rank 0 writes the host's own log."""
+    return log if local_rank == 0 else log.with_name(f"{log.stem}.local{local_rank}{log.suffix}")
+
+
+def membership_path(workload_dir: Path) -> Path:
+    return workload_dir / "membership.json"
+
+
+def publish_membership(workload_dir: Path, membership: Membership) -> Path:
+    """Replace the membership file atomically (workers may read it at any moment)."""
+    target = membership_path(workload_dir)
+    new_dirs_private(target.parent)
+    temporary = target.with_suffix(".tmp")
+    with os.fdopen(open_private(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as handle:
+        handle.write(membership.to_json())
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, target)
+    return target
+
+
+def read_membership(workload_dir: Path) -> Membership | None:
+    try:
+        return Membership.from_json(membership_path(workload_dir).read_text())
+    except (FileNotFoundError, json.JSONDecodeError, KeyError):
+        return None
