@@ -1,5 +1,7 @@
-"""The layers of DESIGN.md, enforced: import-linter contracts from pyproject.toml, plus the
-start-up cost of the CLI (heavy libraries are imported only where they are used)."""
+"""The layers of DESIGN.md, enforced: import-linter contracts from pyproject.toml (the one that
+forbids import cycles shown to break on a throwaway package's cycle, and the one kind of cycle it
+cannot see checked here with grimp), plus the start-up cost of the CLI (heavy libraries are
+imported only where they are used)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import grimp
+import pytest
 from local_helpers import home, hotswap  # noqa: F401 (home is a fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,57 +69,65 @@ def test_workload_list_reads_without_pydantic_or_heavy_libraries(home: Path) -> 
     assert result.stdout.strip() == ""
 
 
-def _import_cycles(imports: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan's, iterative), each
-    sorted: every one is at least one import cycle."""
-    order: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    cycles: list[list[str]] = []
-    for root in sorted(imports):
-        if root in order:
-            continue
-        work = [(root, iter(sorted(imports[root])))]
-        order[root] = low[root] = len(order)
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            module, successors = work[-1]
-            for successor in successors:
-                if successor not in order:
-                    order[successor] = low[successor] = len(order)
-                    stack.append(successor)
-                    on_stack.add(successor)
-                    work.append((successor, iter(sorted(imports[successor]))))
-                    break
-                if successor in on_stack:
-                    low[module] = min(low[module], order[successor])
-            else:
-                work.pop()
-                if work:
-                    low[work[-1][0]] = min(low[work[-1][0]], low[module])
-                if low[module] == order[module]:
-                    component = []
-                    while True:
-                        member = stack.pop()
-                        on_stack.discard(member)
-                        component.append(member)
-                        if member == module:
-                            break
-                    if len(component) > 1:
-                        cycles.append(sorted(component))
-    return cycles
+def _write_package(root: Path, files: dict[str, str]) -> Path:
+    """A throwaway package under ``root`` (each file's path and text); ``root`` returned."""
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
 
 
-def test_no_import_cycles_even_through_type_checking_imports() -> None:
-    """A cycle, even one closed only by an ``if TYPE_CHECKING:`` import, means two modules
-    cannot be understood (or moved) apart: the shared type belongs in the lower one."""
-    import grimp
-
-    graph = grimp.build_graph("hotswap", exclude_type_checking_imports=False, cache_dir=None)
-    imports = {module: graph.find_modules_directly_imported_by(module) for module in graph.modules}
-    cycles = _import_cycles(imports)
-    assert not cycles, "import cycles among hotswap's modules:\n" + "\n".join(
-        " <-> ".join(cycle) for cycle in cycles
+def test_the_cycle_contract_breaks_on_a_cycle_closed_only_by_a_type_checking_import(tmp_path: Path) -> None:
+    """pyproject.toml's ``no-import-cycles`` contract, with that file's settings unchanged (the
+    throwaway package is named hotswap for them), on two modules that import each other, one of
+    them only for type checking."""
+    cycle = {
+        "hotswap/__init__.py": "",
+        "hotswap/blue.py": "from hotswap.green import GREEN\n\nBLUE = GREEN\n",
+        "hotswap/green.py": "from typing import TYPE_CHECKING\n\nGREEN = 1\nif TYPE_CHECKING:\n    from hotswap.blue import BLUE\n",
+    }
+    _write_package(tmp_path, cycle)
+    call = f"lint_imports(config_filename={str(ROOT / 'pyproject.toml')!r}, limit_to_contracts=('no-import-cycles',), no_cache=True)"
+    result = subprocess.run(
+        [sys.executable, "-c", f"import sys; from importlinter.cli import lint_imports; sys.exit({call})"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
     )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Contracts: 0 kept, 1 broken." in result.stdout
+    assert "No cycles are allowed in hotswap." in result.stdout
+
+
+def _cycles_through_a_package_and_its_own_modules(graph: grimp.ImportGraph) -> list[str]:
+    """The acyclic_siblings contract compares the children of each package with each other,
+    never with the package's own ``__init__``: a cycle of a package with modules under it only
+    (``hotswap.train`` imports ``hotswap.train.data``, which would import ``hotswap.train``) is
+    the one kind it cannot see."""
+    return sorted(
+        f"{package} -> {module} -> ... -> {package}"
+        for package in graph.modules
+        for module in graph.find_modules_directly_imported_by(package)
+        if module.startswith(f"{package}.") and graph.chain_exists(importer=module, imported=package)
+    )
+
+
+def test_no_package_is_in_a_cycle_with_its_own_modules_even_through_type_checking_imports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the cycle contract leaves to this test: first shown to catch such a cycle (closed
+    by a ``TYPE_CHECKING`` import) in a throwaway package, then held for hotswap."""
+    cycle = {
+        "throwaway/__init__.py": "",
+        "throwaway/red/__init__.py": "from throwaway.red.yellow import YELLOW\n",
+        "throwaway/red/yellow.py": "from typing import TYPE_CHECKING\n\nYELLOW = 1\nif TYPE_CHECKING:\n    import throwaway.red\n",
+    }
+    monkeypatch.syspath_prepend(str(_write_package(tmp_path, cycle)))
+    throwaway = grimp.build_graph("throwaway", exclude_type_checking_imports=False, cache_dir=None)
+    assert _cycles_through_a_package_and_its_own_modules(throwaway) == [
+        "throwaway.red -> throwaway.red.yellow -> ... -> throwaway.red"
+    ]
+    graph = grimp.build_graph("hotswap", exclude_type_checking_imports=False, cache_dir=None)
+    assert _cycles_through_a_package_and_its_own_modules(graph) == []

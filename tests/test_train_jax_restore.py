@@ -8,25 +8,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def jax() -> types.ModuleType:
-    return pytest.importorskip("jax", reason="the JAX SDK needs hotswap[jax]")
-
-
-def checkpoints(directory: Path):  # type: ignore[no-untyped-def]
-    from hotswap.train.events import EventLog
-    from hotswap.train.jax.checkpoints import OrbaxCheckpoints
-
-    return OrbaxCheckpoints(str(directory), 3, EventLog(None), record_events=False)
-
+from jax_helpers import ROOT, checkpoints, jax  # noqa: F401 (jax is a fixture)
 
 _RESHARD = r"""
 import sys

@@ -1,6 +1,13 @@
-"""hotswap.train: the in-job half of hotswap for PyTorch training loops.
+"""hotswap.train: the in-job half of hotswap, for PyTorch and JAX training loops.
 
-A few lines make a loop survive preemption, migration (delete and re-create) and slice loss::
+The package itself is framework-neutral: its modules (a run's life cycle, group formation and
+elasticity, step-boundary agreement, SIGTERM to save to exit, checkpoint files, progress, events,
+the data position) import only the standard library and :mod:`hotswap.api`, and both SDKs build
+on them: PyTorch's in :mod:`hotswap.train.torch`, JAX's in :mod:`hotswap.train.jax` (a JAX loop
+imports ``hotswap.train.jax as hj``; its docstring shows one).
+
+This namespace is the PyTorch SDK's front door: a few lines make a PyTorch loop survive
+preemption, migration (delete and re-create) and slice loss::
 
     import hotswap.train as ht
 
@@ -21,8 +28,12 @@ On SIGTERM the loop finishes the step, saves, and the process exits with
 :data:`hotswap.api.worker.CHECKPOINTED_EXIT_CODE`. Users of seed 004's migrator keep their
 code with ``from hotswap.train import migrator``.
 
-This package imports only the standard library and :mod:`hotswap.api`; PyTorch is imported
-when ``init``, ``average_gradients`` or ``migrator`` is first used (``pip install 'hotswap[torch]'``).
+Importing ``hotswap.train`` (which importing :mod:`hotswap.train.jax` does first) loads only
+the worker contract (:mod:`hotswap.api.worker`) and the neutral :mod:`~hotswap.train.data` and
+:mod:`~hotswap.train.scaling`: ``ResumableBatches``, ``scale_by_slices`` and the exit codes,
+which :mod:`hotswap.train.jax` serves too. PyTorch is imported when ``init``, ``Run``,
+``average_gradients`` or ``migrator`` is first used (``pip install 'hotswap[torch]'``); JAX only
+when a name of :mod:`hotswap.train.jax` is (``pip install 'hotswap[jax]'``).
 """
 
 from __future__ import annotations
