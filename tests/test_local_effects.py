@@ -223,3 +223,11 @@ def test_resize_adds_new_names_and_removes_free_slices_first() -> None:
     assert resize_events(state, record, 3) == []
     assert resize_events(state, record, 1) == [ev.SliceRemoved("s2"), ev.SliceRemoved("s1")]
 
+
+
+def test_a_scales_timeline_entry_carries_the_replica_map_after_it() -> None:
+    state = snapshot()
+    shrunk = timeline.action_entry(effect_of(act.ScaleDown("w", ("s1",), ("s0", "s2"), 2, "lost", ("s0", None, "s2"), (1,))), state, state)
+    assert shrunk.data is not None and (shrunk.data["replicas"], shrunk.data["parked"]) == (("s0", None, "s2"), (1,))
+    grown = timeline.action_entry(effect_of(act.ScaleUp("w", ("s1",), ("s0", "s2", "s1"), 3, ("s0", "s1", "s2"))), state, state)
+    assert grown.data is not None and grown.data["replicas"] == ("s0", "s1", "s2")
