@@ -13,9 +13,11 @@ elastic scale-down parks the replicas it removes and the others keep their index
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING
 
-from hotswap.core.capacity import Capacity
-from hotswap.core.workload import Workload
+if TYPE_CHECKING:  # the store's codec reads maps with this module: it need not load the round's capacity
+    from hotswap.core.capacity import Capacity
+    from hotswap.core.workload import Workload
 
 
 def reclaim_target(capacity: Capacity, workload: Workload, have: int, want: int, need: int) -> int:
