@@ -12,7 +12,7 @@ import pytest
 from hotswap.api.runs import START_CAUSES
 from hotswap.core import actions as act
 from hotswap.core import effects
-from hotswap.core.effects import effect_of
+from hotswap.core.effects import Outcome, Placement, Stop, effect_of
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "hotswap"
 ACTION_NAMES = {cls.__name__ for cls in act.ACTION_TYPES}
@@ -68,10 +68,12 @@ def test_the_effects_and_messages_handle_every_action_type() -> None:
 
 def test_a_hotswap_restart_stops_the_old_attempt_and_starts_the_new_one_on_the_new_slices() -> None:
     effect = effect_of(act.Restart("w", 3, ("x", "b"), "node lost", charged=False))
-    assert (effect.stop, effect.attempt) == (effects.STOP_OLDER, 3)  # workers of attempts before 3
+    assert effect.stop is Stop.OLDER and effect.attempt == 3  # workers of attempts before 3
     assert effect.start == effect.replicas == effect.generation == ("x", "b")
+    assert (effect.replica_of("x"), effect.replica_of("b")) == (0, 1)
     assert effect.cause == "hotswap" and effect.hotswap and effect.replaced and not effect.graceful
-    assert not effect.preemption and not effect.held and effect.placement == effects.PLACE
+    assert not effect.preemption and not effect.held and effect.placement is Placement.PLACE
+    assert (effect.event, effect.warning) == ("Restarted", False)
 
 
 def test_a_charged_restart_is_a_failure_not_a_hotswap() -> None:
@@ -82,56 +84,84 @@ def test_a_charged_restart_is_a_failure_not_a_hotswap() -> None:
 def test_a_held_back_restart_starts_nothing_until_its_workers_are_started() -> None:
     held = effect_of(act.Restart("w", 2, ("a", "b"), "lost", charged=False, start=False))
     assert held.held and held.start == () and held.generation is None and held.replicas == ("a", "b")
-    assert held.stop == effects.STOP_OLDER and held.cause == "hotswap"
-    started = effect_of(act.StartWorkers("w", 2, ("a", "b")))
-    assert started.start == started.generation == ("a", "b") and started.attempt == 2
-    assert started.stop == effects.STOP_NONE and started.cause is None  # the restart's cause, kept by the backend
+    assert held.stop is Stop.OLDER and held.cause == "hotswap"
+    # The slices reserved meanwhile (here b was replaced by c while the old workers stopped).
+    started = effect_of(act.StartWorkers("w", 2, ("a", "c")))
+    assert started.start == started.generation == started.replicas == ("a", "c") and started.attempt == 2
+    assert started.placement is Placement.PLACE and started.replica_of("c") == 1
+    assert started.stop is Stop.NONE and started.cause is None  # the restart's cause, kept by the backend
+    assert started.event is None  # the restart was reported
 
 
 def test_admission_starts_the_run_and_a_later_one_follows_a_preemption() -> None:
     first = effect_of(act.Admit("w", 1, ("a", "b")))
-    assert first.cause == "start" and first.start == ("a", "b") and first.stop == effects.STOP_OLDER and not first.replaced
+    assert first.cause == "start" and first.start == ("a", "b") and first.stop is Stop.OLDER and not first.replaced
+    assert (first.event, first.warning, first.replica_of("b")) == ("Admitted", False, 1)
     assert effect_of(act.Admit("w", 2, ("a",))).cause == "preemption"
     assert effect_of(act.Admit("w", 1, ("a",), start=False)).held
 
 
 def test_a_scale_down_stops_only_the_removed_slices_workers() -> None:
-    lost = effect_of(act.ScaleDown("w", ("b",), ("a", "c"), 2, "node lost"))
-    assert (lost.stop, lost.removed, lost.generation, lost.start) == (effects.STOP_REMOVED, ("b",), ("a", "c"), ())
-    assert not lost.graceful and not lost.replaced and lost.placement == effects.SHRINK
-    given = effect_of(act.ScaleDown("w", ("b",), ("a", "c"), 2, "gave 1 slice(s) to h", preemptor="h"))
+    lost = effect_of(act.ScaleDown("w", ("b",), ("a", "c"), 2, "node lost", ("a", None, "c"), (1,)))
+    assert (lost.stop, lost.removed, lost.parked, lost.generation, lost.start) == (Stop.REMOVED, ("b",), (1,), ("a", "c"), ())
+    assert lost.replicas == ("a", None, "c")  # the survivors keep their indexes
+    assert not lost.graceful and not lost.replaced and lost.placement is Placement.SHRINK
+    assert (lost.event, lost.warning) == ("ScaledDown", True)
+    given = effect_of(act.ScaleDown("w", ("c",), ("a", "b"), 2, "gave 1 slice(s) to h", ("a", "b"), (2,), preemptor="h"))
     assert given.graceful  # coordinated: nothing is lost
 
 
-def test_a_scale_up_starts_workers_on_the_added_slices_only() -> None:
-    effect = effect_of(act.ScaleUp("w", ("c",), ("a", "b", "c"), 3))
-    assert effect.start == ("c",) and effect.replicas == effect.generation == ("a", "b", "c")
-    assert effect.stop == effects.STOP_NONE and effect.cause == "elastic" and effect.attempt is None
+def test_a_scale_up_starts_the_joiners_as_the_parked_replicas() -> None:
+    effect = effect_of(act.ScaleUp("w", ("d",), ("a", "c", "d"), 3, ("a", "d", "c")))
+    assert effect.start == ("d",) and effect.generation == ("a", "c", "d") and effect.replicas == ("a", "d", "c")
+    assert effect.replica_of("d") == 1 and effect.placement is Placement.GROW
+    assert effect.stop is Stop.NONE and effect.cause == "elastic" and effect.attempt is None
+    assert (effect.event, effect.warning) == ("ScaledUp", False)
 
 
 @pytest.mark.parametrize(
-    ("action", "preemption", "replaced", "outcome"),
+    ("action", "preemption", "replaced", "outcome", "event", "requeued"),
     [
-        (act.Preempt("w", "h", "preempted by h"), True, False, None),
-        (act.Requeue("w", "no capacity"), False, True, None),
-        (act.Fail("w", "too many restarts"), False, False, "failed"),
-        (act.Remove("w"), False, False, "deleted"),
+        (act.Preempt("w", "h", "preempted by h"), True, False, None, "Preempted", True),
+        (act.Requeue("w", "no capacity"), False, True, None, "Requeued", True),
+        (act.Fail("w", "too many restarts"), False, False, Outcome.FAILED, "Failed", False),
+        (act.Remove("w"), False, False, Outcome.DELETED, None, False),
     ],
 )
-def test_stopping_a_workload_stops_every_worker(action: act.Action, preemption: bool, replaced: bool, outcome: str | None) -> None:
+def test_stopping_a_workload_stops_every_worker(
+    action: act.Action, preemption: bool, replaced: bool, outcome: Outcome | None, event: str | None, requeued: bool
+) -> None:
     effect = effect_of(action)
-    assert effect.stop == effects.STOP_ALL and effect.start == () and effect.cause is None
+    assert effect.stop is Stop.ALL and effect.start == () and effect.cause is None
     assert (effect.preemption, effect.replaced, effect.outcome) == (preemption, replaced, outcome)
+    assert (effect.event, effect.warning, effect.requeued) == (event, event is not None, requeued)
+    parks = not isinstance(action, act.Remove)  # a deleted workload has no map left to say
+    assert effect.placement is (Placement.PARK if parks else Placement.KEEP) and effect.replicas == ()
 
 
 def test_completion_and_rejection_stop_nothing() -> None:
-    assert effect_of(act.Complete("w")).stop == effects.STOP_NONE and effect_of(act.Complete("w")).outcome == "completed"
+    completed = effect_of(act.Complete("w"))
+    assert completed.stop is Stop.NONE and completed.outcome is Outcome.COMPLETED and completed.event is None
     rejected = effect_of(act.Reject("w", "too big"))
-    assert rejected.stop == effects.STOP_NONE and rejected.outcome == "rejected"
+    assert rejected.stop is Stop.NONE and rejected.outcome is Outcome.REJECTED and rejected.placement is Placement.KEEP
+    assert (rejected.event, rejected.warning, rejected.rejection) == ("Rejected", True, "too big")
+
+
+def test_the_kinds_of_an_effect_are_enums() -> None:
+    """Compared with ``is``: a misspelt kind is an AttributeError, not a branch never taken."""
+    for action in (act.Admit("w", 1, ("a",)), act.Fail("w", "x"), act.Complete("w"), act.Reject("w", "x")):
+        effect = effect_of(action)
+        assert isinstance(effect.stop, Stop) and isinstance(effect.placement, Placement)
+        assert effect.outcome is None or isinstance(effect.outcome, Outcome)
+
+
+def test_each_consumer_gets_every_effect_of_a_decision_at_once() -> None:
+    actions = [act.Admit("w", 1, ("a",)), act.Preempt("v", "w", "preempted by w")]
+    assert effects.effects_of(actions) == [effect_of(a) for a in actions]
 
 
 def test_every_start_cause_is_a_published_one() -> None:
-    for action in (act.Admit("w", 1, ("a",)), act.Admit("w", 2, ("a",)), act.ScaleUp("w", ("b",), ("a", "b"), 1),
+    for action in (act.Admit("w", 1, ("a",)), act.Admit("w", 2, ("a",)), act.ScaleUp("w", ("b",), ("a", "b"), 1, ("a", "b")),
                    act.Restart("w", 2, ("a",), "x", charged=True), act.Restart("w", 2, ("a",), "x", charged=False)):
         assert effect_of(action).cause in START_CAUSES
     assert effects.with_resume("start", resumes=True) == "resume" in START_CAUSES
@@ -149,8 +179,8 @@ def test_every_start_cause_is_a_published_one() -> None:
         (act.Restart("w", 2, ("x",), "lost", charged=False, start=False), "restarted on x (attempt 2): lost; waiting to start"),
         (act.StartWorkers("w", 2, ("x",)), "workers started on x (attempt 2)"),
         (act.Requeue("w", "no capacity"), "requeued: no capacity"),
-        (act.ScaleDown("w", ("b",), ("a",), 2, "lost"), "scaled down to 1 slice(s), without b: lost"),
-        (act.ScaleUp("w", ("b",), ("a", "b"), 3), "scaled up to 2 slice(s), adding b"),
+        (act.ScaleDown("w", ("b",), ("a",), 2, "lost", ("a",), (1,)), "scaled down to 1 slice(s), without b: lost"),
+        (act.ScaleUp("w", ("b",), ("a", "b"), 3, ("a", "b")), "scaled up to 2 slice(s), adding b"),
         (act.Fail("w", "boom"), "failed: boom"),
         (act.Complete("w"), "completed: every worker exited 0"),
         (act.Remove("w"), "deleted"),

@@ -1,4 +1,5 @@
-"""Placement on its own: how many slices a demand reclaims, and which replica runs where.
+"""Placement on its own: how many slices a demand reclaims, and which replica runs where (the
+replica map the core writes and every backend applies).
 
 The cluster has v6e-16 slices ``s0``..``s5`` and a v5p-16 slice ``t0``, each one host.
 Which free slices a demand gets (lowest ordinal first) is the free pool's order, tested with
@@ -15,8 +16,12 @@ from builders import capacity_of, holding
 from hotswap.core.placement import (
     fill_positions,
     give_up_last,
+    grow_map,
+    kept_map,
     lost_positions,
     reclaim_target,
+    recorded_map,
+    shrink_map,
     split_at,
 )
 
@@ -104,3 +109,57 @@ def test_split_keeps_replica_order(slices: tuple[str, ...], lost: set[str], expe
 )
 def test_give_up_last(slices: tuple[str, ...], count: int, expected: object) -> None:
     assert give_up_last(slices, count) == expected
+
+
+@pytest.mark.parametrize(
+    ("replicas", "gone", "expected"),
+    [
+        (("a", "b", "c"), {"b"}, (("a", None, "c"), (1,))),  # the survivors keep their indexes
+        (("a", "b", "c"), {"c"}, (("a", "b"), (2,))),  # no parked index at the end
+        (("a", None, "c", "d"), {"d", "a"}, ((None, None, "c"), (0, 3))),
+        (("a",), {"a"}, ((), (0,))),
+    ],
+    ids=["middle", "last", "two-around-a-hole", "all"],
+)
+def test_a_shrink_parks_the_lost_replicas(replicas: tuple, gone: set[str], expected: object) -> None:
+    assert shrink_map(replicas, gone) == expected
+
+
+@pytest.mark.parametrize(
+    ("replicas", "added", "expected"),
+    [
+        (("a", None, "c"), ("x",), ("a", "x", "c")),  # the joiner takes the parked index
+        ((None, "b", None, "d"), ("x", "y"), ("x", "b", "y", "d")),  # lowest first, in order
+        ((None, "b", None, "d"), ("x",), ("x", "b", None, "d")),
+        (("a", None, "c"), ("x", "y"), ("a", "x", "c", "y")),  # the rest after the last
+        ((), ("x", "y"), ("x", "y")),
+    ],
+    ids=["one-hole", "two-holes", "fewer-joiners", "more-joiners", "empty"],
+)
+def test_a_grow_back_fills_the_parked_indexes(replicas: tuple, added: tuple[str, ...], expected: tuple) -> None:
+    assert grow_map(replicas, added) == expected
+
+
+def test_a_workload_keeps_one_form_of_each_map() -> None:
+    """Replica i on slices[i] is kept as None (every (re)start's map); any other map as itself."""
+    assert kept_map(("a", "b"), ("a", "b")) is None
+    assert kept_map(("a", None, "c"), ("a", "c")) == ("a", None, "c")
+    assert kept_map(("a", "x", "c"), ("a", "c", "x")) == ("a", "x", "c")  # grown back: not the slices' order
+
+
+@pytest.mark.parametrize(
+    ("recorded", "expected"),
+    [
+        (["a", None, "c"], ("a", None, "c")),
+        (["a", None, "c", None, None], ("a", None, "c")),  # padded to the JobSet's replicas
+        (["a", "c"], None),  # the slices' own map
+        (None, None),  # a record of an earlier release: the map its slices imply
+        (["a", "b", "c"], None),  # not a map of these slices
+        (["a", "a", "c"], None),
+        (["a", None, None, None, None, "c"], None),  # past the workload's size
+        (["a", 3, "c"], None),
+        ("a,c", None),
+    ],
+)
+def test_a_recorded_map_reads_back_only_as_a_map_of_the_slices(recorded: object, expected: object) -> None:
+    assert recorded_map(recorded, ("a", "c"), 5) == expected

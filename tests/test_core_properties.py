@@ -4,8 +4,11 @@ After every decision round, whatever happened before, these must hold:
 exclusivity, no worker on unhealthy or wrong-type capacity, slice counts within
 [min_slices, num_slices], preemption only of strictly lower priority and only whole,
 no queued workload that fits left waiting (so no lower-priority workload was admitted while a
-higher-priority one that fits waits), legal phase transitions, max_restarts respected, and
-determinism (the same events give the same actions and snapshot).
+higher-priority one that fits waits), legal phase transitions, max_restarts respected, one
+replica map (its placed entries are exactly the slices held; running workers keep their indexes
+until their workload restarts; the last action that places a running workload's replicas
+carries the map its backends enact), and determinism (the same events give the same actions and
+snapshot).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from hypothesis import strategies as st
 from hotswap.api.phases import WorkloadPhase, is_legal
 from hotswap.core import actions as act
 from hotswap.core import events as ev
+from hotswap.core.effects import Placement, effect_of
 from hotswap.core.model import Snapshot
 from hotswap.core.workload import Workload
 from hotswap.core.policy import SchedulerConfig
@@ -148,6 +152,8 @@ def check_round(before: Snapshot, after: Snapshot, actions: tuple[act.Action, ..
         if isinstance(a, act.ScaleDown) and a.preemptor is not None:
             assert by_name[a.workload].priority < by_name[a.preemptor].priority
 
+    check_replica_maps(before, after, actions)
+
     # Work conservation, which implies the priority rule: no queued workload could be admitted
     # now (so none that fits waits behind a lower-priority one), and no elastic workload below
     # its size while free capacity of its type exists.
@@ -161,6 +167,28 @@ def check_round(before: Snapshot, after: Snapshot, actions: tuple[act.Action, ..
             and len(w.slices) < w.spec.num_slices
         ):
             assert not after.free_healthy(w.device_type), f"{w.name} could grow"
+
+
+def check_replica_maps(before: Snapshot, after: Snapshot, actions: tuple[act.Action, ...]) -> None:
+    """The core's replica map (its form is checked by ``Snapshot.check``): what the backends
+    start each slice as, kept from round to round and carried by the actions."""
+    placing: dict[str, tuple[str | None, ...]] = {}
+    for action in actions:
+        effect = effect_of(action)
+        if effect.placement is not Placement.KEEP:
+            placing[action.workload] = effect.replicas
+    for w in after.workloads.values():
+        if w.phase is not WorkloadPhase.RUNNING:
+            continue
+        old = before.workloads.get(w.name)
+        if w.name in placing:
+            assert placing[w.name] == w.replica_map, f"{w.name}'s last action carries another map than the core's"
+        else:
+            assert old is not None and old.replica_map == w.replica_map, f"{w.name}'s map changed with no action"
+        if old is not None and old.phase is WorkloadPhase.RUNNING and old.attempt == w.attempt and old.seq == w.seq:
+            was = {s: i for i, s in enumerate(old.replica_map) if s is not None}
+            now = {s: i for i, s in enumerate(w.replica_map) if s is not None}
+            assert all(was[s] == i for s, i in now.items() if s in was), f"{w.name}: a running worker changed its index"
 
 
 @SETTINGS

@@ -1,6 +1,6 @@
 """The pure decisions of real-accelerator support, table-driven: hang detection
 (hotswap.core.hang), GPU health (hotswap.core.gpu_health), what a hang does to a workload
-(the core), which GPUs a cluster takes (backends.local.gpus), and the worker contract's
+(the core), which GPUs a cluster takes (backends/local/gpu/claims.py), and the worker contract's
 local ranks and devices (hotswap.api.worker)."""
 
 from __future__ import annotations

@@ -17,11 +17,12 @@ from hotswap.backends.kubernetes import operations as ops
 from hotswap.backends.kubernetes.lease import micro_time
 from hotswap.backends.kubernetes.live_objects import read_jobset, read_pod
 from hotswap.backends.kubernetes.observation import observe
-from hotswap.backends.kubernetes.planning import Enactment, elastic_membership, plan, replicas_after
+from hotswap.backends.kubernetes.planning import elastic_membership, enacted, plan
 from hotswap.backends.kubernetes.settings import KubeSettings
-from hotswap.backends.kubernetes.state_annotation import decode_state, encode_state, replicas_of, state_of, workload_from_state
+from hotswap.backends.kubernetes.state_annotation import decode_state, encode_state, replica_slots, state_of, workload_from_state
 from hotswap.backends.kubernetes.views import goodput_view, view_of
 from hotswap.core import actions as act
+from hotswap.core.effects import effect_of, effects_of
 from hotswap.core.workload import Workload
 
 SPEC = workload_spec(name="w", command="python3 train.py", device_type="v6e-16", num_slices=3, min_slices=2)
@@ -86,15 +87,20 @@ def test_pods_of_other_owners_are_not_read_and_ours_carry_their_indices() -> Non
 
 def test_state_round_trips_and_closes_the_phase_ledger_only_on_a_phase_change() -> None:
     queued = Workload(spec=SPEC, seq=4, created_at=100.0)
-    first = state_of(queued, [None, None, None], None, now=100.0)
+    first = state_of(queued, None, now=100.0)
     assert workload_from_state(SPEC, first) == queued
     assert first["replicas"] == [None, None, None] and first["phase_seconds"] == {}
-    assert state_of(queued, [None, None, None], first, now=150.0) == first  # nothing to rewrite
+    assert state_of(queued, first, now=150.0) == first  # nothing to rewrite
     running = Workload(spec=SPEC, seq=4, created_at=100.0, phase=WorkloadPhase.RUNNING, slices=("a", "b", "c"), attempt=1)
-    second = state_of(running, ["a", "b", "c"], first, now=160.0)
+    second = state_of(running, first, now=160.0)
     assert second["phase_seconds"] == {"QUEUED": 60.0} and second["phase_since"] == 160.0
+    assert second["replicas"] == ["a", "b", "c"]
     assert workload_from_state(SPEC, second) == running
     assert decode_state(encode_state(second)) == second
+    # The replica map is the core's record: one entry per replica index, parked ones None.
+    shrunk = Workload(spec=SPEC, seq=4, created_at=100.0, phase=WorkloadPhase.RUNNING, slices=("a", "c"), replicas=("a", None, "c"))
+    third = state_of(shrunk, second, now=170.0)
+    assert third["replicas"] == ["a", None, "c"] and workload_from_state(SPEC, third) == shrunk
 
 
 def test_a_state_record_that_is_not_one_reads_as_none() -> None:
@@ -102,8 +108,19 @@ def test_a_state_record_that_is_not_one_reads_as_none() -> None:
     assert decode_state("[") is None
     for text in ("[]", "[1, 2]", '"x"', "null", "3"):
         assert decode_state(text) is None, text  # valid JSON, not a record
-    assert replicas_of({"replicas": 5}, 3) is None and replicas_of({"replicas": ["a", 1]}, 3) is None
-    assert replicas_of({"replicas": ["a", None]}, 3) == ["a", None, None]
+
+
+def test_a_replica_map_that_is_not_one_of_the_slices_reads_as_the_slices_own() -> None:
+    """Anyone can edit the annotation: a map that is not a list of slice names, or not a map
+    of exactly the workload's slices, reads as the map of a (re)start (replica i on slices[i])."""
+    shrunk = Workload(spec=SPEC, seq=4, created_at=100.0, phase=WorkloadPhase.RUNNING, slices=("a", "c"), replicas=("a", None, "c"))
+    record = state_of(shrunk, None, now=100.0)
+    assert workload_from_state(SPEC, {**record, "replicas": ["a", None, "c", None]}) == shrunk  # padded further
+    for bad in (5, ["a", 1], ["a", "b", "c"], ["a", "a", "c"], ["a", None, None, "c"], None):
+        read = workload_from_state(SPEC, {**record, "replicas": bad})
+        assert read is not None and read.replica_map == ("a", "c"), bad
+    del record["replicas"]  # as no release wrote it, but a record is a record
+    assert workload_from_state(SPEC, record).replica_map == ("a", "c")
 
 
 @pytest.mark.parametrize("kueue", [False, True], ids=["hotswap-admits", "kueue"])
@@ -116,7 +133,7 @@ def test_a_state_annotation_that_is_not_a_record_never_breaks_a_reconcile(kueue:
     job = jobset({labels.STATE_ANNOTATION: text}, suspend=not kueue)
     observation = observe([], [job], [], [], KubeSettings(kueue=kueue), "c", now=100.0)
     decision = decide(observation.snapshot, observation.events, observation.now)
-    plan(observation, decision)
+    plan(observation, decision, effects_of(decision.actions))
     view = view_of(read_jobset(job), {})
     assert view["name"] == "w" and view["restarts"] == 2
     goodput_view(read_jobset(job), 200.0)
@@ -125,38 +142,45 @@ def test_a_state_annotation_that_is_not_a_record_never_breaks_a_reconcile(kueue:
 # ---------------------------------------------------------------------- planning
 
 
-def test_every_planning_handler_handles_every_action_type() -> None:
-    assert all(callable(getattr(Enactment, method, None)) for method in act.HANDLER_METHODS.values())
+ENACTED = [
+    (act.Reject("w", "too big"), "Rejected", True),
+    (act.Admit("w", 1, ("a", "b", "c")), "Admitted", False),
+    (act.Preempt("w", "h", "preempted by h"), "Preempted", True),
+    (act.Restart("w", 2, ("x", "b", "c"), "lost", charged=False), "Restarted", False),
+    (act.StartWorkers("w", 2, ("x", "b", "c")), None, False),
+    (act.Requeue("w", "no capacity"), "Requeued", True),
+    (act.ScaleDown("w", ("b",), ("a", "c"), 1, "lost", ("a", None, "c"), (1,)), "ScaledDown", True),
+    (act.ScaleUp("w", ("b",), ("a", "c", "b"), 2, ("a", "b", "c")), "ScaledUp", False),
+    (act.Fail("w", "boom"), "Failed", True),
+    (act.Complete("w"), None, False),  # JobSet reports it itself
+    (act.Remove("w"), None, False),  # nothing left to report it on
+]
+
+
+def test_the_enactment_table_has_every_action_type() -> None:
+    assert {type(action) for action, _, _ in ENACTED} == set(act.ACTION_TYPES)
 
 
 @pytest.mark.parametrize(
-    ("action", "after"),
-    [
-        (act.Admit("w", 1, ("x", "y", "z")), ["x", "y", "z"]),
-        (act.Restart("w", 2, ("x", "b"), "lost", charged=False), ["x", "b", None]),
-        (act.ScaleDown("w", ("b",), ("a", "c"), 1, "lost"), ["a", None, "c"]),
-        (act.Preempt("w", "h", "preempted"), [None, None, None]),
-        (act.Requeue("w", "no capacity"), [None, None, None]),
-        (act.Fail("w", "boom"), [None, None, None]),
-        (act.Complete("w"), [None, None, None]),
-        (act.StartWorkers("w", 1, ("a", "b", "c")), ["a", "b", "c"]),
-        (act.Reject("w", "too big"), ["a", "b", "c"]),
-        (act.Remove("w"), ["a", "b", "c"]),
-    ],
+    ("action", "event", "warning"), ENACTED, ids=lambda value: type(value).__name__ if isinstance(value, act.ACTION_TYPES) else None
 )
-def test_replica_map_after_each_action(action: act.Action, after: list[str | None]) -> None:
-    assert replicas_after([action], ["a", "b", "c"], 3) == after
+def test_each_action_is_enacted_from_its_effect(action: act.Action, event: str | None, warning: bool) -> None:
+    """An action's Event (the local timeline's message) and the Jobs it replaces are read off
+    its effect: no second per-action handler here."""
+    effect = effect_of(action)
+    for suspends in (True, False):
+        operations = enacted("w", effect, suspends)
+        events = [op for op in operations if isinstance(op, ops.RecordEvent)]
+        assert events == ([ops.RecordEvent("w", event, effect.message, warning=warning)] if event else [])
 
 
-def test_scale_up_fills_parked_replicas_in_order() -> None:
-    grown = replicas_after([act.ScaleUp("w", ("x", "y"), ("x", "b", "y"), 2)], [None, "b", None], 3)
-    assert grown == ["x", "b", "y"]
-
-
-def _observation(kueue: bool, replicas: list[str | None]):
-    observation = observe([], [jobset()], [], [], KubeSettings(kueue=kueue), "c", now=0.0)
-    observation.replicas["w"] = replicas
-    return observation
+def test_the_replica_map_recorded_has_an_entry_per_replica_index() -> None:
+    queued = Workload(spec=SPEC, seq=0, created_at=0.0)
+    assert replica_slots(queued) == [None, None, None]
+    shrunk = Workload(spec=SPEC, seq=0, created_at=0.0, phase=WorkloadPhase.RUNNING, slices=("a", "c"), replicas=("a", None, "c"))
+    assert replica_slots(shrunk) == ["a", None, "c"]
+    given = Workload(spec=SPEC, seq=0, created_at=0.0, phase=WorkloadPhase.RUNNING, slices=("a", "b"))
+    assert replica_slots(given) == ["a", "b", None]  # the last replica gave its slice away
 
 
 def test_what_stops_a_workload_is_suspension_and_under_kueue_a_restart_in_place() -> None:
@@ -164,21 +188,27 @@ def test_what_stops_a_workload_is_suspension_and_under_kueue_a_restart_in_place(
     suspended without Kueue (level-triggered, no operation here) and restarted in place under
     Kueue, its new pods held behind the gate."""
     for kueue in (False, True):
-        observation = _observation(kueue, ["a", "b", "c"])
-        enactment = Enactment(observation, observation.jobsets["w"])
-        admitted = act.dispatch(act.Admit("w", 1, ("a", "b", "c")), enactment)
-        requeued = act.dispatch(act.Requeue("w", "no capacity"), enactment)
-        preempted = act.dispatch(act.Preempt("w", "h", "preempted by h"), enactment)
-        scaled = act.dispatch(act.ScaleDown("w", ("b",), ("a", "c"), 1, "lost"), enactment)
+        def enact(action: act.Action) -> list[ops.Operation]:
+            return enacted("w", effect_of(action), suspends=not kueue)
+
+        admitted = enact(act.Admit("w", 1, ("a", "b", "c")))
+        requeued = enact(act.Requeue("w", "no capacity"))
+        preempted = enact(act.Preempt("w", "h", "preempted by h"))
+        restarted = enact(act.Restart("w", 2, ("x", "b", "c"), "lost", charged=False))
+        failed = enact(act.Fail("w", "boom"))
+        scaled = enact(act.ScaleDown("w", ("b",), ("a", "c"), 1, "lost", ("a", None, "c"), (1,)))
         # The Event says what the local timeline says (one text per action: core/effects.py).
         assert admitted == [ops.RecordEvent("w", "Admitted", "admitted on a, b, c (attempt 1)")]
         assert (ops.RecreateJobs("w") in requeued) is kueue and (ops.RecreateJobs("w") in preempted) is kueue
-        assert scaled[0] == ops.RecreateJobs("w", (1,))  # only the lost replica's Job, in both modes
+        assert restarted[0] == ops.RecreateJobs("w") and not any(isinstance(op, ops.RecreateJobs) for op in failed)
+        assert scaled[0] == ops.RecreateJobs("w", (1,))  # only the parked replica's Job, in both modes
 
 
 def test_elastic_membership_is_coordinated_by_the_first_active_replica() -> None:
-    workload = Workload(spec=SPEC, seq=0, created_at=0.0, phase=WorkloadPhase.RUNNING, membership=3)
-    membership = elastic_membership("w", workload, [None, "b", "c"], 4)
+    workload = Workload(
+        spec=SPEC, seq=0, created_at=0.0, phase=WorkloadPhase.RUNNING, slices=("b", "c"), replicas=(None, "b", "c"), membership=3
+    )
+    membership = elastic_membership("w", workload, 4)
     assert membership.master_addr == contract.coordinator_host("w", 1) == "w-slice-1-0.w"
     assert membership.master_port == contract.DEFAULT_MASTER_PORT + 4  # a port per generation
     assert (membership.slices, membership.world_size) == (("b", "c"), 8)

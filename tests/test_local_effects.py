@@ -23,6 +23,7 @@ from hotswap.backends.local.workers.environment import worker_environment
 from hotswap.backends.local.workers.supervisor import WorkerLaunch
 from hotswap.core import actions as act
 from hotswap.core import events as ev
+from hotswap.core.effects import effect_of
 from hotswap.core.model import Node, Slice, Snapshot
 from hotswap.core.workload import Workload
 from hotswap.backends.local.resize import resize_events
@@ -87,27 +88,28 @@ def snapshot() -> Snapshot:
             act.StartWorkers("w", 3, ("s0", "s1")),
             WorkerPlan(generation=("s0", "s1"), start=("s0", "s1"), slices=("s0", "s1"), indexes=(0, 1), attempt=3),
         ),
-        (act.ScaleDown("w", ("s1",), ("s0",), 2, "node failed"), WorkerPlan(stop=(LIVE[2],), generation=("s0",))),
+        (act.ScaleDown("w", ("s1",), ("s0",), 2, "node failed", ("s0",), (1,)), WorkerPlan(stop=(LIVE[2],), generation=("s0",))),
         (
-            act.ScaleUp("w", ("s1",), ("s0", "s1"), 3),  # s1's worker is the joiner's predecessor's row
+            act.ScaleUp("w", ("s1",), ("s0", "s1"), 3, ("s0", "s1")),  # s1's worker is the joiner's predecessor's row
             WorkerPlan(generation=("s0", "s1"), start=("s1",), slices=("s0", "s1"), indexes=(1,), attempt=2, cause="elastic"),
         ),
     ],
     ids=lambda value: type(value).__name__ if not isinstance(value, WorkerPlan) else "",
 )
 def test_plan_of_each_action(action: act.Action, expected: WorkerPlan) -> None:
-    assert effects.plan(action, workload(), LIVE) == expected
+    assert effects.plan(effect_of(action), workload(), LIVE) == expected
 
 
-def test_a_joiner_takes_the_parked_index_of_the_lost_replica_and_survivors_keep_theirs() -> None:
+def test_a_joiner_starts_as_the_replica_the_core_assigned_it() -> None:
     """Replicas 0, 1, 2 on s0, s1, s2; s1 was lost (the core's list is now s0, s2) and comes
-    back: its joiner is replica 1 again, not 2 (the survivor on s2's), as on Kubernetes."""
+    back: the core gives its joiner the parked index 1 again, not 2 (the survivor on s2's), and
+    the local plan starts it as that replica, as Kubernetes releases its pod."""
     grown = workload(min_slices=2, slices=("s0", "s2", "s1"))
     grown = dataclasses.replace(grown, spec=grown.spec.model_copy(update={"num_slices": 3}))
     survivors = (row(2, 2, "s0"), row(4, 2, "s2"), row(3, 2, "s1", "stopping"))
-    plan = effects.plan(act.ScaleUp("w", ("s1",), ("s0", "s2", "s1"), 4), grown, survivors)
-    assert plan.start == ("s1",) and plan.indexes == (1,)
-    two = effects.plan(act.ScaleUp("w", ("s1", "s0"), ("s2", "s1", "s0"), 4), grown, (row(4, 2, "s2"),))
+    plan = effects.plan(effect_of(act.ScaleUp("w", ("s1",), ("s0", "s2", "s1"), 4, ("s0", "s1", "s2"))), grown, survivors)
+    assert plan.start == ("s1",) and plan.indexes == (1,) and plan.slices == ("s0", "s2", "s1")
+    two = effects.plan(effect_of(act.ScaleUp("w", ("s1", "s0"), ("s2", "s1", "s0"), 4, ("s1", "s0", "s2"))), grown, (row(4, 2, "s2"),))
     assert two.indexes == (0, 1)  # the parked indexes, in order
 
 
@@ -115,15 +117,15 @@ def test_every_action_type_is_planned_and_has_a_timeline_message() -> None:
     examples = {
         act.Reject: act.Reject("w", "r"), act.Admit: act.Admit("w", 1, ("s0",)), act.Preempt: act.Preempt("w", "p", "r"),
         act.Restart: act.Restart("w", 1, ("s0",), "r", True), act.StartWorkers: act.StartWorkers("w", 1, ("s0",)),
-        act.Requeue: act.Requeue("w", "r"), act.ScaleDown: act.ScaleDown("w", ("s1",), ("s0",), 1, "r"),
-        act.ScaleUp: act.ScaleUp("w", ("s1",), ("s0", "s1"), 1), act.Fail: act.Fail("w", "r"),
+        act.Requeue: act.Requeue("w", "r"), act.ScaleDown: act.ScaleDown("w", ("s1",), ("s0",), 1, "r", ("s0",), (1,)),
+        act.ScaleUp: act.ScaleUp("w", ("s1",), ("s0", "s1"), 1, ("s0", "s1")), act.Fail: act.Fail("w", "r"),
         act.Complete: act.Complete("w"), act.Remove: act.Remove("w"),
     }
     assert set(examples) == set(act.ACTION_TYPES)
     state = snapshot()
     for action in examples.values():
-        assert isinstance(effects.plan(action, workload(), ()), WorkerPlan)
-        entry = timeline.action_entry(action, state, state)
+        assert isinstance(effects.plan(effect_of(action), workload(), ()), WorkerPlan)
+        entry = timeline.action_entry(effect_of(action), state, state)
         assert entry.kind == type(action).__name__.lower() and entry.message and entry.workload == "w"
         assert entry.seq == (None if isinstance(action, act.Reject) else 4)  # a rejected workload has no timeline
 
@@ -141,7 +143,7 @@ def test_timeline_entries_of_inputs() -> None:
         timeline.Entry("node-repaired", "node s2-0 repaired (uncordoned)", data={"node": "s2-0", "reason": ""}),
         timeline.Entry("worker-exited", "worker s1/1 of attempt 2 exited with code 3", "w", 4, {"code": 3, "attempt": 2}),
     ]
-    assert timeline.action_entry(act.Admit("w", 3, ("s0",), start=False), state, state).message == (
+    assert timeline.action_entry(effect_of(act.Admit("w", 3, ("s0",), start=False)), state, state).message == (
         "admitted on s0 (attempt 3); waiting for old workers"
     )
 
@@ -167,7 +169,7 @@ def test_the_launcher_starts_a_plan_with_the_contract_environment(tmp_path: Path
         launch = launch_record(environ={"PATH": "/bin"}, cwd="/", user_env={"U": "1"}, checkpoint_dir=str(tmp_path / "ck"))
         store.launches.add("w", workload_to_json(elastic), launch)
         survivor = WorkerRow(1, WorkerIdentity("w", 4, 2, "s2", 0, 0, "s2-0"), "/w/1", 101, 1, "running", None, 0.0, None, None, None)
-        plan = effects.plan(act.ScaleUp("w", ("s0",), ("s2", "s0"), 3), elastic, (survivor,))
+        plan = effects.plan(effect_of(act.ScaleUp("w", ("s0",), ("s2", "s0"), 3, ("s2", "s0"))), elastic, (survivor,))
         launches = Launcher(store, paths).launches(elastic, plan, snapshot())
         generation, port = store.launches.membership("w")
     assert [(x.identity.slice, x.identity.replica, x.identity.host, x.identity.node) for x in launches] == [
@@ -189,7 +191,7 @@ def test_why_held_back_workers_start_survives_a_controller_restart(tmp_path: Pat
         store.init_cluster(ClusterRecord("c", "local", "v5p-16", 0.0))
         store.launches.add("w", workload_to_json(held), launch_record(environ={}, cwd="/", user_env={}, checkpoint_dir=str(tmp_path)))
         assert Launcher(store, paths).launches(held, WorkerPlan(attempt=3, cause="hotswap"), snapshot()) == []
-        start = effects.plan(act.StartWorkers("w", 3, ("s1", "s2")), held, ())
+        start = effects.plan(effect_of(act.StartWorkers("w", 3, ("s1", "s2"))), held, ())
         assert start.cause is None  # the StartWorkers itself does not know why
         launches = Launcher(store, paths).launches(held, start, snapshot())  # as after a controller restart
         left = store.launches.get("w")
@@ -223,3 +225,11 @@ def test_resize_adds_new_names_and_removes_free_slices_first() -> None:
     assert resize_events(state, record, 3) == []
     assert resize_events(state, record, 1) == [ev.SliceRemoved("s2"), ev.SliceRemoved("s1")]
 
+
+
+def test_a_scales_timeline_entry_carries_the_replica_map_after_it() -> None:
+    state = snapshot()
+    shrunk = timeline.action_entry(effect_of(act.ScaleDown("w", ("s1",), ("s0", "s2"), 2, "lost", ("s0", None, "s2"), (1,))), state, state)
+    assert shrunk.data is not None and (shrunk.data["replicas"], shrunk.data["parked"]) == (("s0", None, "s2"), (1,))
+    grown = timeline.action_entry(effect_of(act.ScaleUp("w", ("s1",), ("s0", "s2", "s1"), 3, ("s0", "s1", "s2"))), state, state)
+    assert grown.data is not None and grown.data["replicas"] == ("s0", "s1", "s2")

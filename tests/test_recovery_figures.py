@@ -9,6 +9,7 @@ from hotswap.api.phases import WorkloadPhase
 from hotswap.api.spec import workload_spec
 from hotswap.backends.kit.figures import RecoveryFigures, expected_workers, preemptions_between
 from hotswap.core import actions as act
+from hotswap.core.effects import effects_of
 from hotswap.core.workload import Workload
 
 SPEC = workload_spec(name="w", command="python3 train.py", device_type="v6e-16", num_slices=3, min_slices=2)
@@ -59,7 +60,8 @@ def test_a_hotswap_recovers_when_every_worker_of_its_attempt_runs() -> None:
     metrics = Recorded()
     figures = RecoveryFigures(metrics)  # type: ignore[arg-type]
     restart = act.Restart("w", 2, ("x", "b"), "node lost", charged=False)
-    figures.round_done([restart, act.Restart("v", 2, ("y",), "exit 1", charged=True)], {}, {}, now=100.0, loss_since={"w": 90.0})
+    decided = effects_of([restart, act.Restart("v", 2, ("y",), "exit 1", charged=True)])
+    figures.round_done(decided, {}, {}, now=100.0, loss_since={"w": 90.0})
     assert metrics.hotswaps == 1 and set(figures.recovering) == {"w"}
     workload = running_on(("x", "b"), 2)
     figures.check_recoveries({"w": workload}, lambda w: 7, now=130.0)
@@ -76,6 +78,6 @@ def test_a_round_is_reported_in_one_shape_on_both_backends() -> None:
     preempted = dataclasses.replace(running_on((), 1), preemptions=1)
     snapshot = object()
     restart = act.Restart("w", 2, ("x",), "node lost", charged=False)
-    figures.account_round([restart], {"w": 0}, {"w": preempted}, snapshot, 5.0, seconds=0.25, writes=3)  # type: ignore[arg-type]
+    figures.account_round(effects_of([restart]), {"w": 0}, {"w": preempted}, snapshot, 5.0, seconds=0.25, writes=3)  # type: ignore[arg-type]
     assert metrics.rounds == [(0.25, 3)] and metrics.snapshot is snapshot
     assert metrics.hotswaps == 1 and metrics.preemptions == 1

@@ -273,16 +273,17 @@ def test_the_sdk_reads_its_own_run_first_and_keeps_the_signal(tmp_path: Path) ->
 def test_kubernetes_pods_learn_why_their_attempt_started(actions: str, state: dict | None, cause: str | None) -> None:
     from hotswap.backends.kubernetes.planning import start_cause
     from hotswap.core import actions as act
+    from hotswap.core.effects import effects_of
 
     made = {
         "admit1": [act.Admit("w", 1, ("s0",))],
         "admit2": [act.Admit("w", 2, ("s0",))],
         "restart_charged": [act.Restart("w", 2, ("s0",), "exit 42", charged=True)],
         "restart_infra": [act.Restart("w", 2, ("s1",), "node failed", charged=False)],
-        "scale_up": [act.ScaleUp("w", ("s1",), ("s0", "s1"), 2)],
+        "scale_up": [act.ScaleUp("w", ("s1",), ("s0", "s1"), 2, ("s0", "s1"))],
         "none": [],
     }[actions]
-    assert start_cause(made, state) == cause
+    assert start_cause(effects_of(made), state) == cause
 
 
 @pytest.mark.parametrize(

@@ -173,9 +173,10 @@ def visible_devices(indices: Sequence[int]) -> str:
 
 
 def replica_index(slices: tuple[str, ...] | list[str], slice_name: str) -> int:
-    """Replica index (JOB_INDEX) of the worker on ``slice_name`` when a placement starts every
-    replica: its position in the slice list. An elastic grow-back's joiner does not use this: it
-    takes the parked index of the replica that was lost (survivors keep theirs)."""
+    """The index of ``slice_name`` in a list of slices where replica i runs on ``slices[i]`` (a
+    membership generation's). Which replica index each worker starts as is the core's
+    assignment (``Workload.replica_map``): after an elastic shrink, survivors keep theirs and a
+    joiner takes a parked one."""
     return list(slices).index(slice_name)
 
 

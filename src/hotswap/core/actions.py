@@ -8,9 +8,10 @@ What each action asks of the workers:
   ``StartWorkers`` (BlockingRecreate, or waiting for repair).
 - ``Preempt``, ``Requeue``, ``Fail``, ``Remove``: stop every worker of the workload, gracefully
   (SIGTERM, then SIGKILL after the grace period).
-- ``ScaleDown``: stop the workers on ``removed``; ``ScaleUp``: start workers of the current
-  attempt on ``added``. Both publish membership generation ``membership`` (``slices`` is the new
-  active list); surviving workers keep running.
+- ``ScaleDown``: stop the workers on ``removed`` (replica indexes ``parked``); ``ScaleUp``: start
+  workers of the current attempt on ``added``. Both publish membership generation ``membership``
+  (``slices`` is the new active list) and carry the replica map after them (``replicas``:
+  replica i on ``replicas[i]``, None where parked); surviving workers keep running.
 - ``Complete``, ``Reject``: nothing to stop.
 
 The same, as data that the backends and the simulator enact: :func:`hotswap.core.effects.effect_of`.
@@ -76,6 +77,8 @@ class ScaleDown:
     slices: tuple[str, ...]
     membership: int
     reason: str
+    replicas: tuple[str | None, ...]  # the replica map after it
+    parked: tuple[int, ...]  # the replica indexes of ``removed``, in order
     preemptor: str | None = None  # set when it gave slices to higher-priority work
 
 
@@ -85,6 +88,7 @@ class ScaleUp:
     added: tuple[str, ...]
     slices: tuple[str, ...]
     membership: int
+    replicas: tuple[str | None, ...]  # the replica map after it: the joiners took parked indexes
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

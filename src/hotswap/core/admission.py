@@ -14,7 +14,7 @@ from hotswap.core import actions as act
 from hotswap.core.demands import Demand, DemandQueue
 from hotswap.core.workload import HOLDING, Workload
 from hotswap.core.ordering import DemandKind
-from hotswap.core.placement import fill_positions, give_up_last, reclaim_target
+from hotswap.core.placement import fill_positions, give_up_last, grow_map, kept_map, reclaim_target
 from hotswap.core.policy import VictimOrder
 from hotswap.core.preemption import Candidates, NewestFirstCandidates, RankedCandidates, plan_reclaim
 from hotswap.core.round_state import BLOCKING_RECREATE, QUEUED, RESTARTING, RUNNING, RoundState
@@ -153,6 +153,7 @@ def _preempt(state: RoundState, victim: Workload, preemptor: Workload) -> None:
         victim,
         phase=QUEUED,
         slices=(),
+        replicas=None,
         stopping=state.stopping_after_stop(victim),
         preemptions=victim.preemptions + 1,
         running_since=None,
@@ -171,24 +172,27 @@ def _grant(state: RoundState, workload: Workload, demand: Demand, got: tuple[str
         return
     state.replacing.pop(name, None)
     if workload.phase is RESTARTING:
-        # Workers not started yet: only the reservation changes; StartWorkers carries it.
+        # Workers not started yet: only the reservation changes (replica i on slices[i], as
+        # restart_in_place placed them); StartWorkers carries it.
         slices = fill_positions(demand.previous, demand.lost_at, got) if demand.previous else workload.slices + got
         state.update(workload, slices=slices)
     elif demand.kind is _GROW or not demand.restart:
-        # Elastic: the running replicas keep their indices; a joiner takes a parked index
-        # (the backends give it the index its slice left free, api/worker.py replica_index).
+        # Elastic: the running replicas keep their indices; the joiners take the parked ones.
         slices = workload.slices + got
+        replicas = grow_map(workload.replica_map, got)
         membership = workload.membership + 1
         state.update(
             workload,
             slices=slices,
+            replicas=kept_map(replicas, slices),
             membership=membership,
             status_message=f"running on {len(slices)} of {workload.spec.num_slices} slice(s)",
         )
-        state.actions.append(act.ScaleUp(name, got, slices, membership))
+        state.actions.append(act.ScaleUp(name, got, slices, membership, replicas))
     else:
         # Hotswap: every worker restarts, each replacement in a lost replica's position.
-        workload = state.update(workload, slices=fill_positions(demand.previous, demand.lost_at, got))
+        slices = fill_positions(demand.previous, demand.lost_at, got)
+        workload = state.update(workload, slices=slices, replicas=None)
         state.restart_in_place(workload, f"{demand.reason}{HOTSWAPPED_SUFFIX}", charged=False)
 
 

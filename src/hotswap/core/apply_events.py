@@ -300,6 +300,7 @@ def _fail(state: RoundState, workload: Workload, reason: str) -> None:
         workload,
         phase=_FAILED,
         slices=(),
+        replicas=None,
         stopping=state.stopping_after_stop(workload),
         status_message=f"failed: {reason}",
     )
@@ -317,6 +318,7 @@ def _complete(state: RoundState, workload: Workload, exited: frozenset[tuple[str
         workload,
         phase=_SUCCESSFUL,
         slices=(),
+        replicas=None,
         exited_ok=exited,
         status_message=f"finished: all {workers} workers exited 0",
     )

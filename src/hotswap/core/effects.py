@@ -1,30 +1,48 @@
 """What an action does to a workload's workers, in one place: :func:`effect_of`.
 
 The local backend, the Kubernetes backend and the simulator only enact an
-:class:`ActionEffect` (stop these workers, start those, publish a membership generation,
-record this message); none of them decides again which workers an action stops, why its
-workers start, or how it reads in the timeline. Pure: one action in, one small object out.
+:class:`ActionEffect` (stop these workers, start those as these replica indexes, publish a
+membership generation, record this message); none of them decides again which workers an
+action stops, which replica a slice runs, why its workers start, or how it reads in the
+timeline. Each computes it once per action. Pure: one action in, one small object out.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
+from collections.abc import Iterable
 
 from hotswap.api.runs import CAUSE_ELASTIC
 from hotswap.core import actions as act
 
-# Which of the workload's workers stop (``ActionEffect.stop``).
-STOP_NONE = "none"
-STOP_ALL = "all"  # every worker of the workload
-STOP_OLDER = "older"  # those of attempts before ``ActionEffect.attempt``
-STOP_REMOVED = "removed"  # those on ``ActionEffect.removed``
 
-# How the replica list (replica i on slice i) changes (``ActionEffect.placement``).
-KEEP = "keep"  # unchanged
-PLACE = "place"  # replica i now runs on ``replicas[i]``
-PARK = "park"  # no replica runs anywhere
-SHRINK = "shrink"  # the replicas on ``removed`` are parked; the others keep their index
-GROW = "grow"  # ``start`` (the added slices) fill the parked replicas, in order
+class Stop(enum.Enum):
+    """Which of the workload's workers stop."""
+
+    NONE = "none"
+    ALL = "all"  # every worker of the workload
+    OLDER = "older"  # those of attempts before ``ActionEffect.attempt``
+    REMOVED = "removed"  # those on ``ActionEffect.removed`` (replica indexes ``parked``)
+
+
+class Placement(enum.Enum):
+    """How the replica map changes; ``ActionEffect.replicas`` is the map after it."""
+
+    KEEP = "keep"  # unchanged (``replicas`` is not this action's to say)
+    PLACE = "place"  # every replica placed: replica i on ``replicas[i]``
+    PARK = "park"  # no replica runs anywhere
+    SHRINK = "shrink"  # the replicas on ``removed`` are parked; the others keep their index
+    GROW = "grow"  # ``start`` (the added slices) take parked indexes, lowest first
+
+
+class Outcome(enum.Enum):
+    """How the workload ended, when the action ends it."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    REJECTED = "rejected"
+    DELETED = "deleted"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -32,30 +50,48 @@ class ActionEffect:
     """What ``action`` does to its workload's workers (see :mod:`hotswap.core.actions`)."""
 
     action: act.Action
-    stop: str = STOP_NONE  # which workers stop (STOP_*); gracefully: SIGTERM, SIGKILL after the grace period
+    stop: Stop = Stop.NONE  # which workers stop; gracefully: SIGTERM, SIGKILL after the grace period
     graceful: bool = True  # False: the stop follows a loss (work since the last checkpoint is lost)
-    removed: tuple[str, ...] = ()  # the slices whose workers stop (STOP_REMOVED)
-    start: tuple[str, ...] = ()  # slices whose workers start now...
-    replicas: tuple[str, ...] = ()  # ...as replicas of this list (replica i on replicas[i])
-    attempt: int | None = None  # ...in this attempt (None: the workload's current one)
+    removed: tuple[str, ...] = ()  # the slices whose workers stop (Stop.REMOVED)...
+    parked: tuple[int, ...] = ()  # ...and their replica indexes, parked
+    start: tuple[str, ...] = ()  # slices whose workers start now, each as its replica in ``replicas``
+    replicas: tuple[str | None, ...] = ()  # the assignment after the action: replica i on replicas[i] (None: parked)
+    attempt: int | None = None  # the attempt its workers start in (None: the workload's current one)
     generation: tuple[str, ...] | None = None  # a new membership generation of these active slices
-    placement: str = KEEP  # how the replica list changes
+    placement: Placement = Placement.KEEP  # how the replica map changes
     held: bool = False  # a new attempt whose workers wait for a later StartWorkers
     cause: str | None = None  # why its workers start (START_CAUSES); None: not this action's to say
     replaced: bool = False  # every worker of the workload (on Kubernetes, every Job) is replaced
     hotswap: bool = False  # counts as a hotswap: restarted on other capacity, never charged
     preemption: bool = False  # counts as a preemption: stopped whole for higher-priority work
-    outcome: str | None = None  # the workload is done: "completed", "failed", "rejected" or "deleted"
+    outcome: Outcome | None = None  # the workload is done
+    event: str | None = None  # what happened, in one word (the Kubernetes Event's reason); None: nothing to report
+    warning: bool = False  # it reports a stop, a loss or a refusal (a Warning Event)
+    rejection: str | None = None  # why the workload was rejected (Outcome.REJECTED), kept on its JobSet
 
     @property
     def message(self) -> str:
         """The action in words: the local timeline's entry and the Kubernetes Event's message."""
         return act.dispatch(self.action, _MESSAGES)
 
+    @property
+    def requeued(self) -> bool:
+        """The workload stops whole and waits in the queue again (preempted or requeued)."""
+        return self.placement is Placement.PARK and self.outcome is None
+
+    def replica_of(self, slice_name: str) -> int:
+        """The replica index (JOB_INDEX) the workers of ``slice_name``, one of ``start``, start as."""
+        return self.replicas.index(slice_name)
+
 
 def effect_of(action: act.Action) -> ActionEffect:
     """What ``action`` does to its workload's workers."""
     return act.dispatch(action, _EFFECTS)
+
+
+def effects_of(actions: Iterable[act.Action]) -> list[ActionEffect]:
+    """The effect of each action, in order: what a backend computes once per decision."""
+    return [act.dispatch(action, _EFFECTS) for action in actions]
 
 
 def admit_cause(attempt: int) -> str:
@@ -77,53 +113,68 @@ class _Effects:
     """The :class:`~hotswap.core.actions.ActionHandler` behind :func:`effect_of`."""
 
     @staticmethod
-    def _new_attempt(action: act.Admit | act.Restart, cause: str, replaced: bool, hotswap: bool) -> ActionEffect:
+    def _new_attempt(
+        action: act.Admit | act.Restart, cause: str, replaced: bool, hotswap: bool, event: str
+    ) -> ActionEffect:
         slices, start = action.slices, action.start
         return ActionEffect(
-            action, stop=STOP_OLDER, graceful=not replaced, start=slices if start else (), replicas=slices,
-            attempt=action.attempt, generation=slices if start else None, placement=PLACE, held=not start,
-            cause=cause, replaced=replaced, hotswap=hotswap,
+            action, stop=Stop.OLDER, graceful=not replaced, start=slices if start else (), replicas=slices,
+            attempt=action.attempt, generation=slices if start else None, placement=Placement.PLACE, held=not start,
+            cause=cause, replaced=replaced, hotswap=hotswap, event=event,
         )
 
     def on_reject(self, action: act.Reject) -> ActionEffect:
-        return ActionEffect(action, outcome="rejected")
+        return ActionEffect(action, outcome=Outcome.REJECTED, event="Rejected", warning=True, rejection=action.reason)
 
     def on_admit(self, action: act.Admit) -> ActionEffect:
-        return self._new_attempt(action, admit_cause(action.attempt), replaced=False, hotswap=False)
+        return self._new_attempt(action, admit_cause(action.attempt), replaced=False, hotswap=False, event="Admitted")
 
     def on_restart(self, action: act.Restart) -> ActionEffect:
-        return self._new_attempt(action, restart_cause(action.charged), replaced=True, hotswap=not action.charged)
+        return self._new_attempt(
+            action, restart_cause(action.charged), replaced=True, hotswap=not action.charged, event="Restarted"
+        )
 
     def on_start_workers(self, action: act.StartWorkers) -> ActionEffect:
         # Held back by BlockingRecreate or a repair: the cause is the restart's, kept by the backend.
+        # The slices are those reserved meanwhile (a loss may have replaced one): placed anew.
         slices = action.slices
-        return ActionEffect(action, start=slices, replicas=slices, attempt=action.attempt, generation=slices)
+        return ActionEffect(
+            action, start=slices, replicas=slices, attempt=action.attempt, generation=slices, placement=Placement.PLACE
+        )
 
     def on_preempt(self, action: act.Preempt) -> ActionEffect:
-        return ActionEffect(action, stop=STOP_ALL, placement=PARK, preemption=True)
+        return ActionEffect(
+            action, stop=Stop.ALL, placement=Placement.PARK, preemption=True, event="Preempted", warning=True
+        )
 
     def on_requeue(self, action: act.Requeue) -> ActionEffect:
-        return ActionEffect(action, stop=STOP_ALL, graceful=False, placement=PARK, replaced=True)
+        return ActionEffect(
+            action, stop=Stop.ALL, graceful=False, placement=Placement.PARK, replaced=True, event="Requeued", warning=True
+        )
 
     def on_fail(self, action: act.Fail) -> ActionEffect:
-        return ActionEffect(action, stop=STOP_ALL, placement=PARK, outcome="failed")
+        return ActionEffect(
+            action, stop=Stop.ALL, placement=Placement.PARK, outcome=Outcome.FAILED, event="Failed", warning=True
+        )
 
     def on_remove(self, action: act.Remove) -> ActionEffect:
-        return ActionEffect(action, stop=STOP_ALL, outcome="deleted")
+        return ActionEffect(action, stop=Stop.ALL, outcome=Outcome.DELETED)  # nothing left to report it on
 
     def on_complete(self, action: act.Complete) -> ActionEffect:
-        return ActionEffect(action, placement=PARK, outcome="completed")
+        return ActionEffect(action, placement=Placement.PARK, outcome=Outcome.COMPLETED)  # JobSet reports it itself
 
     def on_scale_down(self, action: act.ScaleDown) -> ActionEffect:
         # Giving slices to higher-priority work is coordinated; losing them is not.
         return ActionEffect(
-            action, stop=STOP_REMOVED, graceful=action.preemptor is not None, removed=action.removed,
-            generation=action.slices, placement=SHRINK,
+            action, stop=Stop.REMOVED, graceful=action.preemptor is not None, removed=action.removed,
+            parked=action.parked, replicas=action.replicas, generation=action.slices, placement=Placement.SHRINK,
+            event="ScaledDown", warning=True,
         )
 
     def on_scale_up(self, action: act.ScaleUp) -> ActionEffect:
         return ActionEffect(
-            action, start=action.added, replicas=action.slices, generation=action.slices, placement=GROW, cause=CAUSE_ELASTIC
+            action, start=action.added, replicas=action.replicas, generation=action.slices, placement=Placement.GROW,
+            cause=CAUSE_ELASTIC, event="ScaledUp",
         )
 
 

@@ -47,7 +47,7 @@ def handle_losses(state: RoundState) -> None:
                 _want_replacement(state, workload, keep, lost_at, reason, restart=False)
         elif hotswap:
             state.release(workload, gone)
-            state.update(workload, slices=keep)
+            state.update(workload, slices=keep, replicas=None)  # restarted (or requeued) below
             _want_replacement(state, workload, keep, lost_at, reason, restart=True)
         elif removed:
             state.requeue(workload, f"{reason}; it cannot wait for repair")

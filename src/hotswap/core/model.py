@@ -130,6 +130,10 @@ class Snapshot:
         for item in self.slices.values():
             assert rebuilt.slices[item.name].down_nodes == item.down_nodes, "down_nodes drifted"
         for w in self.workloads.values():
+            placed = [s for s in w.replica_map if s is not None]
+            assert sorted(placed) == sorted(w.slices) and len(set(placed)) == len(placed), f"{w.name}'s replica map drifted"
+            assert len(w.replica_map) <= w.spec.num_slices, f"{w.name} has replicas past its size"
+            assert w.replicas is None or (w.replicas != w.slices and w.replicas[-1] is not None), f"{w.name}'s map has two forms"
             if not w.slices:
                 continue
             workers = {(s, h) for s in w.slices for h in range(len(self.slices[s].nodes))}

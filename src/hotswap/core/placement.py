@@ -1,16 +1,23 @@
-"""How a demand gets its slices and where each replica runs, like Kueue's flavor assigner.
+"""How a demand gets its slices and which replica runs where, like Kueue's flavor assigner.
 
-``Workload.slices[i]`` runs replica ``i`` (JobSet's ``JOB_INDEX``), so the order of a
-workload's slices is part of what the core decides: survivors keep their positions through a
-hotswap, elastic scale-downs give up the last replicas, and growth appends.
+The core writes the assignment, the backends apply it (Kueue's split: the scheduler assigns, the
+job side enacts). A workload's :attr:`~hotswap.core.workload.Workload.replica_map` says which
+slice runs each replica index (JobSet's ``JOB_INDEX``). Every (re)start places replica ``i`` on
+``slices[i]``: survivors keep their positions through a hotswap (:func:`fill_positions`). An
+elastic scale-down parks the replicas it removes and the others keep their indexes
+(:func:`shrink_map`; a shrink for higher-priority work gives up the last replicas,
+:func:`give_up_last`), and a grow-back's joiners take the parked indexes, lowest first
+(:func:`grow_map`). The actions carry the map after them, so a backend never works it out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING
 
-from hotswap.core.capacity import Capacity
-from hotswap.core.workload import Workload
+if TYPE_CHECKING:  # the store's codec reads maps with this module: it need not load the round's capacity
+    from hotswap.core.capacity import Capacity
+    from hotswap.core.workload import Workload
 
 
 def reclaim_target(capacity: Capacity, workload: Workload, have: int, want: int, need: int) -> int:
@@ -65,3 +72,58 @@ def give_up_last(slices: tuple[str, ...], count: int) -> tuple[tuple[str, ...], 
     their indices. Returns the slices kept and the slices given up."""
     cut = len(slices) - count
     return slices[:cut], slices[cut:]
+
+
+ReplicaMap = tuple[str | None, ...]  # replica index -> its slice (None: parked), no None at the end
+
+
+def shrink_map(replicas: ReplicaMap, gone: Collection[str]) -> tuple[ReplicaMap, tuple[int, ...]]:
+    """The replica map once the replicas on ``gone`` (each in ``replicas``) are parked, the
+    others keeping their indexes; and the indexes parked, in order."""
+    parked = tuple(sorted(replicas.index(name) for name in gone))
+    after = list(replicas)
+    for index in parked:
+        after[index] = None
+    return _trimmed(after), parked
+
+
+def grow_map(replicas: ReplicaMap, added: Sequence[str]) -> ReplicaMap:
+    """The replica map once ``added`` join: each takes a parked index, lowest first, in order;
+    those left over take the indexes after the last."""
+    after = list(replicas)
+    joining = iter(added)
+    for index, name in enumerate(after):
+        if name is None:
+            joiner = next(joining, None)
+            if joiner is None:
+                break
+            after[index] = joiner
+    after.extend(joining)
+    return _trimmed(after)
+
+
+def kept_map(replicas: ReplicaMap, slices: tuple[str, ...]) -> ReplicaMap | None:
+    """What :attr:`Workload.replicas <hotswap.core.workload.Workload.replicas>` keeps of a map:
+    None when it is the slices' own (replica i on slices[i]), so one map has one form."""
+    return None if replicas == slices else replicas
+
+
+def recorded_map(recorded: object, slices: tuple[str, ...], size: int) -> ReplicaMap | None:
+    """The :attr:`Workload.replicas <hotswap.core.workload.Workload.replicas>` of a stored map
+    (a record's ``replicas``: a list, padded with None to the workload's size or not). A record
+    without one (an earlier release's), or with one that is not a map of exactly ``slices``
+    within ``size`` indexes (edited by hand), gets the slices' own map."""
+    if not isinstance(recorded, list) or not all(s is None or isinstance(s, str) for s in recorded):
+        return None
+    replicas = _trimmed(recorded)
+    placed = [s for s in replicas if s is not None]
+    if len(replicas) > size or len(placed) != len(slices) or set(placed) != set(slices):
+        return None
+    return kept_map(replicas, slices)
+
+
+def _trimmed(replicas: Sequence[str | None]) -> ReplicaMap:
+    end = len(replicas)
+    while end and replicas[end - 1] is None:
+        end -= 1
+    return tuple(replicas[:end])

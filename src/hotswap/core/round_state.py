@@ -18,6 +18,7 @@ from hotswap.core.cow import Overlay
 from hotswap.core.demands import Demand, DemandQueue
 from hotswap.core.index import QUEUED, RESTARTING, RUNNING, WorkloadIndex
 from hotswap.core.model import Snapshot
+from hotswap.core.placement import kept_map, shrink_map
 from hotswap.core.workload import Workload, replace_workload
 from hotswap.core.policy import SchedulerConfig
 
@@ -27,7 +28,7 @@ BLOCKING_RECREATE = RestartStrategy.BLOCKING_RECREATE
 # move it in any index.
 _UNINDEXED = frozenset(
     {"attempt", "stopping", "membership", "restarts", "disruptions", "preemptions", "last_checkpoint_step",
-     "exited_ok", "status_message", "status_time"}
+     "exited_ok", "status_message", "status_time", "replicas"}
 )
 
 
@@ -120,7 +121,7 @@ class RoundState:
         return workload.stopping
 
     def restart_in_place(self, workload: Workload, reason: str, charged: bool, wait_for_repair: bool = False) -> None:
-        """Restart every worker on the slices the workload holds now.
+        """Restart every worker on the slices the workload holds now, replica i on slices[i].
 
         The new workers start at once, unless BlockingRecreate makes them wait for the old ones
         to stop or ``wait_for_repair`` for the workload's broken slices to be repaired.
@@ -131,6 +132,7 @@ class RoundState:
         self.update(
             workload,
             phase=RESTARTING if waiting else RUNNING,
+            replicas=None,
             attempt=attempt,
             stopping=self.stopping_after_stop(workload),
             restarts=workload.restarts + (1 if charged else 0),
@@ -150,6 +152,7 @@ class RoundState:
             workload,
             phase=QUEUED,
             slices=(),
+            replicas=None,
             stopping=self.stopping_after_stop(workload),
             running_since=None,
             exited_ok=frozenset(),
@@ -160,17 +163,20 @@ class RoundState:
     def scale_down(
         self, workload: Workload, keep: tuple[str, ...], gone: tuple[str, ...], reason: str, preemptor: str | None = None
     ) -> Workload:
-        """An elastic workload goes on without ``gone``; survivors keep running."""
+        """An elastic workload goes on without ``gone``; survivors keep running, and their
+        replica indexes (those of ``gone`` are parked)."""
         self.release(workload, gone)
         membership = workload.membership + 1
         left = set(gone)
         exited = workload.exited_ok
+        replicas, parked = shrink_map(workload.replica_map, gone)
         workload = self.update(
             workload,
             slices=keep,
+            replicas=kept_map(replicas, keep),
             membership=membership,
             exited_ok=frozenset(k for k in exited if k[0] not in left) if exited else exited,
             status_message=f"scaled down to {len(keep)} slice(s): {reason}",
         )
-        self.actions.append(act.ScaleDown(workload.name, gone, keep, membership, reason, preemptor))
+        self.actions.append(act.ScaleDown(workload.name, gone, keep, membership, reason, replicas, parked, preemptor))
         return workload

@@ -26,13 +26,18 @@ HOLDING = frozenset({WorkloadPhase.RUNNING, WorkloadPhase.RESTARTING})
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Workload:
-    """A workload's scheduling state. ``slices[i]`` runs replica ``i`` (JobSet's JOB_INDEX)."""
+    """A workload's scheduling state: the slices it holds, and which replica index (JobSet's
+    JOB_INDEX) each one runs, :attr:`replica_map`."""
 
     spec: WorkloadSpec
     seq: int  # creation order; FIFO tie-break within a priority level
     created_at: float
     phase: WorkloadPhase = WorkloadPhase.QUEUED
     slices: tuple[str, ...] = ()
+    # The replica map where it is not ``slices`` itself: replica i runs on replicas[i], None where
+    # an elastic scale-down parked it (the survivors keep their indexes), nothing past its end.
+    # None: replica i runs on slices[i], the map of every (re)start (see replica_map).
+    replicas: tuple[str | None, ...] | None = None
     attempt: int = 0  # generation of workers; bumped at every (re)start
     stopping: frozenset[int] = frozenset()  # attempts whose workers may still be alive
     membership: int = 0  # elastic membership generation; bumped at every scale change
@@ -60,6 +65,12 @@ class Workload:
     @property
     def device_type(self) -> str:
         return self.spec.device_type
+
+    @property
+    def replica_map(self) -> tuple[str | None, ...]:
+        """The slice each replica index runs on (None: parked), as the core assigned it: every
+        backend starts each slice's workers as the replica this map gives them."""
+        return self.slices if self.replicas is None else self.replicas
 
 
 _WORKLOAD_FIELDS = tuple(f.name for f in dataclasses.fields(Workload))

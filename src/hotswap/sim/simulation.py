@@ -26,7 +26,7 @@ from collections.abc import Callable
 from hotswap.api.phases import WorkloadPhase
 from hotswap.core import events as ev
 from hotswap.core.goodput import Category
-from hotswap.core.effects import GROW, PLACE, SHRINK, ActionEffect, effect_of
+from hotswap.core.effects import ActionEffect, Outcome, Placement, effect_of
 from hotswap.core.model import Snapshot
 from hotswap.core.policy import SchedulerConfig
 from hotswap.core.round_state import BLOCKING_RECREATE
@@ -75,6 +75,8 @@ class _Timer(enum.Enum):
 _ARRIVAL, _FAILURE, _REPAIR, _READY = _Timer.ARRIVAL, _Timer.FAILURE, _Timer.REPAIR, _Timer.READY
 _RECONFIGURED, _FINISHED, _STOPPED, _JOINED = _Timer.RECONFIGURED, _Timer.FINISHED, _Timer.STOPPED, _Timer.JOINED
 _WASTED = Category.WASTED_PROGRESS
+_PLACE, _SHRINK, _GROW = Placement.PLACE, Placement.SHRINK, Placement.GROW  # (enum member reads are slow on 3.11)
+_COMPLETED = Outcome.COMPLETED
 _COLLECT_EVERY = 1000  # decisions between runs of the cyclic garbage collector (see run)
 
 
@@ -340,11 +342,12 @@ class _JobResponse:
 
     def enact(self, job: Job, effect: ActionEffect) -> None:
         main = job.stream is None
+        placement = effect.placement
         if effect.outcome is not None:
-            self._end(job, effect.outcome == "completed")
-        elif effect.placement == SHRINK:
+            self._end(job, effect.outcome is _COMPLETED)
+        elif placement is _SHRINK:
             self._shrink(job, effect, main)
-        elif effect.placement == GROW:
+        elif placement is _GROW:
             self._grow(job, effect, main)
         elif effect.replaced or effect.preemption:
             # The simulator injects only node failures, so every replacement follows a hard stop.
@@ -360,7 +363,7 @@ class _JobResponse:
                 sim.counts.preemption_lost_s += job.ledger.seconds[_WASTED] - wasted
             else:
                 job.stop(sim.now, sim.config, not effect.graceful)
-            if effect.placement == PLACE:
+            if placement is _PLACE:
                 self._start(job, effect)
             else:
                 job.active = 0
@@ -392,10 +395,11 @@ class _JobResponse:
         sim = self.sim
         sim.counts.main_reconfigurations += main
         job.account(sim.now, sim.config)
+        active = len(effect.generation or ())
         if job.mode in (STARTING, WAITING, QUEUED):
-            job.active = len(effect.replicas)
+            job.active = active
         else:
-            job.joining = len(effect.replicas) - job.active
+            job.joining = active - job.active
             job.join_token += 1
             sim._at(sim.now + sim.config.startup_s, _JOINED, (job.spec.name, job.join_token))
 

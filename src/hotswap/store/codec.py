@@ -1,4 +1,9 @@
-"""The core's records as JSON and back (what the database stores)."""
+"""The core's records as JSON and back (what the database stores).
+
+A workload's record holds its replica map (``replicas``: the slice of each replica index, None
+where parked); a record of an earlier release, without one, reads back with the map its slices
+imply (replica i on slices[i]), as do the maps of every (re)start.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import json
 from typing import Any
 
 from hotswap.api.phases import WorkloadPhase
+from hotswap.core.placement import recorded_map
 from hotswap.core.workload import Workload
 
 
@@ -16,6 +22,7 @@ def workload_to_dict(workload: Workload) -> dict[str, Any]:
         "created_at": workload.created_at,
         "phase": workload.phase.value,
         "slices": list(workload.slices),
+        "replicas": list(workload.replica_map),
         "attempt": workload.attempt,
         "stopping": sorted(workload.stopping),
         "membership": workload.membership,
@@ -40,12 +47,15 @@ def workload_from_json(text: str) -> Workload:
     from hotswap.api.spec import WorkloadSpec
 
     data = json.loads(text)
+    spec = WorkloadSpec.model_validate(data["spec"])
+    slices = tuple(data["slices"])
     return Workload(
-        spec=WorkloadSpec.model_validate(data["spec"]),
+        spec=spec,
         seq=data["seq"],
         created_at=data["created_at"],
         phase=WorkloadPhase(data["phase"]),
-        slices=tuple(data["slices"]),
+        slices=slices,
+        replicas=recorded_map(data.get("replicas"), slices, spec.num_slices),
         attempt=data["attempt"],
         stopping=frozenset(data["stopping"]),
         membership=data["membership"],

@@ -14,8 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from hotswap.api.catalog import get_device_type
 from hotswap.backends.kit.metrics import ControllerMetrics
-from hotswap.core import actions as act
-from hotswap.core.effects import effect_of
+from hotswap.core.effects import ActionEffect
 from hotswap.core.model import Snapshot
 from hotswap.core.workload import Workload
 
@@ -45,7 +44,7 @@ class RecoveryFigures:
 
     def account_round(
         self,
-        actions: Iterable[act.Action],
+        effects: Iterable[ActionEffect],
         preemptions_before: Mapping[str, object],
         after: Mapping[str, Workload | None],
         snapshot: Snapshot,
@@ -59,24 +58,24 @@ class RecoveryFigures:
         long it took and how many writes it made, what it decided (:meth:`round_done`), and the
         cluster's state after it (``snapshot``)."""
         self.metrics.reconciled(seconds, writes)
-        self.round_done(actions, preemptions_before, after, now, loss_since)
+        self.round_done(effects, preemptions_before, after, now, loss_since)
         self.metrics.observed(snapshot)
 
     def round_done(
         self,
-        actions: Iterable[act.Action],
+        effects: Iterable[ActionEffect],
         preemptions_before: Mapping[str, object],
         after: Mapping[str, Workload | None],
         now: float,
         loss_since: Mapping[str, float] | None = None,
     ) -> None:
         """Count a round's hotswaps (their recoveries begin: at ``loss_since[workload]`` when the
-        loss's time is known) and its preemptions (``preemptions_before``: each workload's count
-        before the round; ``after``: the workloads after it)."""
-        for action in actions:
-            effect = effect_of(action)
+        loss's time is known) from its actions' ``effects``, and its preemptions
+        (``preemptions_before``: each workload's count before the round; ``after``: the
+        workloads after it)."""
+        for effect in effects:
             if effect.hotswap and effect.attempt is not None:
-                name = action.workload
+                name = effect.action.workload
                 began = min((loss_since or {}).get(name, now), self.recovering.get(name, (now, 0))[0])
                 self.recovering[name] = (began, effect.attempt)
                 self.metrics.hotswapped()

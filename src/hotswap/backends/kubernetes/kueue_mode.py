@@ -76,7 +76,7 @@ def terminal_workload(workload: Workload, job: LiveJobSet) -> Workload:
     assert job.terminal is not None
     message = f"{'finished' if job.terminal is WorkloadPhase.SUCCESSFUL else 'failed'}: {job.terminal_message}"
     return dataclasses.replace(
-        workload, phase=job.terminal, slices=(), stopping=frozenset(), status_message=message,
+        workload, phase=job.terminal, slices=(), replicas=None, stopping=frozenset(), status_message=message,
         status_time=workload.status_time,
     )
 
@@ -111,7 +111,7 @@ def _queued(previous: Workload, view: KueueView | None, now: float) -> Workload:
     if previous.phase is WorkloadPhase.QUEUED and previous.status_message == message:
         return previous
     return dataclasses.replace(
-        previous, phase=WorkloadPhase.QUEUED, slices=(), stopping=frozenset(), running_since=None,
+        previous, phase=WorkloadPhase.QUEUED, slices=(), replicas=None, stopping=frozenset(), running_since=None,
         exited_ok=frozenset(), preemptions=previous.preemptions + (1 if preempted else 0),
         status_message=message, status_time=now,
     )

@@ -47,7 +47,7 @@ from hotswap.backends.kubernetes.live_objects import (
 )
 from hotswap.backends.kubernetes.pod_signals import ServiceLosses, Signals, read_signals, service_losses_of
 from hotswap.backends.kubernetes.settings import KubeSettings
-from hotswap.backends.kubernetes.state_annotation import released_of, replicas_of, workload_from_state
+from hotswap.backends.kubernetes.state_annotation import released_of, workload_from_state
 from hotswap.core import events as ev
 from hotswap.core.model import Node, Slice, Snapshot
 from hotswap.core.workload import Workload
@@ -64,7 +64,6 @@ class Observation:
     job_uids: frozenset[str]
     snapshot: Snapshot
     events: list[ev.Event]
-    replicas: dict[str, list[str | None]]  # workload -> slice of each replica index (None: parked)
     unmanaged: list[str]  # JobSets with no readable hotswap spec
     causes: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # workload -> why it lost slices
     loss_since: dict[str, float] = dataclasses.field(default_factory=dict)  # workload -> when its loss began
@@ -159,7 +158,6 @@ def observe(
         job_uids=job_uids,
         snapshot=Snapshot.build(now),
         events=[],
-        replicas={},
         unmanaged=[j.name for j in live if j.spec is None],
         child_jobs=read_child_jobs(job_list),
         coordinators=coordinators,
@@ -172,7 +170,7 @@ def observe(
     workloads = _exclusive(workloads)
     released = {j.name: released_of(j.state) for j in live}
     losses = observation.service_losses = {name: service_losses_of(job, coordinators.get(name, [])) for name, job in by_name.items()}
-    signals = read_signals(workloads, observation.pods_of, job_uids, failing, discovery, occupants, now, released, observation.replicas, losses)
+    signals = read_signals(workloads, observation.pods_of, job_uids, failing, discovery, occupants, now, released, losses)
     observation.wake_at = _earliest(signals.wake_at, _stall_check(observation))
     observation.snapshot, observation.events = _snapshot(observation, workloads, created, signals)
     return observation
@@ -216,10 +214,6 @@ def _managed_workloads(observation: Observation, live: list[LiveJobSet]) -> tupl
             continue
         if job.terminal is not None:
             workload = terminal_workload(workload, job)
-        replicas = replicas_of(job.state, job.spec.num_slices)
-        if replicas is None:
-            replicas = (list(workload.slices) + [None] * job.spec.num_slices)[: job.spec.num_slices]
-        observation.replicas[job.name] = replicas
         workloads.append(workload)
     return workloads, created
 
@@ -235,7 +229,7 @@ def _exclusive(workloads: list[Workload]) -> list[Workload]:
             mine = tuple(s for s in workload.slices if s not in taken)
             if len(mine) < len(workload.slices):
                 workload = dataclasses.replace(
-                    workload, phase=WorkloadPhase.QUEUED, slices=(), stopping=frozenset(), running_since=None,
+                    workload, phase=WorkloadPhase.QUEUED, slices=(), replicas=None, stopping=frozenset(), running_since=None,
                     status_message="requeued: another workload holds its slices",
                 )
             taken.update(mine)

@@ -10,10 +10,11 @@ environment reads), and only while the workload is RUNNING, which is how Blockin
 "old workers gone first" holds. A pod that replaces a failed worker of the running attempt
 stays behind its gate: the exit is judged first (:mod:`.pod_signals`).
 
-Some operations are edge-triggered, one per action (:class:`Enactment`: events, recreating
-Jobs); the others are level-triggered, written whenever the live objects differ from the
-decision (suspension, the state annotation, pod release and membership), so a reconcile that
-was cut short is completed by the next one, and one with nothing to change writes nothing.
+Some operations are edge-triggered, one per action and read off its effect (:func:`enacted`:
+its Event, the Jobs it recreates); the others are level-triggered, written whenever the live
+objects differ from the decision (suspension, the state annotation with the core's replica map,
+pod release and membership), so a reconcile that was cut short is completed by the next one, and
+one with nothing to change writes nothing. Each action's effect is computed once, by the caller.
 
 With Kueue, only Kueue suspends and unsuspends: what the core preempts or requeues is
 restarted in place (its pods wait behind the gate), and a failed workload is stopped by
@@ -47,36 +48,40 @@ from hotswap.backends.kubernetes.operations import (
     RecreateJobs,
     in_order,
 )
-from hotswap.backends.kubernetes.state_annotation import Released, Retiring, encode_state, released_of, state_of
-from hotswap.core import actions as act
-from hotswap.core.effects import GROW, PARK, PLACE, SHRINK, STOP_REMOVED, ActionEffect, effect_of
+from hotswap.backends.kubernetes.state_annotation import (
+    Released, Retiring, encode_state, released_of, replica_slots, state_of,
+)
+from hotswap.core.effects import ActionEffect, Placement
 from hotswap.core.workload import Workload
 from hotswap.core.scheduler import Decision
 
 
-def plan(observation: Observation, decision: Decision) -> list[Operation]:
-    """The operations that enact a decision and bring the live objects in line with it."""
+def plan(observation: Observation, decision: Decision, effects: Sequence[ActionEffect]) -> list[Operation]:
+    """The operations that enact a decision (``effects``: its actions' effects, in order) and
+    bring the live objects in line with it."""
     operations: list[Operation] = []
-    by_workload: dict[str, list[act.Action]] = {}
-    for action in decision.actions:
-        by_workload.setdefault(action.workload, []).append(action)
+    by_workload: dict[str, list[ActionEffect]] = {}
+    for effect in effects:
+        by_workload.setdefault(effect.action.workload, []).append(effect)
     for name, job in observation.jobsets.items():
         if job.spec is None:
             continue
-        actions = by_workload.get(name, [])
-        enactment = Enactment(observation, job)
-        decided = [op for action in actions for op in act.dispatch(action, enactment)]
+        mine = by_workload.get(name, [])
+        decided = [op for effect in mine for op in enacted(name, effect, observation.managed_admission)]
         operations.extend(decided)
-        if actions:
+        if mine:
             operations.extend(RecordEvent(name, "SliceLost", cause, warning=True) for cause in observation.causes.get(name, []))
         workload = _record(observation, decision, name)
         jobs = observation.child_jobs.get(name, [])
+        annotations: dict[str, str | None] = {
+            labels.REJECTED_ANNOTATION: e.rejection for e in mine if e.rejection is not None
+        }
         lost = observation.service_losses.get(name, ServiceLosses())
         if lost.times and iso_utc(lost.times[-1]) != job.annotations.get(labels.SERVICE_LOST_ANNOTATION):
-            enactment.annotations[labels.SERVICE_LOST_ANNOTATION] = iso_utc(lost.times[-1])  # before its pod may go
-            enactment.annotations[labels.SERVICE_LOSSES_IN_A_ROW_ANNOTATION] = str(lost.in_a_row)
+            annotations[labels.SERVICE_LOST_ANNOTATION] = iso_utc(lost.times[-1])  # before its pod may go
+            annotations[labels.SERVICE_LOSSES_IN_A_ROW_ANNOTATION] = str(lost.in_a_row)
         retiring = child_jobs.retiring_after(job.state, jobs, decided) if workload is not None else {}
-        patch = _jobset_patch(observation, job, workload, actions, enactment.annotations, retiring)
+        patch = _jobset_patch(observation, job, workload, mine, annotations, retiring)
         if patch is not None:
             operations.append(patch)
         operations.extend(child_jobs.deletes(name, jobs, retiring))  # after the record (operations.in_order)
@@ -95,8 +100,7 @@ def plan(observation: Observation, decision: Decision) -> list[Operation]:
             if not decided:
                 owners = {p.owner_uid for p in observation.pods_of(name)}
                 operations.extend(child_jobs.repairs(name, jobs, observation.job_uids, owners, observation.now))
-            replicas = replicas_after(actions, observation.replicas.get(name, []), job.spec.num_slices)
-            operations.extend(_release(observation, job, workload, replicas, actions))
+            operations.extend(_release(observation, job, workload, mine))
     return in_order(operations)
 
 
@@ -106,19 +110,18 @@ def _record(observation: Observation, decision: Decision, name: str) -> Workload
 
 
 def _jobset_patch(
-    observation: Observation, job: LiveJobSet, workload: Workload | None, actions: list[act.Action], annotations: dict[str, str | None],
-    retiring: Retiring,
+    observation: Observation, job: LiveJobSet, workload: Workload | None, effects: list[ActionEffect],
+    annotations: dict[str, str | None], retiring: Retiring,
 ) -> PatchJobSet | None:
-    """The state record (with the Jobs it retires) and (without Kueue) the suspension,
-    level-triggered, in one patch."""
+    """The state record (the core's decided workload, its replica map included, with the Jobs
+    it retires) and (without Kueue) the suspension, level-triggered, in one patch."""
     assert job.spec is not None
     annotations = dict(annotations)
     suspend = None
     if workload is not None:
-        replicas = replicas_after(actions, observation.replicas.get(job.name, []), job.spec.num_slices)
         state = state_of(
-            workload, replicas, job.state, observation.now, _released(observation, job, workload, actions),
-            start_cause(actions, job.state), retiring,
+            workload, job.state, observation.now, _released(observation, job, workload, effects),
+            start_cause(effects, job.state), retiring,
         )
         if state != job.state:
             annotations[labels.STATE_ANNOTATION] = encode_state(state)
@@ -130,14 +133,13 @@ def _jobset_patch(
     return PatchJobSet(job.name, suspend, annotations, job.resource_version)
 
 
-def _released(observation: Observation, job: LiveJobSet, workload: Workload, actions: list[act.Action]) -> Released:
+def _released(observation: Observation, job: LiveJobSet, workload: Workload, effects: list[ActionEffect]) -> Released:
     """The workers of the running attempt whose pods were released, by current Job: the
     record's, and those seen released (the round after the release, so that the record never
     claims one that did not happen)."""
-    effects = [effect_of(a) for a in actions]
     if workload.phase is not WorkloadPhase.RUNNING or any(e.replaced for e in effects):
         return {}
-    recreated = _recreated(observation.replicas.get(job.name, []), effects)
+    recreated = _recreated(effects)
     pods = observation.pods_of(job.name)
     dropped = {p.owner_uid for p in pods if p.replica in recreated}
     released = {uid: set(hosts) for uid, hosts in released_of(job.state).items() if uid in observation.job_uids and uid not in dropped}
@@ -147,9 +149,9 @@ def _released(observation: Observation, job: LiveJobSet, workload: Workload, act
     return {uid: frozenset(hosts) for uid, hosts in released.items()}
 
 
-def _recreated(previous: Sequence[str | None], effects: Sequence[ActionEffect]) -> set[int]:
-    """The replica indexes whose Jobs are recreated: those on slices a scale-down removed."""
-    return {i for e in effects if e.stop == STOP_REMOVED for i, s in enumerate(previous) if s in e.removed}
+def _recreated(effects: Sequence[ActionEffect]) -> set[int]:
+    """The replica indexes whose Jobs are recreated: those a scale-down parked."""
+    return {index for e in effects for index in e.parked}
 
 
 STRANDED_SERVICE_AFTER_S = 10.0  # past a terminating coordinator pod's grace period
@@ -195,25 +197,24 @@ def _stuck_pods(observation: Observation, name: str, workload: Workload) -> list
     return operations
 
 
-def _release(
-    observation: Observation, job: LiveJobSet, workload: Workload, replicas: list[str | None], actions: list[act.Action]
-) -> list[Operation]:
-    """Release the gated pods of a RUNNING workload's current Jobs, and keep the elastic
-    membership of its running pods current."""
+def _release(observation: Observation, job: LiveJobSet, workload: Workload, effects: list[ActionEffect]) -> list[Operation]:
+    """Release the gated pods of a RUNNING workload's current Jobs, each onto the slice the
+    core's replica map gives its replica index, and keep the elastic membership of its running
+    pods current."""
     assert job.spec is not None
     name = job.name
     hosts = get_device_type(job.spec.device_type).hosts_per_slice
-    membership = elastic_membership(name, workload, replicas, hosts).to_json() if job.spec.elastic else None
-    effects = [effect_of(a) for a in actions]
-    recreated = _recreated(observation.replicas.get(name, []), effects)
+    membership = elastic_membership(name, workload, hosts).to_json() if job.spec.elastic else None
     if any(e.replaced for e in effects):
         return []  # its Jobs are being replaced
+    replicas = replica_slots(workload)
+    recreated = _recreated(effects)
     failed = {
         (p.owner_uid, p.replica, p.host) for p in observation.pods_of(name)
         if p.finished and p.attempt == workload.attempt and p.exit_code != 0
     }
     restart_count = str(workload.attempt - 1 + job.restarts_total)
-    cause = start_cause(actions, job.state)
+    cause = start_cause(effects, job.state)
     operations: list[Operation] = []
     for pod in observation.pods_of(name):
         if pod.terminating or pod.finished or pod.replica is None or pod.replica >= len(replicas):
@@ -249,18 +250,19 @@ def _release(
     return operations
 
 
-def start_cause(actions: Sequence[act.Action], state: dict[str, Any] | None) -> str | None:
-    """Why the workload's current attempt started (START_CAUSES): this round's action,
+def start_cause(effects: Sequence[ActionEffect], state: dict[str, Any] | None) -> str | None:
+    """Why the workload's current attempt started (START_CAUSES): this round's actions' effects,
     else what the state record remembers."""
     cause = (state or {}).get("start_cause")
-    for action in actions:
-        cause = effect_of(action).cause or cause
+    for effect in effects:
+        cause = effect.cause or cause
     return cause if cause in START_CAUSES else None
 
 
-def elastic_membership(name: str, workload: Workload, replicas: Sequence[str | None], hosts: int) -> Membership:
-    """The elastic membership record of a workload's active replicas; the lowest active replica's
-    first host coordinates."""
+def elastic_membership(name: str, workload: Workload, hosts: int) -> Membership:
+    """The elastic membership record of a workload's active replicas (its replica map); the
+    lowest active replica's first host coordinates."""
+    replicas = workload.replica_map
     active = [index for index, slice_name in enumerate(replicas) if slice_name is not None]
     first = active[0] if active else 0
     return Membership(
@@ -273,78 +275,18 @@ def elastic_membership(name: str, workload: Workload, replicas: Sequence[str | N
     )
 
 
-def replicas_after(actions: Sequence[act.Action], replicas: list[str | None], num_slices: int) -> list[str | None]:
-    """The slice of each replica index once ``actions`` are enacted (the state annotation's map):
-    each action's effect's placement, in order."""
-    slices = list(replicas) + [None] * (num_slices - len(replicas))
-    for action in actions:
-        effect = effect_of(action)
-        if effect.placement == PLACE:
-            slices = list(effect.replicas) + [None] * (num_slices - len(effect.replicas))
-        elif effect.placement == PARK:
-            slices = [None] * num_slices
-        elif effect.placement == SHRINK:
-            slices = [None if s in effect.removed else s for s in slices]
-        elif effect.placement == GROW:
-            added = iter(effect.start)
-            slices = [next(added, None) if s is None else s for s in slices]
-    return slices[:num_slices]
-
-
-def _said(action: act.Action) -> str:
-    """An Event's message: the action's text, the same as in a local timeline."""
-    return effect_of(action).message
-
-
-class Enactment:
-    """Edge-triggered operations of one action of one JobSet (suspension and pod release are
-    level-triggered in :func:`plan`): an :class:`~hotswap.core.actions.ActionHandler` that gives
-    each effect its Event reason (the message is the effect's, as in a local timeline). A
-    rejection's annotation is collected in :attr:`annotations` for the JobSet's one patch."""
-
-    def __init__(self, observation: Observation, job: LiveJobSet) -> None:
-        self.observation = observation
-        self.name = job.name
-        self.annotations: dict[str, str | None] = {}
-
-    def _stop(self) -> list[Operation]:
-        """Stopping a workload that keeps its JobSet: suspension does it (level-triggered), except
-        under Kueue, which keeps an admitted JobSet running: its Jobs are recreated and the new
-        pods wait behind the gate until the core places it again."""
-        return [] if self.observation.managed_admission else [RecreateJobs(self.name)]
-
-    def on_reject(self, action: act.Reject) -> list[Operation]:
-        self.annotations[labels.REJECTED_ANNOTATION] = action.reason
-        return [RecordEvent(self.name, "Rejected", _said(action), warning=True)]
-
-    def on_admit(self, action: act.Admit) -> list[Operation]:
-        return [RecordEvent(self.name, "Admitted", _said(action))]
-
-    def on_preempt(self, action: act.Preempt) -> list[Operation]:
-        return [*self._stop(), RecordEvent(self.name, "Preempted", _said(action), warning=True)]
-
-    def on_scale_up(self, action: act.ScaleUp) -> list[Operation]:
-        return [RecordEvent(self.name, "ScaledUp", _said(action))]
-
-    def on_start_workers(self, action: act.StartWorkers) -> list[Operation]:
-        return []  # the workers start when their pods are released (level-triggered)
-
-    def on_requeue(self, action: act.Requeue) -> list[Operation]:
-        return [*self._stop(), RecordEvent(self.name, "Requeued", _said(action), warning=True)]
-
-    def on_restart(self, action: act.Restart) -> list[Operation]:
-        return [RecreateJobs(self.name), RecordEvent(self.name, "Restarted", _said(action))]
-
-    def on_scale_down(self, action: act.ScaleDown) -> list[Operation]:
-        effect = effect_of(action)
-        lost = tuple(sorted(_recreated(self.observation.replicas.get(self.name, []), [effect])))
-        return [RecreateJobs(self.name, lost), RecordEvent(self.name, "ScaledDown", effect.message, warning=True)]
-
-    def on_fail(self, action: act.Fail) -> list[Operation]:
-        return [RecordEvent(self.name, "Failed", _said(action), warning=True)]
-
-    def on_complete(self, action: act.Complete) -> list[Operation]:
-        return []  # JobSet detects and reports completion itself
-
-    def on_remove(self, action: act.Remove) -> list[Operation]:
-        return []  # nothing to do on the cluster
+def enacted(name: str, effect: ActionEffect, suspends: bool) -> list[Operation]:
+    """The edge-triggered operations of one action of JobSet ``name``, read off its effect (the
+    Event's reason and message are the effect's, as in a local timeline): the Jobs it replaces,
+    then its Event. ``suspends``: hotswap admits (no Kueue), so a workload stopped whole keeps
+    its JobSet suspended (level-triggered); under Kueue, which keeps an admitted JobSet
+    running, its Jobs are recreated instead and the new pods wait behind the gate until the
+    core places it again."""
+    operations: list[Operation] = []
+    if effect.placement is Placement.SHRINK:
+        operations.append(RecreateJobs(name, tuple(sorted(effect.parked))))  # only the parked replicas' Jobs
+    elif (effect.replaced and effect.placement is Placement.PLACE) or (effect.requeued and not suspends):
+        operations.append(RecreateJobs(name))
+    if effect.event is not None:
+        operations.append(RecordEvent(name, effect.event, effect.message, warning=effect.warning))
+    return operations

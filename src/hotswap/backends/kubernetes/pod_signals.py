@@ -127,7 +127,6 @@ def read_signals(
     occupants: Iterable[Occupant],
     now: float,
     released: Mapping[str, Mapping[str, frozenset[int]]] | None = None,
-    replicas: Mapping[str, list[str | None]] | None = None,
     service_losses: Mapping[str, ServiceLosses] | None = None,
 ) -> Signals:
     """The signals of every workload that holds slices. ``service_losses``: when each
@@ -156,7 +155,7 @@ def read_signals(
         mine = current_pods(workload, pods_of(workload.name), job_uids)
         if workload.phase is WorkloadPhase.RUNNING:
             _exits(workload, mine, failing_jobs, discovery, now, signals, (service_losses or {}).get(workload.name, ServiceLosses()))
-            _replaced(pods_of(workload.name), (released or {}).get(workload.name, {}), (replicas or {}).get(workload.name, []), discovery, signals)
+            _replaced(pods_of(workload.name), (released or {}).get(workload.name, {}), workload.replica_map, discovery, signals)
         _disruptions(mine, failing_jobs, discovery, held, signals)
         _rejections(mine, discovery, held, signals)
         _unschedulable(mine, stopping_on, discovery, held, now, signals)
@@ -209,9 +208,10 @@ def _disruptions(mine: list[LivePod], failing_jobs: frozenset[str], discovery: D
 
 
 def _replaced(
-    pods: list[LivePod], released: Mapping[str, frozenset[int]], replicas: list[str | None], discovery: Discovery, signals: Signals
+    pods: list[LivePod], released: Mapping[str, frozenset[int]], replicas: Sequence[str | None], discovery: Discovery, signals: Signals
 ) -> None:
-    """A gated pod for a worker that was released: its predecessor is gone."""
+    """A gated pod for a worker that was released: its predecessor is gone (``replicas``: the
+    workload's replica map)."""
     gone = {(p.owner_uid, p.replica, p.host) for p in pods if p.finished or p.terminating}  # the visible ones speak for themselves
     for pod in pods:
         if not pod.gated or pod.terminating or pod.owner_uid is None or pod.host not in released.get(pod.owner_uid, frozenset()):

@@ -4,7 +4,8 @@ controller stays stateless. The controller writes it; every reconcile, and a new
 it back.
 
 The record is the store's JSON of the core's :class:`~hotswap.core.workload.Workload` without its
-spec (the spec has its own annotation), plus keys of the Kubernetes backend: the replica map,
+spec (the spec has its own annotation), its replica map (``replicas``, the core's assignment)
+written with one entry per replica index of the JobSet, plus keys of the Kubernetes backend:
 the seconds spent in each phase (for ``describe``'s goodput), and the workers whose pods the
 controller has released for the current attempt, by child Job and completion index (``{"<job
 uid>": "0-3"}``): a gated pod for one of those replaces a worker that is gone, even if its pod
@@ -17,7 +18,6 @@ recorded in the same write as the decision and deleted after it, by UID (:mod:`.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import Any
 
 import pydantic
@@ -26,23 +26,30 @@ from hotswap.api.spec import WorkloadSpec
 from hotswap.core.workload import Workload
 from hotswap.store.codec import workload_from_json, workload_to_dict
 
-_EXTRA_STATE = ("replicas", "phase_seconds", "phase_since", "released_jobs", "start_cause", "retiring")
+_EXTRA_STATE = ("phase_seconds", "phase_since", "released_jobs", "start_cause", "retiring")
 
 
 Released = dict[str, frozenset[int]]  # child Job uid -> completion indexes released
 Retiring = dict[str, str]  # child Job uid -> its name: Jobs of an earlier attempt, to delete
 
 
+def replica_slots(workload: Workload) -> list[str | None]:
+    """The core's replica map with one entry per replica index of the JobSet: the slice its
+    pods are released onto, None for a parked one."""
+    replicas = list(workload.replica_map)
+    return replicas + [None] * (workload.spec.num_slices - len(replicas))
+
+
 def state_of(
-    workload: Workload, replicas: Sequence[str | None], previous: dict[str, Any] | None, now: float,
+    workload: Workload, previous: dict[str, Any] | None, now: float,
     released: Released | None = None, start_cause: str | None = None, retiring: Retiring | None = None,
 ) -> dict[str, Any]:
-    """What the state annotation holds: the core's record without the spec, the replica map,
-    and the seconds spent in each phase so far (closed at every phase change, so the annotation
-    is rewritten only when something happens)."""
+    """What the state annotation holds: the core's record without the spec (its replica map as
+    :func:`replica_slots`), and the seconds spent in each phase so far (closed at every phase
+    change, so the annotation is rewritten only when something happens)."""
     record = workload_to_dict(workload)
     del record["spec"]
-    record["replicas"] = list(replicas)
+    record["replicas"] = replica_slots(workload)
     if start_cause:
         record["start_cause"] = start_cause  # why the current attempt started (HOTSWAP_START_CAUSE)
     if released:
@@ -125,12 +132,3 @@ def _indexes(text: str) -> frozenset[int]:
         except ValueError:
             return frozenset()
     return frozenset(found)
-
-
-def replicas_of(state: dict[str, Any] | None, num_slices: int) -> list[str | None] | None:
-    """The replica map of a record (slice of each replica index), or None when it has none or
-    a malformed one."""
-    replicas = (state or {}).get("replicas")
-    if not isinstance(replicas, list) or not all(r is None or isinstance(r, str) for r in replicas):
-        return None
-    return (list(replicas) + [None] * num_slices)[:num_slices]

@@ -16,6 +16,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from hotswap.api.launch import HeldStart, Launch
+from hotswap.api.phases import WorkloadPhase
+from hotswap.core.model import Snapshot
+from hotswap.core.placement import recorded_map
+from hotswap.core.workload import Workload
 from hotswap.store.codec import json_object
 from hotswap.store.state import Store
 
@@ -79,6 +83,36 @@ class LocalStore(Store):
         self.requests = Requests(self)
         self.worker_rows = WorkerRows(self)
         self.launches = Launches(self)
+
+    def load_snapshot(self, now: float) -> Snapshot:
+        """The core's snapshot. A running elastic workload whose record was written by a release
+        without replica maps (no ``replicas``) keeps the indexes its live workers were started
+        with: an upgrade in the middle of a shrink never gives a joiner a survivor's index."""
+        snapshot = super().load_snapshot(now)
+        unmapped = self.connection.execute("SELECT name FROM workloads WHERE json_type(record, '$.replicas') IS NULL")
+        started = {name: self._started_map(snapshot.workloads[name]) for (name,) in unmapped if name in snapshot.workloads}
+        if not any(replicas is not None for replicas in started.values()):
+            return snapshot
+        workloads = sorted(snapshot.workloads.values(), key=lambda w: w.seq)
+        workloads = [dataclasses.replace(w, replicas=started.get(w.name) or w.replicas) for w in workloads]
+        return Snapshot.build(
+            now, snapshot.slices.values(), snapshot.nodes.values(), workloads, snapshot.next_seq, snapshot.next_ordinal
+        )
+
+    def _started_map(self, workload: Workload) -> tuple[str | None, ...] | None:
+        """The replica map of a running elastic workload's live workers of its current attempt
+        (None: that of its slices, or no map of them: the record's own then holds)."""
+        if workload.phase is not WorkloadPhase.RUNNING or workload.spec.min_slices is None:
+            return None
+        started: list[str | None] = [None] * workload.spec.num_slices
+        for row in self.worker_rows.select(("starting", "running"), workload.name):
+            who = row.identity
+            if who.seq != workload.seq or who.attempt != workload.attempt:
+                continue
+            if not 0 <= who.replica < len(started) or started[who.replica] not in (None, who.slice):
+                return None
+            started[who.replica] = who.slice
+        return recorded_map(started, workload.slices, workload.spec.num_slices)
 
 
 class Requests:

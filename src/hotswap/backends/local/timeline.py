@@ -8,9 +8,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, NamedTuple
 
-from hotswap.core import actions as act
 from hotswap.core import events as ev
-from hotswap.core.effects import effect_of
+from hotswap.core.effects import ActionEffect, Outcome
 from hotswap.core.model import Snapshot
 
 _NODE_VERBS: dict[type, str] = {
@@ -88,10 +87,11 @@ def input_entries(inputs: list[ev.Event], old: Snapshot, new: Snapshot, now: flo
     return entries
 
 
-def action_entry(action: act.Action, old: Snapshot, new: Snapshot) -> Entry:
-    """The action, in words (its effect's message), in the timeline of the workload it concerns
-    (a rejected workload has none: its entry is the cluster's)."""
-    effect = effect_of(action)
+def action_entry(effect: ActionEffect, old: Snapshot, new: Snapshot) -> Entry:
+    """An action, in words (its effect's message), in the timeline of the workload it concerns
+    (a rejected workload has none: its entry is the cluster's); its data is the action's fields
+    (a scale's replica map among them)."""
+    action = effect.action
     workload = new.workloads.get(action.workload) or old.workloads.get(action.workload)
-    seq = workload.seq if workload is not None and effect.outcome != "rejected" else None
+    seq = workload.seq if workload is not None and effect.outcome is not Outcome.REJECTED else None
     return Entry(type(action).__name__.lower(), effect.message, action.workload, seq, dataclasses.asdict(action))

@@ -36,6 +36,7 @@ from hotswap.backends.kubernetes.observation import Observation
 from hotswap.backends.kubernetes.observation import observe as observe_cluster
 from hotswap.backends.kubernetes.planning import plan
 from hotswap.backends.kubernetes.settings import KubeSettings
+from hotswap.core.effects import ActionEffect, effects_of
 from hotswap.core.policy import SchedulerConfig
 from hotswap.core.scheduler import Decision, decide
 from hotswap.core.workload import Workload
@@ -88,12 +89,13 @@ class KubeController:
         writes = self.client.writes
         observation = self.observe()
         decision = decide(observation.snapshot, observation.events, observation.now, self.config)
-        operations = plan(observation, decision)
+        effects = effects_of(decision.actions)  # once per action: the plan and the figures read it
+        operations = plan(observation, decision, effects)
         for line in ops.decisions_summary(operations):
             self.log(line)
         refused = self.enact(operations, observation)
         self.wake_at = observation.wake_at
-        self._account(observation, decision, refused, time.perf_counter() - started, self.client.writes - writes)
+        self._account(observation, decision, effects, refused, time.perf_counter() - started, self.client.writes - writes)
         return operations
 
     def enact(self, operations: list[ops.Operation], observation: Observation) -> set[str]:
@@ -162,17 +164,20 @@ class KubeController:
         elif isinstance(op, ops.RecordEvent):
             client.record_event(raw.get(op.jobset), op.jobset, op.reason, op.message, op.warning, now)
 
-    def _account(self, observation: Observation, decision: Decision, refused: set[str], seconds: float, writes: int) -> None:
+    def _account(
+        self, observation: Observation, decision: Decision, effects: list[ActionEffect], refused: set[str], seconds: float,
+        writes: int,
+    ) -> None:
         """The figures of this round (:mod:`hotswap.backends.kit.figures`). A decision whose
         record was refused was not carried out: it is not counted (the round that commits it is)."""
         if self.figures is None:
             return
-        actions = [a for a in decision.actions if a.workload not in refused]
+        counted_effects = [e for e in effects if e.action.workload not in refused]
         counted = [name for name in observation.jobsets if name not in refused]
         before = {name: (observation.jobsets[name].state or {}).get("preemptions") for name in counted}
         after = {name: decision.snapshot.workloads.get(name) or observation.outside.get(name) for name in counted}
         self.figures.account_round(
-            actions, before, after, decision.snapshot, observation.now,
+            counted_effects, before, after, decision.snapshot, observation.now,
             seconds=seconds, writes=writes, loss_since=observation.loss_since,
         )
         managed = {name: w for name, w in decision.snapshot.workloads.items() if name in observation.jobsets}

@@ -1,8 +1,9 @@
 """What a decision's actions do to a local cluster's workers: the local twin of the Kubernetes
 backend's plan and enactment.
 
-:func:`plan` is pure: one action, the workload it names and that workload's live worker rows
-give a :class:`WorkerPlan` (rows to stop, a new membership generation, workers to start).
+:func:`plan` is pure: one action's effect, the workload it names and that workload's live worker
+rows give a :class:`WorkerPlan` (rows to stop, a new membership generation, workers to start as
+the replica indexes the core assigned them).
 :class:`Launcher` turns a plan's starts into :class:`WorkerLaunch` es inside the round's
 transaction (it publishes the generation, with a fresh rendezvous port, first). The controller
 commits both before any process is signalled or started (see ``workers/lifecycle.py``).
@@ -23,8 +24,7 @@ from hotswap.backends.local import workload_files as files
 from hotswap.backends.local.gpu.backing import Backing
 from hotswap.backends.local.workers import environment
 from hotswap.backends.local.workers.supervisor import LocalProcess, WorkerLaunch
-from hotswap.core import actions as act
-from hotswap.core.effects import GROW, STOP_NONE, STOP_OLDER, STOP_REMOVED, ActionEffect, effect_of, with_resume
+from hotswap.core.effects import ActionEffect, Stop, with_resume
 from hotswap.core.model import Snapshot
 from hotswap.core.workload import Workload
 from hotswap.store.paths import ClusterPaths, new_dirs_private
@@ -44,44 +44,30 @@ class WorkerPlan:
     cause: str | None = None  # ...because of this (START_CAUSES), None when not known
 
 
-def plan(action: act.Action, workload: Workload, live: Sequence[WorkerRow]) -> WorkerPlan:
-    """The worker effects of ``action`` on ``workload``, whose live workers are ``live``: the
-    core's :func:`~hotswap.core.effects.effect_of`, on these rows."""
-    effect = effect_of(action)
+def plan(effect: ActionEffect, workload: Workload, live: Sequence[WorkerRow]) -> WorkerPlan:
+    """The worker effects of an action on ``workload``, whose live workers are ``live``: the
+    core's :class:`~hotswap.core.effects.ActionEffect` (computed once per action), on these
+    rows. Each started slice runs the replica the effect assigns it."""
     return WorkerPlan(
         stop=_stopping(effect, live),
         generation=effect.generation,
         start=effect.start,
-        slices=effect.replicas if effect.start else (),
-        indexes=_indexes(effect, live, workload.spec.num_slices),
+        slices=effect.generation or () if effect.start else (),
+        indexes=tuple(effect.replica_of(slice_) for slice_ in effect.start),
         attempt=effect.attempt if effect.attempt is not None else workload.attempt if effect.start else 0,
         cause=effect.cause,  # a held-back restart's: the Launcher keeps it for the StartWorkers to come
     )
 
 
-def _indexes(effect: ActionEffect, live: Sequence[WorkerRow], num_slices: int) -> tuple[int, ...]:
-    """The replica index of each slice ``effect`` starts. A placement puts replica i on
-    ``replicas[i]``; a grow-back's joiners fill the parked indexes (those no surviving worker
-    holds) in order, as the Kubernetes backend's replica map does (``replicas_after``): the
-    survivors keep the indexes they were started with, so no two live workers share one."""
-    if effect.placement != GROW:
-        return tuple(contract.replica_index(effect.replicas, slice_) for slice_ in effect.start)
-    joining = set(effect.start)
-    kept = {w.identity.replica for w in live if w.state != "stopping" and w.identity.slice not in joining}
-    parked = [index for index in range(num_slices) if index not in kept]
-    if len(parked) < len(effect.start):  # cannot be: the core grows only below num_slices
-        raise AssertionError(f"no parked replica index left for {effect.start} (held: {sorted(kept)})")
-    return tuple(parked[: len(effect.start)])
-
-
 def _stopping(effect: ActionEffect, live: Sequence[WorkerRow]) -> tuple[WorkerRow, ...]:
     """The live workers the effect stops, except those already told to stop."""
-    if effect.stop == STOP_NONE:
+    stop = effect.stop
+    if stop is Stop.NONE:
         return ()
-    if effect.stop == STOP_OLDER:
+    if stop is Stop.OLDER:
         attempt = effect.attempt or 0
         return tuple(w for w in live if w.state != "stopping" and w.identity.attempt < attempt)
-    if effect.stop == STOP_REMOVED:
+    if stop is Stop.REMOVED:
         removed = set(effect.removed)
         return tuple(w for w in live if w.state != "stopping" and w.identity.slice in removed)
     return tuple(w for w in live if w.state != "stopping")

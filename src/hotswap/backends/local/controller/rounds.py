@@ -23,7 +23,7 @@ from hotswap.backends.local.workers.supervisor import WorkerLaunch
 from hotswap.backends.local.tables import LocalStore, Request, WorkerRow
 from hotswap.backends.local.workers.lifecycle import Workers
 from hotswap.core import events as ev
-from hotswap.core.effects import effect_of
+from hotswap.core.effects import effects_of
 from hotswap.core.model import Snapshot
 from hotswap.core.policy import SchedulerConfig
 from hotswap.core.scheduler import decide
@@ -88,6 +88,7 @@ class RoundRunner:
         config = scheduler_config(cluster) if cluster is not None else self.config
         decision = decide(old, events, now, config)
         new = decision.snapshot
+        decided = effects_of(decision.actions)  # once per action: the timeline, the workers and the figures read it
         outcome = Outcome()
         to_start: list[WorkerLaunch] = []
         to_stop: list[WorkerRow] = []
@@ -102,15 +103,15 @@ class RoundRunner:
             self.store.save_snapshot(old, new)
             for entry in timeline.input_entries(events, old, new, now):
                 self.store.record_event(now, *entry)
-            for action in decision.actions:
-                effect = effect_of(action)
-                if effect.outcome == "rejected" and request is not None and request.kind == RequestKind.CREATE:
-                    outcome = Outcome(protocol.REJECTED, f"workload {action.workload} {effect.message}")
-                self.store.record_event(now, *timeline.action_entry(action, old, new))
-                workload = new.workloads.get(action.workload) or old.workloads.get(action.workload)
+            for effect in decided:
+                name = effect.action.workload
+                if effect.rejection is not None and request is not None and request.kind == RequestKind.CREATE:
+                    outcome = Outcome(protocol.REJECTED, f"workload {name} {effect.message}")
+                self.store.record_event(now, *timeline.action_entry(effect, old, new))
+                workload = new.workloads.get(name) or old.workloads.get(name)
                 if workload is None:
                     continue
-                plan = effects.plan(action, workload, self.workers.live(workload.name, workload.seq))
+                plan = effects.plan(effect, workload, self.workers.live(workload.name, workload.seq))
                 self.workers.mark_stopping(plan.stop, now)
                 to_stop += plan.stop
                 to_start += self.launcher.launches(workload, plan, new)
@@ -143,7 +144,7 @@ class RoundRunner:
             writes = len(started) + len({r.id for r in to_stop + hit})
             before = {name: workload.preemptions for name, workload in old.workloads.items()}
             self.figures.account_round(
-                decision.actions, before, new.workloads, new, now, seconds=time.perf_counter() - began, writes=writes
+                decided, before, new.workloads, new, now, seconds=time.perf_counter() - began, writes=writes
             )
 
     def _running(self, workload: Workload) -> int:
