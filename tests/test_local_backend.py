@@ -389,7 +389,7 @@ def test_warm_spares_take_over_starts_and_refill(home: Path, tmp_path: Path, mon
     from hotswap.backends.local.commands import clusters as cluster_commands
     from hotswap.backends.local.commands import workloads as workload_commands
     from hotswap.backends.local.queries import clusters as cluster_queries
-    from hotswap.backends.base import launch_record
+    from hotswap.api.launch import Launch
 
     monkeypatch.setenv("HOTSWAP_HOME", str(home))
     script = tmp_path / "job.py"
@@ -406,7 +406,7 @@ def test_warm_spares_take_over_starts_and_refill(home: Path, tmp_path: Path, mon
         what="2 ready spares, their pids recorded",
     )
     spare_pids = {r["pid"] for r in spares()}
-    launch = launch_record(environ=dict(os.environ), cwd=str(tmp_path), user_env={}, checkpoint_dir=str(tmp_path / "ckpt"))
+    launch = Launch(environ=dict(os.environ), cwd=str(tmp_path), checkpoint_dir=str(tmp_path / "ckpt"))
     spec = workload_spec(name="job", command=f"{sys.executable} job.py --flag 1", device_type="v6e-4", num_slices=2)
     workload_commands.create_workload("c", spec, launch)
     workers = live_workers(home, "c", "job")
@@ -533,7 +533,7 @@ def test_warm_spares_apply_pythonpath(home: Path, tmp_path: Path, monkeypatch: p
     from hotswap.backends.local.commands import clusters as cluster_commands
     from hotswap.backends.local.commands import workloads as workload_commands
     from hotswap.backends.local.queries import clusters as cluster_queries
-    from hotswap.backends.base import launch_record
+    from hotswap.api.launch import Launch
 
     monkeypatch.setenv("HOTSWAP_HOME", str(home))
     library = tmp_path / "lib"
@@ -544,8 +544,9 @@ def test_warm_spares_apply_pythonpath(home: Path, tmp_path: Path, monkeypatch: p
     wait_until(lambda: query(home, "c", "SELECT * FROM workers WHERE state = 'warm' AND pid IS NOT NULL"), what="a spare")
     spare = query(home, "c", "SELECT * FROM workers WHERE state = 'warm'")[0]
     wait_until(lambda: (Path(spare["dir"]) / "ready").exists(), what="spare ready")
-    launch = launch_record(environ=dict(os.environ), cwd=str(tmp_path), user_env={"PYTHONPATH": str(library)}, checkpoint_dir=str(tmp_path / "c"))
-    workload_commands.create_workload("c", workload_spec(name="job", command=f"{sys.executable} job.py", device_type="v6e-4"), launch)
+    launch = Launch(environ=dict(os.environ), cwd=str(tmp_path), checkpoint_dir=str(tmp_path / "c"))
+    spec = workload_spec(name="job", command=f"{sys.executable} job.py", device_type="v6e-4", env={"PYTHONPATH": str(library)})
+    workload_commands.create_workload("c", spec, launch)
     log = logs.log_file("c", "job", None, 0)
     wait_until(lambda: "from PYTHONPATH" in log.read_text(), what="the module found on a spare")
     assert "on a warm spare" in log.read_text()

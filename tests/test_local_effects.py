@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 
 from hotswap.api import worker as contract
-from hotswap.api.launch import HELD_START_KEY
+from hotswap.api.launch import HELD_START_KEY, Launch
 from hotswap.api.membership import Membership
 from hotswap.api.spec import workload_spec
-from hotswap.backends.base import launch_record
 from hotswap.backends.local import timeline
 from hotswap.backends.local.controller import enactment as effects
 from hotswap.backends.local.controller.enactment import Launcher, WorkerPlan
@@ -35,8 +34,10 @@ from hotswap.store.state import ClusterRecord
 SLICES = ("s0", "s1", "s2")
 
 
-def workload(attempt: int = 2, min_slices: int | None = None, slices: tuple[str, ...] = ("s0", "s1")) -> Workload:
-    spec = workload_spec(name="w", command="python t.py", device_type="v5p-16", num_slices=2, min_slices=min_slices)
+def workload(
+    attempt: int = 2, min_slices: int | None = None, slices: tuple[str, ...] = ("s0", "s1"), env: dict[str, str] | None = None
+) -> Workload:
+    spec = workload_spec(name="w", command="python t.py", device_type="v5p-16", num_slices=2, min_slices=min_slices, env=env or {})
     return Workload(spec=spec, seq=4, created_at=1.0, attempt=attempt, slices=slices)
 
 
@@ -163,10 +164,10 @@ def test_a_worker_row_and_its_launch_share_one_identity(tmp_path: Path) -> None:
 
 def test_the_launcher_starts_a_plan_with_the_contract_environment(tmp_path: Path) -> None:
     paths = ClusterPaths("c", tmp_path / "c")
-    elastic = workload(min_slices=1, slices=("s2", "s0"))
+    elastic = workload(min_slices=1, slices=("s2", "s0"), env={"U": "1"})
     with LocalStore.open(paths.database, create=True) as store:
         store.init_cluster(ClusterRecord("c", "local", "v5p-16", 0.0))
-        launch = launch_record(environ={"PATH": "/bin"}, cwd="/", user_env={"U": "1"}, checkpoint_dir=str(tmp_path / "ck"))
+        launch = Launch(environ={"PATH": "/bin"}, cwd="/", checkpoint_dir=str(tmp_path / "ck"))
         store.launches.add("w", workload_to_json(elastic), launch)
         survivor = WorkerRow(1, WorkerIdentity("w", 4, 2, "s2", 0, 0, "s2-0"), "/w/1", 101, 1, "running", None, 0.0, None, None, None)
         plan = effects.plan(effect_of(act.ScaleUp("w", ("s0",), ("s2", "s0"), 3, ("s2", "s0"))), elastic, (survivor,))
@@ -189,7 +190,7 @@ def test_why_held_back_workers_start_survives_a_controller_restart(tmp_path: Pat
     held = workload(attempt=3, slices=("s1", "s2"))
     with LocalStore.open(paths.database, create=True) as store:
         store.init_cluster(ClusterRecord("c", "local", "v5p-16", 0.0))
-        store.launches.add("w", workload_to_json(held), launch_record(environ={}, cwd="/", user_env={}, checkpoint_dir=str(tmp_path)))
+        store.launches.add("w", workload_to_json(held), Launch(environ={}, cwd="/", checkpoint_dir=str(tmp_path)))
         assert Launcher(store, paths).launches(held, WorkerPlan(attempt=3, cause="hotswap"), snapshot()) == []
         start = effects.plan(effect_of(act.StartWorkers("w", 3, ("s1", "s2"))), held, ())
         assert start.cause is None  # the StartWorkers itself does not know why

@@ -62,14 +62,14 @@ def records(home: Path) -> list[dict]:
 
 def submit(tmp_path: Path, *, max_restarts: int = 3) -> None:
     from hotswap.api.spec import workload_spec
-    from hotswap.backends.base import launch_record
+    from hotswap.api.launch import Launch
     from hotswap.backends.local.commands import clusters as cluster_commands
     from hotswap.backends.local.commands import workloads as workload_commands
     from hotswap.backends.local.queries import clusters as cluster_queries
 
     (tmp_path / "job.py").write_text(JOB)
-    launch = launch_record(environ=dict(os.environ), cwd=str(tmp_path), user_env={"MINE": "mine"}, checkpoint_dir=str(tmp_path / "ckpt"))
-    spec = workload_spec(name="job", command=f"{sys.executable} job.py", device_type="v6e-4", max_restarts=max_restarts)
+    launch = Launch(environ=dict(os.environ), cwd=str(tmp_path), checkpoint_dir=str(tmp_path / "ckpt"))
+    spec = workload_spec(name="job", command=f"{sys.executable} job.py", device_type="v6e-4", max_restarts=max_restarts, env={"MINE": "mine"})
     workload_commands.create_workload("c", spec, launch)
 
 

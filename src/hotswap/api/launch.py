@@ -1,11 +1,17 @@
-"""How to start a workload's workers (:class:`Launch`) and the run a ``workload create`` starts
+"""How a backend starts a run's workers (:class:`Launch`) and the run a ``workload create`` starts
 (:class:`Run`), as frozen records.
 
-``workload create`` builds them (``backends.base.launch_record``/``new_run``), the local backend
-sends the launch to its controller in a request and keeps it with the workload in its database,
-the Kubernetes backend renders the run into its JobSet. Their JSON (``to_dict``/``to_json``) is
-exactly the objects of earlier releases, so records of existing databases read back, and a record
-read and written again is unchanged (keys this release does not know are kept, in ``extra``).
+A backend's ``prepare_workload`` builds them (the run: ``backends.requests.new_run``); the local
+backend sends the launch to its controller in a request and keeps it with the workload in its
+database, the Kubernetes backend renders the run into its JobSet. Their JSON (``to_dict``/``to_json``)
+is exactly the objects of earlier releases, so records of existing databases read back to the same
+meaning, and a record read and written again is unchanged (keys this release does not know are
+kept, in ``extra``).
+
+One record holds each fact: what the user asked (their variables, the directories and images as
+given) is the spec's (:class:`~hotswap.api.spec.WorkloadSpec`); what a backend derived from it
+for this run (the environment the workers start from, the directory they run in, this run's
+checkpoint directory, the volume mounted) is the launch's.
 """
 
 from __future__ import annotations
@@ -74,32 +80,44 @@ class HeldStart:
 
 
 HELD_START_KEY = "held_start_cause"  # HeldStart's key in a launch's JSON
+EARLIER_USER_ENV_KEY = "user_env"  # where earlier releases kept the user's variables in a launch's JSON
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Launch:
-    """How to start a workload's workers: the creator's environment and directory, the user's
-    variables, where this run's checkpoints go, the run (None: a workload of a release without
-    runs). A backend may set entries of its own: ``checkpoint_volume`` (Kubernetes: the volume
-    the user named), ``held_start`` (local: a held-back restart's cause)."""
+    """How a backend starts this run's workers, as it derived it from a ``workload create``:
+    ``environ``, the environment they start from, under the user's variables (the spec's) and the
+    contract's (the local backend's: its creator's; a pod's: its image's, so none here);
+    ``cwd``, the directory they run in ("" : the image's); ``checkpoint_dir``, this run's
+    checkpoint directory as they see it ("" : none); the run (None: a workload of a release
+    without runs). A backend may set entries of its own: ``checkpoint_volume`` (Kubernetes: the
+    volume its pods mount), ``held_start`` (local: a held-back restart's cause).
+
+    A record of an earlier release also kept the user's variables (``user_env``, the spec's
+    ``env`` plus the variables the local backend derived, and those an earlier demo gave its
+    workers): read back, they are :attr:`earlier_user_env`, and still reach the workers
+    (:attr:`start_environment`)."""
 
     environ: Mapping[str, str]
     cwd: str
-    user_env: Mapping[str, str]
     checkpoint_dir: str
     run: Run | None = None
     checkpoint_volume: str | None = None
     held_start: HeldStart | None = None
+    earlier_user_env: Mapping[str, str] | None = None  # an earlier release's "user_env"
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # keys of other releases, kept
 
+    @property
+    def start_environment(self) -> dict[str, str]:
+        """The environment the workers start from: ``environ``, and an earlier release's
+        ``user_env`` over it (the user's variables, applied over it again by the worker's
+        environment, are among them with the same values, so the workers get what they got)."""
+        return {**self.environ, **(self.earlier_user_env or {})}
+
     def to_dict(self) -> dict[str, Any]:
-        value: dict[str, Any] = {
-            **self.extra,
-            "environ": dict(self.environ),
-            "cwd": self.cwd,
-            "user_env": dict(self.user_env),
-            "checkpoint_dir": self.checkpoint_dir,
-        }
+        value: dict[str, Any] = {**self.extra, "environ": dict(self.environ), "cwd": self.cwd, "checkpoint_dir": self.checkpoint_dir}
+        if self.earlier_user_env is not None:
+            value[EARLIER_USER_ENV_KEY] = dict(self.earlier_user_env)
         if self.run is not None:
             value["run"] = self.run.to_dict()
         if self.checkpoint_volume is not None:
@@ -117,16 +135,17 @@ class Launch:
         """A launch's JSON object (TypeError/ValueError/KeyError for anything else)."""
         if not isinstance(value, Mapping):
             raise TypeError("a launch is not an object")
-        known = {"environ", "cwd", "user_env", "checkpoint_dir", "run", "checkpoint_volume", HELD_START_KEY}
+        known = {"environ", "cwd", "checkpoint_dir", "run", "checkpoint_volume", HELD_START_KEY, EARLIER_USER_ENV_KEY}
         run, volume, held = value.get("run"), value.get("checkpoint_volume"), value.get(HELD_START_KEY)
+        earlier = value.get(EARLIER_USER_ENV_KEY)
         return cls(
             environ=_mapping(value["environ"], "the environment"),
             cwd=_text(value["cwd"], "cwd"),
-            user_env=_mapping(value["user_env"], "the user's environment"),
             checkpoint_dir=_text(value["checkpoint_dir"], "checkpoint_dir"),
             run=None if run is None else Run.from_dict(run),
             checkpoint_volume=None if volume is None else _text(volume, "checkpoint_volume"),
             held_start=_held_start(held),
+            earlier_user_env=None if earlier is None else _mapping(earlier, "the user's environment"),
             extra={key: item for key, item in value.items() if key not in known},
         )
 

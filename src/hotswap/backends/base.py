@@ -1,23 +1,24 @@
 """What the CLI asks of a backend. The local backend and the Kubernetes backend both provide it,
 so one CLI drives either; a cluster's record (in the state directory) says which one it uses.
 
-Every method validates what the user gave before changing anything and raises
-:class:`~hotswap.api.errors.HotswapError` subclasses with one actionable line. Returned data are
-the typed views of :mod:`hotswap.backends.views` (the JSON contracts of DESIGN.md: ``workload
-list`` rows, ``node list`` rows, ...). What a backend can do, and how it reads paths and
-images, is its :class:`~hotswap.backends.capabilities.Capabilities`.
+The CLI parses a command's flags once into a backend-neutral request
+(:mod:`hotswap.backends.requests`); the backend turns it into what it runs, answers for the
+features it lacks with its own reasons (:mod:`hotswap.backends.features`), and raises its own
+one-line :class:`~hotswap.api.errors.HotswapError` subclasses, before changing anything. Returned
+data are the typed views of :mod:`hotswap.backends.views` (the JSON contracts of DESIGN.md:
+``workload list`` rows, ``node list`` rows, ...).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from hotswap.api.launch import RUN_AUTO, RUN_FRESH, RUN_FROM, Launch, Run
-
 if TYPE_CHECKING:  # pydantic loads only where specs are built or validated: reads stay fast
+    from hotswap.api.launch import Launch
     from hotswap.api.spec import WorkloadSpec
-    from hotswap.backends.capabilities import Capabilities
+    from hotswap.backends.features import Feature
+    from hotswap.backends.requests import ClusterRequest, PreparedWorkload, WorkloadRequest
     from hotswap.backends.views import (
         CacheImageResult,
         ClusterCreated,
@@ -27,49 +28,20 @@ if TYPE_CHECKING:  # pydantic loads only where specs are built or validated: rea
         WorkloadDescription,
         WorkloadRow,
     )
-
-
-def launch_record(
-    *, environ: dict[str, str], cwd: str, user_env: dict[str, str], checkpoint_dir: str, run: Run | None = None
-) -> Launch:
-    """How to start a workload's workers, as ``workload create`` hands it to a backend: the
-    creator's environment and directory, the user's variables, where this run's checkpoints go,
-    the run (:func:`new_run`; a backend resolves what it resumes from). A backend may set
-    entries of its own, such as ``checkpoint_volume`` (``dataclasses.replace``)."""
-    return Launch(environ=environ, cwd=cwd, user_env=user_env, checkpoint_dir=checkpoint_dir, run=run)
-
-
-def new_run(resume_from: str | None, fresh: bool) -> Run:
-    """A new run of ``workload create``: its id, and what the user asked it to resume from
-    (``--resume-from``: a run id or a directory; ``--fresh``: nothing; neither: a pending
-    migration checkpoint of its predecessor, if any)."""
-    import os
-    import time
-
-    from hotswap.api.limits import check_text
-
-    run_id = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + os.urandom(3).hex()  # api.runs.is_run_id
-    if fresh:
-        return Run(run_id, RUN_FRESH)
-    if resume_from is not None:
-        return Run(run_id, RUN_FROM, source=check_text("--resume-from", resume_from))
-    return Run(run_id, RUN_AUTO)
+    from hotswap.store.state import ClusterRecord
 
 
 class Backend(Protocol):
     name: str
-    capabilities: Capabilities
+    # What it cannot do, each feature with its reason in its own words (one line; see features.py).
+    unsupported_features: Mapping[Feature, str]
+    # Seconds between the dashboard's looks at a cluster, unless --interval says otherwise.
+    dashboard_interval_s: float
+    # Whether ``controller run`` serves Prometheus metrics unless told not to (else only when asked).
+    metrics_by_default: bool
 
-    def create_cluster(
-        self,
-        cluster: str,
-        device_type: str | None,
-        num_slices: int | None,
-        force: bool,
-        confirm: Callable[[str], bool],
-        options: dict[str, Any],
-    ) -> ClusterCreated:
-        """Create (or, re-run, resize/refresh) a cluster; ``options`` holds backend flags."""
+    def create_cluster(self, request: ClusterRequest, confirm: Callable[[str], bool]) -> ClusterCreated:
+        """Create (or, re-run, resize/refresh) a cluster; ``confirm`` is asked before a shrink."""
         ...
 
     def delete_cluster(self, cluster: str, confirm: Callable[[str], bool]) -> None:
@@ -83,11 +55,17 @@ class Backend(Protocol):
         returns what was done (``message``, and the objects applied, if any)."""
         ...
 
+    def prepare_workload(self, request: WorkloadRequest, record: ClusterRecord | None) -> PreparedWorkload:
+        """Turn ``workload create``'s request into the spec and the launch of a new run, as this
+        backend runs them (paths of this machine or of its pods, images used or recorded), for
+        the cluster of ``record`` (None: a dry run for a cluster with no record). Changes nothing."""
+        ...
+
     def create_workload(self, cluster: str, spec: WorkloadSpec, launch: Launch) -> WorkloadCreated: ...
 
     def dry_run(self, cluster: str | None, spec: WorkloadSpec, launch: Launch) -> Any:
-        """What ``workload create`` would do, as a document to print; changes nothing. ``cluster``
-        is None for a cluster with no record unless ``dry_run_names_unrecorded_cluster``."""
+        """What ``workload create`` would do, as a document to print; changes nothing. ``cluster``:
+        the prepared workload's ``dry_run_cluster``."""
         ...
 
     def delete_workload(self, cluster: str, name: str) -> None: ...

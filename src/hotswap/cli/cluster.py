@@ -10,7 +10,6 @@ from hotswap.api.errors import InvalidInputError
 from hotswap.cli.output import Format, document, note, table
 
 if TYPE_CHECKING:
-    from hotswap.backends.capabilities import Capabilities
     from hotswap.backends.views import SliceView
 
 app = typer.Typer(help="Create, resize, inspect and delete clusters of slices.", no_args_is_help=True)
@@ -44,33 +43,31 @@ def create(
     With --backend kubernetes: check that JobSet (and Kueue) are installed, find the slices among
     the nodes, create the PriorityClasses (and Kueue queues), and record how to reach it.
     """
-    from hotswap.api.catalog import get_device_type
+    from hotswap.backends.requests import ClusterRequest
     from hotswap.cli.backends import named
-
-    chosen = named(backend)
-    refuse_provisioning(chosen.capabilities, custom_tpu_nodepool_arguments=custom_tpu_nodepool_arguments,
-                        cluster_cpu_machine_type=cluster_cpu_machine_type)
-    if not chosen.capabilities.workers_on_this_machine and device_type is not None and get_device_type(device_type).local_only:
-        raise InvalidInputError(f"{device_type} is a local-only device type (GPUs of this machine); use it with --backend local")
-    given = {
-        "context": context,
-        "namespace": namespace,
-        "kueue": kueue or None,
-        "cluster_queue": cluster_queue,
-        "local_queue": local_queue,
-        "node_pool_label": node_pool_label,
-        "accelerator_label": accelerator_label,
-        "topology_label": topology_label,
-        "gpu_accelerator_label": gpu_accelerator_label,
-        "checkpoint_volume": checkpoint_volume,
-        "warm_workers": warm_workers,
-        "gpus": gpus,
-    }
-    options = {key: value for key, value in given.items() if value is not None}
-
     from hotswap.cli.prompts import confirmation
 
-    summary = chosen.create_cluster(cluster, device_type, num_slices, force, confirmation(force), options)
+    request = ClusterRequest(
+        cluster=cluster,
+        device_type=device_type,
+        num_slices=num_slices,
+        force=force,
+        context=context,
+        namespace=namespace,
+        kueue=kueue,
+        cluster_queue=cluster_queue,
+        local_queue=local_queue,
+        node_pool_label=node_pool_label,
+        accelerator_label=accelerator_label,
+        topology_label=topology_label,
+        gpu_accelerator_label=gpu_accelerator_label,
+        checkpoint_volume=checkpoint_volume,
+        warm_workers=warm_workers,
+        gpus=gpus,
+        custom_tpu_nodepool_arguments=custom_tpu_nodepool_arguments,
+        cluster_cpu_machine_type=cluster_cpu_machine_type,
+    )
+    summary = named(backend).create_cluster(request, confirmation(force))
     if output is not Format.TABLE:
         document(summary, output)
         return
@@ -80,22 +77,6 @@ def create(
         + (", backed by GPUs " + ", ".join(_gpu_list(s) for s in summary["slices"]) if summary.get("backing") == "gpu" else "")
         + ")"
         + (f", controller pid {summary['controller_pid']}" if summary.get("controller_pid") else "")
-    )
-
-
-def refuse_provisioning(capabilities: Capabilities, **flags: str | None) -> None:
-    """xpk's node-pool flags: xpk provisions GKE node pools, hotswap never does (it uses the
-    nodes a Kubernetes cluster has, or processes of this machine), so it refuses them rather
-    than ignore them."""
-    given = [name for name, value in flags.items() if value is not None]
-    if not given:
-        return
-    flag = "--" + given[0].replace("_", "-")
-    if capabilities.workers_on_this_machine:
-        raise InvalidInputError(f"{flag}: the local backend has no node pools (its slices are processes of this machine)")
-    raise InvalidInputError(
-        f"{flag}: hotswap creates no node pools; create them with gcloud or xpk, then run"
-        " `hotswap cluster create --backend kubernetes` to find their slices"
     )
 
 

@@ -35,7 +35,7 @@ def run(
 
     in_cluster = os.environ.get(IN_CLUSTER_SETTINGS)
     chosen = for_controller(cluster, in_cluster=bool(in_cluster))
-    default = DEFAULT_METRICS_ADDRESS if chosen.capabilities.metrics_by_default else None
+    default = DEFAULT_METRICS_ADDRESS if chosen.metrics_by_default else None
     address = default if metrics_address is None else metrics_address
     if address:
         # The Deployment of `controller manifests` passes --expose-metrics; one applied before it

@@ -35,7 +35,7 @@ def start_dashboard(
     from hotswap.dashboard.source import ClusterSource
 
     require_libraries()
-    interval = interval_s if interval_s is not None else backends.for_cluster_or_demo(cluster).capabilities.dashboard_interval_s
+    interval = interval_s if interval_s is not None else backends.for_cluster_or_demo(cluster).dashboard_interval_s
     source = ClusterSource(cluster, lambda: backends.for_cluster(cluster), interval_s=interval, log=log)
     return Dashboard(source, host, port, token)
 

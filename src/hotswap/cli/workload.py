@@ -65,10 +65,11 @@ def create(
     timeout: float | None = typer.Option(None, "--timeout", help="With --wait: give up after this many seconds (exit 124); default: wait on."),
 ) -> None:
     """Submit a workload: it is queued by priority, then FIFO, and admitted onto whole slices."""
-    from hotswap.cli.workload_request import CreateRequest, prepare, target_of, user_env_of
+    from hotswap.backends.requests import WorkloadRequest
+    from hotswap.cli.workload_request import target_of, user_env_of
 
     check_timeout(timeout)
-    request = CreateRequest(
+    request = WorkloadRequest(
         workload=workload,
         cluster=cluster,
         command=command,
@@ -96,13 +97,13 @@ def create(
     )
     target = target_of(request)
     chosen = target.backend
-    prepared = prepare(request, target.record, chosen.capabilities)
+    prepared = chosen.prepare_workload(request, target.record)
     if dry_run:
         document(chosen.dry_run(prepared.dry_run_cluster, prepared.spec, prepared.launch), Format.YAML if output is Format.TABLE else output)
         return
     view = chosen.create_workload(cluster, prepared.spec, prepared.launch)
-    if prepared.unused_image:
-        note(f"image {prepared.unused_image} recorded, not used: the local backend runs the command on this machine (it is used on Kubernetes)")
+    for line in prepared.notes:
+        note(line)
     if wait:
         note(f"workload {workload} created: {view['status']} ({view['status_message']})")
         view = wait_for_state(lambda: chosen.describe_workload(cluster, workload), workload, until, timeout)

@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from hotswap.api.spec import workload_spec
-from hotswap.backends.base import launch_record, new_run
+from hotswap.api.launch import Launch
 from hotswap.backends.local.commands import client
 from hotswap.backends.local.backend import LocalBackend
+from hotswap.backends.requests import ClusterRequest, new_run
 from hotswap.backends.local.workload_files import log_path
 from hotswap.backends.local.protocol import RequestKind
 from hotswap.demo.backing import EMULATED_DEVICE, choose_backing
@@ -159,7 +160,8 @@ class Drill(abc.ABC):
     def create_cluster(self, slices: int, warm: int = 0) -> None:
         self.device, gpus = choose_backing(self.options.backing, slices)
         self.backed = gpus is not None
-        summary = LOCAL.create_cluster(self.cluster, self.device, slices, True, lambda _: True, {"warm_workers": warm, "gpus": gpus})
+        request = ClusterRequest(self.cluster, self.device, slices, force=True, warm_workers=warm, gpus=gpus)
+        summary = LOCAL.create_cluster(request, lambda _: True)
         where = "GPUs " + ", ".join(str(g["index"]) for s in summary["slices"] for g in s["gpus"]) if self.backed else "emulated"
         self.event(f"cluster {self.cluster}: {slices} x {self.device} (1 host per slice, {where}), controller started")
 
@@ -174,11 +176,11 @@ class Drill(abc.ABC):
         ).rstrip()
         spec = workload_spec(
             name=name, command=command, device_type=self.device, num_slices=slices, priority=priority,
-            **{"termination_grace_period_s": 20.0, "max_restarts": 3, **flags},
+            **{"termination_grace_period_s": 20.0, "max_restarts": 3, "env": {"OMP_NUM_THREADS": "1"}, **flags},
         )
         run = new_run(None, fresh=False)  # as `workload create` does: a new run, resuming a pending migration
-        launch = launch_record(
-            environ=dict(os.environ), cwd=str(self.workdir), user_env={"OMP_NUM_THREADS": "1"},
+        launch = Launch(
+            environ=dict(os.environ), cwd=str(self.workdir),
             checkpoint_dir=str(registry.existing(self.cluster).checkpoint_dir(name) / run.id), run=run,
         )
         t = time.time()

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from hotswap.backends.local.commands.new_cluster import new_cluster_warm_workers
+from hotswap.backends.requests import ClusterRequest
 from hotswap.demo.drills import LOCAL, Drill, DrillFailed, phases_of_restart
 from hotswap.demo.gpu_drill import GpuDrill
 from hotswap.demo.shrink import ShrinkDrill
@@ -113,7 +114,7 @@ class HotswapDrill(Drill):
         result["default_warm_workers"] = default = new_cluster_warm_workers(3, 1)
         if self.options.warm:
             spares = default if default >= 2 else 2
-            LOCAL.create_cluster(self.cluster, self.device, 3, True, lambda _: True, {"warm_workers": spares})
+            LOCAL.create_cluster(ClusterRequest(self.cluster, self.device, 3, force=True, warm_workers=spares), lambda _: True)
             self.event(f"warm spare workers (PyTorch already imported): {f'the default, {spares}' if default >= 2 else 2}"
                        f" ({default} by default here)")
             self.wait("warm spares to be ready", self._spares_ready, timeout=120)

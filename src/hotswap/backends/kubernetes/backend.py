@@ -16,11 +16,12 @@ from typing import Any
 from hotswap.api import worker as contract
 from hotswap.api.catalog import get_device_type
 from hotswap.api.launch import Launch
+from hotswap.api.limits import check_text
 from hotswap.api.errors import CapacityError, ConflictError, InvalidInputError, NotFoundError, never_fits
 from hotswap.api.spec import WorkloadSpec
-from hotswap.backends.capabilities import Capabilities
+from hotswap.backends.features import Feature, require
 from hotswap.backends.kubernetes import labels, log_archive
-from hotswap.backends.kubernetes.checkpoint_volume import parse_checkpoint_volume
+from hotswap.backends.kubernetes.checkpoint_volume import checkpoint_dir, parse_checkpoint_volume, run_directory
 from hotswap.backends.kubernetes.clusters import BACKEND, cluster_summary, create_cluster
 from hotswap.backends.kubernetes.discovery import discover
 from hotswap.backends.kubernetes.client.connection import ForbiddenError
@@ -47,23 +48,21 @@ from hotswap.backends.views import (
     WorkloadRow,
     matches,
 )
+from hotswap.backends.requests import ClusterRequest, PreparedWorkload, WorkloadRequest, new_run, spec_of
 from hotswap.store import registry
 from hotswap.store.paths import ClusterPaths
+from hotswap.store.state import ClusterRecord
 
 NODE_OPERATIONS = ("cordon", "uncordon", "drain")
 
-# Workers are pods: paths are inside their containers, dumps go to gs://, the API server is
-# looked at less often than a local database.
-KUBERNETES_CAPABILITIES = Capabilities(
-    workers_on_this_machine=False,
-    local_paths=False,
-    debug_dumps_to_directory=False,
-    runs_containers=True,
-    checkpoint_volumes=True,
-    dry_run_names_unrecorded_cluster=True,
-    dashboard_interval_s=2.0,
-    metrics_by_default=True,
-)
+# Its workers are pods on the nodes a cluster has: it provisions no node pools and runs nothing
+# on this machine.
+UNSUPPORTED_FEATURES = {
+    Feature.NODE_POOLS: "{asked}: hotswap creates no node pools; create them with gcloud or xpk, then run"
+    " `hotswap cluster create --backend kubernetes` to find their slices",
+    Feature.MACHINE_DEVICE_TYPES: "{asked} is a local-only device type (GPUs of this machine); use it with --backend local",
+    Feature.MACHINE_PROCESSES: "{asked}: not an option of --backend kubernetes",
+}
 
 
 def settings_of(cluster: str) -> KubeSettings:
@@ -77,14 +76,15 @@ def settings_of(cluster: str) -> KubeSettings:
     return KubeSettings.from_options(found.settings)
 
 
-def _volume(launch: Launch, settings: KubeSettings):
-    text = launch.checkpoint_volume or settings.checkpoint_volume
-    return parse_checkpoint_volume(text) if text else None
+def _volume(launch: Launch):
+    return parse_checkpoint_volume(launch.checkpoint_volume) if launch.checkpoint_volume else None
 
 
 class KubernetesBackend:
     name = BACKEND
-    capabilities = KUBERNETES_CAPABILITIES
+    unsupported_features = UNSUPPORTED_FEATURES
+    dashboard_interval_s = 2.0  # a look is a round of API server reads
+    metrics_by_default = True  # in a cluster, Prometheus scrapes the controller
 
     def _client(self, settings: KubeSettings):
         from hotswap.backends.kubernetes.client import KubeClient
@@ -93,17 +93,10 @@ class KubernetesBackend:
 
     # ------------------------------------------------------------------ clusters
 
-    def create_cluster(
-        self,
-        cluster: str,
-        device_type: str | None,
-        num_slices: int | None,
-        force: bool,
-        confirm: Callable[[str], bool],
-        options: dict[str, Any],
-    ) -> ClusterCreated:
+    def create_cluster(self, request: ClusterRequest, confirm: Callable[[str], bool]) -> ClusterCreated:
         """Record a Kubernetes cluster (see :func:`~hotswap.backends.kubernetes.clusters.create_cluster`)."""
-        return create_cluster(self._client, cluster, device_type, num_slices, options)
+        require(self.unsupported_features, request.features())
+        return create_cluster(self._client, request.cluster, request.device_type, request.num_slices, request.api_server_settings())
 
     def delete_cluster(self, cluster: str, confirm: Callable[[str], bool]) -> None:
         """Forget the cluster: its record goes; nothing in the Kubernetes cluster is touched (so
@@ -150,16 +143,31 @@ class KubernetesBackend:
 
     # ------------------------------------------------------------------ workloads
 
+    def prepare_workload(self, request: WorkloadRequest, record: ClusterRecord | None) -> PreparedWorkload:
+        """A request as pods run it: paths are inside their containers, XLA dumps are copied to a
+        gs:// bucket, the image is used, checkpoints persist on the workload's volume (or the
+        cluster's default). Changes nothing; a dry run renders for the cluster named, recorded
+        or not (a JobSet carries its cluster's name)."""
+        require(self.unsupported_features, request.features())
+        spec = spec_of(request, record, debug_dump_gcs=_dump_bucket(request.debug_dump()))
+        run = new_run(request.resume_from, request.fresh)
+        settings = KubeSettings.from_options(record.settings) if record is not None else KubeSettings()
+        volume = check_text("--checkpoint-volume", request.checkpoint_volume) if request.checkpoint_volume is not None else None
+        volume = volume or settings.checkpoint_volume
+        root = checkpoint_dir(spec, request.cluster, parse_checkpoint_volume(volume) if volume else None)
+        launch = Launch(environ={}, cwd="", checkpoint_dir=run_directory(root, run) if root else "", run=run, checkpoint_volume=volume)
+        return PreparedWorkload(spec=spec, launch=launch, dry_run_cluster=request.cluster)
+
     def dry_run(self, cluster: str | None, spec: WorkloadSpec, launch: Launch) -> Any:
         """The JobSet ``workload create`` would apply, exactly; no API server is needed."""
         name = cluster or "cluster"
         found = registry.find(name) if cluster else None
         settings = KubeSettings.from_options(found.settings) if found and found.backend == BACKEND else KubeSettings()
-        return render_jobset(spec, name, settings, _volume(launch, settings), launch.run)
+        return render_jobset(spec, name, settings, _volume(launch), launch.run)
 
     def create_workload(self, cluster: str, spec: WorkloadSpec, launch: Launch) -> WorkloadRow:
         settings = settings_of(cluster)
-        manifest = render_jobset(spec, cluster, settings, _volume(launch, settings), launch.run)
+        manifest = render_jobset(spec, cluster, settings, _volume(launch), launch.run)
         client = self._client(settings)
         counts = discover(client.list_nodes(), settings).slices_by_type()
         never = never_fits(spec.num_slices, spec.device_type, counts.get(spec.device_type, 0))
@@ -309,6 +317,13 @@ class KubernetesBackend:
                     with contextlib.suppress(NotFoundError):
                         client.evict(meta["name"])
         return targets
+
+
+def _dump_bucket(location: str | None) -> str | None:
+    """--debug-dump-gcs: a gs:// path the pods copy their XLA dumps to (with gsutil, as xpk's do)."""
+    if location is not None and (not location.startswith("gs://") or len(location) <= len("gs://")):
+        raise InvalidInputError(f"--debug-dump-gcs {location}: on Kubernetes give a gs://bucket[/path] for the pods to copy to")
+    return location
 
 
 def _archived_log(cluster: str, name: str, slice_: str | None, host: int, write: Callable[[bytes], None]) -> str:

@@ -57,6 +57,11 @@ def checkpoint_dir(spec: WorkloadSpec, cluster: str, volume: CheckpointVolume | 
     return None
 
 
+def run_directory(root: str, run: Run) -> str:
+    """A run's checkpoint directory in the pod: ``<root>/<run id>``."""
+    return f"{root}/{run.id}"
+
+
 def resume_value(run: Run, root: str) -> str:
     """HOTSWAP_RESUME_FROM of a run whose checkpoint root (in the pod) is ``root``: only the
     pods see the volume, so an automatic choice is the workers' (``auto``); a run id names a

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from hotswap.api.catalog import get_device_type
 from hotswap.api.errors import InvalidInputError, NotFoundError
 from hotswap.api.launch import Launch
-from hotswap.backends.capabilities import Capabilities
+from hotswap.backends.features import Feature, require
 from hotswap.backends.local.commands import client, clusters, nodes, workloads
 from hotswap.backends.local.queries import clusters as cluster_queries
 from hotswap.backends.local.queries import logs
@@ -28,42 +28,34 @@ from hotswap.backends.views import (
 
 if TYPE_CHECKING:  # pydantic loads only where specs are built or validated: reads stay fast
     from hotswap.api.spec import WorkloadSpec
+    from hotswap.backends.requests import ClusterRequest, PreparedWorkload, WorkloadRequest
+    from hotswap.store.state import ClusterRecord
 
-# Workers are processes of this machine, run where the user is: paths are this machine's.
-LOCAL_CAPABILITIES = Capabilities(
-    workers_on_this_machine=True,
-    local_paths=True,
-    debug_dumps_to_directory=True,
-    runs_containers=False,
-    checkpoint_volumes=False,
-    dry_run_names_unrecorded_cluster=False,
-    dashboard_interval_s=0.5,
-    metrics_by_default=False,
-)
+# Its slices are processes of this machine, run where the user is: no API server, no
+# containers, no node pools.
+UNSUPPORTED_FEATURES = {
+    Feature.NODE_POOLS: "{asked}: the local backend has no node pools (its slices are processes of this machine)",
+    Feature.API_SERVER_SETTINGS: "{asked}: only for --backend kubernetes",
+    Feature.CHECKPOINT_VOLUMES: "--checkpoint-volume is only for --backend kubernetes (use --checkpoint-dir)",
+    Feature.CONTAINER_NAMES: "--docker-name names the workers' container on Kubernetes; the local backend runs processes, not containers",
+}
 
 
 class LocalBackend:
     name = "local"
-    capabilities = LOCAL_CAPABILITIES
+    unsupported_features = UNSUPPORTED_FEATURES
+    dashboard_interval_s = 0.5  # a look is a read of the cluster's database
+    metrics_by_default = False
 
-    def create_cluster(
-        self,
-        cluster: str,
-        device_type: str | None,
-        num_slices: int | None,
-        force: bool,
-        confirm: Callable[[str], bool],
-        options: dict[str, Any],
-    ) -> ClusterCreated:
-        options = dict(options)
-        warm_workers = options.pop("warm_workers", None)
-        gpus = options.pop("gpus", None)
-        if options:
-            raise InvalidInputError(f"{', '.join('--' + k.replace('_', '-') for k in options)}: only for --backend kubernetes")
-        if device_type is None or (num_slices is None and gpus is None):
+    def create_cluster(self, request: ClusterRequest, confirm: Callable[[str], bool]) -> ClusterCreated:
+        require(self.unsupported_features, request.features())
+        if request.device_type is None or (request.num_slices is None and request.gpus is None):
             raise InvalidInputError("a local cluster needs --device-type and --num-slices (or --gpus)")
-        clusters.create_cluster(cluster, device_type, num_slices, force, confirm, warm_workers=warm_workers, gpus=gpus)
-        return cluster_queries.describe_cluster(cluster)
+        clusters.create_cluster(
+            request.cluster, request.device_type, request.num_slices, request.force, confirm,
+            warm_workers=request.warm_workers, gpus=request.gpus,
+        )
+        return cluster_queries.describe_cluster(request.cluster)
 
     def delete_cluster(self, cluster: str, confirm: Callable[[str], bool]) -> None:
         clusters.delete_cluster(cluster, confirm)
@@ -71,6 +63,10 @@ class LocalBackend:
     def describe_cluster(self, cluster: str) -> ClusterDescription:
         self._keep_served(cluster)
         return cluster_queries.describe_cluster(cluster)
+
+    def prepare_workload(self, request: WorkloadRequest, record: ClusterRecord | None) -> PreparedWorkload:
+        require(self.unsupported_features, request.features())
+        return workloads.prepare_workload(request, record)
 
     def create_workload(self, cluster: str, spec: WorkloadSpec, launch: Launch) -> WorkloadCreated:
         workloads.create_workload(cluster, spec, launch)

@@ -186,7 +186,7 @@ def _check_create(payload: dict[str, Any]) -> None:
     if not isinstance(launch, dict):
         raise ValueError("launch is not an object")
     _strings(launch["environ"], "the environment")
-    _strings(launch["user_env"], "the user's environment")
+    _strings(launch.get("user_env", {}), "the user's environment")  # an earlier release's record
     for key in ("cwd", "checkpoint_dir"):
         if not isinstance(launch[key], str) or "\0" in launch[key]:
             raise ValueError(f"{key} is not a path")

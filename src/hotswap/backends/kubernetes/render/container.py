@@ -12,7 +12,7 @@ from hotswap.api.catalog import AcceleratorKind, DeviceType
 from hotswap.api.launch import Run
 from hotswap.api.spec import WorkloadSpec
 from hotswap.backends.kubernetes import labels
-from hotswap.backends.kubernetes.checkpoint_volume import CheckpointVolume, checkpoint_dir, resume_value
+from hotswap.backends.kubernetes.checkpoint_volume import CheckpointVolume, checkpoint_dir, resume_value, run_directory
 
 # Characters that need a shell; a command without them runs exec'd (the shell then execs a
 # simple command, as on the local backend), unless its first word is one only a shell knows.
@@ -88,7 +88,7 @@ def worker_env(
     if run is not None:
         contract_env.append((contract.HOTSWAP_RUN_ID, run.id))
     if directory is not None and run is not None:
-        contract_env.append((contract.HOTSWAP_CHECKPOINT_DIR, f"{directory}/{run.id}"))
+        contract_env.append((contract.HOTSWAP_CHECKPOINT_DIR, run_directory(directory, run)))
         contract_env.append((contract.HOTSWAP_RESUME_FROM, resume_value(run, directory)))
     elif directory is not None:
         contract_env.append((contract.HOTSWAP_CHECKPOINT_DIR, directory))

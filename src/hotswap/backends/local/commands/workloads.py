@@ -1,6 +1,6 @@
-"""``workload create`` and ``workload delete`` on a local cluster: checked here, in the CLI's
-process (the cluster's device type and size, the checkpoint directory, what a new run resumes
-from), then requested of the controller."""
+"""``workload create`` and ``workload delete`` on a local cluster: prepared and checked here, in
+the CLI's process (paths of this machine, the cluster's device type and size, the checkpoint
+directory, what a new run resumes from), then requested of the controller."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from hotswap.api.errors import CapacityError, ConflictError, InvalidInputError, NotFoundError, never_fits
 from hotswap.api.launch import Launch
 from hotswap.backends.local.commands import client, runs
+from hotswap.backends.requests import PreparedWorkload, WorkloadRequest, new_run, spec_of
 from hotswap.backends.local.protocol import RequestKind
 from hotswap.backends.local.queries.records import open_store, slice_count, workload_record
 from hotswap.store.paths import ClusterPaths, check_private
@@ -20,6 +21,47 @@ from hotswap.store.registry import existing, record_of
 
 if TYPE_CHECKING:  # pydantic loads only where specs are built or validated: reads stay fast
     from hotswap.api.spec import WorkloadSpec
+    from hotswap.store.state import ClusterRecord
+
+
+def prepare_workload(request: WorkloadRequest, record: ClusterRecord | None) -> PreparedWorkload:
+    """A request as the local backend runs it: its workers are processes of this machine, run
+    where the user is, so the paths given are this machine's (--script-dir must exist, the
+    checkpoint root is made absolute), XLA dumps go to a directory here, and an image is only
+    recorded. Changes nothing."""
+    from hotswap.store.paths import ClusterPaths
+
+    dump = _dump_directory(request.debug_dump())
+    spec = spec_of(request, record, debug_dump_gcs=dump)
+    script_dir = request.script_dir
+    workdir = os.path.abspath(script_dir) if script_dir else os.getcwd()
+    if script_dir and not os.path.isdir(workdir):
+        raise InvalidInputError(f"--script-dir {script_dir}: no such directory")
+    run = new_run(request.resume_from, request.fresh)
+    root = (
+        os.path.abspath(request.checkpoint_dir) if request.checkpoint_dir
+        else str(ClusterPaths.of(request.cluster).checkpoint_dir(request.workload))
+    )
+    launch = Launch(environ=dict(os.environ), cwd=workdir, checkpoint_dir=os.path.join(root, run.id), run=run)
+    image = request.image
+    return PreparedWorkload(
+        spec=spec,
+        launch=launch,
+        dry_run_cluster=request.cluster if record is not None else None,  # a dry run shows no cluster it has no record of
+        notes=(f"image {image} recorded, not used: the local backend runs the command on this machine (it is used on Kubernetes)",)
+        if image else (),
+    )
+
+
+def _dump_directory(location: str | None) -> str | None:
+    """--debug-dump-gcs: an absolute directory of this machine (its workers copy their XLA dumps there)."""
+    if location is None:
+        return None
+    if "://" in location:
+        raise InvalidInputError(
+            f"--debug-dump-gcs {location}: the local backend copies XLA dumps to a directory of this machine; give a path"
+        )
+    return os.path.abspath(os.path.expanduser(location))
 
 
 def create_workload(cluster: str, spec: WorkloadSpec, launch: Launch) -> None:

@@ -108,8 +108,8 @@ class Launcher:
                 gpus = tuple(g.index for g in backing.host_gpus(slice_, host)) if backing else ()
                 log = files.log_path(directory, replica, host)
                 env = environment.worker_environment(
-                    base=launch.environ,
-                    user=launch.user_env,
+                    base=launch.start_environment,
+                    user=environment.user_variables(workload.spec),
                     cluster=self.paths.name,
                     workload=workload.name,
                     slices=plan.slices,

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hotswap.api import worker as contract
+
+if TYPE_CHECKING:
+    from hotswap.api.spec import WorkloadSpec
 
 MASTER_ADDR = contract.DEFAULT_MASTER_ADDR  # every worker of a local cluster is on this machine
 
@@ -19,6 +22,15 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind((MASTER_ADDR, 0))
         return int(probe.getsockname()[1])
+
+
+def user_variables(spec: WorkloadSpec) -> dict[str, str]:
+    """The variables a worker gets from what the user asked (the spec): theirs (--env, --env-file)
+    and, with --debug-dump-gcs (a directory of this machine), where its shim copies XLA dumps."""
+    variables = dict(spec.env)
+    if spec.debug_dump_gcs:
+        variables[contract.HOTSWAP_DEBUG_DUMP_TO] = spec.debug_dump_gcs
+    return variables
 
 
 def worker_environment(
@@ -42,8 +54,8 @@ def worker_environment(
     tpu: bool = False,
     slice_name: str | None = None,
 ) -> dict[str, str]:
-    """The full environment of one worker (its local rank 0): the creator's, the user's, then
-    the contract's (the indices, and RANK and HOTSWAP_ATTEMPT computed from them by the
+    """The full environment of one worker (its local rank 0): the one it starts from (``base``:
+    the launch's), the user's (``user``: :func:`user_variables`), then the contract's (the indices, and RANK and HOTSWAP_ATTEMPT computed from them by the
     contract's formulas). ``gpus``: the NVML indices of the host's GPUs on a GPU-backed slice,
     one process each (see :func:`local_process_environment`); none on an emulated one. ``tpu``:
     a TPU device type (GKE's TPU worker variables). ``slice_name``: the slice replica ``replica``
