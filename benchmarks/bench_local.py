@@ -61,7 +61,7 @@ def main() -> None:
         script.write_text(WORKER)
 
         from hotswap.api.spec import workload_spec
-        from hotswap.backends.base import launch_record
+        from hotswap.api.launch import Launch
         from hotswap.backends.local.commands import client
         from hotswap.backends.local.commands import clusters as cluster_commands
         from hotswap.backends.local.commands import workloads as workload_commands
@@ -72,12 +72,13 @@ def main() -> None:
         cluster = "bench"
         cluster_commands.create_cluster(cluster, args.device_type, 3, force=True, confirm=lambda _: True)
         paths = registry.existing(cluster)
-        launch = launch_record(
-            environ=dict(os.environ), cwd=str(root), user_env={"MARKS": str(marks)}, checkpoint_dir=str(root / "ckpt")
-        )
+        launch = Launch(environ=dict(os.environ), cwd=str(root), checkpoint_dir=str(root / "ckpt"))
         command = f"{sys.executable} {script}"
         for name, priority, slices in (("low", "low", 1), ("high", "high", 2)):
-            spec = workload_spec(name=name, command=command, device_type=args.device_type, num_slices=slices, priority=priority)
+            spec = workload_spec(
+                name=name, command=command, device_type=args.device_type, num_slices=slices, priority=priority,
+                env={"MARKS": str(marks)},
+            )
             workload_commands.create_workload(cluster, spec, launch)
 
         def record(name: str) -> dict:

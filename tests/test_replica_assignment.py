@@ -28,7 +28,7 @@ from builders import CLUSTER, World, fail, repair, spec
 from hotswap.api.cluster import node_name, slice_name
 from hotswap.api.phases import WorkloadPhase
 from hotswap.api.spec import WorkloadSpec
-from hotswap.backends.base import launch_record
+from hotswap.api.launch import Launch
 from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes import operations as ops
 from hotswap.backends.kubernetes.observation import observe
@@ -355,7 +355,7 @@ def _local_cluster(tmp_path: Path, record: str, rows: list[tuple[str, int]]) -> 
     nodes = [Node(f"s{i}-0", f"s{i}", 0) for i in range(3)]
     with LocalStore.open(tmp_path / "state.db", create=True) as store:
         store.init_cluster(ClusterRecord("c", "local", DEVICE, 0.0))
-        store.launches.add("w", record, launch_record(environ={}, cwd="/", user_env={}, checkpoint_dir="/c"))
+        store.launches.add("w", record, Launch(environ={}, cwd="/", checkpoint_dir="/c"))
         store.save_snapshot(Snapshot.build(), Snapshot.build(0.0, slices, nodes, ()))
         for slice_, replica in rows:
             store.worker_rows.add(WorkerIdentity("w", 4, 1, slice_, replica, 0, f"{slice_}-0"), dir="", state="running")
