@@ -27,7 +27,8 @@ from hotswap.api.errors import ConflictError
 from hotswap.backends.local.commands import client
 from hotswap.backends.local import protocol
 from hotswap.backends.local.claim import AlreadyClaimed, Claim
-from hotswap.backends.local.protocol import DONE, RequestKind
+from hotswap.backends.local.protocol import DONE
+from hotswap.backends.local.requests import Shutdown
 from hotswap.backends.local.proc import start_ticks
 from hotswap.store import faults
 from hotswap.store.paths import ClusterPaths
@@ -57,7 +58,7 @@ def _begin(paths: ClusterPaths) -> bool:
         store.cluster()  # a cluster without a readable record is removed the hard way
         if store.deleted():
             return True
-    outcome = client.request(paths, RequestKind.SHUTDOWN, {})
+    outcome = client.request(paths, Shutdown())
     if outcome.status != DONE:
         raise ConflictError(outcome.message)
     return True
