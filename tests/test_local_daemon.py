@@ -21,6 +21,7 @@ from hotswap.backends.local.controller.rounds import RoundRunner
 from hotswap.backends.local.controller.serving import RequestServing
 from hotswap.backends.local.controller.state import ClusterState, Inbox
 from hotswap.backends.local.gpu.backing import Backing
+from hotswap.backends.local.gpu.nvml import GpuInfo
 from hotswap.backends.local.settings import LocalSettings
 from hotswap.backends.local.tables import LIVE_WORKER_STATES, LocalStore, WorkerIdentity, WorkerRow
 from hotswap.backends.local.workers.supervisor import WorkerLaunch
@@ -251,3 +252,16 @@ def test_a_round_without_a_request_decides_on_the_inbox(daemon: Daemon, tmp_path
     create(daemon, tmp_path)
     daemon.rounds.run(RoundInputs([ev.WorkloadDeleted("w")]))
     assert "w" not in daemon.state.snapshot.workloads and len(daemon.workers.stopped) == 1
+
+
+def test_a_gpu_backed_resize_records_the_gpus_with_its_round_and_the_monitor_watches_them(paths: ClusterPaths) -> None:
+    with LocalStore.open(paths.database, create=True) as store:
+        store.init_cluster(ClusterRecord("c", "local", "local-gpu-1", 0.0, LocalSettings(backing=Backing(1)).to_settings()))
+        daemon = Daemon(paths, store)
+        assert daemon.ask(rq.ResizeCluster(2, gpus=(GpuInfo(0, "GPU-a", "H100"), GpuInfo(1, "GPU-b", "H100")))) == ("done", "")
+        backing = daemon.state.backing
+        assert backing is not None and [g.uuid for g in backing.gpus()] == ["GPU-a", "GPU-b"]
+        assert daemon.health.watched == [backing] and LocalSettings.of(store.cluster().settings).backing == backing
+        status, message = daemon.ask(rq.ResizeCluster(2, gpus=(GpuInfo(1, "GPU-b", "H100"),)))  # GPU-a's slice stays
+        assert status == "rejected" and "GPU-a" in message
+        assert daemon.state.backing == backing and daemon.health.watched == [backing]  # nothing changed

@@ -81,7 +81,7 @@ def _limits_rows() -> dict[str, str]:
 
 def test_the_limits_table_states_the_local_clusters_cap_on_slices() -> None:
     """A local cluster refuses more than MAX_LOCAL_SLICES slices; the README says so (item 7)."""
-    from hotswap.backends.local.requests import MAX_LOCAL_SLICES
+    from hotswap.backends.local.protocol import MAX_LOCAL_SLICES
 
     rows = {name: limit for name, limit in _limits_rows().items() if "cluster create --num-slices" in name}
     assert rows, "the README's limits table has no row for a cluster's slices"

@@ -33,6 +33,10 @@ WAIT = "wait"
 ERROR = "error"
 MAX_LINE_BYTES = 4096  # every message is far shorter
 MAX_REQUEST_ID = 2**63 - 1  # SQLite's INTEGER
+# Bounds of what a request asks (``requests.py`` checks them; the CLI says them first).
+MAX_LOCAL_SLICES = 1024
+MAX_WARM_WORKERS = 64
+MAX_NODES_PER_REQUEST = MAX_LOCAL_SLICES * 64
 
 # Outcomes of a request. The first three are committed; FAILED is an answer only.
 DONE = "done"

@@ -29,17 +29,16 @@ from hotswap.api.limits import MAX_ARGUMENT_LENGTH, check_text
 from hotswap.api.names import validate_workload_name
 from hotswap.api.runs import is_run_id
 from hotswap.backends.local.gpu.nvml import GpuInfo
-from hotswap.backends.local.protocol import ProtocolError
+from hotswap.backends.local.protocol import MAX_LOCAL_SLICES, MAX_NODES_PER_REQUEST, MAX_WARM_WORKERS, ProtocolError
 
 if TYPE_CHECKING:  # pydantic loads only where a spec is parsed: the controller, `workload create`
     from hotswap.api.spec import WorkloadSpec
 
+# The CLI's commands import this module only when they make a request, so that reads (`workload
+# list`) do not pay for building these classes.
+
 REQUEST_VERSION = 1  # the payloads' shape; version 0 (no "version" key) is the same shape
 VERSION_KEY = "version"
-
-MAX_LOCAL_SLICES = 1024
-MAX_WARM_WORKERS = 64
-MAX_NODES_PER_REQUEST = MAX_LOCAL_SLICES * 64
 
 
 class RequestKind(enum.StrEnum):

@@ -20,15 +20,17 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hotswap.api.errors import EXIT_INTERRUPTED, ConflictError, HotswapError, NotFoundError, StateError
 from hotswap.backends.local import protocol
 from hotswap.backends.local.claim import AlreadyClaimed, Claim
-from hotswap.backends.local.requests import LocalRequest
 from hotswap.store import faults
 from hotswap.store.paths import ClusterPaths, new_dirs_private, open_private
 from hotswap.backends.local.tables import LocalStore, Request
+
+if TYPE_CHECKING:  # the records load only where a request is made (see requests.py)
+    from hotswap.backends.local.requests import LocalRequest
 
 CONTROLLER_START_TIMEOUT_S = 20.0  # for a controller to answer once nothing stops it any more
 CONTROLLER_BUSY_TIMEOUT_S = 300.0  # for a controller process that lives but does not answer yet

@@ -18,7 +18,7 @@ from hotswap.backends.local.commands.new_cluster import NewClusterDefaults, pars
 from hotswap.backends.local.gpu.backing import Backing, gpus_per_host
 from hotswap.backends.local.gpu.claims import GpuSelection, claim, claims_lock
 from hotswap.backends.local.gpu.nvml import GpuInfo
-from hotswap.backends.local.requests import MAX_LOCAL_SLICES, ResizeCluster
+from hotswap.backends.local.protocol import MAX_LOCAL_SLICES
 from hotswap.backends.local.queries.records import cluster_state, open_store, slice_count
 from hotswap.backends.local.queries.views import workload_view
 from hotswap.backends.local.resize import resize_events
@@ -117,6 +117,8 @@ def _create_or_resize(
     gpu_pool: list[GpuInfo] | None = None,
     zygote: bool | None = None,
 ) -> None:
+    from hotswap.backends.local.requests import ResizeCluster  # loaded for requests only (see requests.py)
+
     name = paths.name
     state = cluster_state(paths)
     if state == "deleted":  # a `cluster delete` that was cut short: finish it first

@@ -11,7 +11,7 @@ import os
 from typing import Any
 
 from hotswap.api.errors import InvalidInputError
-from hotswap.backends.local.requests import MAX_WARM_WORKERS
+from hotswap.backends.local.protocol import MAX_WARM_WORKERS
 from hotswap.core.warm_policy import auto_warm_workers, auto_zygote
 
 AUTO = "auto"

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 from hotswap.api.errors import CapacityError, ConflictError, InvalidInputError, NotFoundError, never_fits
 from hotswap.api.launch import Launch
 from hotswap.backends.local.commands import client, runs
-from hotswap.backends.local.requests import CreateWorkload, DeleteWorkload
 from hotswap.backends.local.queries.records import open_store, slice_count, workload_record
 from hotswap.store.paths import ClusterPaths, check_private
 from hotswap.store.registry import existing, record_of
@@ -23,6 +22,8 @@ if TYPE_CHECKING:  # pydantic loads only where specs are built or validated: rea
 
 
 def create_workload(cluster: str, spec: WorkloadSpec, launch: Launch) -> None:
+    from hotswap.backends.local.requests import CreateWorkload  # loaded for requests only (see requests.py)
+
     paths = existing(cluster)
     record = record_of(cluster)
     if spec.device_type != record.device_type:
@@ -53,6 +54,8 @@ def _check_fits(paths: ClusterPaths, spec: WorkloadSpec) -> None:
 
 
 def delete_workload(cluster: str, name: str) -> None:
+    from hotswap.backends.local.requests import DeleteWorkload  # loaded for requests only (see requests.py)
+
     paths = existing(cluster)
     workload_record(paths, name)  # a clear error before anything is queued
     outcome = client.request(paths, DeleteWorkload(name))

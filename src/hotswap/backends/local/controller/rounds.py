@@ -115,7 +115,9 @@ class RoundRunner:
         crash_at("committed")  # (test-only: see crash_points.py)
         self.workers.exits_committed(exits)
         self.inbox.decided()
-        if self.state.committed(new, settings):  # the GPUs behind the slices changed
+        backing = self.state.backing
+        self.state.committed(new, settings)
+        if self.state.backing != backing:  # a resize changed the GPUs behind the slices
             self.health.watch(self.state.backing)
         if request is not None:
             self.server.answer(request.id)  # committed: the caller may go on

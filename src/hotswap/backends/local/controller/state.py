@@ -58,15 +58,11 @@ class ClusterState:
         """The cluster's record with these settings (what a round that changes them writes)."""
         return dataclasses.replace(self.cluster, settings=settings.to_settings())
 
-    def committed(self, snapshot: Snapshot, settings: LocalSettings | None = None) -> bool:
-        """A round committed this snapshot (and these settings); True when the GPUs behind the
-        slices changed with them."""
+    def committed(self, snapshot: Snapshot, settings: LocalSettings | None = None) -> None:
+        """A round committed this snapshot (and, when it changed them, these settings)."""
         self.snapshot = snapshot
-        if settings is None:
-            return False
-        changed = settings.backing != self.backing
-        self.cluster, self.settings, self.config = self.record_with(settings), settings, scheduler_config(settings)
-        return changed
+        if settings is not None:
+            self.cluster, self.settings, self.config = self.record_with(settings), settings, scheduler_config(settings)
 
     def deletion_begun(self) -> None:
         self.deleting = True
