@@ -5,7 +5,8 @@ takes the row (:func:`parse`).
 A request is a row of the cluster's database (``tables.py``): its kind, a :class:`RequestKind`,
 and its payload, the record's JSON (``to_payload``). That JSON is exactly the object earlier
 releases wrote, plus ``"version"`` (:data:`REQUEST_VERSION`); a row without one is version 0,
-which has the same shape, so a request an earlier release queued is served as it asked. A record
+which has the same shape, so a request an earlier release queued is served as it asked (one of
+a later version is refused: its shape may mean something this release would misread). A record
 checks its own values when it is made: in the CLI, before anything is queued, and in the
 controller, when a row is parsed. A row that is not a request (written by something other than
 this CLI) is refused with a one-line :class:`~hotswap.backends.local.protocol.ProtocolError`.
@@ -13,6 +14,9 @@ this CLI) is refused with a one-line :class:`~hotswap.backends.local.protocol.Pr
 :func:`dispatch` with a :class:`RequestHandler` is the one place a request's type is switched
 on, as :func:`hotswap.core.actions.dispatch` is for actions: a new kind of request is one record
 here and one handler method (and the command that asks for it).
+
+The CLI's commands import this module only when they make a request: reads (``workload list``)
+do not pay for building these classes.
 """
 
 from __future__ import annotations
@@ -33,9 +37,6 @@ from hotswap.backends.local.protocol import MAX_LOCAL_SLICES, MAX_NODES_PER_REQU
 
 if TYPE_CHECKING:  # pydantic loads only where a spec is parsed: the controller, `workload create`
     from hotswap.api.spec import WorkloadSpec
-
-# The CLI's commands import this module only when they make a request, so that reads (`workload
-# list`) do not pay for building these classes.
 
 REQUEST_VERSION = 1  # the payloads' shape; version 0 (no "version" key) is the same shape
 VERSION_KEY = "version"
