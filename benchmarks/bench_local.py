@@ -66,7 +66,7 @@ def main() -> None:
         from hotswap.backends.local.commands import clusters as cluster_commands
         from hotswap.backends.local.commands import workloads as workload_commands
         from hotswap.backends.local.queries import workloads as workload_queries
-        from hotswap.backends.local.protocol import NodeOperation, RequestKind
+        from hotswap.backends.local.requests import ChangeNodes, NodeOperation
         from hotswap.store import registry
 
         cluster = "bench"
@@ -96,14 +96,14 @@ def main() -> None:
                 wait_for(lambda: record("low")["status"] == "RUNNING" and started("low", record("low")["attempt"]))
                 node = f"{high['slices'][0]}-0"
                 t0 = time.time()
-                outcome = client.request(paths, RequestKind.NODE, {"op": NodeOperation.FAIL, "nodes": [node]})
+                outcome = client.request(paths, ChangeNodes(NodeOperation.FAIL, (node,)))
                 decided = time.time()
                 assert outcome.status == "done", outcome.message
                 attempt = high["attempt"] + 1
                 stamps = wait_for(lambda: started("high", attempt))
                 failover_ms.append((max(stamps) - t0) * 1000.0)
                 decision_ms.append((decided - t0) * 1000.0)
-                client.request(paths, RequestKind.NODE, {"op": NodeOperation.UNCORDON, "nodes": [node]})
+                client.request(paths, ChangeNodes(NodeOperation.UNCORDON, (node,)))
         finally:
             cluster_commands.delete_cluster(cluster)
 

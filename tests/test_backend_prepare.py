@@ -24,7 +24,7 @@ from hotswap.backends.features import Feature, require
 from hotswap.backends.kubernetes.backend import KubernetesBackend
 from hotswap.backends.local.backend import LocalBackend
 from hotswap.backends.local.controller.enactment import Launcher, WorkerPlan
-from hotswap.backends.local.protocol import check_payload
+from hotswap.backends.local.requests import parse as parse_request
 from hotswap.backends.local.tables import LocalStore
 from hotswap.backends.requests import ClusterRequest, WorkloadRequest
 from hotswap.core.model import Node, Slice, Snapshot
@@ -243,8 +243,9 @@ def test_the_users_variables_come_from_the_spec(tmp_path: Path) -> None:
 def test_the_controller_accepts_create_payloads_of_this_and_earlier_releases() -> None:
     spec = workload_spec(name="w", command="x", device_type="v6e-4").model_dump(mode="json")
     launch = {"environ": {"A": "1"}, "cwd": "/w", "checkpoint_dir": "/c/x", "run": {"id": RUN_ID, "mode": "auto"}}
-    check_payload("create", {"spec": spec, "launch": launch})
-    check_payload("create", {"spec": spec, "launch": {**launch, "user_env": {"U": "2"}}})  # an earlier release's
+    assert parse_request("create", {"spec": spec, "launch": launch}).launch.earlier_user_env is None
+    earlier = parse_request("create", {"spec": spec, "launch": {**launch, "user_env": {"U": "2"}}})  # an earlier release's
+    assert earlier.launch.earlier_user_env == {"U": "2"}
     with pytest.raises(ValueError, match="the user's environment"):
-        check_payload("create", {"spec": spec, "launch": {**launch, "user_env": {"U": "a\0b"}}})
+        parse_request("create", {"spec": spec, "launch": {**launch, "user_env": {"U": "a\0b"}}})
 

@@ -25,7 +25,7 @@ from hotswap.api.errors import InvalidInputError
 from hotswap.api.limits import check_text
 from hotswap.backends.local import protocol
 from hotswap.backends.local.commands import client
-from hotswap.backends.local.protocol import RequestKind
+from hotswap.backends.local.requests import RequestKind
 from hotswap.store.paths import ClusterPaths
 from hotswap.backends.local.tables import LocalStore
 

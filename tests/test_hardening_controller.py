@@ -22,7 +22,7 @@ from hotswap.backends.local import protocol
 
 from hotswap.backends.local.commands import client
 from hotswap.backends.local.controller import rounds
-from hotswap.backends.local.controller.loop import LocalController
+from hotswap.backends.local.controller.assembly import AlreadyRunning, open_controller
 from hotswap.store.paths import ClusterPaths
 from hotswap.backends.local.tables import LocalStore
 
@@ -108,16 +108,22 @@ def test_a_second_controller_run_by_hand_exits_when_the_socket_and_pid_file_are_
     assert controllers(root) == first
 
 
-def test_a_controller_reads_the_cluster_only_once_it_holds_it(home: Path, sleeper: str) -> None:
+def test_a_controller_reads_the_cluster_only_once_it_holds_it(home: Path, sleeper: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A controller that read the state before taking the lock would miss what its predecessor
     committed meanwhile (a workload it would then create twice, or call unknown)."""
     make_cluster(home, slices=1)
-    waiting = LocalController(ClusterPaths.of("c"))  # made while another controller serves
+    opened: list[object] = []
+    store_open = LocalStore.open
+    with monkeypatch.context() as patch:
+        patch.setattr(LocalStore, "open", classmethod(lambda cls, *args, **kw: opened.append(args) or store_open(*args, **kw)))
+        with pytest.raises(AlreadyRunning):
+            open_controller(ClusterPaths.of("c"))  # while another controller serves
+    assert opened == []  # it read nothing of a cluster it does not hold
     assert create(home, "a", sleeper).returncode == 0
     stop_daemon(home)
-    waiting.start()
+    waiting = open_controller(ClusterPaths.of("c"))
     try:
-        assert "a" in waiting.snapshot.workloads
+        assert "a" in waiting.state.snapshot.workloads
     finally:
         waiting.close()
 
@@ -129,8 +135,7 @@ def test_a_failed_node_is_committed_before_its_workers_are_touched(home: Path, s
     worker = live_workers(home, "c", "a")[0]
     node = worker["node"]
     stop_daemon(home)
-    controller = LocalController(ClusterPaths.of("c"))
-    controller.start()
+    controller = open_controller(ClusterPaths.of("c"))
     try:
         def submit_fail() -> int:
             with LocalStore.open(home / "clusters" / "c" / "state.db") as store:

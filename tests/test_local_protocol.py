@@ -1,5 +1,6 @@
 """What the CLI and a local controller say to each other (``backends/local/protocol.py``): the
-request kinds, the line framing, and the socket server answering the real client."""
+request kinds, the line framing, and the socket server answering the real client. The request
+records themselves: ``test_local_requests.py``."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from hypothesis import strategies as st
 from hotswap.backends.local import protocol
 
 from hotswap.backends.local.commands import client
-from hotswap.backends.local.protocol import LineReader, NodeOperation, ProtocolError, RequestKind
+from hotswap.backends.local.protocol import LineReader, ProtocolError
+from hotswap.backends.local.requests import ChangeNodes, DeleteWorkload, NodeOperation, RequestKind
 from hotswap.backends.local.controller.server import RequestServer
 from hotswap.store.paths import ClusterPaths
 from hotswap.backends.local.tables import LocalStore
@@ -102,15 +104,17 @@ def served(cluster: ClusterPaths) -> Iterator[ClusterPaths]:
 
 def test_the_client_pings_queues_and_waits_through_the_server(served: ClusterPaths) -> None:
     assert client.ping(served) == os.getpid()
-    done = client.request(served, RequestKind.NODE, {"op": NodeOperation.FAIL, "nodes": ["n"]})
+    done = client.request(served, ChangeNodes(NodeOperation.FAIL, ("n",)))
     assert (done.kind, done.status, done.message) == ("node", "done", "served node")
-    assert done.payload == {"op": "fail", "nodes": ["n"]}
-    rejected = client.request(served, RequestKind.DELETE, {"workload": "w"})
+    assert done.payload == {"op": "fail", "nodes": ["n"], "version": 1}
+    rejected = client.request(served, DeleteWorkload("w"))
     assert (rejected.status, rejected.message) == ("rejected", "served delete")
 
 
-def test_an_unknown_request_kind_is_refused_before_anything_is_queued(cluster: ClusterPaths) -> None:
+def test_a_request_no_controller_would_serve_is_refused_before_anything_is_queued(cluster: ClusterPaths) -> None:
     with pytest.raises(ValueError):
-        client.request(cluster, "reboot", {})  # type: ignore[arg-type]
+        client.request(cluster, ChangeNodes("reboot", ("n",)))  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        client.request(cluster, ChangeNodes(NodeOperation.FAIL, ()))
     with LocalStore.open(cluster.database) as store:
         assert store.requests.pending() == []

@@ -45,7 +45,7 @@ def resume(pid: int) -> None:
 
 def controller(paths: ClusterPaths) -> Workers:
     store = LocalStore.open(paths.database, create=not paths.database.exists())
-    return Workers(store, paths, selectors.DefaultSelector(), (0, ()), lambda _: 3.0, lambda row, code, lost: None)
+    return Workers(store, paths, selectors.DefaultSelector(), (0, ()), lambda _: 3.0, lambda row, code, lost, attempt_over: None)
 
 
 def started_but_unrecorded(tmp_path: Path) -> tuple[ClusterPaths, Workers, WorkerRow, int]:

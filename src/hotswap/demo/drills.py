@@ -27,7 +27,7 @@ from hotswap.backends.local.commands import client
 from hotswap.backends.local.backend import LocalBackend
 from hotswap.backends.requests import ClusterRequest, new_run
 from hotswap.backends.local.workload_files import log_path
-from hotswap.backends.local.protocol import RequestKind
+from hotswap.backends.local.requests import ChangeNodes, NodeOperation
 from hotswap.demo.backing import EMULATED_DEVICE, choose_backing
 from hotswap.demo.observe import Trace, log_lines, read_trace, restart_phases
 from hotswap.demo.view import DemoView
@@ -215,7 +215,7 @@ class Drill(abc.ABC):
     def node(self, operation: str, node: str) -> float:
         paths = registry.existing(self.cluster)
         t = time.time()
-        outcome = client.request(paths, RequestKind.NODE, {"op": operation, "nodes": [node]})
+        outcome = client.request(paths, ChangeNodes(NodeOperation(operation), (node,)))
         if outcome.status != "done":
             raise DrillFailed(outcome.message)
         self.marks.append({"t": t, "what": operation, "node": node})

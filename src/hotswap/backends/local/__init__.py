@@ -11,7 +11,9 @@ Its code is in rooms by the process it runs in (``pyproject.toml``'s contracts k
   before the user's command (``shim.py``, ``warm.py``, ``zygote.py``, run by path).
 - ``gpu/``: the GPUs behind a GPU-backed cluster (the mapping, the machine-wide claims, NVML and
   its health probe).
-- At the bottom, shared by every room: the request protocol (``protocol.py``), the tables
+- Between the rooms and the bottom, the typed records every process reads: the requests the CLI
+  makes of the controller (``requests.py``) and a cluster's settings (``settings.py``).
+- At the bottom, shared by every room: the socket's protocol (``protocol.py``), the tables
   (``tables.py``), a workload's files (``workload_files.py``), the timeline's entries
   (``timeline.py``), the one-controller claim (``claim.py``), the resize rule (``resize.py``),
   ``/proc`` (``proc.py``) and the test-only crash points (``crash_points.py``).

@@ -20,15 +20,17 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hotswap.api.errors import EXIT_INTERRUPTED, ConflictError, HotswapError, NotFoundError, StateError
 from hotswap.backends.local import protocol
 from hotswap.backends.local.claim import AlreadyClaimed, Claim
-from hotswap.backends.local.protocol import RequestKind
 from hotswap.store import faults
 from hotswap.store.paths import ClusterPaths, new_dirs_private, open_private
 from hotswap.backends.local.tables import LocalStore, Request
+
+if TYPE_CHECKING:  # the records load only where a request is made (see requests.py)
+    from hotswap.backends.local.requests import LocalRequest
 
 CONTROLLER_START_TIMEOUT_S = 20.0  # for a controller to answer once nothing stops it any more
 CONTROLLER_BUSY_TIMEOUT_S = 300.0  # for a controller process that lives but does not answer yet
@@ -199,16 +201,16 @@ def _last_line(paths: ClusterPaths) -> str:
     return f"{last.removeprefix('hotswap: ')} (log: {paths.controller_log})"
 
 
-def request(paths: ClusterPaths, kind: RequestKind, payload: dict[str, Any]) -> Request:
-    """Queue a request and wait until the controller has committed its outcome."""
-    kind = RequestKind(kind)  # an unknown kind fails here, before anything is queued
-    protocol.check_payload(kind, payload)
+def request(paths: ClusterPaths, asked: LocalRequest) -> Request:
+    """Queue a request (a record checked its values when it was made, so a request no
+    controller would serve fails before anything is queued) and wait until the controller has
+    committed its outcome."""
     store = LocalStore.open(paths.database)
     try:
         store.check_writable()
         if store.deleted():
             raise being_deleted(paths)
-        request_id = store.requests.submit(kind, payload, time.time())
+        request_id = store.requests.submit(asked.kind, asked.to_payload(), time.time())
         try:
             return _served(paths, store, request_id)
         except KeyboardInterrupt:

@@ -18,10 +18,11 @@ from hotswap.backends.local.commands.new_cluster import NewClusterDefaults, pars
 from hotswap.backends.local.gpu.backing import Backing, gpus_per_host
 from hotswap.backends.local.gpu.claims import GpuSelection, claim, claims_lock
 from hotswap.backends.local.gpu.nvml import GpuInfo
-from hotswap.backends.local.protocol import MAX_LOCAL_SLICES, RequestKind
+from hotswap.backends.local.protocol import MAX_LOCAL_SLICES
 from hotswap.backends.local.queries.records import cluster_state, open_store, slice_count
 from hotswap.backends.local.queries.views import workload_view
 from hotswap.backends.local.resize import resize_events
+from hotswap.backends.local.settings import LocalSettings
 from hotswap.backends.local.tables import LocalStore
 from hotswap.backends.views import FINISHED
 from hotswap.store.paths import ClusterPaths, file_lock, private_dir
@@ -116,6 +117,8 @@ def _create_or_resize(
     gpu_pool: list[GpuInfo] | None = None,
     zygote: bool | None = None,
 ) -> None:
+    from hotswap.backends.local.requests import ResizeCluster  # loaded for requests only (see requests.py)
+
     name = paths.name
     state = cluster_state(paths)
     if state == "deleted":  # a `cluster delete` that was cut short: finish it first
@@ -123,9 +126,9 @@ def _create_or_resize(
     fresh, current_zygote = state != "live", None
     if fresh:
         private_dir(paths.root)
-        settings = {} if gpu_pool is None else {"gpus": Backing(gpus_per_host(device)).to_settings()}
+        settings = LocalSettings(backing=None if gpu_pool is None else Backing(gpus_per_host(device)))
         with LocalStore.open(paths.database, create=True) as store:
-            store.init_cluster(ClusterRecord(name, BACKEND, device.name, time.time(), settings))
+            store.init_cluster(ClusterRecord(name, BACKEND, device.name, time.time(), settings.to_settings()))
     else:
         record = record_of(name)
         if record.backend != BACKEND:
@@ -135,19 +138,19 @@ def _create_or_resize(
                 f"cluster {name} exists with device type {record.device_type}; its device type cannot"
                 f" change (delete it first, or use --device-type {record.device_type})"
             )
-        current, current_zygote = slice_count(paths), bool(record.settings.get("zygote", False))
+        current, current_zygote = slice_count(paths), LocalSettings.of(record.settings).zygote
         if num_slices < current and not force and not confirm(_shrink_question(paths, num_slices)):
             raise Declined(f"cluster {name} left at {current} slices; nothing changed")
-    payload: dict[str, Any] = {
-        "num_slices": num_slices, **defaults.settings(warm_workers, zygote, num_slices, device.hosts_per_slice, current_zygote)
-    }
-    if "warm_workers" in payload and warm_preload is not None:
-        payload["warm_preload"] = warm_preload
-    if hotswap is not None:
-        payload["hotswap"] = hotswap
-    if gpu_pool is not None:
-        payload["gpus"] = [g.to_json() for g in gpu_pool]
-    outcome = client.request(paths, RequestKind.RESIZE, payload)
+    spares = defaults.settings(warm_workers, zygote, num_slices, device.hosts_per_slice, current_zygote)
+    resize = ResizeCluster(
+        num_slices,
+        warm_workers=spares.get("warm_workers"),
+        warm_preload=tuple(warm_preload) if "warm_workers" in spares and warm_preload is not None else None,
+        hotswap=hotswap,
+        zygote=spares.get("zygote"),
+        gpus=None if gpu_pool is None else tuple(gpu_pool),
+    )
+    outcome = client.request(paths, resize)
     if outcome.status != "done":
         raise ConflictError(outcome.message)
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 from hotswap.api.errors import InvalidInputError, NotFoundError
 from hotswap.api.limits import check_text
 from hotswap.backends.local.commands import client
-from hotswap.backends.local.protocol import NodeOperation, RequestKind
 from hotswap.backends.local.queries.nodes import list_nodes
 from hotswap.store.registry import existing
 
 
 def node_operation(cluster: str, operation: str, node: str | None, slice_: str | None) -> list[str]:
     """Apply a fault or a repair to one node or to every node of a slice; returns the nodes."""
+    from hotswap.backends.local.requests import ChangeNodes, NodeOperation  # loaded for requests only (see requests.py)
+
     if operation not in tuple(NodeOperation):
         raise InvalidInputError(f"unknown node operation {operation!r}")
     if (node is None) == (slice_ is None):
@@ -27,7 +28,7 @@ def node_operation(cluster: str, operation: str, node: str | None, slice_: str |
         targets = [r["name"] for r in rows if r["slice"] == slice_]
         if not targets:
             raise NotFoundError(f"no slice named {slice_} in cluster {cluster} (see `hotswap cluster describe --cluster {cluster}`)")
-    outcome = client.request(paths, RequestKind.NODE, {"op": operation, "nodes": targets})
+    outcome = client.request(paths, ChangeNodes(NodeOperation(operation), tuple(targets)))
     if outcome.status != "done":
         raise NotFoundError(outcome.message)
     return targets

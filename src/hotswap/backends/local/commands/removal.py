@@ -27,7 +27,7 @@ from hotswap.api.errors import ConflictError
 from hotswap.backends.local.commands import client
 from hotswap.backends.local import protocol
 from hotswap.backends.local.claim import AlreadyClaimed, Claim
-from hotswap.backends.local.protocol import DONE, RequestKind
+from hotswap.backends.local.protocol import DONE
 from hotswap.backends.local.proc import start_ticks
 from hotswap.store import faults
 from hotswap.store.paths import ClusterPaths
@@ -53,11 +53,13 @@ def delete_cluster(paths: ClusterPaths) -> None:
 
 def _begin(paths: ClusterPaths) -> bool:
     """Step 1, unless an earlier `cluster delete` took it; False if the database is unreadable."""
+    from hotswap.backends.local.requests import Shutdown  # loaded for requests only (see requests.py)
+
     with LocalStore.open(paths.database) as store:
         store.cluster()  # a cluster without a readable record is removed the hard way
         if store.deleted():
             return True
-    outcome = client.request(paths, RequestKind.SHUTDOWN, {})
+    outcome = client.request(paths, Shutdown())
     if outcome.status != DONE:
         raise ConflictError(outcome.message)
     return True

@@ -14,7 +14,6 @@ from hotswap.api.errors import CapacityError, ConflictError, InvalidInputError, 
 from hotswap.api.launch import Launch
 from hotswap.backends.local.commands import client, runs
 from hotswap.backends.requests import PreparedWorkload, WorkloadRequest, new_run, spec_of
-from hotswap.backends.local.protocol import RequestKind
 from hotswap.backends.local.queries.records import open_store, slice_count, workload_record
 from hotswap.store.paths import ClusterPaths, check_private
 from hotswap.store.registry import existing, record_of
@@ -65,6 +64,8 @@ def _dump_directory(location: str | None) -> str | None:
 
 
 def create_workload(cluster: str, spec: WorkloadSpec, launch: Launch) -> None:
+    from hotswap.backends.local.requests import CreateWorkload  # loaded for requests only (see requests.py)
+
     paths = existing(cluster)
     record = record_of(cluster)
     if spec.device_type != record.device_type:
@@ -82,7 +83,7 @@ def create_workload(cluster: str, spec: WorkloadSpec, launch: Launch) -> None:
             raise ConflictError(f"a workload named {spec.name} already exists")  # the core's words
         launch = dataclasses.replace(launch, run=runs.resolve_new(paths, spec, launch))
     _check_fits(paths, spec)  # said at once, in the core's words (exit 5, as on Kubernetes)
-    outcome = client.request(paths, RequestKind.CREATE, {"spec": spec.model_dump(mode="json"), "launch": launch.to_dict()})
+    outcome = client.request(paths, CreateWorkload(spec, launch))
     if outcome.status != "done":
         _check_fits(paths, spec)  # the cluster shrank meanwhile: still a capacity refusal
         raise ConflictError(outcome.message)
@@ -95,9 +96,11 @@ def _check_fits(paths: ClusterPaths, spec: WorkloadSpec) -> None:
 
 
 def delete_workload(cluster: str, name: str) -> None:
+    from hotswap.backends.local.requests import DeleteWorkload  # loaded for requests only (see requests.py)
+
     paths = existing(cluster)
     workload_record(paths, name)  # a clear error before anything is queued
-    outcome = client.request(paths, RequestKind.DELETE, {"workload": name})
+    outcome = client.request(paths, DeleteWorkload(name))
     if outcome.status != "done":
         raise NotFoundError(outcome.message)
 

@@ -1,8 +1,10 @@
 """How a local cluster's controller is started: the daemon the CLI spawns (``python -m`` this
 module, see :func:`main`) and ``hotswap controller run`` (:func:`run_local_controller`).
 
-Kept light on purpose: the client imports this module to name it, so the loop (and the core
-behind it) is imported only when a controller actually runs.
+Both put the controller together with ``assembly.py`` (claim, read, build each collaborator,
+take over) and run its loop. Kept light on purpose: the CLI names this module (and imports it
+for ``controller run``), so the loop (and the core behind it) is imported only when a
+controller actually runs.
 """
 
 from __future__ import annotations
@@ -23,13 +25,13 @@ def run_local_controller(cluster: str, metrics_address: str | None = None) -> No
     from hotswap.api.errors import ConflictError
     from hotswap.backends.kit.metrics import serve_metrics
     from hotswap.backends.local.claim import LostClaim
-    from hotswap.backends.local.controller.loop import AlreadyRunning, LocalController
+    from hotswap.backends.local.controller.assembly import AlreadyRunning, serve
     from hotswap.store import registry
 
     paths = registry.existing(cluster)
     metrics = serve_metrics(cluster, metrics_address) if metrics_address else None
     try:
-        LocalController(paths, metrics).run()
+        serve(paths, metrics)
     except AlreadyRunning:
         raise ConflictError(_already_running(paths)) from None
     except LostClaim as lost:
@@ -58,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     code is a :class:`~hotswap.backends.local.protocol.ControllerExit`."""
     from hotswap.api.errors import HotswapError
     from hotswap.backends.local.claim import LostClaim, wake_holder
-    from hotswap.backends.local.controller.loop import AlreadyRunning, LocalController
+    from hotswap.backends.local.controller.assembly import AlreadyRunning, serve
     from hotswap.backends.local.protocol import ControllerExit
     from hotswap.store import faults
     from hotswap.store.paths import ClusterPaths
@@ -71,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args[0])
     paths = ClusterPaths(root.name, root)
     try:
-        LocalController(paths).run()
+        serve(paths)
     except AlreadyRunning:
         with contextlib.suppress(Exception), Store.open(paths.database) as store:
             wake_holder(store)  # the CLI could not reach it: its socket may have been removed

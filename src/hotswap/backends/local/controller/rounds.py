@@ -1,6 +1,9 @@
 """One decision round of the local controller: decide, commit the decision with everything it
 implies in one transaction, then act on the workers (kills, stops, starts) — in that order, so a
-controller killed at any moment leaves the database saying what is still to do."""
+controller killed at any moment leaves the database saying what is still to do.
+
+:class:`RoundRunner` is given its collaborators (``assembly.py`` builds them), so a round can be
+run against fakes of them, without a daemon."""
 
 from __future__ import annotations
 
@@ -14,22 +17,18 @@ from hotswap.backends.local.controller import enactment as effects
 from hotswap.backends.local.claim import Claim
 from hotswap.backends.local.controller.gpu_health import GpuHealthMonitor
 from hotswap.backends.local.crash_points import crash_at
-from hotswap.backends.local.controller.requests import RoundInputs
+from hotswap.backends.local.controller.round_inputs import RoundInputs
 from hotswap.backends.local.controller.server import RequestServer
+from hotswap.backends.local.controller.state import ClusterState, Inbox, scheduler_config
 from hotswap.backends.local.controller.enactment import Launcher
-from hotswap.backends.local.gpu.backing import Backing
-from hotswap.backends.local.protocol import RequestKind
 from hotswap.backends.local.workers.supervisor import WorkerLaunch
 from hotswap.backends.local.tables import LocalStore, Request, WorkerRow
 from hotswap.backends.local.workers.lifecycle import Workers
 from hotswap.core import events as ev
 from hotswap.core.effects import effects_of
 from hotswap.core.model import Snapshot
-from hotswap.core.policy import SchedulerConfig
 from hotswap.core.scheduler import decide
-from hotswap.core.workload import Workload
 from hotswap.store.codec import workload_to_json
-from hotswap.store.state import ClusterRecord
 
 
 class Withdrawn(Exception):
@@ -45,47 +44,41 @@ class Outcome:
 
 
 class RoundRunner:
-    """The round, and the controller's state it reads and replaces (set by
-    :meth:`~hotswap.backends.local.controller.loop.LocalController.start`)."""
+    """The rounds of one cluster's controller. It decides on the inbox's events and a request's
+    inputs, commits with the cluster's store (after checking its claim), replaces the state,
+    answers the request on the socket, then acts on the workers (new ones built by the
+    launcher); a resize that changes the GPUs behind the slices is told to the GPU health
+    monitor. ``figures``: Prometheus', when served."""
 
-    claim: Claim | None
-    store: LocalStore
-    cluster: ClusterRecord
-    config: SchedulerConfig
-    backing: Backing | None  # None: an emulated cluster
-    snapshot: Snapshot
-    pending_events: list[ev.Event]
-    figures: RecoveryFigures | None
-    server: RequestServer
-    workers: Workers
-    launcher: Launcher
-    health: GpuHealthMonitor
+    def __init__(
+        self,
+        store: LocalStore,
+        claim: Claim,
+        state: ClusterState,
+        inbox: Inbox,
+        workers: Workers,
+        launcher: Launcher,
+        server: RequestServer,
+        health: GpuHealthMonitor,
+        figures: RecoveryFigures | None = None,
+    ) -> None:
+        self.store = store
+        self.claim = claim
+        self.state = state
+        self.inbox = inbox
+        self.workers = workers
+        self.launcher = launcher
+        self.server = server
+        self.health = health
+        self.figures = figures
 
-    # ------------------------------------------------------------------ one decision round
-
-    def _worker_exited(self, row: WorkerRow, code: int, lost: str | None) -> None:
-        """A worker's exit as the core's events (for the next round); ``lost``: why hotswap lost
-        it (the core restarts the workload without charging it), None: the code is judged."""
-        who = row.identity
-        if row.state != "stopping" and lost is not None:
-            self.pending_events.append(ev.WorkerLost(who.workload, who.attempt, who.slice, who.host, lost))
-        elif row.state != "stopping":
-            # A worker told to stop (preempted, restarted, scaled away, drained) ends as asked:
-            # its exit code says nothing about the workload and is never judged.
-            self.pending_events.append(ev.WorkerExited(who.workload, who.attempt, who.slice, who.host, code))
-        workload = self.snapshot.workloads.get(who.workload)
-        if workload is not None and workload.seq == who.seq:
-            if not self.workers.live(who.workload, who.seq, who.attempt):
-                self.pending_events.append(ev.WorkersStopped(who.workload, who.attempt))
-
-    def _round(self, inputs: RoundInputs, request: Request | None) -> None:
+    def run(self, inputs: RoundInputs, request: Request | None = None) -> None:
         """Decide, commit the decision with everything it implies, then act (see
-        :class:`~hotswap.backends.local.controller.requests.RoundInputs` for what a request adds)."""
-        assert self.claim is not None
+        :class:`~hotswap.backends.local.controller.round_inputs.RoundInputs` for what a request adds)."""
         now, began = time.time(), time.perf_counter()
-        events = self.pending_events + inputs.events
-        old, cluster, hit = self.snapshot, inputs.cluster, inputs.hit
-        config = scheduler_config(cluster) if cluster is not None else self.config
+        events = self.inbox.events + inputs.events
+        old, settings, hit = self.state.snapshot, inputs.settings, inputs.hit
+        config = scheduler_config(settings) if settings is not None else self.state.config
         decision = decide(old, events, now, config)
         new = decision.snapshot
         decided = effects_of(decision.actions)  # once per action: the timeline, the workers and the figures read it
@@ -96,16 +89,16 @@ class RoundRunner:
             self.claim.verify()  # under the database's write lock: nobody else acts meanwhile
             if request is not None and not self.store.requests.is_pending(request.id):
                 raise Withdrawn()
-            if cluster is not None:
-                self.store.update_cluster(cluster)
-            if request is not None:
-                self._register_created(events, old, new, request)
+            if settings is not None:
+                self.store.update_cluster(self.state.record_with(settings))
+            if inputs.created is not None:
+                self._register_created(events, old, new, inputs.created)
             self.store.save_snapshot(old, new)
             for entry in timeline.input_entries(events, old, new, now):
                 self.store.record_event(now, *entry)
             for effect in decided:
                 name = effect.action.workload
-                if effect.rejection is not None and request is not None and request.kind == RequestKind.CREATE:
+                if effect.rejection is not None and inputs.created is not None:
                     outcome = Outcome(protocol.REJECTED, f"workload {name} {effect.message}")
                 self.store.record_event(now, *timeline.action_entry(effect, old, new))
                 workload = new.workloads.get(name) or old.workloads.get(name)
@@ -122,14 +115,11 @@ class RoundRunner:
                 self.store.requests.finish(request.id, outcome.status, outcome.message)
         crash_at("committed")  # (test-only: see crash_points.py)
         self.workers.exits_committed(exits)
-        self.pending_events = []
-        self.snapshot = new
-        if cluster is not None:
-            self.cluster, self.config = cluster, config
-            backing = Backing.of(cluster.settings)
-            if backing != self.backing:
-                self.backing = backing
-                self.health.watch(backing)
+        self.inbox.decided()
+        backing = self.state.backing
+        self.state.committed(new, settings)
+        if self.state.backing != backing:  # a resize changed the GPUs behind the slices
+            self.health.watch(self.state.backing)
         if request is not None:
             self.server.answer(request.id)  # committed: the caller may go on
         # Effects only after the commit: a crash from here on is repaired by recovery. Kills
@@ -147,28 +137,16 @@ class RoundRunner:
                 decided, before, new.workloads, new, now, seconds=time.perf_counter() - began, writes=writes
             )
 
-    def _running(self, workload: Workload) -> int:
-        """How many workers of the workload's current attempt run."""
-        return sum(1 for row in self.workers.live(workload.name, workload.seq, workload.attempt) if row.pid is not None)
-
-    def _register_created(self, inputs: list[ev.Event], old: Snapshot, new: Snapshot, request: Request) -> None:
-        """Store the launch record of a workload this round created (before its record)."""
-        assert request.payload is not None
-        for event in inputs:
-            if isinstance(event, ev.WorkloadCreated) and event.spec.name in new.workloads:
-                created = new.workloads[event.spec.name]
-                if old.workloads.get(event.spec.name) is not created:
-                    self.store.launches.add(
-                        event.spec.name, workload_to_json(created), Launch.from_dict(request.payload["launch"])
-                    )
-
-    def _commit_exits(self) -> None:
+    def commit_exits(self) -> None:
+        """Commit the worker exits that no round decides on (a deleted workload's workers)."""
         with self.store.transaction():
             written = self.workers.commit_exits()
         self.workers.exits_committed(written)
 
-
-def scheduler_config(cluster: ClusterRecord) -> SchedulerConfig:
-    """The recovery policy of a cluster: hotswap and elastic unless turned off."""
-    settings = cluster.settings
-    return SchedulerConfig(hotswap=bool(settings.get("hotswap", True)), elastic=bool(settings.get("elastic", True)))
+    def _register_created(self, inputs: list[ev.Event], old: Snapshot, new: Snapshot, launch: Launch) -> None:
+        """Store the launch record of a workload this round created (before its record)."""
+        for event in inputs:
+            if isinstance(event, ev.WorkloadCreated) and event.spec.name in new.workloads:
+                created = new.workloads[event.spec.name]
+                if old.workloads.get(event.spec.name) is not created:
+                    self.store.launches.add(event.spec.name, workload_to_json(created), launch)

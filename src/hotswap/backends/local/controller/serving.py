@@ -1,6 +1,10 @@
-"""How the local controller serves the requests the CLI committed: one round each (a refusal
-when the request cannot be served), a fault of the machine refused without changing anything,
-and ``cluster delete``'s shutdown."""
+"""How the local controller serves the requests the CLI committed: each row parsed once into its
+typed request (``backends/local/requests.py``), one round each (a refusal when the request
+cannot be served), a fault of the machine refused without changing anything, and ``cluster
+delete``'s shutdown.
+
+:class:`RequestServing` is given its collaborators (``assembly.py`` builds them), so a request
+can be served against fakes of them, without a daemon."""
 
 from __future__ import annotations
 
@@ -8,74 +12,81 @@ import time
 
 from hotswap.backends.local import protocol
 from hotswap.backends.local.claim import LostClaim
-from hotswap.backends.local.controller.requests import Refusal, RoundInputs, round_inputs
+from hotswap.backends.local.controller.gpu_health import GpuHealthMonitor
+from hotswap.backends.local.controller.round_inputs import Deletion, Refusal, RequestRounds, RoundInputs
 from hotswap.backends.local.controller.rounds import Outcome, RoundRunner, Withdrawn
-from hotswap.backends.local.protocol import RequestKind
+from hotswap.backends.local.controller.server import RequestServer
+from hotswap.backends.local.controller.state import ClusterState, Inbox
+from hotswap.backends.local.requests import dispatch, parse
+from hotswap.backends.local.tables import LocalStore, Request
+from hotswap.backends.local.workers.lifecycle import Workers
 from hotswap.core import events as ev
 from hotswap.store import faults
-from hotswap.backends.local.tables import Request
 
 RETRY_S = 1.0  # after a fault of the machine (a full disk), try the round again
 
 
-class RequestServing(RoundRunner):
-    """Serving requests; the loop (:class:`~hotswap.backends.local.controller.loop.LocalController`)
-    calls :meth:`_work` on every wake-up."""
+class RequestServing:
+    """Serving the pending requests, one round each; the loop
+    (:class:`~hotswap.backends.local.controller.loop.LocalController`) calls :meth:`work` on
+    every wake-up."""
 
-    failed_gpu_nodes: dict[str, str]
-    deleting: bool
-    stopped: bool
-    retry_at: float | None
+    def __init__(
+        self,
+        store: LocalStore,
+        state: ClusterState,
+        inbox: Inbox,
+        rounds: RoundRunner,
+        server: RequestServer,
+        workers: Workers,
+        health: GpuHealthMonitor,
+    ) -> None:
+        self.store = store
+        self.state = state
+        self.inbox = inbox
+        self.rounds = rounds
+        self.server = server
+        self.workers = workers
+        self.health = health
 
-    def _work(self) -> None:
-        """Serve pending requests one per round, then any remaining worker events."""
+    def work(self) -> bool:
+        """Serve pending requests one per round, then any remaining worker events. True once a
+        deletion has stopped every worker: the controller's work is done."""
         for request in self.store.requests.pending():
-            if self.deleting:
-                self._finish(request, Outcome(protocol.REJECTED, f"cluster {self.cluster.name} is being deleted"))
+            if self.state.deleting:
+                self._finish(request, Outcome(protocol.REJECTED, f"cluster {self.state.cluster.name} is being deleted"))
                 continue
             self._serve(request)
-        if self.deleting:
-            self._commit_exits()
-            self.pending_events.clear()  # workers are being stopped on purpose: no restarts
-            if self.workers.all_gone():
-                self.stopped = True
-            return
-        if self.failed_gpu_nodes:
-            failed, self.failed_gpu_nodes = self.failed_gpu_nodes, {}
-            self._round(
+        if self.state.deleting:
+            self.rounds.commit_exits()
+            self.inbox.decided()  # workers are being stopped on purpose: no restarts
+            return self.workers.all_gone()
+        failed = self.inbox.take_failed_nodes()
+        if failed:
+            self.rounds.run(
                 RoundInputs(
                     [ev.NodeFailed(node, reason) for node, reason in failed.items()],
                     hit=self.workers.on_nodes(set(failed)),
                     kill=True,
-                ),
-                None,
+                )
             )
-        elif self.pending_events:
-            self._round(RoundInputs([]), None)
+        elif self.inbox.events:
+            self.rounds.run(RoundInputs([]))
         elif self.workers.pending_exits:  # exits nobody decides on (a deleted workload's workers)
-            self._commit_exits()
+            self.rounds.commit_exits()
+        return False
 
     def _serve(self, request: Request) -> None:
         try:
-            kind = protocol.check_payload(request.kind, request.payload)
-        except protocol.ProtocolError as problem:
-            self._finish(request, Outcome(protocol.REJECTED, f"refused: {problem}"))
-            return
-        try:
-            if kind is RequestKind.SHUTDOWN:
+            asked = dispatch(parse(request.kind, request.payload), RequestRounds(self.state, self.workers.on_nodes))
+            if isinstance(asked, Refusal):
+                self._finish(request, Outcome(protocol.REJECTED, asked.message))
+            elif isinstance(asked, Deletion):
                 self._begin_shutdown(request)
-                return
-            inputs = round_inputs(request, kind, self.snapshot, self.cluster, self.workers.on_nodes)
-            if isinstance(inputs, Refusal):
-                self._finish(request, Outcome(protocol.REJECTED, inputs.message))
-                return
-            self._round(inputs, request)
-            if inputs.warm_workers is not None:  # committed: now the pool may change
-                self.workers.resize_spares(inputs.warm_workers, inputs.warm_preload)
-            if inputs.zygote is not None:
-                self.workers.use_zygote(inputs.zygote)
-            if inputs.repaired:  # committed: a repaired GPU may be judged afresh
-                self.health.repaired(inputs.repaired)
+            else:
+                self._serve_round(request, asked)
+        except protocol.ProtocolError as problem:  # not a request: written by something else
+            self._finish(request, Outcome(protocol.REJECTED, f"refused: {problem}"))
         except Withdrawn:
             self.server.answer(request.id)
         except LostClaim:
@@ -87,9 +98,18 @@ class RequestServing(RoundRunner):
             faults.log()  # a bug: answer, log it, keep serving the other requests
             self._finish(request, Outcome(protocol.REJECTED, f"internal error: {error!r}"))
 
+    def _serve_round(self, request: Request, inputs: RoundInputs) -> None:
+        self.rounds.run(inputs, request)
+        if inputs.warm_workers is not None:  # committed: now the pool may change
+            self.workers.resize_spares(inputs.warm_workers, inputs.warm_preload)
+        if inputs.zygote is not None:
+            self.workers.use_zygote(inputs.zygote)
+        if inputs.repaired:  # committed: a repaired GPU may be judged afresh
+            self.health.repaired(inputs.repaired)
+
     def _refuse(self, request: Request, message: str) -> None:
         """Refuse a request whose round could not be committed; if even the refusal cannot be
-        written, tell the waiting CLI so (it stays queued) and try again soon."""
+        written, tell the waiting CLI so (it stays queued: a later wake-up serves it again)."""
         faults.log(f"hotswap: request {request.id} ({request.kind}): {message}")
         try:
             with self.store.transaction():
@@ -99,7 +119,6 @@ class RequestServing(RoundRunner):
             if not faults.is_fault(error):
                 raise
             self.server.fail(request.id, message)
-            self.retry_at = time.time() + RETRY_S
             return
         self.server.answer(request.id)
 
@@ -113,7 +132,7 @@ class RequestServing(RoundRunner):
             self.store.mark_deleted()
             self.store.requests.finish(request.id, protocol.DONE, "stopping every worker")
         self.server.answer(request.id)
-        self.deleting = True
+        self.state.deletion_begun()
         self.workers.stop_everything(time.time())
 
     def _finish(self, request: Request, outcome: Outcome) -> None:

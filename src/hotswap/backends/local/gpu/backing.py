@@ -3,8 +3,8 @@
 A local cluster is either *emulated* (its workers get no GPU: ``CUDA_VISIBLE_DEVICES=""``) or
 *GPU-backed* (``cluster create --gpus``): every slice owns a disjoint set of the machine's
 GPUs, the device type's GPUs per host for each of its hosts, and each worker process sees only
-its host's. The mapping lives in the cluster record's settings (``gpus``), written by the
-cluster's controller before the round that adds the slices.
+its host's. The mapping is the ``gpus`` entry of the cluster's settings (``settings.py``'s
+record), written by the cluster's controller with the round that adds the slices.
 
 Backing is a property of the whole cluster and a cluster has one device type; the core places a
 workload only on slices of its device type in its cluster, so a hotswap never moves a job
@@ -68,13 +68,13 @@ class Backing:
     def uuids(self) -> set[str]:
         return {g.uuid for gpus in self.slices.values() for g in gpus}
 
-    def after_resize(self, events: Iterable[ev.Event], pool: Sequence[dict[str, Any]] | None) -> Backing:
+    def after_resize(self, events: Iterable[ev.Event], pool: Sequence[GpuInfo] | None) -> Backing:
         """The backing once a resize's slices come and go: removed slices free their GPUs,
         added ones take the ``pool``'s (the GPUs ``cluster create`` claimed for the whole
         cluster; None: the ones it holds)."""
         added = [e for e in events if isinstance(e, ev.SliceAdded)]
         removed = [e.name for e in events if isinstance(e, ev.SliceRemoved)]
-        gpus = [GpuInfo.from_json(g) for g in pool] if pool is not None else self.gpus()
+        gpus = list(pool) if pool is not None else self.gpus()
         hosts = len(added[0].nodes) if added else 1
         return self.reassigned([e.name for e in added], removed, gpus, hosts)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from hotswap.api.catalog import get_device_type
-from hotswap.backends.local.gpu.backing import Backing
 from hotswap.backends.local.queries.records import holders, open_store
 from hotswap.backends.local.queries.views import gpu_health, gpu_views, node_reasons, workload_view
+from hotswap.backends.local.settings import LocalSettings
 from hotswap.backends.views import ClusterDescription
 from hotswap.store.registry import existing
 
@@ -16,7 +16,8 @@ def describe_cluster(name: str) -> ClusterDescription:
     paths = existing(name)
     with open_store(paths) as store:
         record = store.cluster()
-        backing = Backing.of(record.settings)
+        settings = LocalSettings.of(record.settings)
+        backing = settings.backing
         held_by = holders(store)
         reasons = node_reasons(store)
         nodes_by_slice: dict[str, list[dict[str, Any]]] = {}
@@ -47,9 +48,9 @@ def describe_cluster(name: str) -> ClusterDescription:
         "num_slices": len(slices),
         "created_time": record.created_at,
         "controller_pid": paths.controller_pid(),
-        "warm_workers": int(record.settings.get("warm_workers", 0)),
-        "zygote": bool(record.settings.get("zygote", False)),
-        "hotswap": bool(record.settings.get("hotswap", True)),
+        "warm_workers": settings.warm_workers,
+        "zygote": settings.zygote,
+        "hotswap": settings.hotswap,
         "backing": "gpu" if backing is not None else "emulated",
         "gpus_per_host": backing.per_host if backing is not None else 0,
         "gpu_health": health,

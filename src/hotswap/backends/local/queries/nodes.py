@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from hotswap.backends.local.gpu.backing import Backing
 from hotswap.backends.local.queries.records import holders, open_store
 from hotswap.backends.local.queries.views import gpu_views, node_reasons
+from hotswap.backends.local.settings import LocalSettings
 from hotswap.backends.views import NodeRow
 from hotswap.store.registry import existing
 
@@ -13,7 +13,7 @@ def list_nodes(cluster: str) -> list[NodeRow]:
     paths = existing(cluster)
     with open_store(paths) as store:
         held_by = holders(store)
-        backing = Backing.of(store.cluster().settings)
+        backing = LocalSettings.of(store.cluster().settings).backing
         reasons = node_reasons(store)
         return [
             {

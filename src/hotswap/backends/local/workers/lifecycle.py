@@ -60,11 +60,21 @@ class WorkerStops:
     spares: SparePool
     zygote: Zygote | None
     grace_s: Callable[[str], float]
-    on_exit: Callable[[WorkerRow, int, str | None], None]
+    on_exit: Callable[[WorkerRow, int, str | None, bool], None]
     # Exits seen but not yet committed: they are written in the transaction of the round
     # that decides on them, so a crash in between is repaired by recovery (the worker is
     # then found dead again) and no exit is ever decided on twice or never.
     pending_exits: dict[int, tuple[int, float]]  # worker id -> (code, ended at)
+
+    def live(self, workload: str, seq: int, attempt: int | None = None) -> list[WorkerRow]:
+        """The workload's workers that are, or may be, alive (and not seen ended)."""
+        return [
+            w
+            for w in self.store.worker_rows.select(LIVE_WORKER_STATES, workload)
+            if w.identity.seq == seq
+            and (attempt is None or w.identity.attempt == attempt)
+            and w.id not in self.pending_exits
+        ]
 
     def mark_stopping(self, rows: Iterable[WorkerRow], now: float, grace_s: float | None = None) -> None:
         """Record that the workers must stop, and their SIGKILL deadline: their workload's grace
@@ -114,9 +124,11 @@ class WorkerStops:
         self.use_zygote(False)
 
     def exited(self, row: WorkerRow, code: int, lost: str | None = None) -> None:
-        """A worker has ended: hold its exit for the next round, and tell the controller."""
+        """A worker has ended: hold its exit for the next round, and tell the controller (and
+        whether its attempt has no live worker left)."""
         self.pending_exits[row.id] = (code, time.time())
-        self.on_exit(row, code, lost)
+        who = row.identity
+        self.on_exit(row, code, lost, not self.live(who.workload, who.seq, who.attempt))
 
     def commit_exits(self) -> list[int]:
         """Write the pending exits (inside the caller's transaction); returns the workers to
@@ -141,15 +153,16 @@ class Workers(WorkerStops):
         selector: selectors.BaseSelector,
         spares: tuple[int, tuple[str, ...]],
         grace_s: Callable[[str], float],
-        on_exit: Callable[[WorkerRow, int, str | None], None],
+        on_exit: Callable[[WorkerRow, int, str | None, bool], None],
         exclusive: Callable[[str], bool] = lambda slice_name: False,
         zygote: bool = False,
     ) -> None:
         """``spares``: the size and preload list of the warm pool; ``grace_s``: a workload's
         grace period; ``on_exit``: told of every worker exit (not of spares'), with why hotswap
-        lost the worker when the workload is not to blame (None: judge the code); ``exclusive``:
-        whether a slice's nodes run one worker at a time (GPU-backed slices); ``zygote``: whether
-        workers and spares are forked from the cluster's zygote (zygotes.py)."""
+        lost the worker when the workload is not to blame (None: judge the code) and whether
+        its attempt has no live worker left; ``exclusive``: whether a slice's nodes run one
+        worker at a time (GPU-backed slices); ``zygote``: whether workers and spares are forked
+        from the cluster's zygote (zygotes.py)."""
         self.store = store
         self.paths = paths
         self.selector = selector
@@ -163,16 +176,6 @@ class Workers(WorkerStops):
         self.started_again: dict[int, int] = {}  # worker id -> starts made again (see ended)
         self.zygote = None
         self.use_zygote(zygote)
-
-    def live(self, workload: str, seq: int, attempt: int | None = None) -> list[WorkerRow]:
-        """The workload's workers that are, or may be, alive (and not seen ended)."""
-        return [
-            w
-            for w in self.store.worker_rows.select(LIVE_WORKER_STATES, workload)
-            if w.identity.seq == seq
-            and (attempt is None or w.identity.attempt == attempt)
-            and w.id not in self.pending_exits
-        ]
 
     def on_nodes(self, nodes: Collection[str]) -> list[WorkerRow]:
         return [w for w in self.store.worker_rows.select(LIVE_WORKER_STATES) if w.identity.node in nodes]

@@ -1,4 +1,4 @@
-"""A pool of warm spare workers for a local cluster (``settings["warm_workers"]``).
+"""A pool of warm spare workers for a local cluster (its settings' ``warm_workers``).
 
 A spare is a worker process started ahead of need (see ``warm.py``): it has imported PyTorch
 and ``hotswap.train`` and waits on a FIFO. When the controller must start a worker whose command
@@ -26,15 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from hotswap.api.worker import CUDA_VISIBLE_DEVICES
+from hotswap.backends.local.settings import DEFAULT_PRELOAD
 from hotswap.backends.local.workers.supervisor import Supervisor, WorkerLaunch
 from hotswap.store.paths import new_dirs_private, write_private
 from hotswap.backends.local.tables import SPARE, LocalStore, WorkerRow
 
 WARM = Path(__file__).with_name("warm.py")
 SPARE_POINTER = "spare"  # in a worker's directory: the spare that runs it
-# What a training worker imports before its first step; torch._dynamo comes with the first
-# optimizer (about a second by itself).
-DEFAULT_PRELOAD = ("torch", "torch.distributed", "torch.optim", "torch._dynamo", "hotswap.train", "hotswap.train.torch.run")
 REFILL_AFTER_HAND_OVER_S = 5.0  # let a failover's workers have the CPU before new spares import torch
 REFILL_AFTER_DEATH_S = 1.0
 PYTHON_NAMES = ("python", "python3", f"python3.{sys.version_info.minor}")

@@ -1,7 +1,7 @@
 """The controller's side of a local cluster's zygote (``zygote.py``): start it (or adopt the one a
 killed controller left), ask it for a worker or a spare by fork, stop it.
 
-One zygote per cluster, importing the pool's preload list (``settings["warm_preload"]``): the
+One zygote per cluster, importing the pool's preload list (its settings' ``warm_preload``): the
 cluster's workers run one interpreter and one environment, and the zygote is started as a spare
 is (no GPU visible, CUDA left uninitialised), so every slice's workers, GPU-backed or emulated,
 can come from it; their CUDA_VISIBLE_DEVICES applies in the forked process before any CUDA
