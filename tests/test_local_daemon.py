@@ -64,6 +64,7 @@ class FakeWorkers:
     def __init__(self, store: LocalStore) -> None:
         self.store = store
         self.pending_exits: dict[int, tuple[int, float]] = {}
+        self.stops = self  # the exits a round commits: held by the fake itself
         self.started: list[WorkerIdentity] = []
         self.stopped: list[int] = []  # marked stopping (then SIGTERM)
         self.killed: list[int] = []

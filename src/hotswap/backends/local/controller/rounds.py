@@ -110,11 +110,11 @@ class RoundRunner:
                 to_start += self.launcher.launches(workload, plan, new)
             self.workers.mark_stopping(hit, now, grace_s=0.0 if inputs.kill else None)
             started = [self.workers.add(launch, now) for launch in to_start]
-            exits = self.workers.commit_exits()
+            exits = self.workers.stops.commit_exits()
             if request is not None:
                 self.store.requests.finish(request.id, outcome.status, outcome.message)
         crash_at("committed")  # (test-only: see crash_points.py)
-        self.workers.exits_committed(exits)
+        self.workers.stops.exits_committed(exits)
         self.inbox.decided()
         backing = self.state.backing
         self.state.committed(new, settings)
@@ -140,8 +140,8 @@ class RoundRunner:
     def commit_exits(self) -> None:
         """Commit the worker exits that no round decides on (a deleted workload's workers)."""
         with self.store.transaction():
-            written = self.workers.commit_exits()
-        self.workers.exits_committed(written)
+            written = self.workers.stops.commit_exits()
+        self.workers.stops.exits_committed(written)
 
     def _register_created(self, inputs: list[ev.Event], old: Snapshot, new: Snapshot, launch: Launch) -> None:
         """Store the launch record of a workload this round created (before its record)."""

@@ -72,7 +72,7 @@ class RequestServing:
             )
         elif self.inbox.events:
             self.rounds.run(RoundInputs([]))
-        elif self.workers.pending_exits:  # exits nobody decides on (a deleted workload's workers)
+        elif self.workers.stops.pending_exits:  # exits nobody decides on (a deleted workload's workers)
             self.rounds.commit_exits()
         return False
 

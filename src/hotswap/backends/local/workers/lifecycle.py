@@ -9,7 +9,7 @@ How a worker stops: :meth:`Workers.mark_stopping` marks its row ``stopping`` wit
 :meth:`Workers.terminate` sends SIGTERM (the worker checkpoints) and
 :meth:`Workers.expire_grace_periods` SIGKILL at the deadline. A failed node's workers get
 SIGKILL at once (:meth:`Workers.kill`): the hardware is gone. However a worker ends, its pidfd
-becomes readable; the exit waits in :attr:`Workers.pending_exits` until the round that decides
+becomes readable; the exit waits in :attr:`WorkerStops.pending_exits` until the round that decides
 on it commits it, and the exit code of a worker told to stop is never judged. Only the exit
 of a worker's command is the workload's: a worker whose shim was killed before its start was
 complete (the kill of a crashing controller can hit the child it has just forked) is started
@@ -52,19 +52,25 @@ LOST_REASON = "was lost: its shim was killed while the command ran (not the work
 
 class WorkerStops:
     """Stopping workers, and holding their exits until the round that decides on them commits
-    them (see the module); :class:`Workers` sets the attributes."""
+    them (see the module). Owned by :class:`Workers`, which hands it what it stops with."""
 
-    store: LocalStore
-    supervisor: Supervisor
-    hand_over: GpuHandOver
-    spares: SparePool
-    zygote: Zygote | None
-    grace_s: Callable[[str], float]
-    on_exit: Callable[[WorkerRow, int, str | None, bool], None]
-    # Exits seen but not yet committed: they are written in the transaction of the round
-    # that decides on them, so a crash in between is repaired by recovery (the worker is
-    # then found dead again) and no exit is ever decided on twice or never.
-    pending_exits: dict[int, tuple[int, float]]  # worker id -> (code, ended at)
+    def __init__(
+        self,
+        store: LocalStore,
+        supervisor: Supervisor,
+        hand_over: GpuHandOver,
+        grace_s: Callable[[str], float],
+        on_exit: Callable[[WorkerRow, int, str | None, bool], None],
+    ) -> None:
+        self.store = store
+        self.supervisor = supervisor
+        self.hand_over = hand_over
+        self.grace_s = grace_s
+        self.on_exit = on_exit
+        # Exits seen but not yet committed: they are written in the transaction of the round
+        # that decides on them, so a crash in between is repaired by recovery (the worker is
+        # then found dead again) and no exit is ever decided on twice or never.
+        self.pending_exits: dict[int, tuple[int, float]] = {}  # worker id -> (code, ended at)
 
     def live(self, workload: str, seq: int, attempt: int | None = None) -> list[WorkerRow]:
         """The workload's workers that are, or may be, alive (and not seen ended)."""
@@ -117,12 +123,6 @@ class WorkerStops:
                 with self.store.transaction():
                     self.store.worker_rows.update(row.id, kill_at=None)
 
-    def stop_everything(self, now: float) -> None:
-        """The cluster is being deleted: stop every worker and spare, start no new spare."""
-        self.stop(self.store.worker_rows.select(("starting", "running")), now)
-        self.terminate(self.spares.close())
-        self.use_zygote(False)
-
     def exited(self, row: WorkerRow, code: int, lost: str | None = None) -> None:
         """A worker has ended: hold its exit for the next round, and tell the controller (and
         whether its attempt has no live worker left)."""
@@ -143,7 +143,7 @@ class WorkerStops:
             self.pending_exits.pop(worker_id, None)
 
 
-class Workers(WorkerStops):
+class Workers:
     """The workers of one cluster: starting them (and their warm spares), watching them end."""
 
     def __init__(
@@ -166,16 +166,39 @@ class Workers(WorkerStops):
         self.store = store
         self.paths = paths
         self.selector = selector
-        self.grace_s = grace_s
-        self.on_exit = on_exit
         self.hand_over = GpuHandOver(exclusive)
         self.supervisor = Supervisor(store)
+        self.stops = WorkerStops(store, self.supervisor, self.hand_over, grace_s, on_exit)
         self.spares = SparePool(store, self.supervisor, paths.root, *spares)
         self.watched: dict[int, int] = {}  # pidfd -> worker id
-        self.pending_exits = {}
         self.started_again: dict[int, int] = {}  # worker id -> starts made again (see ended)
         self.zygote = None
         self.use_zygote(zygote)
+
+    # ------------------------------------------------------------------ stopping (the stops' verbs)
+
+    def live(self, workload: str, seq: int, attempt: int | None = None) -> list[WorkerRow]:
+        return self.stops.live(workload, seq, attempt)
+
+    def mark_stopping(self, rows: Iterable[WorkerRow], now: float, grace_s: float | None = None) -> None:
+        self.stops.mark_stopping(rows, now, grace_s)
+
+    def terminate(self, rows: Iterable[WorkerRow]) -> None:
+        self.stops.terminate(rows)
+
+    def kill(self, rows: Iterable[WorkerRow]) -> None:
+        self.stops.kill(rows)
+
+    def expire_grace_periods(self) -> None:
+        self.stops.expire_grace_periods()
+
+    def stop_everything(self, now: float) -> None:
+        """The cluster is being deleted: stop every worker and spare, start no new spare."""
+        self.stops.stop(self.store.worker_rows.select(("starting", "running")), now)
+        self.terminate(self.spares.close())
+        self.use_zygote(False)
+
+    # ------------------------------------------------------------------ watching
 
     def on_nodes(self, nodes: Collection[str]) -> list[WorkerRow]:
         return [w for w in self.store.worker_rows.select(LIVE_WORKER_STATES) if w.identity.node in nodes]
@@ -262,7 +285,7 @@ class Workers(WorkerStops):
         holder = next(
             (
                 w for w in self.store.worker_rows.select(LIVE_WORKER_STATES)
-                if w.identity.node == who.node and w.id != row.id and w.pid is not None and w.id not in self.pending_exits
+                if w.identity.node == who.node and w.id != row.id and w.pid is not None and w.id not in self.stops.pending_exits
             ),
             None,
         )
@@ -299,7 +322,7 @@ class Workers(WorkerStops):
         if launch is not None:
             with contextlib.suppress(OSError), os.fdopen(open_private(launch.log), "a") as log:
                 log.write(f"hotswap: cannot start this worker: {error}\n")
-        self.exited(row, CANNOT_START_EXIT_CODE)
+        self.stops.exited(row, CANNOT_START_EXIT_CODE)
 
     # ------------------------------------------------------------------ ending
 
@@ -327,7 +350,7 @@ class Workers(WorkerStops):
         charging it (see :class:`~hotswap.backends.local.workers.supervisor.Ending`)."""
         code, how = self.supervisor.ending(row)
         if row.state == "stopping" or row.identity.is_spare:
-            self.exited(row, code)  # told to stop: how it ended is never judged
+            self.stops.exited(row, code)  # told to stop: how it ended is never judged
         elif how is Ending.NEVER_RAN and self.started_again.get(row.id, 0) < MAX_START_AGAIN:
             self.started_again[row.id] = self.started_again.get(row.id, 0) + 1
             with self.store.transaction():  # a start committed without a pid again (see recovery)
@@ -336,7 +359,7 @@ class Workers(WorkerStops):
         elif how is Ending.NEVER_RAN:
             self._cannot_start(row, None, RuntimeError(f"its start was interrupted {MAX_START_AGAIN} times"))
         else:
-            self.exited(row, code, LOST_REASON if how is Ending.ORPHANED else None)
+            self.stops.exited(row, code, LOST_REASON if how is Ending.ORPHANED else None)
 
     # ------------------------------------------------------------------ warm spares
 
