@@ -9,7 +9,7 @@ from pathlib import Path
 from builders import holding
 
 from hotswap.api.worker_output import EVENT_CHECKPOINT_BEGIN, EVENT_CHECKPOINT_SAVE, EVENT_ELASTIC, EVENT_STEP, event_record
-from hotswap.backends.local import workload_files as files
+from hotswap.backends.local import workload_files
 from hotswap.backends.local.controller.hangs import CHECK_INTERVAL_S, HangWatch
 from hotswap.core import events as ev
 from hotswap.core.model import Snapshot
@@ -34,7 +34,7 @@ class Rig:
     def events(self, worker: WorkerRow, local_rank: int = 0) -> Path:
         directory = self.paths.workload_dir("w", 0)
         who = worker.identity
-        path = files.local_events_path(files.events_path(directory, who.attempt, who.replica, who.host, worker.id), local_rank)
+        path = workload_files.local_events_path(workload_files.events_path(directory, who.attempt, who.replica, who.host, worker.id), local_rank)
         path.parent.mkdir(parents=True, exist_ok=True)
         return path
 
@@ -62,7 +62,7 @@ def test_a_stalled_rank_is_reported_once_per_attempt(tmp_path: Path) -> None:
     (hang,) = rig.check(last + 5.0)
     assert isinstance(hang, ev.WorkloadHung) and (hang.workload, hang.attempt) == ("w", 1) and "step 20" in hang.reason
     assert rig.check(last + 9.0) == []  # reported once
-    # The next attempt starts a new history in new files.
+    # The next attempt starts a new history in new workload_files.
     rig.workload = dataclasses.replace(rig.workload, attempt=2, running_since=last + 10.0)
     rig.rows = [row(2, attempt=2)]
     assert rig.check(last + 30.0) == []  # no step of attempt 2 yet: a slow first step

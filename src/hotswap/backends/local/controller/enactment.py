@@ -20,7 +20,7 @@ from hotswap.api import worker as contract
 from hotswap.api.launch import HeldStart, Launch, Run
 from hotswap.api.membership import Membership
 from hotswap.api.catalog import AcceleratorKind, get_device_type
-from hotswap.backends.local import workload_files as files
+from hotswap.backends.local import workload_files
 from hotswap.backends.local.gpu.backing import Backing
 from hotswap.backends.local.workers import environment
 from hotswap.backends.local.workers.supervisor import LocalProcess, WorkerLaunch
@@ -106,7 +106,7 @@ class Launcher:
             nodes = snapshot.slices[slice_].nodes
             for host, node in enumerate(nodes):
                 gpus = tuple(g.index for g in backing.host_gpus(slice_, host)) if backing else ()
-                log = files.log_path(directory, replica, host)
+                log = workload_files.log_path(directory, replica, host)
                 env = environment.worker_environment(
                     base=launch.start_environment,
                     user=environment.user_variables(workload.spec),
@@ -123,14 +123,14 @@ class Launcher:
                     checkpoint_dir=launch.checkpoint_dir,
                     events_file=None,  # one per worker process, set with its row
                     grace_s=workload.spec.termination_grace_period_s,
-                    membership_file=files.membership_path(directory) if elastic else None,
+                    membership_file=workload_files.membership_path(directory) if elastic else None,
                     gpus=gpus,
                     tpu=tpu,
                 )
                 env.update(run_env)
                 identity = WorkerIdentity(workload.name, workload.seq, plan.attempt, slice_, replica, host, node)
                 others = tuple(
-                    LocalProcess(environment.local_process_environment(env, rank), files.local_log_path(log, rank))
+                    LocalProcess(environment.local_process_environment(env, rank), workload_files.local_log_path(log, rank))
                     for rank in range(1, len(gpus))
                 )
                 launches.append(
@@ -169,7 +169,7 @@ class Launcher:
             directory = self.paths.workload_dir(workload.name, workload.seq)
             joined = directory / "joined"  # joiners' readiness marks (see Membership.joined_dir)
             new_dirs_private(joined)
-            files.publish_membership(
+            workload_files.publish_membership(
                 directory,
                 Membership(generation, tuple(slices), hosts, environment.MASTER_ADDR, port, per_host, str(joined)),
             )

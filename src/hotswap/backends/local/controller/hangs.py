@@ -23,7 +23,7 @@ from pathlib import Path
 
 from hotswap.api.worker_output import EVENT_CHECKPOINT_BEGIN, EVENT_CHECKPOINT_SAVE, EVENT_ELASTIC, EVENT_STEP
 from hotswap.api.phases import WorkloadPhase
-from hotswap.backends.local import workload_files as files
+from hotswap.backends.local import workload_files
 from hotswap.core import events as ev
 from hotswap.core.hang import WINDOW_STEPS, HangLimits, RankProgress, judge
 from hotswap.core.model import Snapshot
@@ -103,7 +103,7 @@ class _Tail:
 
 @dataclasses.dataclass
 class _Watch:
-    """One running workload: its attempt and elastic generation, and its ranks' files."""
+    """One running workload: its attempt and elastic generation, and its ranks' workload_files."""
 
     attempt: int
     membership: int
@@ -187,9 +187,9 @@ class HangWatch:
             who = row.identity
             if row.state != "running" or who.attempt != workload.attempt:
                 continue  # starting (no history yet), or told to stop
-            events = files.events_path(directory, who.attempt, who.replica, who.host, row.id)
+            events = workload_files.events_path(directory, who.attempt, who.replica, who.host, row.id)
             for local_rank in range(per_host):
-                path = files.local_events_path(events, local_rank)
+                path = workload_files.local_events_path(events, local_rank)
                 current.add(path)
                 if path not in watch.tails:
                     label = f"{who.slice}/{who.host}" + (f".{local_rank}" if per_host > 1 else "")

@@ -16,7 +16,7 @@ from hotswap.api.catalog import get_device_type
 from hotswap.api.errors import NotFoundError
 from hotswap.api.limits import check_text
 from hotswap.api.names import validate_workload_name
-from hotswap.backends.local import workload_files as files
+from hotswap.backends.local import workload_files
 from hotswap.backends.local.queries.records import open_store, workload_record
 from hotswap.backends.local.queries.views import workload_view
 from hotswap.backends.views import FINISHED
@@ -38,7 +38,7 @@ def log_file(cluster: str, name: str, slice_: str | None, host: int, follow: boo
     hosts = get_device_type(spec["device_type"]).hosts_per_slice
     if not 0 <= host < hosts:
         raise NotFoundError(f"{spec['device_type']} has hosts 0-{hosts - 1}, not {host}")
-    path = files.log_path(paths.workload_dir(name, record["seq"]), replica, host)
+    path = workload_files.log_path(paths.workload_dir(name, record["seq"]), replica, host)
     view = workload_view(record)
     if not path.exists() and not (follow and view["status"] not in FINISHED):
         raise NotFoundError(_why_no_log(view, replica, host))
@@ -92,7 +92,7 @@ def _deleted_log(paths: ClusterPaths, name: str, slice_: str | None, host: int) 
     if slice_ is not None and not (slice_.isascii() and slice_.isdigit() and len(slice_) < 10):
         raise NotFoundError(f"workload {name} was deleted: give --slice as a replica index")
     replica = int(slice_) if slice_ is not None else 0
-    path = files.log_path(paths.workload_dir(name, max(seqs)), replica, host)
+    path = workload_files.log_path(paths.workload_dir(name, max(seqs)), replica, host)
     if not path.exists():
         raise NotFoundError(f"workload {name} was deleted and left no log of replica {replica} host {host}")
     return path

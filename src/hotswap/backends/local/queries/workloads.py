@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from hotswap.backends.local import workload_files as files
+from hotswap.backends.local import workload_files
 from hotswap.backends.local.queries.records import open_store, workload_record
 from hotswap.backends.local.queries.views import run_view, workload_view
 from hotswap.backends.local.tables import LIVE_WORKER_STATES
@@ -70,7 +70,7 @@ def describe_workload(cluster: str, name: str, timeline: bool = True) -> Workloa
         if w.identity.attempt == record["attempt"] or w.state != "exited"
     ]
     view["logs"] = str(directory / "logs")
-    view["main_log"] = str(files.log_path(directory, 0, 0))
+    view["main_log"] = str(workload_files.log_path(directory, 0, 0))
     if timeline:
         view["timeline"] = [{"time": iso(e["t"]), "event": e["kind"], "message": e["message"]} for e in events]
         view["goodput"] = workload_goodput(record, events, directory, time.time())

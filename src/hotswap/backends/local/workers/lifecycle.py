@@ -34,7 +34,7 @@ from collections.abc import Callable, Collection, Iterable
 
 from hotswap.api.times import iso_utc
 from hotswap.api.worker import HOTSWAP_EVENTS_FILE
-from hotswap.backends.local import workload_files as files
+from hotswap.backends.local import workload_files
 from hotswap.backends.local.crash_points import crash_at, crash_at_spawn
 from hotswap.backends.local.workers.gpu_handover import GpuHandOver
 from hotswap.backends.local.workers.spares import SpareGone, SparePool, preload_modules, spare_environment, starts_like
@@ -224,13 +224,13 @@ class Workers:
         )
         who = launch.identity
         directory = self.paths.workload_dir(who.workload, who.seq)
-        events = files.events_path(directory, who.attempt, who.replica, who.host, worker_id)
+        events = workload_files.events_path(directory, who.attempt, who.replica, who.host, worker_id)
         launch = dataclasses.replace(
             launch,
-            dir=files.worker_dir(directory, worker_id),
+            dir=workload_files.worker_dir(directory, worker_id),
             env={**launch.env, HOTSWAP_EVENTS_FILE: str(events)},
             local=tuple(
-                dataclasses.replace(p, env={**p.env, HOTSWAP_EVENTS_FILE: str(files.local_events_path(events, rank))})
+                dataclasses.replace(p, env={**p.env, HOTSWAP_EVENTS_FILE: str(workload_files.local_events_path(events, rank))})
                 for rank, p in enumerate(launch.local, start=1)
             ),
         )
