@@ -34,6 +34,7 @@ from k8s_fixtures.world import load_nodes  # noqa: E402
 from hotswap.backends.kubernetes import labels  # noqa: E402
 from hotswap.backends.kubernetes.observation import observe  # noqa: E402
 from hotswap.backends.kubernetes.planning import plan  # noqa: E402
+from hotswap.core.effects import effects_of  # noqa: E402
 from hotswap.core.scheduler import decide  # noqa: E402
 
 
@@ -83,7 +84,7 @@ def measure(pool_count: int, rounds: int) -> dict:
             before_decide = time.perf_counter()
             decision = decide(observation.snapshot, observation.events, observation.now, controller.config)
             decide_s.append(time.perf_counter() - before_decide)
-            operations = plan(observation, decision)
+            operations = plan(observation, decision, effects_of(decision.actions))
             own.append(time.perf_counter() - started)
             assert operations == [], operations
         mark = len(world.api.requests)

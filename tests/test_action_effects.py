@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from hotswap.api.runs import START_CAUSES
+from hotswap.backends.kubernetes import operations as ops
+from hotswap.backends.kubernetes.controller.enactment import Enactment
 from hotswap.core import actions as act
 from hotswap.core import effects
 from hotswap.core.effects import Outcome, Placement, Stop, effect_of
@@ -29,36 +31,56 @@ def _type_names(node: ast.expr) -> list[str]:
     return []
 
 
-def _imports_actions(tree: ast.Module) -> bool:
+def _imports(tree: ast.Module, package: str, module: str) -> bool:
+    """Whether a module imports ``package.module`` or names from it."""
+    whole = f"{package}.{module}"
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module == "hotswap.core" and any(a.name == "actions" for a in node.names):
+        if isinstance(node, ast.ImportFrom) and node.module == package and any(a.name == module for a in node.names):
             return True
-        if isinstance(node, ast.ImportFrom) and node.module == "hotswap.core.actions":
+        if isinstance(node, ast.ImportFrom) and node.module == whole:
             return True
-        if isinstance(node, ast.Import) and any(a.name == "hotswap.core.actions" for a in node.names):
+        if isinstance(node, ast.Import) and any(a.name == whole for a in node.names):
             return True
     return False
+
+
+def _branches_on(names: set[str], home: Path, package: str, module: str) -> list[str]:
+    """Where a module of ``src`` other than ``home`` uses isinstance or a class pattern on one of
+    the types ``names`` (of ``package.module``, which it imports)."""
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        if path == home:
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        if not _imports(tree, package, module):
+            continue
+        for node in ast.walk(tree):
+            types: list[str] = []
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "isinstance" and len(node.args) == 2:
+                types = _type_names(node.args[1])
+            elif isinstance(node, ast.MatchClass):
+                types = _type_names(node.cls)
+            if names & set(types):
+                found.append(f"{path.relative_to(SRC)}:{node.lineno}")
+    return found
 
 
 def test_no_branching_on_action_types_outside_the_actions_module() -> None:
     """Enacting an action goes through ``actions.dispatch`` or its effect's fields, so a new
     action type is a missing handler method everywhere at once, not a forgotten branch."""
-    found = []
-    for path in sorted(SRC.rglob("*.py")):
-        if path == SRC / "core" / "actions.py":
-            continue
-        tree = ast.parse(path.read_text(), str(path))
-        if not _imports_actions(tree):
-            continue
-        for node in ast.walk(tree):
-            names: list[str] = []
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "isinstance" and len(node.args) == 2:
-                names = _type_names(node.args[1])
-            elif isinstance(node, ast.MatchClass):
-                names = _type_names(node.cls)
-            if ACTION_NAMES & set(names):
-                found.append(f"{path.relative_to(SRC)}:{node.lineno}")
+    found = _branches_on(ACTION_NAMES, SRC / "core" / "actions.py", "hotswap.core", "actions")
     assert not found, f"branching on action types outside core/actions.py: {found}"
+
+
+def test_no_branching_on_operation_types_outside_the_operations_module() -> None:
+    """The same for the Kubernetes controller's operations: applied and logged through
+    ``operations.dispatch``."""
+    names = {cls.__name__ for cls in ops.OPERATION_TYPES}
+    found = _branches_on(names, SRC / "backends" / "kubernetes" / "operations.py", "hotswap.backends.kubernetes", "operations")
+    assert not found, f"branching on operation types outside backends/kubernetes/operations.py: {found}"
+    assert set(ops.HANDLER_METHODS) == set(ops.OPERATION_TYPES)
+    for handler in (Enactment, ops._Summary):
+        assert all(callable(getattr(handler, method, None)) for method in ops.HANDLER_METHODS.values()), handler
 
 
 def test_the_effects_and_messages_handle_every_action_type() -> None:

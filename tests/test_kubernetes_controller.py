@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from k8s_fixtures.scenario import POOLS, events, make_controller, make_world, run_until, running, submit
+from k8s_fixtures.scenario import POOLS, events, make_controller, make_world, retired_jobs, run_until, running, slice_jobs, submit
 from k8s_fixtures.world import World
 
 from hotswap.backends.kubernetes import labels
@@ -77,12 +77,13 @@ def test_node_fault_under_high_preempts_low_and_restarts_high_on_its_pool(world:
         world.settle()
     stuck = [p["metadata"]["name"] for p in world.pods_of("high") if p["spec"].get("nodeName") == broken]
 
+    high_jobs = slice_jobs(world, "high")
     operations = controller.reconcile()
 
     # Whole, and kept queued: suspended (with the record of why, in the same patch), not deleted.
     assert any(isinstance(op, ops.PatchJobSet) and op.jobset == "low" and op.suspend is True and labels.STATE_ANNOTATION in op.annotations
                for op in operations)
-    assert ops.RecreateJobs("high") in operations
+    assert retired_jobs(operations, "high") == high_jobs and len(high_jobs) == 2  # all its Jobs recreated
     deleted = [op for op in operations if isinstance(op, ops.DeletePod)]
     if fault == "not-ready":  # deleted with its grace period first: forced only once that is over
         assert [(op.pod, op.force) for op in deleted] == [(name, False) for name in stuck]

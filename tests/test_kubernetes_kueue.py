@@ -5,7 +5,7 @@ Kueue lacks: restarting an admitted JobSet that lost a node, judging worker exit
 from __future__ import annotations
 
 import pytest
-from k8s_fixtures.scenario import events, listed, make_controller, make_world, run_until, running, submit
+from k8s_fixtures.scenario import events, listed, make_controller, make_world, retired_jobs, run_until, running, slice_jobs, submit
 from k8s_fixtures.world import World
 
 from hotswap.backends.kubernetes import labels
@@ -60,8 +60,9 @@ def test_a_kueue_jobset_that_loses_a_node_is_restarted_where_kube_scheduler_find
     dead = world.nodes_of_pool(pools[0])[0]
     world.fail_node(dead)
     world.advance(world.nodes.grace_s + 1)
+    high_jobs = slice_jobs(world, "high")
     operations = controller.reconcile()
-    assert ops.RecreateJobs("high") in operations
+    assert retired_jobs(operations, "high") == high_jobs and len(high_jobs) == 2  # all its Jobs recreated
     assert not any(isinstance(op, ops.PatchJobSet) and op.suspend is not None for op in operations)  # Kueue's to decide
     run_until(world, controller, lambda: running(world, "high", attempt=2) == 8)
     assert sorted(p for p in world.pools_of("high") if p) == sorted([free, pools[1]])

@@ -17,9 +17,10 @@ from hotswap.backends.kubernetes import operations as ops
 from hotswap.backends.kubernetes.lease import micro_time
 from hotswap.backends.kubernetes.live_objects import read_jobset, read_pod
 from hotswap.backends.kubernetes.observation import observe
-from hotswap.backends.kubernetes.planning import elastic_membership, enacted, plan
+from hotswap.backends.kubernetes.child_jobs import ReplacedJobs
+from hotswap.backends.kubernetes.planning import elastic_membership, enacted, plan, replaced_jobs
 from hotswap.backends.kubernetes.settings import KubeSettings
-from hotswap.backends.kubernetes.state_annotation import decode_state, encode_state, replica_slots, state_of, workload_from_state
+from hotswap.backends.kubernetes.state_annotation import StateRecord, decode_state, replica_slots, state_of
 from hotswap.backends.kubernetes.views import goodput_view, view_of
 from hotswap.core import actions as act
 from hotswap.core.effects import effect_of, effects_of
@@ -45,16 +46,17 @@ def jobset(annotations: dict[str, str] | None = None, conditions: list[dict[str,
 
 
 def test_a_jobset_reads_as_its_spec_state_and_conditions() -> None:
-    state = {"phase": "RUNNING"}
-    job = read_jobset(jobset({labels.STATE_ANNOTATION: json.dumps(state)}, [{"type": "Failed", "status": "True", "message": "boom"}], suspend=False))
-    assert (job.name, job.uid, job.spec, job.state, job.suspended, job.restarts) == ("w", "u-1", SPEC, state, False, 2)
+    state = state_of(Workload(spec=SPEC, seq=1, created_at=5.0, phase=WorkloadPhase.RUNNING, slices=("a", "b", "c"), attempt=1), None, 5.0)
+    job = read_jobset(jobset({labels.STATE_ANNOTATION: state.encode()}, [{"type": "Failed", "status": "True", "message": "boom"}], suspend=False))
+    assert (job.name, job.uid, job.spec, job.record, job.suspended, job.restarts) == ("w", "u-1", SPEC, state, False, 2)
+    assert job.state == state.to_json()  # the annotation's JSON, for describe and logs
     assert (job.terminal, job.terminal_message) == (WorkloadPhase.FAILED, "boom")
     assert job.created == 1_767_690_000.0
 
 
 def test_what_hotswap_did_not_write_reads_as_not_there() -> None:
     job = read_jobset(jobset({labels.SPEC_ANNOTATION: "{not json", labels.STATE_ANNOTATION: "{not json"}, [{"type": "Completed", "status": "False"}]))
-    assert (job.spec, job.state, job.terminal) == (None, None, None)
+    assert (job.spec, job.record, job.terminal) == (None, None, None)
     assert read_jobset({"metadata": {"name": "bare"}}).created == 0.0
 
 
@@ -88,49 +90,60 @@ def test_pods_of_other_owners_are_not_read_and_ours_carry_their_indices() -> Non
 def test_state_round_trips_and_closes_the_phase_ledger_only_on_a_phase_change() -> None:
     queued = Workload(spec=SPEC, seq=4, created_at=100.0)
     first = state_of(queued, None, now=100.0)
-    assert workload_from_state(SPEC, first) == queued
-    assert first["replicas"] == [None, None, None] and first["phase_seconds"] == {}
+    assert decode_state(first.encode(), SPEC) == first and first.workload == queued
+    assert first.to_json()["replicas"] == [None, None, None] and first.to_json()["phase_seconds"] == {}
     assert state_of(queued, first, now=150.0) == first  # nothing to rewrite
     running = Workload(spec=SPEC, seq=4, created_at=100.0, phase=WorkloadPhase.RUNNING, slices=("a", "b", "c"), attempt=1)
     second = state_of(running, first, now=160.0)
-    assert second["phase_seconds"] == {"QUEUED": 60.0} and second["phase_since"] == 160.0
-    assert second["replicas"] == ["a", "b", "c"]
-    assert workload_from_state(SPEC, second) == running
-    assert decode_state(encode_state(second)) == second
+    assert second.phase_seconds == {"QUEUED": 60.0} and second.phase_since == 160.0
+    assert second.to_json()["replicas"] == ["a", "b", "c"]
+    assert decode_state(second.encode(), SPEC) == second
     # The replica map is the core's record: one entry per replica index, parked ones None.
     shrunk = Workload(spec=SPEC, seq=4, created_at=100.0, phase=WorkloadPhase.RUNNING, slices=("a", "c"), replicas=("a", None, "c"))
     third = state_of(shrunk, second, now=170.0)
-    assert third["replicas"] == ["a", None, "c"] and workload_from_state(SPEC, third) == shrunk
+    assert third.to_json()["replicas"] == ["a", None, "c"] and decode_state(third.encode(), SPEC) == third
 
 
 def test_a_state_record_that_is_not_one_reads_as_none() -> None:
-    assert workload_from_state(SPEC, {"phase": "SOMEWHERE"}) is None
-    assert decode_state("[") is None
+    record = state_of(Workload(spec=SPEC, seq=4, created_at=100.0), None, now=100.0).to_json()
+    assert decode_state('{"phase": "SOMEWHERE"}', SPEC) is None
+    assert decode_state(json.dumps({**record, "phase": "SOMEWHERE"}), SPEC) is None
+    assert decode_state("[", SPEC) is None
     for text in ("[]", "[1, 2]", '"x"', "null", "3"):
-        assert decode_state(text) is None, text  # valid JSON, not a record
+        assert decode_state(text, SPEC) is None, text  # valid JSON, not a record
+
+
+def _with(record: dict, replicas: object) -> str:
+    return json.dumps({**record, "replicas": replicas})
 
 
 def test_a_replica_map_that_is_not_one_of_the_slices_reads_as_the_slices_own() -> None:
     """Anyone can edit the annotation: a map that is not a list of slice names, or not a map
     of exactly the workload's slices, reads as the map of a (re)start (replica i on slices[i])."""
     shrunk = Workload(spec=SPEC, seq=4, created_at=100.0, phase=WorkloadPhase.RUNNING, slices=("a", "c"), replicas=("a", None, "c"))
-    record = state_of(shrunk, None, now=100.0)
-    assert workload_from_state(SPEC, {**record, "replicas": ["a", None, "c", None]}) == shrunk  # padded further
+    record = state_of(shrunk, None, now=100.0).to_json()
+    padded = decode_state(_with(record, ["a", None, "c", None]), SPEC)  # padded further
+    assert padded is not None and padded.workload == shrunk
     for bad in (5, ["a", 1], ["a", "b", "c"], ["a", "a", "c"], ["a", None, None, "c"], None):
-        read = workload_from_state(SPEC, {**record, "replicas": bad})
-        assert read is not None and read.replica_map == ("a", "c"), bad
+        read = decode_state(_with(record, bad), SPEC)
+        assert read is not None and read.workload.replica_map == ("a", "c"), bad
     del record["replicas"]  # as no release wrote it, but a record is a record
-    assert workload_from_state(SPEC, record).replica_map == ("a", "c")
+    read = decode_state(json.dumps(record), SPEC)
+    assert read is not None and read.workload.replica_map == ("a", "c")
 
 
 @pytest.mark.parametrize("kueue", [False, True], ids=["hotswap-admits", "kueue"])
-@pytest.mark.parametrize("text", ["[]", "[1]", '"state"', "null", '{"replicas": 5, "seq": "x", "phase_seconds": [1]}'])
+@pytest.mark.parametrize("text", ["[]", "[1]", '"state"', "null", '{"replicas": 5, "seq": "x", "phase_seconds": [1]}', "WRONG_TYPE"])
 def test_a_state_annotation_that_is_not_a_record_never_breaks_a_reconcile(kueue: bool, text: str) -> None:
     """Anyone can write an annotation; a JSON value that is not a record (or a record with
     fields of the wrong type) must read as "no record", not crash every reconcile."""
     from hotswap.core.scheduler import decide
 
+    if text == "WRONG_TYPE":  # a whole record but for one field: a count that is text
+        running = Workload(spec=SPEC, seq=4, created_at=100.0, phase=WorkloadPhase.RUNNING, slices=("a", "b", "c"), attempt=1)
+        text = json.dumps({**state_of(running, None, now=100.0).to_json(), "attempt": "2"})
     job = jobset({labels.STATE_ANNOTATION: text}, suspend=not kueue)
+    assert read_jobset(job).record is None
     observation = observe([], [job], [], [], KubeSettings(kueue=kueue), "c", now=100.0)
     decision = decide(observation.snapshot, observation.events, observation.now)
     plan(observation, decision, effects_of(decision.actions))
@@ -165,13 +178,10 @@ def test_the_enactment_table_has_every_action_type() -> None:
     ("action", "event", "warning"), ENACTED, ids=lambda value: type(value).__name__ if isinstance(value, act.ACTION_TYPES) else None
 )
 def test_each_action_is_enacted_from_its_effect(action: act.Action, event: str | None, warning: bool) -> None:
-    """An action's Event (the local timeline's message) and the Jobs it replaces are read off
-    its effect: no second per-action handler here."""
+    """An action's Event (the local timeline's message) is read off its effect: no second
+    per-action handler here (the Jobs it replaces too: the next test)."""
     effect = effect_of(action)
-    for suspends in (True, False):
-        operations = enacted("w", effect, suspends)
-        events = [op for op in operations if isinstance(op, ops.RecordEvent)]
-        assert events == ([ops.RecordEvent("w", event, effect.message, warning=warning)] if event else [])
+    assert enacted("w", effect) == ([ops.RecordEvent("w", event, effect.message, warning=warning)] if event else [])
 
 
 def test_the_replica_map_recorded_has_an_entry_per_replica_index() -> None:
@@ -188,20 +198,20 @@ def test_what_stops_a_workload_is_suspension_and_under_kueue_a_restart_in_place(
     suspended without Kueue (level-triggered, no operation here) and restarted in place under
     Kueue, its new pods held behind the gate."""
     for kueue in (False, True):
-        def enact(action: act.Action) -> list[ops.Operation]:
-            return enacted("w", effect_of(action), suspends=not kueue)
+        def replaced(action: act.Action) -> ReplacedJobs | None:
+            return replaced_jobs(effect_of(action), suspends=not kueue)
 
-        admitted = enact(act.Admit("w", 1, ("a", "b", "c")))
-        requeued = enact(act.Requeue("w", "no capacity"))
-        preempted = enact(act.Preempt("w", "h", "preempted by h"))
-        restarted = enact(act.Restart("w", 2, ("x", "b", "c"), "lost", charged=False))
-        failed = enact(act.Fail("w", "boom"))
-        scaled = enact(act.ScaleDown("w", ("b",), ("a", "c"), 1, "lost", ("a", None, "c"), (1,)))
         # The Event says what the local timeline says (one text per action: core/effects.py).
-        assert admitted == [ops.RecordEvent("w", "Admitted", "admitted on a, b, c (attempt 1)")]
-        assert (ops.RecreateJobs("w") in requeued) is kueue and (ops.RecreateJobs("w") in preempted) is kueue
-        assert restarted[0] == ops.RecreateJobs("w") and not any(isinstance(op, ops.RecreateJobs) for op in failed)
-        assert scaled[0] == ops.RecreateJobs("w", (1,))  # only the parked replica's Job, in both modes
+        assert enacted("w", effect_of(act.Admit("w", 1, ("a", "b", "c")))) == [
+            ops.RecordEvent("w", "Admitted", "admitted on a, b, c (attempt 1)")
+        ]
+        assert replaced(act.Admit("w", 1, ("a", "b", "c"))) is None
+        assert (replaced(act.Requeue("w", "no capacity")) == ReplacedJobs()) is kueue
+        assert (replaced(act.Preempt("w", "h", "preempted by h")) == ReplacedJobs()) is kueue
+        assert replaced(act.Restart("w", 2, ("x", "b", "c"), "lost", charged=False)) == ReplacedJobs()
+        assert replaced(act.Fail("w", "boom")) is None
+        scaled = replaced(act.ScaleDown("w", ("b",), ("a", "c"), 1, "lost", ("a", None, "c"), (1,)))
+        assert scaled == ReplacedJobs((1,))  # only the parked replica's Job, in both modes
 
 
 def test_elastic_membership_is_coordinated_by_the_first_active_replica() -> None:
@@ -223,11 +233,13 @@ def test_the_record_commits_a_decision_before_its_side_effects() -> None:
     record = ops.PatchJobSet("w", True, {labels.STATE_ANNOTATION: "{}"}, "41")
     delete = ops.DeleteJob("w", "w-slice-0", "uid-1")
     forced = ops.DeletePod("q", True, "its node n was deleted")
-    planned = [ops.PlacePod("p", {}, {labels.SLICE_ANNOTATION: "a"}, ()), delete, record, forced, ops.RecreateJobs("w")]
-    assert ops.in_order(planned) == [record, ops.RecreateJobs("w"), delete, forced, planned[0]]
+    event = ops.RecordEvent("w", "Restarted", "restarted on a (attempt 2)")
+    planned = [ops.PlacePod("p", {}, {labels.SLICE_ANNOTATION: "a"}, ()), delete, forced, event, record]
+    assert ops.in_order(planned) == [record, event, delete, forced, planned[0]]
     assert ops.decisions_summary(ops.in_order(planned)) == [
         "suspend jobset/w",
-        "recreate all jobs of jobset/w",
+        "Restarted jobset/w: restarted on a (attempt 2)",
+        "recreate job/w-slice-0 of jobset/w (retired)",
         "force-delete pod/q (its node n was deleted)",
         "release pod/p on a",
     ]
@@ -248,8 +260,8 @@ def test_settings_validate_a_checkpoint_volume_without_the_renderer() -> None:
 def test_goodput_is_never_the_controllers_running_time() -> None:
     """A JobSet preempted before its first step spent time RUNNING (pods up, no step): that is not
     goodput. The controller sees no step reports, so goodput is 0 with the reason (issue 25 item 5)."""
-    state = {"phase": "QUEUED", "phase_since": 150.0, "phase_seconds": {"QUEUED": 10.0, "RUNNING": 40.0}}
-    job = read_jobset(jobset({labels.STATE_ANNOTATION: json.dumps(state)}, suspend=True))
+    state = StateRecord(Workload(spec=SPEC, seq=4, created_at=100.0), phase_since=150.0, phase_seconds={"QUEUED": 10.0, "RUNNING": 40.0})
+    job = read_jobset(jobset({labels.STATE_ANNOTATION: state.encode()}, suspend=True))
     view = goodput_view(job, 200.0)
     assert view["goodput"] == 0.0
     assert view["running_share"] == pytest.approx(40 / 100)

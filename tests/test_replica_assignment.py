@@ -34,7 +34,7 @@ from hotswap.backends.kubernetes import operations as ops
 from hotswap.backends.kubernetes.observation import observe
 from hotswap.backends.kubernetes.planning import plan
 from hotswap.backends.kubernetes.settings import KubeSettings
-from hotswap.backends.kubernetes.state_annotation import decode_state, encode_state, state_of, workload_from_state
+from hotswap.backends.kubernetes.state_annotation import decode_state, state_of
 from hotswap.backends.local.controller import enactment as effects
 from hotswap.backends.local.tables import LocalStore, WorkerIdentity, WorkerRow
 from hotswap.core import events as ev
@@ -174,7 +174,7 @@ class JobSets:
 
     def recorded(self, name: str) -> list[str | None]:
         """The replica map the JobSet's state annotation records."""
-        return decode_state(self.jobsets[name]["metadata"]["annotations"][labels.STATE_ANNOTATION])["replicas"]
+        return json.loads(self.jobsets[name]["metadata"]["annotations"][labels.STATE_ANNOTATION])["replicas"]
 
     def released(self, name: str, attempt: int) -> dict[int, str]:
         """Replica index (the pod's JOB_INDEX) -> the slice its released pod of ``attempt`` is pinned to."""
@@ -381,10 +381,10 @@ def test_a_recorded_map_is_the_local_records_own_whatever_the_rows_say(tmp_path:
 
 
 def test_an_old_annotation_reads_back_with_its_map_and_is_written_back_the_same() -> None:
-    state = decode_state(OLD_ANNOTATION)
-    assert state is not None
     workload_spec = WorkloadSpec.model_validate(json.loads(OLD_LOCAL_RECORD)["spec"])
-    workload = workload_from_state(workload_spec, state)
-    assert workload is not None and workload.replica_map == ("s0", None, "s2")
+    state = decode_state(OLD_ANNOTATION, workload_spec)
+    assert state is not None
+    workload = state.workload
+    assert workload.replica_map == ("s0", None, "s2")
     # Nothing changed: the record this release writes is the one it read, byte for byte.
-    assert encode_state(state_of(workload, state, 200.0, start_cause="start")) == OLD_ANNOTATION
+    assert state_of(workload, state, 200.0, start_cause="start").encode() == OLD_ANNOTATION

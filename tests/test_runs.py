@@ -271,9 +271,19 @@ def test_the_sdk_reads_its_own_run_first_and_keeps_the_signal(tmp_path: Path) ->
     ],
 )
 def test_kubernetes_pods_learn_why_their_attempt_started(actions: str, state: dict | None, cause: str | None) -> None:
+    from hotswap.api.spec import workload_spec
     from hotswap.backends.kubernetes.planning import start_cause
+    from hotswap.backends.kubernetes.state_annotation import decode_state, state_of
     from hotswap.core import actions as act
     from hotswap.core.effects import effects_of
+    from hotswap.core.workload import Workload
+
+    # The state annotation as it reads, with the start cause given.
+    spec = workload_spec(name="w", command="python3 train.py", device_type="v6e-4", num_slices=2, min_slices=1)
+    record = None
+    if state is not None:
+        record = decode_state(json.dumps({**state_of(Workload(spec=spec, seq=0, created_at=0.0), None, 0.0).to_json(), **state}), spec)
+        assert record is not None
 
     made = {
         "admit1": [act.Admit("w", 1, ("s0",))],
@@ -283,7 +293,7 @@ def test_kubernetes_pods_learn_why_their_attempt_started(actions: str, state: di
         "scale_up": [act.ScaleUp("w", ("s1",), ("s0", "s1"), 2, ("s0", "s1"))],
         "none": [],
     }[actions]
-    assert start_cause(effects_of(made), state) == cause
+    assert start_cause(effects_of(made), record) == cause
 
 
 @pytest.mark.parametrize(

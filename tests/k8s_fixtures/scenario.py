@@ -7,9 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 from k8s_fixtures.world import World, load_nodes
-from k8s_fixtures.world.store import EVENTS
+from k8s_fixtures.world.store import EVENTS, JOBS
 
+from hotswap.api import worker as contract
 from hotswap.api.spec import workload_spec
+from hotswap.backends.kubernetes import labels
+from hotswap.backends.kubernetes import operations as ops
 from hotswap.backends.kubernetes.discovery import discover
 from hotswap.backends.kubernetes.render import render_jobset, render_kueue, render_priority_classes
 from hotswap.backends.kubernetes.settings import KubeSettings
@@ -88,3 +91,19 @@ def run_until(world: World, controller: KubeController, done: Any, limit_s: floa
             raise AssertionError(f"not done after {limit_s} virtual seconds")
         world.advance(step, controller)
     return world.clock.now - start
+
+
+def slice_jobs(world: World, jobset: str) -> set[str]:
+    """The names of a JobSet's live child Jobs of its slices (not its coordinator's, not one
+    being deleted)."""
+    return {
+        job["metadata"]["name"] for job in world.store.items(JOBS)
+        if job["metadata"].get("labels", {}).get(labels.JOBSET_NAME_LABEL) == jobset
+        and job["metadata"].get("labels", {}).get(labels.REPLICATED_JOB_NAME_LABEL) != contract.COORDINATOR_JOB
+        and "deletionTimestamp" not in job["metadata"]
+    }
+
+
+def retired_jobs(operations: list[ops.Operation], jobset: str) -> set[str]:
+    """The Jobs of a JobSet a reconcile deleted because a decision replaced them."""
+    return {op.name for op in operations if isinstance(op, ops.DeleteJob) and op.jobset == jobset and op.why == "retired"}

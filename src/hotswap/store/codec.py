@@ -8,16 +8,24 @@ imply (replica i on slices[i]), as do the maps of every (re)start.
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from hotswap.api.phases import WorkloadPhase
 from hotswap.core.placement import recorded_map
 from hotswap.core.workload import Workload
 
+if TYPE_CHECKING:  # pydantic is loaded only where a spec is decoded
+    from hotswap.api.spec import WorkloadSpec
+
 
 def workload_to_dict(workload: Workload) -> dict[str, Any]:
+    return {"spec": workload.spec.model_dump(mode="json"), **workload_fields(workload)}
+
+
+def workload_fields(workload: Workload) -> dict[str, Any]:
+    """A workload's record without its spec (which the Kubernetes backend keeps apart)."""
     return {
-        "spec": workload.spec.model_dump(mode="json"),
         "seq": workload.seq,
         "created_at": workload.created_at,
         "phase": workload.phase.value,
@@ -47,7 +55,12 @@ def workload_from_json(text: str) -> Workload:
     from hotswap.api.spec import WorkloadSpec
 
     data = json.loads(text)
-    spec = WorkloadSpec.model_validate(data["spec"])
+    return workload_from_fields(data, WorkloadSpec.model_validate(data["spec"]))
+
+
+def workload_from_fields(data: Mapping[str, Any], spec: WorkloadSpec) -> Workload:
+    """The workload of a record whose spec is read already (``data["spec"]`` is not looked at).
+    KeyError for a missing field; the fields' types are :func:`check_fields`' business."""
     slices = tuple(data["slices"])
     return Workload(
         spec=spec,
@@ -69,6 +82,57 @@ def workload_from_json(text: str) -> Workload:
         status_message=data["status_message"],
         status_time=data["status_time"],
     )
+
+
+def check_fields(data: Mapping[str, Any]) -> None:
+    """TypeError unless each field of a record that anyone may have edited (the Kubernetes
+    state annotation) holds the JSON type its field needs: a count that is text, a time that
+    is a list, would otherwise reach the core and break every round. (``replicas`` is read
+    leniently: :func:`~hotswap.core.placement.recorded_map`.)"""
+    wrong = [key for key, accepts in _FIELD_TYPES.items() if key in data and not accepts(data[key])]
+    if wrong:
+        raise TypeError(f"fields of the wrong type: {', '.join(wrong)}")
+
+
+def _count(value: object) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _time(value: object) -> bool:
+    return type(value) in (int, float)
+
+
+def _optional(accepts: Callable[[object], bool]) -> Callable[[object], bool]:
+    return lambda value: value is None or accepts(value)
+
+
+def _list_of(accepts: Callable[[object], bool]) -> Callable[[object], bool]:
+    return lambda value: type(value) is list and all(accepts(item) for item in value)
+
+
+def _worker(value: object) -> bool:
+    """An ``exited_ok`` entry: [slice, host]."""
+    return type(value) is list and len(value) == 2 and type(value[0]) is str and _count(value[1])
+
+
+_FIELD_TYPES: dict[str, Callable[[object], bool]] = {
+    "seq": _count,
+    "created_at": _time,
+    "phase": lambda value: type(value) is str,
+    "slices": _list_of(lambda value: type(value) is str),
+    "attempt": _count,
+    "stopping": _list_of(_count),
+    "membership": _count,
+    "restarts": _count,
+    "disruptions": _count,
+    "preemptions": _count,
+    "running_since": _optional(_time),
+    "last_checkpoint_at": _optional(_time),
+    "last_checkpoint_step": _optional(lambda value: type(value) is int),
+    "exited_ok": _list_of(_worker),
+    "status_message": lambda value: type(value) is str,
+    "status_time": _time,
+}
 
 
 def json_object(text: str) -> dict[str, Any]:

@@ -4,7 +4,8 @@ with the official ``kubernetes`` client, and a controller that runs the same sch
 Rendering (:mod:`.render`), node discovery (:mod:`.discovery`) and the translation between live
 objects and the core are pure functions over plain dicts and never import ``kubernetes``; only
 :mod:`.client` talks to an API server. The translation, one step per module: live objects are
-parsed (:mod:`.live_objects`), observed as the core's snapshot and events (:mod:`.observation`,
-reading back :mod:`.state_annotation`), and the core's decision is planned
+parsed (:mod:`.live_objects`, a JobSet's state annotation into its typed record:
+:mod:`.state_annotation`), observed as the core's snapshot and events (:mod:`.observation`),
+and the core's decision is planned
 (:mod:`.planning`) as operations (:mod:`.operations`) that the controller applies.
 """

@@ -43,10 +43,20 @@ from hotswap.api import worker as contract
 from hotswap.api.times import iso_utc, parse_iso_utc
 from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes.live_objects import LivePod, metadata
-from hotswap.backends.kubernetes.operations import DeleteJob, Operation, RecordEvent, RecreateGatedPod, RecreateJobs, TouchJob
-from hotswap.backends.kubernetes.state_annotation import Retiring, retiring_of
+from hotswap.backends.kubernetes.operations import DeleteJob, Operation, RecordEvent, RecreateGatedPod, TouchJob
+from hotswap.backends.kubernetes.state_annotation import Retiring, StateRecord
 
 STALL_S = 30.0  # a Job with no pod this long after its creation (or touch) is repaired
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplacedJobs:
+    """A decision to replace a JobSet's child Jobs (all, or those of the given replica indexes):
+    JobSet recreates them, their pods behind the placement gate. Not an operation of its own:
+    planning commits it in the state record (``retiring``, :func:`retiring_after`) and the
+    deletes follow (:func:`deletes`)."""
+
+    replicas: tuple[int, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,18 +108,18 @@ def read_child_jobs(jobs: Iterable[dict[str, Any]]) -> dict[str, list[ChildJob]]
     return found
 
 
-def retired_uids(states: Iterable[dict[str, Any] | None]) -> frozenset[str]:
+def retired_uids(records: Iterable[StateRecord | None]) -> frozenset[str]:
     """The Job UIDs the JobSets' records retire (they count as gone)."""
-    return frozenset(uid for state in states for uid in retiring_of(state))
+    return frozenset(uid for record in records if record is not None for uid in record.retiring)
 
 
-def still_retiring(state: dict[str, Any] | None, jobs: Iterable[ChildJob]) -> Retiring:
+def still_retiring(record: StateRecord | None, jobs: Iterable[ChildJob]) -> dict[str, str]:
     """The record's retiring Jobs that still exist."""
     alive = {job.uid for job in jobs}
-    return {uid: name for uid, name in retiring_of(state).items() if uid in alive}
+    return {uid: name for uid, name in (record.retiring if record is not None else {}).items() if uid in alive}
 
 
-def to_retire(jobs: Iterable[ChildJob], replicas: tuple[int, ...] | None, retired: Iterable[str]) -> Retiring:
+def to_retire(jobs: Iterable[ChildJob], replicas: tuple[int, ...] | None, retired: Iterable[str]) -> dict[str, str]:
     """The Jobs a decision replaces: all of them, or those of the given replica indices; not
     those already being retired or deleted."""
     skip = set(retired)
@@ -137,13 +147,12 @@ def touch_stamp(now: float) -> str:
     return iso_utc(now)
 
 
-def retiring_after(state: dict[str, Any] | None, jobs: list[ChildJob], decided: Iterable[Operation]) -> Retiring:
+def retiring_after(record: StateRecord | None, jobs: list[ChildJob], replaced: Iterable[ReplacedJobs]) -> Retiring:
     """What the record must retire after this round: what it retired and still exists, and the
     Jobs this round's decisions replace."""
-    retiring = still_retiring(state, jobs)
-    for op in decided:
-        if isinstance(op, RecreateJobs):
-            retiring.update(to_retire(jobs, op.replicas, retiring))
+    retiring = still_retiring(record, jobs)
+    for decision in replaced:
+        retiring.update(to_retire(jobs, decision.replicas, retiring))
     return retiring
 
 

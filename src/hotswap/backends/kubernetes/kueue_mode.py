@@ -25,7 +25,6 @@ from typing import Any
 
 from hotswap.api.phases import WorkloadPhase
 from hotswap.backends.kubernetes.live_objects import LiveJobSet
-from hotswap.backends.kubernetes.state_annotation import workload_from_state
 from hotswap.core.workload import Workload
 
 
@@ -95,9 +94,8 @@ def kueue_queued(
         if not job.suspended or job.terminal is not None:
             admitted.append(job)
             continue
-        previous = workload_from_state(job.spec, job.state) if job.state is not None else None
-        if previous is not None:
-            outside[job.name] = _queued(previous, views.get(job.name), now)
+        if job.record is not None:
+            outside[job.name] = _queued(job.record.workload, views.get(job.name), now)
     return admitted, outside
 
 

@@ -18,7 +18,7 @@ from hotswap.api.phases import WorkloadPhase
 from hotswap.api.spec import WorkloadSpec
 from hotswap.api.times import parse_iso_utc
 from hotswap.backends.kubernetes import labels
-from hotswap.backends.kubernetes.state_annotation import decode_state
+from hotswap.backends.kubernetes.state_annotation import StateRecord, decode_state
 
 ACCELERATORS = (TPU_RESOURCE, GPU_RESOURCE)
 
@@ -32,12 +32,18 @@ class LiveJobSet:
     suspended: bool
     terminal: WorkloadPhase | None  # from JobSet's Completed / Failed conditions
     terminal_message: str
-    state: dict[str, Any] | None
+    record: StateRecord | None  # its state annotation (None: none, or not a record of its spec's workload)
     rejected: str | None
     created: float
     restarts: int  # JobSet restarts counted against maxRestarts
     restarts_total: int  # every JobSet restart (status.restarts): its restart-attempt
     annotations: dict[str, str]
+
+    @property
+    def state(self) -> dict[str, Any] | None:
+        """The state record as its annotation's JSON object, for ``describe`` and ``logs``
+        (:mod:`.backend` reads the replica map there); everything else reads :attr:`record`."""
+        return self.record.to_json() if self.record is not None else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,7 +137,9 @@ def read_jobset(obj: dict[str, Any]) -> LiveJobSet:
             terminal, message = WorkloadPhase.SUCCESSFUL, condition.get("message") or "completed"
         elif condition.get("type") == "Failed":
             terminal, message = WorkloadPhase.FAILED, condition.get("message") or "failed"
-    state = decode_state(annotations[labels.STATE_ANNOTATION]) if labels.STATE_ANNOTATION in annotations else None
+    # Parsed here, once: observation, planning and the views read the typed record.
+    text = annotations.get(labels.STATE_ANNOTATION)
+    record = decode_state(text, spec) if isinstance(text, str) and spec is not None else None
     return LiveJobSet(
         name=meta["name"],
         uid=meta.get("uid", ""),
@@ -140,7 +148,7 @@ def read_jobset(obj: dict[str, Any]) -> LiveJobSet:
         suspended=bool(_dict(obj.get("spec")).get("suspend")),
         terminal=terminal,
         terminal_message=message,
-        state=state,
+        record=record,
         rejected=annotations.get(labels.REJECTED_ANNOTATION),
         created=_time(meta.get("creationTimestamp")) or 0.0,
         restarts=_int(status.get("restartsCountTowardsMax")) or 0,

@@ -47,7 +47,6 @@ from hotswap.backends.kubernetes.live_objects import (
 )
 from hotswap.backends.kubernetes.pod_signals import ServiceLosses, Signals, read_signals, service_losses_of
 from hotswap.backends.kubernetes.settings import KubeSettings
-from hotswap.backends.kubernetes.state_annotation import released_of, workload_from_state
 from hotswap.core import events as ev
 from hotswap.core.model import Node, Slice, Snapshot
 from hotswap.core.workload import Workload
@@ -146,7 +145,7 @@ def observe(
     # earlier attempt's, as if the Job had vanished.
     job_uids = frozenset(
         metadata(obj).get("uid", "") for obj in job_list if not metadata(obj).get("deletionTimestamp")
-    ) - retired_uids(j.state for j in live)
+    ) - retired_uids(j.record for j in live)
     failing = frozenset(metadata(obj).get("uid", "") for obj in job_list if _failing(obj))
     observation = Observation(
         now=now,
@@ -168,7 +167,7 @@ def observe(
         observation.outside.update(outside)
     workloads, created = _managed_workloads(observation, live)
     workloads = _exclusive(workloads)
-    released = {j.name: released_of(j.state) for j in live}
+    released = {j.name: j.record.released for j in live if j.record is not None}
     losses = observation.service_losses = {name: service_losses_of(job, coordinators.get(name, [])) for name, job in by_name.items()}
     signals = read_signals(workloads, observation.pods_of, job_uids, failing, discovery, occupants, now, released, losses)
     observation.wake_at = _earliest(signals.wake_at, _stall_check(observation))
@@ -207,7 +206,7 @@ def _managed_workloads(observation: Observation, live: list[LiveJobSet]) -> tupl
     for job in live:
         if job.spec is None or job.rejected is not None:
             continue
-        workload = workload_from_state(job.spec, job.state) if job.state is not None else None
+        workload = job.record.workload if job.record is not None else None
         if workload is None:
             if job.terminal is None:
                 created.append(job.spec)

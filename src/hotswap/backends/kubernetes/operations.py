@@ -1,11 +1,14 @@
 """What the controller does to the cluster, as data: the operations :func:`~.planning.plan`
 emits and :class:`~hotswap.backends.kubernetes.controller.loop.KubeController` applies, in the order they
-must happen, and the log line each leaves."""
+must happen, and the log line each leaves. Each one is a write to the API server; what is only
+decided (the Jobs a decision replaces: :class:`~.child_jobs.ReplacedJobs`) is planned into them."""
 
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Iterable
+from typing import Protocol, TypeVar
 
 from hotswap.backends.kubernetes import labels
 
@@ -24,20 +27,10 @@ class PatchJobSet:
 
 
 @dataclasses.dataclass(frozen=True)
-class RecreateJobs:
-    """The decision to replace child Jobs (all, or the given replica indices): JobSet recreates
-    them with fresh pods, which wait behind the placement gate. Committed in the state record's
-    ``retiring`` (the Jobs' UIDs) by the JobSet's patch, carried out by :class:`DeleteJob`
-    (:mod:`.child_jobs`); nothing to write of its own."""
-
-    jobset: str
-    replicas: tuple[int, ...] | None = None
-
-
-@dataclasses.dataclass(frozen=True)
 class DeleteJob:
     """Delete one child Job by name, only if it is still the one of this UID (a precondition: a
-    Job JobSet recreated under the same name is never deleted), in the background."""
+    Job JobSet recreated under the same name is never deleted), in the foreground (the client's
+    :meth:`delete_job`); one a decision retires, or one that created no pods (:mod:`.child_jobs`)."""
 
     jobset: str
     name: str
@@ -118,9 +111,49 @@ class RecordEvent:
 
 
 Operation = (
-    PatchJobSet | RecreateJobs | DeleteJob | TouchJob | DeletePod | PlacePod | RecreateGatedPod | AnnotatePod
-    | DeactivateKueueWorkload | RecordEvent
+    PatchJobSet | DeleteJob | TouchJob | DeletePod | PlacePod | RecreateGatedPod | AnnotatePod | DeactivateKueueWorkload
+    | RecordEvent
 )
+OPERATION_TYPES: tuple[type, ...] = typing.get_args(Operation)
+
+_T_co = TypeVar("_T_co", covariant=True)
+
+
+class OperationHandler(Protocol[_T_co]):
+    """What is done with each kind of operation: the controller applies them
+    (:class:`~hotswap.backends.kubernetes.controller.enactment.Enactment`), the log tells them
+    (:func:`decisions_summary`). As with actions (:func:`hotswap.core.actions.dispatch`), every
+    use goes through :func:`dispatch`, so a new operation is a missing method everywhere at
+    once, not a branch forgotten in one ``isinstance`` chain."""
+
+    def on_patch_jobset(self, op: PatchJobSet) -> _T_co: ...
+    def on_delete_job(self, op: DeleteJob) -> _T_co: ...
+    def on_touch_job(self, op: TouchJob) -> _T_co: ...
+    def on_delete_pod(self, op: DeletePod) -> _T_co: ...
+    def on_place_pod(self, op: PlacePod) -> _T_co: ...
+    def on_recreate_gated_pod(self, op: RecreateGatedPod) -> _T_co: ...
+    def on_annotate_pod(self, op: AnnotatePod) -> _T_co: ...
+    def on_deactivate_kueue_workload(self, op: DeactivateKueueWorkload) -> _T_co: ...
+    def on_record_event(self, op: RecordEvent) -> _T_co: ...
+
+
+HANDLER_METHODS: dict[type, str] = {
+    PatchJobSet: "on_patch_jobset",
+    DeleteJob: "on_delete_job",
+    TouchJob: "on_touch_job",
+    DeletePod: "on_delete_pod",
+    PlacePod: "on_place_pod",
+    RecreateGatedPod: "on_recreate_gated_pod",
+    AnnotatePod: "on_annotate_pod",
+    DeactivateKueueWorkload: "on_deactivate_kueue_workload",
+    RecordEvent: "on_record_event",
+}
+
+
+def dispatch(op: Operation, handler: OperationHandler[_T_co]) -> _T_co:
+    """Call the handler's method for ``op``'s type."""
+    return getattr(handler, HANDLER_METHODS[type(op)])(op)
+
 
 # The record first: the JobSet's patch (guarded by the resourceVersion the decision was taken
 # on) commits the decision, with the Jobs it retires; the side effects follow, and only if it
@@ -130,8 +163,8 @@ Operation = (
 # (:mod:`.child_jobs`). The Events right after the record: one per committed decision, even
 # if the controller dies before the side effects.
 _ORDER = {
-    PatchJobSet: 0, RecordEvent: 1, RecreateJobs: 2, DeleteJob: 3, TouchJob: 4, DeletePod: 5, DeactivateKueueWorkload: 6,
-    PlacePod: 7, RecreateGatedPod: 8, AnnotatePod: 9,
+    PatchJobSet: 0, RecordEvent: 1, DeleteJob: 2, TouchJob: 3, DeletePod: 4, DeactivateKueueWorkload: 5,
+    PlacePod: 6, RecreateGatedPod: 7, AnnotatePod: 8,
 }
 
 
@@ -143,24 +176,39 @@ def in_order(operations: Iterable[Operation]) -> list[Operation]:
 def decisions_summary(operations: Iterable[Operation]) -> list[str]:
     """One line per operation, for the controller's log. Annotation writes only record what the
     other operations do, and are not logged."""
-    lines = []
-    for op in operations:
-        if isinstance(op, PatchJobSet) and op.suspend is not None:
-            lines.append(f"{'suspend' if op.suspend else 'resume'} jobset/{op.jobset}")
-        elif isinstance(op, RecreateJobs):
-            which = "all jobs" if op.replicas is None else f"jobs of replicas {list(op.replicas)}"
-            lines.append(f"recreate {which} of jobset/{op.jobset}")
-        elif isinstance(op, DeleteJob) and op.why != "retired":
-            lines.append(f"recreate job/{op.name} of jobset/{op.jobset} ({op.why})")
-        elif isinstance(op, TouchJob):
-            lines.append(f"touch job/{op.name} of jobset/{op.jobset} (it has created no pods)")
-        elif isinstance(op, DeletePod):
-            lines.append(f"{'force-delete' if op.force else 'delete'} pod/{op.pod} ({op.why})")
-        elif isinstance(op, PlacePod):
-            where = op.annotations.get(labels.SLICE_ANNOTATION)
-            lines.append(f"release pod/{op.pod}" + (f" on {where}" if where else ""))
-        elif isinstance(op, DeactivateKueueWorkload):
-            lines.append(f"deactivate Kueue workload {op.workload} of jobset/{op.jobset}")
-        elif isinstance(op, RecordEvent):
-            lines.append(f"{op.reason} jobset/{op.jobset}: {op.message}")
-    return lines
+    return [line for line in (dispatch(op, _SUMMARY) for op in operations) if line is not None]
+
+
+class _Summary:
+    """The log line of each operation (None: not logged)."""
+
+    def on_patch_jobset(self, op: PatchJobSet) -> str | None:
+        return None if op.suspend is None else f"{'suspend' if op.suspend else 'resume'} jobset/{op.jobset}"
+
+    def on_delete_job(self, op: DeleteJob) -> str | None:
+        return f"recreate job/{op.name} of jobset/{op.jobset} ({op.why})"
+
+    def on_touch_job(self, op: TouchJob) -> str | None:
+        return f"touch job/{op.name} of jobset/{op.jobset} (it has created no pods)"
+
+    def on_delete_pod(self, op: DeletePod) -> str | None:
+        return f"{'force-delete' if op.force else 'delete'} pod/{op.pod} ({op.why})"
+
+    def on_place_pod(self, op: PlacePod) -> str | None:
+        where = op.annotations.get(labels.SLICE_ANNOTATION)
+        return f"release pod/{op.pod}" + (f" on {where}" if where else "")
+
+    def on_recreate_gated_pod(self, op: RecreateGatedPod) -> str | None:
+        return None  # enacted only if its release fails again: its Event says so
+
+    def on_annotate_pod(self, op: AnnotatePod) -> str | None:
+        return None
+
+    def on_deactivate_kueue_workload(self, op: DeactivateKueueWorkload) -> str | None:
+        return f"deactivate Kueue workload {op.workload} of jobset/{op.jobset}"
+
+    def on_record_event(self, op: RecordEvent) -> str | None:
+        return f"{op.reason} jobset/{op.jobset}: {op.message}"
+
+
+_SUMMARY = _Summary()

@@ -11,9 +11,10 @@ environment reads), and only while the workload is RUNNING, which is how Blockin
 stays behind its gate: the exit is judged first (:mod:`.pod_signals`).
 
 Some operations are edge-triggered, one per action and read off its effect (:func:`enacted`:
-its Event, the Jobs it recreates); the others are level-triggered, written whenever the live
-objects differ from the decision (suspension, the state annotation with the core's replica map,
-pod release and membership), so a reconcile that was cut short is completed by the next one, and
+its Event; :func:`replaced_jobs`: the Jobs it recreates, committed in the state record and then
+deleted); the others are level-triggered, written whenever the live objects differ from the
+decision (suspension, the state annotation with the core's replica map, pod release and
+membership), so a reconcile that was cut short is completed by the next one, and
 one with nothing to change writes nothing. Each action's effect is computed once, by the caller.
 
 With Kueue, only Kueue suspends and unsuspends: what the core preempts or requeues is
@@ -24,7 +25,6 @@ deactivating its Kueue Workload (:mod:`.kueue_mode`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from hotswap.api import worker as contract
 from hotswap.api.runs import START_CAUSES
@@ -34,6 +34,7 @@ from hotswap.api.phases import WorkloadPhase
 from hotswap.api.times import iso_utc
 from hotswap.api.membership import Membership
 from hotswap.backends.kubernetes import child_jobs, labels
+from hotswap.backends.kubernetes.child_jobs import ReplacedJobs
 from hotswap.backends.kubernetes.live_objects import LiveJobSet
 from hotswap.backends.kubernetes.observation import Observation
 from hotswap.backends.kubernetes.pod_signals import ServiceLosses
@@ -45,12 +46,9 @@ from hotswap.backends.kubernetes.operations import (
     PatchJobSet,
     PlacePod,
     RecordEvent,
-    RecreateJobs,
     in_order,
 )
-from hotswap.backends.kubernetes.state_annotation import (
-    Released, Retiring, encode_state, released_of, replica_slots, state_of,
-)
+from hotswap.backends.kubernetes.state_annotation import Released, Retiring, StateRecord, replica_slots, state_of
 from hotswap.core.effects import ActionEffect, Placement
 from hotswap.core.workload import Workload
 from hotswap.core.scheduler import Decision
@@ -67,7 +65,8 @@ def plan(observation: Observation, decision: Decision, effects: Sequence[ActionE
         if job.spec is None:
             continue
         mine = by_workload.get(name, [])
-        decided = [op for effect in mine for op in enacted(name, effect, observation.managed_admission)]
+        decided = [op for effect in mine for op in enacted(name, effect)]
+        replaced = [r for effect in mine if (r := replaced_jobs(effect, observation.managed_admission)) is not None]
         operations.extend(decided)
         if mine:
             operations.extend(RecordEvent(name, "SliceLost", cause, warning=True) for cause in observation.causes.get(name, []))
@@ -80,7 +79,7 @@ def plan(observation: Observation, decision: Decision, effects: Sequence[ActionE
         if lost.times and iso_utc(lost.times[-1]) != job.annotations.get(labels.SERVICE_LOST_ANNOTATION):
             annotations[labels.SERVICE_LOST_ANNOTATION] = iso_utc(lost.times[-1])  # before its pod may go
             annotations[labels.SERVICE_LOSSES_IN_A_ROW_ANNOTATION] = str(lost.in_a_row)
-        retiring = child_jobs.retiring_after(job.state, jobs, decided) if workload is not None else {}
+        retiring = child_jobs.retiring_after(job.record, jobs, replaced) if workload is not None else {}
         patch = _jobset_patch(observation, job, workload, mine, annotations, retiring)
         if patch is not None:
             operations.append(patch)
@@ -97,7 +96,7 @@ def plan(observation: Observation, decision: Decision, effects: Sequence[ActionE
         if not observation.managed_admission and ended and not job.suspended and view and view.active:
             operations.append(DeactivateKueueWorkload(name, view.name))
         if workload.phase is WorkloadPhase.RUNNING:
-            if not decided:
+            if not decided and not replaced:
                 owners = {p.owner_uid for p in observation.pods_of(name)}
                 operations.extend(child_jobs.repairs(name, jobs, observation.job_uids, owners, observation.now))
             operations.extend(_release(observation, job, workload, mine))
@@ -119,12 +118,12 @@ def _jobset_patch(
     annotations = dict(annotations)
     suspend = None
     if workload is not None:
-        state = state_of(
-            workload, job.state, observation.now, _released(observation, job, workload, effects),
-            start_cause(effects, job.state), retiring,
+        record = state_of(
+            workload, job.record, observation.now, _released(observation, job, workload, effects),
+            start_cause(effects, job.record), retiring,
         )
-        if state != job.state:
-            annotations[labels.STATE_ANNOTATION] = encode_state(state)
+        if not record.written_as(job.record):
+            annotations[labels.STATE_ANNOTATION] = record.encode()
         want_suspended = not workload.phase.holds_slices
         if observation.managed_admission and job.terminal is None and want_suspended != job.suspended:
             suspend = want_suspended
@@ -142,7 +141,8 @@ def _released(observation: Observation, job: LiveJobSet, workload: Workload, eff
     recreated = _recreated(effects)
     pods = observation.pods_of(job.name)
     dropped = {p.owner_uid for p in pods if p.replica in recreated}
-    released = {uid: set(hosts) for uid, hosts in released_of(job.state).items() if uid in observation.job_uids and uid not in dropped}
+    recorded = job.record.released if job.record is not None else {}
+    released = {uid: set(hosts) for uid, hosts in recorded.items() if uid in observation.job_uids and uid not in dropped}
     for pod in pods:
         if pod.attempt == workload.attempt and pod.owner_uid in observation.job_uids and pod.owner_uid not in dropped and pod.host is not None:
             released.setdefault(pod.owner_uid, set()).add(pod.host)
@@ -214,7 +214,7 @@ def _release(observation: Observation, job: LiveJobSet, workload: Workload, effe
         if p.finished and p.attempt == workload.attempt and p.exit_code != 0
     }
     restart_count = str(workload.attempt - 1 + job.restarts_total)
-    cause = start_cause(effects, job.state)
+    cause = start_cause(effects, job.record)
     operations: list[Operation] = []
     for pod in observation.pods_of(name):
         if pod.terminating or pod.finished or pod.replica is None or pod.replica >= len(replicas):
@@ -250,10 +250,10 @@ def _release(observation: Observation, job: LiveJobSet, workload: Workload, effe
     return operations
 
 
-def start_cause(effects: Sequence[ActionEffect], state: dict[str, Any] | None) -> str | None:
+def start_cause(effects: Sequence[ActionEffect], record: StateRecord | None) -> str | None:
     """Why the workload's current attempt started (START_CAUSES): this round's actions' effects,
     else what the state record remembers."""
-    cause = (state or {}).get("start_cause")
+    cause = record.start_cause if record is not None else None
     for effect in effects:
         cause = effect.cause or cause
     return cause if cause in START_CAUSES else None
@@ -275,18 +275,22 @@ def elastic_membership(name: str, workload: Workload, hosts: int) -> Membership:
     )
 
 
-def enacted(name: str, effect: ActionEffect, suspends: bool) -> list[Operation]:
-    """The edge-triggered operations of one action of JobSet ``name``, read off its effect (the
-    Event's reason and message are the effect's, as in a local timeline): the Jobs it replaces,
-    then its Event. ``suspends``: hotswap admits (no Kueue), so a workload stopped whole keeps
-    its JobSet suspended (level-triggered); under Kueue, which keeps an admitted JobSet
+def enacted(name: str, effect: ActionEffect) -> list[Operation]:
+    """The edge-triggered operations of one action of JobSet ``name``, read off its effect: its
+    Event (the reason and message are the effect's, as in a local timeline)."""
+    if effect.event is None:
+        return []
+    return [RecordEvent(name, effect.event, effect.message, warning=effect.warning)]
+
+
+def replaced_jobs(effect: ActionEffect, suspends: bool) -> ReplacedJobs | None:
+    """The Jobs one action replaces, read off its effect: a restart's all, a scale-down's the
+    parked replicas'. ``suspends``: hotswap admits (no Kueue), so a workload stopped whole
+    keeps its JobSet suspended (level-triggered); under Kueue, which keeps an admitted JobSet
     running, its Jobs are recreated instead and the new pods wait behind the gate until the
     core places it again."""
-    operations: list[Operation] = []
     if effect.placement is Placement.SHRINK:
-        operations.append(RecreateJobs(name, tuple(sorted(effect.parked))))  # only the parked replicas' Jobs
-    elif (effect.replaced and effect.placement is Placement.PLACE) or (effect.requeued and not suspends):
-        operations.append(RecreateJobs(name))
-    if effect.event is not None:
-        operations.append(RecordEvent(name, effect.event, effect.message, warning=effect.warning))
-    return operations
+        return ReplacedJobs(tuple(sorted(effect.parked)))  # only the parked replicas' Jobs
+    if (effect.replaced and effect.placement is Placement.PLACE) or (effect.requeued and not suspends):
+        return ReplacedJobs()
+    return None

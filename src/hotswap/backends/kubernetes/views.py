@@ -28,7 +28,7 @@ def workload_view(obj: dict[str, Any], kueue: dict[str, tuple[str, str]] | None 
 
 def view_of(job: LiveJobSet, kueue: dict[str, tuple[str, str]]) -> WorkloadRow:
     spec = job.spec
-    state = job.state or {}
+    workload = job.record.workload if job.record is not None else None
     status, message, when = _status(job, kueue)
     return with_xpk_words({
         "name": job.name,
@@ -37,15 +37,15 @@ def view_of(job: LiveJobSet, kueue: dict[str, tuple[str, str]]) -> WorkloadRow:
         "status_message": message,
         "status_time": iso(when),
         "created_time": iso(job.created),
-        "slices": [] if status in FINISHED or status == "QUEUED" else list(state.get("slices") or []),
+        "slices": [] if status in FINISHED or status == "QUEUED" or workload is None else list(workload.slices),
         "num_slices": spec.num_slices if spec else None,
         "min_slices": spec.min_slices if spec else None,
         "device_type": spec.device_type if spec else None,
         # Restarts charged to --max-restarts: the controller's (restart codes) and JobSet's own.
-        "restarts": _count(state.get("restarts")) + job.restarts,
-        "preemptions": _count(state.get("preemptions")),
-        "disruptions": _count(state.get("disruptions")),
-        "attempt": _count(state.get("attempt")),
+        "restarts": (workload.restarts if workload else 0) + job.restarts,
+        "preemptions": workload.preemptions if workload else 0,
+        "disruptions": workload.disruptions if workload else 0,
+        "attempt": workload.attempt if workload else 0,
         "command": spec.command if spec else None,
         **_run(job),
     })
@@ -62,27 +62,24 @@ def _run(job: LiveJobSet) -> dict[str, Any]:
     return {"run_id": run.get("id") if isinstance(run.get("id"), str) else None, "resumed_from": origin if isinstance(origin, dict) else None}
 
 
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and value >= 0 else 0
-
-
 def _status(job: LiveJobSet, kueue: dict[str, tuple[str, str]]) -> tuple[str, str, float | None]:
-    state = job.state or {}
+    workload = job.record.workload if job.record is not None else None
+    since = (workload.status_time or None) if workload is not None else None
     if job.terminal is not None:
         verb = "finished" if job.terminal.value == "SUCCESSFUL" else "failed"
-        return job.terminal.value, f"{verb}: {job.terminal_message}", state.get("status_time") or None
+        return job.terminal.value, f"{verb}: {job.terminal_message}", since
     if job.spec is None:
         return "FAILED", f"not a hotswap workload (no readable {labels.SPEC_ANNOTATION} annotation)", None
     if job.rejected is not None:
         return "FAILED", f"rejected: {job.rejected}", None
-    if state.get("phase") in ("FAILED", "SUCCESSFUL"):  # hotswap's judgement of the workers' exits
-        return str(state["phase"]), str(state.get("status_message", "")), state.get("status_time") or None
+    if workload is not None and workload.phase.terminal:  # hotswap's judgement of the workers' exits
+        return workload.phase.value, workload.status_message, since
     if job.name in kueue:
         status, message = kueue[job.name]
-        return status, message, state.get("status_time") or None
-    if not state:
+        return status, message, since
+    if workload is None:
         return "QUEUED", "waiting for the hotswap controller (`hotswap controller run`)", job.created
-    return str(state.get("phase", "QUEUED")), str(state.get("status_message", "")), state.get("status_time") or None
+    return workload.phase.value, workload.status_message, since
 
 
 def goodput_view(job: LiveJobSet, now: float) -> GoodputView:
@@ -90,12 +87,12 @@ def goodput_view(job: LiveJobSet, now: float) -> GoodputView:
     steps the workers reported, and their goodput events stay in their pods: the controller
     cannot tell a training job from one that never completed a step, so goodput is 0 with the
     reason, and the time in RUNNING is ``running_share`` (never shown as goodput)."""
-    state = job.state or {}
-    recorded = state.get("phase_seconds")
-    seconds = {k: float(v) for k, v in recorded.items() if isinstance(v, (int, float))} if isinstance(recorded, dict) else {}
-    phase, since = state.get("phase"), state.get("phase_since")
-    if isinstance(phase, str):
-        seconds[phase] = seconds.get(phase, 0.0) + max(0.0, now - (float(since) if isinstance(since, (int, float)) else now))
+    record = job.record
+    seconds = dict(record.phase_seconds) if record is not None else {}
+    if record is not None:
+        since = record.phase_since if record.phase_since is not None else now
+        phase = record.workload.phase.value
+        seconds[phase] = seconds.get(phase, 0.0) + max(0.0, now - since)
     wall = sum(seconds.values())
     share = {key: (value / wall if wall else 0.0) for key, value in seconds.items()}
     return {

@@ -22,7 +22,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from hotswap.api.errors import ConflictError, HotswapError
 from hotswap.backends.kit.figures import RecoveryFigures
@@ -30,6 +29,7 @@ from hotswap.backends.kit.metrics import ControllerMetrics
 from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes import operations as ops
 from hotswap.backends.kubernetes.client import KubeClient, UnreachableError
+from hotswap.backends.kubernetes.controller.enactment import Enactment
 from hotswap.backends.kubernetes.controller.leader import LeaderElector, log_line
 from hotswap.backends.kubernetes.lease import RETRY_PERIOD_S
 from hotswap.backends.kubernetes.observation import Observation
@@ -104,65 +104,23 @@ class KubeController:
         unreachable API server, and a JobSet's refused record: its decision was not committed,
         so nothing else of that JobSet is done this round (the next one decides again on fresh
         objects). Returns the JobSets whose record was refused."""
-        raw = {name: {"metadata": {"uid": job.uid}} for name, job in observation.jobsets.items()}
-        refused: set[str] = set()
-        unreleased: set[str] = set()  # pods whose release failed this round
+        enactment = Enactment(self.client, {name: job.uid for name, job in observation.jobsets.items()}, observation.now)
         for op in operations:
             if not self.may_act():
                 self.log("warning: no longer the leader: the rest of this round is left to the next leader")
-                return refused
-            if getattr(op, "jobset", None) in refused:
+                break
+            if getattr(op, "jobset", None) in enactment.refused:
                 continue
-            if isinstance(op, ops.RecreateGatedPod) and op.pod not in unreleased:
-                continue  # released after all
             try:
-                self._enact_one(op, raw, observation.now)
+                ops.dispatch(op, enactment)
             except UnreachableError:
                 raise
             except ConflictError:
                 what = getattr(op, "jobset", None) or getattr(op, "pod", "an object")
                 self.log(f"{what} changed meanwhile: its update was refused; the next round decides again")
-                if isinstance(op, ops.PatchJobSet):
-                    refused.add(op.jobset)
-                unreleased.update([op.pod] if isinstance(op, ops.PlacePod) else [])
             except HotswapError as error:
                 self.log(f"warning: {error}")
-                if isinstance(op, ops.PatchJobSet):
-                    refused.add(op.jobset)
-                unreleased.update([op.pod] if isinstance(op, ops.PlacePod) else [])
-        return refused
-
-    def _enact_one(self, op: ops.Operation, raw: dict[str, Any], now: float) -> None:
-        client = self.client
-        if isinstance(op, ops.PatchJobSet):
-            patch: dict[str, Any] = {}
-            if op.suspend is not None:
-                patch["spec"] = {"suspend": op.suspend}
-            if op.annotations:
-                patch["metadata"] = {"annotations": op.annotations}
-            client.patch_jobset(op.jobset, patch, op.resource_version)
-        elif isinstance(op, ops.RecreateJobs):
-            pass  # committed by the JobSet's record (its retiring Jobs), carried out by DeleteJob
-        elif isinstance(op, ops.DeleteJob):
-            client.delete_job(op.name, op.uid)
-        elif isinstance(op, ops.TouchJob):
-            client.patch_job(op.name, {"metadata": {"annotations": {labels.TOUCHED_ANNOTATION: op.stamp}}})
-        elif isinstance(op, ops.DeletePod):
-            client.delete_pod(op.pod, op.uid or None, force=op.force)
-        elif isinstance(op, ops.PlacePod):
-            spec: dict[str, Any] = {"schedulingGates": [{"name": g} for g in op.gates]}
-            if op.node_selector:
-                spec["nodeSelector"] = op.node_selector
-            client.patch_pod(op.pod, {"metadata": {"annotations": op.annotations}, "spec": spec})
-        elif isinstance(op, ops.RecreateGatedPod):
-            if client.delete_pod(op.pod, op.uid):
-                client.record_event(raw.get(op.jobset), op.jobset, "PodStalled", op.message, True, now)
-        elif isinstance(op, ops.AnnotatePod):
-            client.patch_pod(op.pod, {"metadata": {"annotations": op.annotations}})
-        elif isinstance(op, ops.DeactivateKueueWorkload):
-            client.deactivate_kueue_workload(op.workload)
-        elif isinstance(op, ops.RecordEvent):
-            client.record_event(raw.get(op.jobset), op.jobset, op.reason, op.message, op.warning, now)
+        return enactment.refused
 
     def _account(
         self, observation: Observation, decision: Decision, effects: list[ActionEffect], refused: set[str], seconds: float,
@@ -174,7 +132,8 @@ class KubeController:
             return
         counted_effects = [e for e in effects if e.action.workload not in refused]
         counted = [name for name in observation.jobsets if name not in refused]
-        before = {name: (observation.jobsets[name].state or {}).get("preemptions") for name in counted}
+        records = {name: observation.jobsets[name].record for name in counted}
+        before = {name: record.workload.preemptions if record is not None else None for name, record in records.items()}
         after = {name: decision.snapshot.workloads.get(name) or observation.outside.get(name) for name in counted}
         self.figures.account_round(
             counted_effects, before, after, decision.snapshot, observation.now,
