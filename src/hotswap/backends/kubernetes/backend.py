@@ -222,7 +222,7 @@ class KubernetesBackend:
         view["workdir"] = None
         discovery = discover(client.list_nodes(), settings)
         pods = [p for p in (read_pod(o) for o in client.list_pods(f"{labels.JOBSET_NAME_LABEL}={name}")) if p is not None]
-        view["placement"] = placement_view((job.state or {}).get("replicas") or view["slices"], discovery)
+        view["placement"] = placement_view(job.replicas or view["slices"], discovery)
         view["workers"] = workers_view(pods, discovery, view["attempt"])
         view["logs"] = f"hotswap workload logs --cluster {cluster} --workload {name}"
         view["main_log"] = view["logs"]
@@ -242,7 +242,7 @@ class KubernetesBackend:
         if obj is None:
             return _archived_log(cluster, name, slice_, host, write)
         job = read_jobset(obj)
-        replicas = list((job.state or {}).get("replicas") or [])
+        replicas = job.replicas
         num = job.spec.num_slices if job.spec else len(replicas)
         replica = 0
         if slice_ is not None:

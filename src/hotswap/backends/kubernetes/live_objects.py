@@ -18,7 +18,7 @@ from hotswap.api.phases import WorkloadPhase
 from hotswap.api.spec import WorkloadSpec
 from hotswap.api.times import parse_iso_utc
 from hotswap.backends.kubernetes import labels
-from hotswap.backends.kubernetes.state_annotation import StateRecord, decode_state
+from hotswap.backends.kubernetes.state_annotation import StateRecord, decode_state, replica_slots
 
 ACCELERATORS = (TPU_RESOURCE, GPU_RESOURCE)
 
@@ -40,10 +40,9 @@ class LiveJobSet:
     annotations: dict[str, str]
 
     @property
-    def state(self) -> dict[str, Any] | None:
-        """The state record as its annotation's JSON object, for ``describe`` and ``logs``
-        (:mod:`.backend` reads the replica map there); everything else reads :attr:`record`."""
-        return self.record.to_json() if self.record is not None else None
+    def replicas(self) -> list[str | None]:
+        """The slice of each replica index (None: parked), as its record says; empty without one."""
+        return replica_slots(self.record.workload) if self.record is not None else []
 
 
 @dataclasses.dataclass(frozen=True)
