@@ -487,7 +487,8 @@ polite = "import signal, sys, time\\ndef bye(*_):\\n    open(sys.argv[1], 'w').w
 deaf = "import signal, subprocess, sys, time\\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\\nc = subprocess.Popen(['sleep', '300'])\\nopen(sys.argv[1], 'w').write(str(c.pid))\\ntime.sleep(300)"
 a = subprocess.Popen([sys.executable, "-c", polite, os.path.join(marks, "polite.term")])
 b = subprocess.Popen([sys.executable, "-c", deaf, os.path.join(marks, "deaf.child")])
-while not os.path.exists(os.path.join(marks, "deaf.child")):
+child = os.path.join(marks, "deaf.child")
+while not (os.path.exists(child) and open(child).read()):  # created first, its pid written after
     pass
 open(os.path.join(marks, "pids"), "w").write(f"{a.pid} {b.pid} {open(os.path.join(marks, 'deaf.child')).read()}")
 print("done", flush=True)

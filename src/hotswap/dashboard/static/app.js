@@ -193,12 +193,23 @@ function labelsPlugin() {
         const left = u.bbox.left / ratio, top = u.bbox.top / ratio, bottom = (u.bbox.top + u.bbox.height) / ratio;
         const [xs, ys] = u.pageLabels || [[], []];
         const spans = [];
-        for (const l of xs || []) {
-          const x = left + u.valToPos(l.v, "x"), half = textWidth(l.text) / 2;
-          if (!l.text || x - half < 0 || x + half > u.width) continue;
-          const span = el("span", { class: "axis-label x" }, l.text);
+        const xLabel = (text, x) => {
+          const span = el("span", { class: "axis-label x" }, text);
           span.style.left = x + "px"; span.style.top = (bottom + TICK + 2) + "px";
           spans.push(span);
+        };
+        const named = (xs || []).filter((l) => l.text);
+        for (const l of named) {
+          const x = left + u.valToPos(l.v, "x"), half = textWidth(l.text) / 2;
+          if (x - half >= 0 && x + half <= u.width) xLabel(l.text, x);
+        }
+        // A narrow chart of a short span can have every tick near an edge: the time axis still
+        // gets one label, the tick nearest the middle, moved just inside the chart.
+        if (!spans.length && named.length) {
+          const middle = left + u.bbox.width / ratio / 2;
+          const l = named.reduce((a, b) => Math.abs(left + u.valToPos(a.v, "x") - middle) <= Math.abs(left + u.valToPos(b.v, "x") - middle) ? a : b);
+          const half = textWidth(l.text) / 2;
+          xLabel(l.text, Math.min(Math.max(left + u.valToPos(l.v, "x"), half), u.width - half));
         }
         for (const l of ys || []) {
           if (!l.text) continue;
