@@ -91,7 +91,7 @@ def _backing_of(paths: ClusterPaths, selection: GpuSelection | None) -> Backing 
     existing = record_of(paths.name) if cluster_state(paths) == "live" else None
     if existing is None:
         return Backing(0) if selection is not None else None
-    backing = Backing.of(existing.settings)
+    backing = LocalSettings.of(existing.settings).backing
     if backing is None and selection is not None:
         raise ConflictError(
             f"cluster {paths.name} is emulated: its slices cannot take GPUs (delete it, then create it with --gpus)"
