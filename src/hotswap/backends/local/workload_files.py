@@ -5,7 +5,6 @@ elastic membership file. Written by the controller and the workers, read by the 
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -55,10 +54,3 @@ def publish_membership(workload_dir: Path, membership: Membership) -> Path:
         os.fsync(handle.fileno())
     os.replace(temporary, target)
     return target
-
-
-def read_membership(workload_dir: Path) -> Membership | None:
-    try:
-        return Membership.from_json(membership_path(workload_dir).read_text())
-    except (FileNotFoundError, json.JSONDecodeError, KeyError):
-        return None
