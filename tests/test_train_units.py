@@ -116,6 +116,7 @@ def test_a_second_writer_of_the_same_step_keeps_the_first_commit(tmp_path: Path)
 def test_a_deletion_cut_short_leaves_nothing_that_looks_like_a_checkpoint(tmp_path: Path) -> None:
     store = CheckpointStore(tmp_path, keep=1)
     write(store, 1)
+    store.settle()  # the commit's own prune, in the background, would otherwise take the leftover early
     leftover = tmp_path / "step-0000000000.deleting-cccc"  # a prune killed mid-rmtree
     leftover.mkdir()
     (leftover / MARKER_FILE).write_text("{}")
