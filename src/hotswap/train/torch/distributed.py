@@ -102,6 +102,7 @@ class ProcessGroup:
         self.spec: GroupSpec | None = None
         self._store: dist.Store | None = None
         self._owned = False
+        self._before_destroy: list[weakref.WeakMethod[Callable[[], None]]] = []
 
     @property
     def rank(self) -> int:
@@ -198,6 +199,11 @@ class ProcessGroup:
             store.set_timeout(timeout)
             return store
 
+    def before_destroy(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (a bound method, held weakly) before the group is freed: what holds
+        the group (a DDP) lets go of it, so that it is freed at once."""
+        self._before_destroy.append(weakref.WeakMethod(callback))  # type: ignore[arg-type]
+
     def expect(self, spec: GroupSpec) -> None:
         """This rank's place in a group it will form later (``rank``/``world_size`` answer
         from it meanwhile); nothing is formed."""
@@ -219,6 +225,9 @@ class ProcessGroup:
         ``destroy_process_group`` nor the backend's ``shutdown``/``abort`` does, torch 2.13),
         and a peer still waiting on this rank learns that it left only then: otherwise at its
         collective timeout. So the group must be freed here; see GroupFormation.recover."""
+        for callback in (ref() for ref in self._before_destroy):
+            if callback is not None:
+                callback()
         if self._owned and dist.is_initialized():
             world = weakref.ref(dist.group.WORLD)
             dist.destroy_process_group()

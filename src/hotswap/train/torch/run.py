@@ -44,6 +44,7 @@ from hotswap.train.lifecycle import (
 from hotswap.train.progress import Progress
 from hotswap.train.termination import Termination
 from hotswap.train.torch.checkpointer import Checkpointer
+from hotswap.train.torch.data_parallel import DataParallel
 from hotswap.train.torch.distributed import ProcessGroup
 from hotswap.train.torch.state import StateRegistry
 from hotswap.train.torch.store import CheckpointStore
@@ -121,6 +122,14 @@ class Run(RunLifecycle):
             raise RuntimeError("register() objects before the first step: the state is restored then")
         for name, obj in objects.items():
             self.registry.register(name, obj)
+
+    def data_parallel(self, module: Any, **ddp_options: Any) -> Any:
+        """``module`` as ``DistributedDataParallel`` (same options) that follows the run's group:
+        use it where a script would construct DDP. It is built at the first training forward
+        (in an elastic job the group forms at the first step) and again on each group that
+        replaces a lost one; evaluation forwards run the module alone. Its ``state_dict`` is the
+        module's: register either."""
+        return DataParallel(module, self.group, **ddp_options)
 
     def steps(self, total: int) -> Iterator[int]:
         """Yield step numbers up to ``total``, from the one after the restored state.
