@@ -21,46 +21,56 @@ from hotswap.backends.local.gpu.claims import GpuSelection, choose_pool
 from hotswap.backends.local.gpu.nvml import GpuInfo
 from hotswap.core import events as ev
 from hotswap.core.gpu_health import GpuReading, XidClass, XidFilter, reading_problems
-from hotswap.core.hang import FLOOR_S, HangLimits, RankProgress, judge, next_deadline
+from hotswap.core.hang import FIRST_SAVE_ALLOWANCE_S, FLOOR_S, HangLimits, RankProgress, judge, next_deadline
 
 # ---------------------------------------------------------------------- hang detection
 
 
 def rank(steps: int = 10, last_at: float | None = 100.0, interval: float = 0.1, saving: float | None = None,
-         longest_save: float | None = None, label: str = "s/0", save_ended: float | None = None) -> RankProgress:
+         longest_save: float | None = None, label: str = "s/0", save_ended: float | None = None,
+         leaving: bool = False) -> RankProgress:
     return RankProgress(
-        label, steps, steps if steps else None, last_at if steps else None, interval, saving, longest_save, save_ended
+        label, steps, steps if steps else None, last_at if steps else None, interval, saving, longest_save, save_ended,
+        leaving,
     )
 
 
+F = FLOOR_S
 HANG_CASES = [
-    # (id, ranks, watched_since, now, ceiling, hung?, timeout)
+    # (id, ranks, watched_since, now, limit, hung?, timeout)
     ("no step yet: a slow first step is never a hang", [rank(steps=0)], 0.0, 10_000.0, None, False, None),
-    ("fast steps: the floor, not yet", [rank(interval=0.1)], 0.0, 100.0 + FLOOR_S - 0.1, None, False, None),
-    ("fast steps: the floor, past it", [rank(interval=0.1)], 0.0, 100.0 + FLOOR_S + 0.1, None, True, FLOOR_S),
-    ("slow steps: 5 x the longest interval", [rank(interval=3.0)], 0.0, 114.0, None, False, None),
-    ("slow steps: past 5 x the longest interval", [rank(interval=3.0)], 0.0, 115.5, None, True, 15.0),
-    ("the ceiling caps the derived timeout", [rank(interval=3.0)], 0.0, 108.5, 8.0, True, 8.0),
-    ("a ceiling under the floor wins", [rank(interval=0.1)], 0.0, 102.5, 2.0, True, 2.0),
-    ("ceiling 0: no hang detection", [rank(interval=0.1)], 0.0, 10_000.0, 0.0, False, None),
-    ("an unwatched stretch is not counted", [rank(interval=0.1)], 200.0, 203.0, None, False, None),
-    ("counted from when the watch began", [rank(interval=0.1)], 200.0, 204.5, None, True, FLOOR_S),
+    ("fast steps: the floor, not yet", [rank(interval=0.1)], 0.0, 100.0 + F - 0.1, None, False, None),
+    ("fast steps: the floor, past it", [rank(interval=0.1)], 0.0, 100.0 + F + 0.1, None, True, F),
+    ("an 8 s pause with 0.1 s steps is no hang", [rank(interval=0.1)], 0.0, 108.0, None, False, None),
+    ("slow steps: 5 x the longest interval", [rank(interval=20.0)], 0.0, 199.0, None, False, None),
+    ("slow steps: past 5 x the longest interval", [rank(interval=20.0)], 0.0, 200.5, None, True, 100.0),
+    ("the limit sets the timeout below the derived one", [rank(interval=20.0)], 0.0, 108.5, 8.0, True, 8.0),
+    ("a limit under the floor wins", [rank(interval=0.1)], 0.0, 102.5, 2.0, True, 2.0),
+    ("a limit above the floor sets it: not yet", [rank(interval=0.1)], 0.0, 100.0 + 2 * F - 0.5, 2 * F, False, None),
+    ("a limit above the floor sets it: past it", [rank(interval=0.1)], 0.0, 100.0 + 2 * F + 0.5, 2 * F, True, 2 * F),
+    ("a limit is kept with slower steps", [rank(interval=50.0)], 0.0, 100.0 + 2 * F + 0.5, 2 * F, True, 2 * F),
+    ("limit 0: no hang detection", [rank(interval=0.1)], 0.0, 10_000.0, 0.0, False, None),
+    ("a rank that recorded its stop is leaving, however long", [rank(leaving=True)], 0.0, 100_000.0, None, False, None),
+    ("and with a limit too", [rank(leaving=True)], 0.0, 100_000.0, 2.0, False, None),
+    ("a leaving rank does not hide a stalled one", [rank(leaving=True), rank(last_at=90.0, label="s/1")], 0.0, 90.0 + F + 1, None, True, F),
+    ("an unwatched stretch is not counted", [rank(interval=0.1)], 200.0, 200.0 + F - 1, None, False, None),
+    ("counted from when the watch began", [rank(interval=0.1)], 200.0, 200.0 + F + 0.5, None, True, F),
     ("a first save in progress gets the first-save allowance", [rank(saving=101.0)], 0.0, 650.0, None, False, None),
     ("a first save past it", [rank(saving=101.0)], 0.0, 702.0, None, True, 600.0),
-    ("a save 5 x the longest one is allowed", [rank(saving=101.0, longest_save=6.0)], 0.0, 130.0, None, False, None),
-    ("a save past 5 x the longest one", [rank(saving=101.0, longest_save=6.0)], 0.0, 131.5, None, True, 30.0),
-    ("a save that ended (a step since) counts no more", [rank(saving=99.0, longest_save=6.0)], 0.0, 104.5, None, True, FLOOR_S),
-    ("the next step is due a timeout after a save ended", [rank(longest_save=20.0, save_ended=121.0)], 0.0, 124.5, None, False, None),
-    ("and overdue after it", [rank(longest_save=20.0, save_ended=121.0)], 0.0, 125.5, None, True, FLOOR_S),
-    ("one stalled rank among stepping ones", [rank(last_at=200.0), rank(last_at=195.0, label="s/1")], 0.0, 199.5, None, True, FLOOR_S),
+    ("a save 5 x the longest one is allowed", [rank(saving=101.0, longest_save=20.0)], 0.0, 200.0, None, False, None),
+    ("a save past 5 x the longest one", [rank(saving=101.0, longest_save=20.0)], 0.0, 201.5, None, True, 100.0),
+    ("a save that ended (a step since) counts no more", [rank(saving=99.0, longest_save=6.0)], 0.0, 100.0 + F + 0.5, None, True, F),
+    ("the next step is due a timeout after a save ended", [rank(longest_save=20.0, save_ended=121.0)], 0.0, 121.0 + F - 0.5, None, False, None),
+    ("and overdue after it", [rank(longest_save=20.0, save_ended=121.0)], 0.0, 121.0 + F + 0.5, None, True, F),
+    ("one stalled rank among stepping ones", [rank(last_at=200.0), rank(last_at=195.0, label="s/1")], 0.0, 195.0 + F + 0.5, None, True, F),
 ]
 
 
-@pytest.mark.parametrize(("ranks", "watched", "now", "ceiling", "hung", "timeout"),
+@pytest.mark.parametrize(("ranks", "watched", "now", "limit", "hung", "timeout"),
                          [c[1:] for c in HANG_CASES], ids=[c[0] for c in HANG_CASES])
-def test_hang_judgement(ranks: list[RankProgress], watched: float, now: float, ceiling: float | None, hung: bool,
+def test_hang_judgement(ranks: list[RankProgress], watched: float, now: float, limit: float | None, hung: bool,
                         timeout: float | None) -> None:
-    limits = HangLimits(ceiling_s=ceiling)
+    limits = HangLimits(limit_s=limit)
     found = judge(ranks, watched, now, limits)
     assert (found is not None) == hung
     if found is not None:
@@ -77,7 +87,7 @@ def test_the_most_overdue_rank_is_named() -> None:
     assert found is not None and found.label == "b/0" and "step 10" in found.reason
 
 
-def test_the_hang_ceiling_is_part_of_the_spec() -> None:
+def test_the_hang_limit_is_part_of_the_spec() -> None:
     assert spec("w").hang_timeout_s is None and spec("w", hang_timeout_s=0).hang_timeout_s == 0
     assert not HangLimits(spec("w", hang_timeout_s=0).hang_timeout_s).enabled
     with pytest.raises(InvalidInputError, match="--hang-timeout -1: give seconds up to 604800, or 0"):
@@ -85,12 +95,33 @@ def test_the_hang_ceiling_is_part_of_the_spec() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(interval=st.floats(0.0, 100.0), ceiling=st.one_of(st.none(), st.floats(0.5, 1000.0)))
-def test_the_step_timeout_is_derived_floored_and_capped(interval: float, ceiling: float | None) -> None:
-    timeout = HangLimits(ceiling_s=ceiling).step_timeout(interval)
-    assert timeout >= min(FLOOR_S, ceiling if ceiling is not None else FLOOR_S)
-    assert ceiling is None or timeout <= ceiling
-    assert timeout >= min(5 * interval, ceiling if ceiling is not None else 5 * interval)
+@given(interval=st.floats(0.0, 1000.0), limit=st.one_of(st.none(), st.floats(0.5, 1000.0)))
+def test_the_step_timeout_is_the_limit_or_derived_and_floored(interval: float, limit: float | None) -> None:
+    timeout = HangLimits(limit_s=limit).step_timeout(interval)
+    if limit is not None:
+        assert timeout == limit  # --hang-timeout sets it, above or below what the steps would give
+    else:
+        assert timeout >= FLOOR_S and timeout >= 5 * interval
+        assert timeout == FLOOR_S or timeout == pytest.approx(5 * interval)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    interval=st.floats(0.0, 100.0), stalled=st.floats(0.0, 1e6), limit=st.one_of(st.none(), st.floats(0.5, 1000.0)),
+    saving=st.booleans(),
+)
+def test_a_leaving_rank_is_never_hung_and_a_silent_one_always_is_in_the_end(
+    interval: float, stalled: float, limit: float | None, saving: bool
+) -> None:
+    limits = HangLimits(limit_s=limit)
+    save_at = 100.0 if saving else None
+    leaving = rank(interval=interval, saving=save_at, leaving=True)
+    assert judge([leaving], 0.0, 100.0 + stalled, limits) is None
+    assert next_deadline([leaving], 0.0, limits) is None
+    silent = rank(interval=interval, saving=save_at)
+    deadline = next_deadline([silent], 0.0, limits)
+    assert deadline is not None and deadline <= 100.0 + max(limits.step_timeout(interval), FIRST_SAVE_ALLOWANCE_S)
+    assert judge([silent], 0.0, deadline + 1e-3, limits) is not None
 
 
 # ---------------------------------------------------------------------- what a hang does

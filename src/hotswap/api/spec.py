@@ -148,9 +148,9 @@ class WorkloadSpec(pydantic.BaseModel):
     termination_grace_period_s: float = pydantic.Field(
         default=DEFAULT_GRACE_PERIOD_S, ge=0, le=MAX_GRACE_PERIOD_S, allow_inf_nan=False
     )
-    # Hang detection (hotswap.core.hang): the most seconds a running workload may go without
-    # completing a step before it counts as hung, capping the timeout derived from its own step
-    # times; None: the derived timeout alone; 0: no hang detection.
+    # Hang detection (hotswap.core.hang): the seconds a running workload may go without
+    # completing a step before it counts as hung, whatever its step times; None: derived from
+    # its step times (at least core.hang.FLOOR_S); 0: no hang detection.
     hang_timeout_s: float | None = None
     checkpoint_dir: str | None = None
     env: dict[str, str] = pydantic.Field(default_factory=dict)

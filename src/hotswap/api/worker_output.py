@@ -75,6 +75,9 @@ EVENT_STOP = "stop"  # the worker leaves: {"step", "reason", "exit_code"}; reaso
 # terminated, removed, peer_lost, no_membership, rendezvous_failed, checkpoints_unusable.
 # checkpoint_save reasons: periodic, termination, final, recovery (only the writing rank records
 # saves).
+# The saves a worker writes on its way out (after its last step; on SIGTERM): hang detection
+# judges them by no step's deadline.
+LEAVING_SAVE_REASONS = ("final", "termination")
 EVENT_KINDS = (
     EVENT_START,
     EVENT_STEP,

@@ -12,6 +12,7 @@ from hotswap.api.errors import Declined, InvalidInputError, NotFoundError
 from hotswap.api.worker import DEFAULT_GRACE_PERIOD_S
 from hotswap.cli.output import Format, document, note, table
 from hotswap.cli.waiting import Until, check_timeout, wait_for_state, wait_until_gone, watch
+from hotswap.core.hang import FLOOR_S as HANG_FLOOR_S, SAFETY_FACTOR as HANG_SAFETY_FACTOR
 
 if TYPE_CHECKING:
     from hotswap.backends.views import WorkloadRow
@@ -45,7 +46,7 @@ def create(
     restart_on_exit_codes: str = typer.Option("42,127-255", "--restart-on-exit-codes", help="Exit codes that restart, e.g. 42,127-255."),
     min_slices: int | None = typer.Option(None, "--min-slices", help="Elastic: keep running on at least this many slices."),
     termination_grace_period: float = typer.Option(DEFAULT_GRACE_PERIOD_S, "--termination-grace-period", help="Seconds between SIGTERM and SIGKILL."),
-    hang_timeout: float | None = typer.Option(None, "--hang-timeout", help="Most seconds without a completed step before the workload counts as hung (caps the timeout derived from its step times; 0: no hang detection)."),
+    hang_timeout: float | None = typer.Option(None, "--hang-timeout", help=f"Seconds without a completed step before the workload counts as hung; sets the limit (default: {HANG_SAFETY_FACTOR:g} x its longest recent step interval, at least {HANG_FLOOR_S:g} s; 0: no hang detection)."),
     checkpoint_dir: str | None = typer.Option(None, "--checkpoint-dir", help="Checkpoint root: each run writes in <root>/<run id>; default keyed by cluster and workload."),
     resume_from: str | None = typer.Option(None, "--resume-from", help="Start from this run's checkpoints (a run id under the checkpoint root) or this checkpoint directory."),
     fresh: bool = typer.Option(False, "--fresh", help="Start fresh, even if a deleted or preempted predecessor left a migration checkpoint."),

@@ -1,20 +1,28 @@
 """Hang detection: has a running workload stopped completing steps? Pure: ``now`` is passed in.
 
-A backend watches each rank's progress (locally: the SDK's ``step``, ``checkpoint_begin`` and
-``checkpoint_save`` events) and asks :func:`judge`; a hang becomes a
+A backend watches each rank's progress (locally: the SDK's ``step``, ``checkpoint_begin``,
+``checkpoint_save`` and ``stop`` events) and asks :func:`judge`; a hang becomes a
 :class:`~hotswap.core.events.WorkloadHung` event, and the failure policy restarts the workload
 (charged, like a crash) or fails it.
 
-The timeout comes from the workload's own step times, as NVIDIA's resiliency extension derives
-its heartbeat timeouts: ``safety_factor`` times the longest recent interval between two steps,
-never below ``floor_s`` and never above the user's ceiling (``workload create --hang-timeout``).
-With fast steps a hang is declared ``floor_s`` after the last step, sooner than the 5 s of
-torchft's heartbeat timeout and of the resiliency extension's checks.
+The step timeout is the user's when they set one (``workload create --hang-timeout S``: S,
+whatever the steps take). Otherwise it comes from the workload's own step times, as NVIDIA's
+resiliency extension derives its heartbeat timeouts when asked to: ``safety_factor`` times the
+longest recent interval between two steps, never below ``floor_s``. The floor is generous on
+purpose: a real loop pauses between steps (an evaluation pass, a data loader that stalls, the
+first steps after a restore, a host loaded far beyond its cores), and a false hang restarts a
+healthy job, costing more than a real hang noticed a minute late. It matches torchft's
+default timeout for collectives and quorums (60 s); the resiliency extension's own defaults
+are far longer (45 min between heartbeats, an hour for the first) until it has calculated
+timeouts from what it saw.
 
 What is never a hang:
 
 - a rank with no step since the watch began: the first step of an attempt (imports, compiling,
   restoring) or of an elastic generation (re-forming the group, sending state) may take long;
+- a rank that is leaving: it recorded its stop (the loop is over; what the script does next,
+  and the interpreter's exit, may take as long as they take) or is writing its last save
+  (``final`` or ``termination``: bounded by the grace period, not by step times);
 - a save the SDK announced (``checkpoint_begin``) and has not finished: it gets
   ``safety_factor`` times the longest save seen so far, at least the step timeout, and
   ``first_save_allowance_s`` when none was seen yet;
@@ -28,28 +36,33 @@ import dataclasses
 from collections.abc import Iterable
 
 SAFETY_FACTOR = 5.0  # the resiliency extension's default safety factor
-FLOOR_S = 4.0  # no hang is declared sooner than this after the last step
+FLOOR_S = 60.0  # without --hang-timeout, no hang is declared sooner than this after the last step
 FIRST_SAVE_ALLOWANCE_S = 600.0  # a save with no earlier save to compare it to
 WINDOW_STEPS = 100  # the recent intervals the longest one is taken over
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class HangLimits:
-    """How long a workload may go without a step: its ceiling (None: derived only; 0: never
-    judged) and the policy's constants."""
+    """How long a workload may go without a step: the user's limit (None: derived from the
+    step times; 0: never judged) and the policy's constants."""
 
-    ceiling_s: float | None = None
+    limit_s: float | None = None
     floor_s: float = FLOOR_S
     safety_factor: float = SAFETY_FACTOR
     first_save_allowance_s: float = FIRST_SAVE_ALLOWANCE_S
 
     @property
     def enabled(self) -> bool:
-        return self.ceiling_s != 0
+        return self.limit_s != 0
+
+    @property
+    def derived(self) -> bool:
+        return self.limit_s is None
 
     def step_timeout(self, longest_interval_s: float) -> float:
-        derived = max(self.floor_s, self.safety_factor * longest_interval_s)
-        return derived if self.ceiling_s is None else min(derived, self.ceiling_s)
+        if self.limit_s is not None:
+            return self.limit_s
+        return max(self.floor_s, self.safety_factor * longest_interval_s)
 
     def save_allowance(self, step_timeout_s: float, longest_save_s: float | None) -> float:
         if longest_save_s is None:
@@ -70,6 +83,7 @@ class RankProgress:
     saving_since: float | None = None  # an announced save has not finished
     longest_save_s: float | None = None  # the longest time a save held the loop so far
     save_ended_at: float | None = None  # the last save's end: the next step is due from then
+    leaving: bool = False  # recorded its stop, or writes its last save: never judged
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -80,15 +94,16 @@ class Hang:
     timeout_s: float
     longest_interval_s: float
     saving: bool
+    derived: bool = True  # the timeout came from the step times (else from --hang-timeout)
 
     @property
     def reason(self) -> str:
         what = "a checkpoint save announced" if self.saving else f"step {self.last_step} completed"
-        return (
-            f"rank {self.label}: nothing for {self.stalled_s:.1f}s since {what}"
-            f" (timeout {self.timeout_s:.1f}s, from a longest recent step interval of"
-            f" {self.longest_interval_s:.2f}s)"
+        source = (
+            f"from a longest recent step interval of {self.longest_interval_s:.2f}s" if self.derived
+            else f"--hang-timeout; longest recent step interval {self.longest_interval_s:.2f}s"
         )
+        return f"rank {self.label}: nothing for {self.stalled_s:.1f}s since {what} (timeout {self.timeout_s:.1f}s, {source})"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -105,6 +120,8 @@ class _Deadline:
 def _deadline(rank: RankProgress, watched_since: float, limits: HangLimits) -> _Deadline | None:
     if rank.steps == 0 or rank.last_step_at is None:
         return None  # no history yet
+    if rank.leaving:
+        return None
     timeout = limits.step_timeout(rank.longest_interval_s)
     if rank.saving_since is not None and rank.saving_since >= rank.last_step_at:
         allowed = limits.save_allowance(timeout, rank.longest_save_s)
@@ -126,7 +143,7 @@ def judge(ranks: Iterable[RankProgress], watched_since: float, now: float, limit
         if worst is None or overdue > worst[0]:
             hang = Hang(
                 rank.label, rank.last_step, now - deadline.since, deadline.allowed_s, rank.longest_interval_s,
-                deadline.saving,
+                deadline.saving, limits.derived,
             )
             worst = (overdue, hang)
     return worst[1] if worst else None

@@ -258,6 +258,7 @@ class Drill(abc.ABC):
             except DrillFailed as error:
                 self.check("drill completed", False, str(error))
             finally:
+                summary["hangs"] = check_no_hang(self)
                 summary["timeline"] = self._safe_timeline()
                 summary["marks"] = self.marks
                 summary["progress"] = self._safe_progress()
@@ -327,6 +328,19 @@ class Drill(abc.ABC):
     @abc.abstractmethod
     def drill(self) -> dict[str, Any]:
         """Run the scenario; return its part of the summary (checks go through ``check``)."""
+
+
+def check_no_hang(drill: Drill) -> list[str]:
+    """No drill makes a job hang: a workload declared hung (and so restarted or failed) is a
+    false hang or a real fault, and the drill fails either way, naming it."""
+    try:
+        with drill.store() as store:
+            hung = [f"{row['workload']}: {row['message']}" for row in store.events_after(0) if row["kind"] == "hung"]
+    except Exception as error:  # report, never mask the drill's own outcome
+        drill.event(f"could not read the hang events: {error}")
+        return []
+    drill.check("no workload was declared hung", not hung, "; ".join(hung) or "none")
+    return hung
 
 
 def phases_of_restart(drill: Drill, name: str, t_fail: float, attempt: int) -> dict[str, float | None]:

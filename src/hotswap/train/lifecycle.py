@@ -8,6 +8,7 @@ Framework-neutral."""
 from __future__ import annotations
 
 import atexit
+import gc
 import logging
 import sys
 import time
@@ -92,7 +93,7 @@ class RunLifecycle(RunFront):
                 EVENT_START, t=started_at, attempt=self.env.attempt, rank=self.rank, world_size=self.world_size,
                 process_t=process_started_at(),
             )
-        atexit.register(self.close)
+        atexit.register(self._close_at_exit)
 
     # The loop ------------------------------------------------------------------------------
 
@@ -129,6 +130,16 @@ class RunLifecycle(RunFront):
     def close(self) -> None:
         """Finish the checkpoint in flight and leave the group (also done at exit)."""
         self.termination.close()
+
+    def _close_at_exit(self) -> None:
+        """The interpreter is exiting (the script returned, raised or called ``sys.exit``):
+        close, then spare its teardown the full garbage collections that walk every object
+        PyTorch or JAX made (0.6 s on an idle 2-core host, seconds under load). What is garbage
+        now is collected first; later exit handlers, ``finally`` blocks and reference-counted
+        frees all still run, and the exit code stays the script's."""
+        self.close()
+        gc.collect()
+        gc.freeze()
 
     def _begin(self) -> None:
         """Before the first step: complete the group and give every rank the job's state."""

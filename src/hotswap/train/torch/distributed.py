@@ -45,6 +45,14 @@ _CONNECT_ATTEMPT_S = 2.0
 _GLOO_RELEASE_S = 0.1
 
 
+def _import_before_a_group_exists() -> None:
+    """``torch.distributed.nn.functional`` takes ``group.WORLD`` as its functions' default
+    ``group`` when it is imported: imported later (torch._dynamo does so lazily, at a first
+    optimizer step) it would hold this generation's group for the rest of the process, and
+    :meth:`ProcessGroup.destroy` could never free it (its connections would stay open)."""
+    import torch.distributed.nn.functional  # noqa: F401
+
+
 def _wait_until_listening(host: str, port: int, check: Callable[[str], None]) -> None:
     """Return once something accepts connections at ``host:port`` (rank 0's store)."""
     while True:
@@ -136,6 +144,7 @@ class ProcessGroup:
 
         if self.backend == "gloo":
             keep_gloo_on_loopback(spec.master_addr)
+        _import_before_a_group_exists()
         store = self._connect(spec, check)
         try:
             store.add("hotswap/arrived", 1)

@@ -2,7 +2,7 @@
 pure :mod:`hotswap.core.hang` whether one has stopped making progress.
 
 Every worker process appends its SDK events (``step``, ``checkpoint_begin``,
-``checkpoint_save``, ``elastic``) to its own file; every :data:`CHECK_INTERVAL_S` the watcher
+``checkpoint_save``, ``elastic``, ``stop``) to its own file; every :data:`CHECK_INTERVAL_S` the watcher
 reads what each running worker of the current attempt appended since its last look, keeps each
 rank's :class:`~hotswap.core.hang.RankProgress`, and turns a hang into a
 :class:`~hotswap.core.events.WorkloadHung` event, once per attempt.
@@ -10,7 +10,8 @@ rank's :class:`~hotswap.core.hang.RankProgress`, and turns a hang into a
 History starts with each attempt; after an elastic scale change a surviving rank's history
 starts again once it has joined the new generation (its ``elastic`` event), since re-forming
 the group and sending state to a joiner may take long. Staleness is only counted while this
-controller watches. Workers that write no step events (plain scripts) are never judged.
+controller watches. Workers that write no step events (plain scripts) are never judged, nor
+is a rank once it recorded its stop or began its last save (until it steps again).
 """
 
 from __future__ import annotations
@@ -21,7 +22,14 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from hotswap.api.worker_output import EVENT_CHECKPOINT_BEGIN, EVENT_CHECKPOINT_SAVE, EVENT_ELASTIC, EVENT_STEP
+from hotswap.api.worker_output import (
+    EVENT_CHECKPOINT_BEGIN,
+    EVENT_CHECKPOINT_SAVE,
+    EVENT_ELASTIC,
+    EVENT_STEP,
+    EVENT_STOP,
+    LEAVING_SAVE_REASONS,
+)
 from hotswap.api.phases import WorkloadPhase
 from hotswap.backends.local import workload_files
 from hotswap.core import events as ev
@@ -31,7 +39,7 @@ from hotswap.core.workload import Workload
 from hotswap.store.paths import ClusterPaths
 from hotswap.backends.local.tables import WorkerRow
 
-CHECK_INTERVAL_S = 0.5  # how often running workloads' events are read (hangs are declared >= 4 s)
+CHECK_INTERVAL_S = 0.5  # how often running workloads' events are read (a hang is found this late at most)
 
 
 @dataclasses.dataclass
@@ -51,6 +59,7 @@ class _Tail:
     saving_since: float | None = None
     longest_save_s: float | None = None
     save_ended_at: float | None = None
+    leaving: bool = False
 
     def read(self) -> None:
         try:
@@ -74,6 +83,7 @@ class _Tail:
         """The elastic generation changed: wait for this rank to join the new one."""
         self.rejoin_after = after
         self.steps, self.last_step, self.last_step_at, self.saving_since, self.save_ended_at = 0, None, None, None, None
+        self.leaving = False
         self.intervals.clear()
 
     def _apply(self, kind: object, t: float, record: dict) -> None:
@@ -87,8 +97,12 @@ class _Tail:
             self.steps += 1
             self.last_step, self.last_step_at = int(record.get("step", 0)), t
             self.saving_since = None  # stepping again: the save does not hold the loop (async)
+            self.leaving = False
         elif kind == EVENT_CHECKPOINT_BEGIN:
             self.saving_since = t
+            self.leaving = self.leaving or record.get("reason") in LEAVING_SAVE_REASONS
+        elif kind == EVENT_STOP:
+            self.leaving = True
         elif kind == EVENT_CHECKPOINT_SAVE:
             held = float(record.get("blocking_s", record.get("total_s", 0.0)))
             self.longest_save_s = max(self.longest_save_s or 0.0, held)
@@ -97,7 +111,7 @@ class _Tail:
     def progress(self) -> RankProgress:
         return RankProgress(
             self.label, self.steps, self.last_step, self.last_step_at, max(self.intervals, default=0.0),
-            self.saving_since, self.longest_save_s, self.save_ended_at,
+            self.saving_since, self.longest_save_s, self.save_ended_at, self.leaving,
         )
 
 
@@ -158,7 +172,7 @@ class HangWatch:
             self._follow(workload, watch)
             if watch.reported:
                 continue
-            limits = HangLimits(ceiling_s=workload.spec.hang_timeout_s)
+            limits = HangLimits(limit_s=workload.spec.hang_timeout_s)
             hang = judge((t.progress() for t in watch.tails.values()), watch.watched_since, now, limits)
             if hang is not None:
                 watch.reported = True
