@@ -259,6 +259,7 @@ class Drill(abc.ABC):
                 self.check("drill completed", False, str(error))
             finally:
                 summary["hangs"] = check_no_hang(self)
+                summary["unexpected_restarts"] = check_no_charged_restart(self)
                 summary["timeline"] = self._safe_timeline()
                 summary["marks"] = self.marks
                 summary["progress"] = self._safe_progress()
@@ -341,6 +342,20 @@ def check_no_hang(drill: Drill) -> list[str]:
         return []
     drill.check("no workload was declared hung", not hung, "; ".join(hung) or "none")
     return hung
+
+
+def check_no_charged_restart(drill: Drill) -> list[str]:
+    """A drill injects only what the failure policy never charges (lost nodes, drains,
+    preemptions, deletions): a restart it charged (a worker's failure exit, a hang) was not
+    injected, and the drill fails, naming the workload and why it last restarted."""
+    try:
+        records = LOCAL.list_workloads(drill.cluster, "EVERYTHING", None)
+    except Exception as error:  # report, never mask the drill's own outcome
+        drill.event(f"could not read the workloads' restarts: {error}")
+        return []
+    charged = [f"{w['name']}: {w['restarts']} restart(s), last: {w['status_message']}" for w in records if w.get("restarts")]
+    drill.check("no workload was restarted by its failure policy", not charged, "; ".join(charged) or "none")
+    return charged
 
 
 def phases_of_restart(drill: Drill, name: str, t_fail: float, attempt: int) -> dict[str, float | None]:
