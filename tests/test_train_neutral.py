@@ -61,9 +61,14 @@ def test_votes_travel_as_integers_agreed_by_maximum() -> None:
         (250, 1000, 100, 100, True),  # a save put off while the previous one was writing
         (1000, 1000, 900, 100, False),  # the final checkpoint follows instead
         (500, 1000, 0, None, False),
+        (200, 1000, 151, 50, True),  # resumed at 151: the saves fall on 200, 250, ... (issue 33)
+        (201, 1000, 200, 50, False),  # not 201, 50 steps after a restore at 151
+        (199, 1000, 151, 50, False),
+        (251, 1000, 200, 50, True),  # 250 was put off (a save in flight): the next boundary
+        (300, 1000, 251, 50, True),  # and back on the multiples
     ],
 )
-def test_periodic_checkpoints_are_due_every_n_steps_before_the_last(
+def test_periodic_checkpoints_are_due_on_multiples_of_every_before_the_last(
     step: int, total: int, last: int, every: int | None, due: bool
 ) -> None:
     assert periodic_checkpoint_due(step, total, last, every) is due

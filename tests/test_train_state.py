@@ -19,7 +19,13 @@ from hotswap.train.torch.distributed import _copy_between, average_gradients, is
 from hotswap.train.events import EventLog  # noqa: E402
 from hotswap.train.torch.migration import Migrator  # noqa: E402
 from hotswap.train.torch.snapshot import HostStaging, join_tensors, split_tensors  # noqa: E402
-from hotswap.train.torch.state import StateRegistry, build_tree, rng_state, set_rng_state  # noqa: E402
+from hotswap.train.torch.state import (  # noqa: E402
+    StateRegistry,
+    build_tree,
+    derived_rng_state,
+    rng_state,
+    set_rng_state,
+)
 from hotswap.train.files import write_file_durably  # noqa: E402
 from hotswap.train.torch.store import CheckpointStore  # noqa: E402
 
@@ -170,12 +176,12 @@ def test_rng_states_round_trip() -> None:
     assert (random.random(), float(numpy.random.rand()), torch.rand(1).item()) == draws
 
 
-def test_registration_accepts_state_objects_dicts_and_lists_only() -> None:
+def test_registration_accepts_state_objects_dicts_lists_and_scalars_only() -> None:
     registry = StateRegistry()
     history = [1, 2]
     registry.register("history", history)
-    with pytest.raises(TypeError, match="cannot register a int: register objects with state_dict"):
-        registry.register("epoch", 3)
+    with pytest.raises(TypeError, match="cannot register a object: register objects with state_dict"):
+        registry.register("epoch", object())
     with pytest.raises(ValueError, match="a different object is already registered as 'history'"):
         registry.register("history", [3])
     registry.register("history", history)  # the same object again: harmless
@@ -234,3 +240,79 @@ def test_the_migrator_asks_for_listening_first_and_checks_registrations() -> Non
         _ = migrator.resume
     with pytest.raises(TypeError, match="cannot register a float"):
         migrator.register("lr", 0.1)
+
+
+def test_scalars_register_and_restore_by_name() -> None:
+    """``best_val_loss = float("inf")`` in a trainer: registered by value, read and set by name."""
+    registry = StateRegistry()
+    registry.register("best_val_loss", float("inf"))
+    registry.register("iter_num", 0)
+    registry.scalars["best_val_loss"] = 1.25
+    registry.scalars["iter_num"] = 7
+    saved = copy.deepcopy(registry.state())
+    assert saved == {"best_val_loss": 1.25, "iter_num": 7}
+    restarted = StateRegistry()
+    restarted.register("best_val_loss", float("inf"))
+    restarted.register("iter_num", 0)
+    restarted.load(saved)
+    assert restarted.scalars == {"best_val_loss": 1.25, "iter_num": 7}
+    with pytest.raises(ValueError, match="already registered as 'history'"):
+        registry.register("history", [])  # fine
+        registry.register("history", 3)
+
+
+def _net(seed: int) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+
+
+@pytest.mark.parametrize("saved_compiled", [True, False], ids=["compiled-to-plain", "plain-to-compiled"])
+def test_a_torch_compiled_model_restores_with_compile_on_or_off(saved_compiled: bool) -> None:
+    """torch.compile's OptimizedModule names its keys ``_orig_mod.``: registered, it is the
+    model it wraps, so either side of a restart may compile (backend "eager": no C compiler)."""
+    source, target = _net(0), _net(1)
+    writer, reader = StateRegistry(), StateRegistry()
+    writer.register("model", torch.compile(source, backend="eager") if saved_compiled else source)
+    compiled_target = torch.compile(target, backend="eager")
+    reader.register("model", target if saved_compiled else compiled_target)
+    reader.load(copy.deepcopy(writer.state()))
+    assert all(torch.equal(a, b) for a, b in zip(source.state_dict().values(), target.state_dict().values(), strict=True))
+    x = torch.randn(3, 4)
+    assert torch.equal(compiled_target(x), source(x))
+
+
+def test_a_checkpoint_saved_with_wrapper_prefixes_loads_into_the_bare_model() -> None:
+    """Checkpoints of an earlier release registered the wrapper itself: keys ``_orig_mod.`` or
+    ``module.`` (DDP), or both."""
+    source, target = _net(0), _net(1)
+    registry = StateRegistry()
+    registry.register("model", target)
+    for prefix in ("_orig_mod.", "module.", "module._orig_mod."):
+        registry.load({"model": {prefix + k: v for k, v in source.state_dict().items()}})
+        assert all(torch.equal(a, b) for a, b in zip(source.state_dict().values(), target.state_dict().values(), strict=True))
+
+
+def test_a_rank_without_saved_streams_gets_its_own_reproducible_ones() -> None:
+    """A joiner, or a restore onto more ranks than saved: each rank draws its own numbers, the
+    same ones again when the run is repeated, none of them the saved rank's."""
+    tree = {"progress": {"step": 40}, "rng": [rng_state()]}
+    draws = {}
+    for rank in (0, 1, 2):
+        set_rng_state(derived_rng_state(tree, rank))
+        draws[rank] = (random.random(), float(numpy.random.rand()), torch.rand(1).item())
+    set_rng_state(tree["rng"][0])
+    saved = (random.random(), float(numpy.random.rand()), torch.rand(1).item())
+    assert len({*draws.values(), saved}) == 4
+    set_rng_state(derived_rng_state(tree, 1))
+    assert (random.random(), float(numpy.random.rand()), torch.rand(1).item()) == draws[1]
+    later = {**tree, "progress": {"step": 41}}
+    set_rng_state(derived_rng_state(later, 1))
+    assert torch.rand(1).item() != draws[1][2]
+
+
+def test_dropping_gradients_clears_what_an_abandoned_step_accumulated() -> None:
+    job = Job()
+    job.model(job.data[:8]).sum().backward()
+    assert all(p.grad is not None for p in job.model.parameters())
+    job.registry.drop_gradients()
+    assert all(p.grad is None for p in job.model.parameters())

@@ -60,8 +60,11 @@ def decide(agreed: Vote, generation: int, elastic: bool) -> Action:
 
 
 def periodic_checkpoint_due(step: int, total: int, last_checkpoint_step: int, every: int | None) -> bool:
-    """After the last step the final checkpoint is written instead."""
-    return every is not None and step < total and step - last_checkpoint_step >= every
+    """On multiples of ``every`` (step 200, 300, ... whatever step a restart resumed at, in
+    step with evaluations the script runs on the same multiples), or at the first boundary
+    after one that was skipped (a save still in flight). After the last step the final
+    checkpoint is written instead."""
+    return every is not None and step < total and step // every > last_checkpoint_step // every
 
 
 class StepBoundary:

@@ -40,6 +40,11 @@ class Migrator:
 
     def register(self, name: str, obj: Any) -> None:
         """Save and restore ``obj`` (a model, optimizer, scheduler, dict or list) as ``name``."""
+        if registrable_kind(obj) == "scalar":  # seed 004's API hands nothing back: it must update in place
+            raise TypeError(
+                f"cannot register a {type(obj).__name__} with the migrator: it restores objects in place "
+                "(put numbers in a registered dict)"
+            )
         if self._run is not None:
             self._run.register(**{name: obj})
             return

@@ -42,6 +42,7 @@ from hotswap.train.lifecycle import (
     warn_no_checkpoint_directory,
 )
 from hotswap.train.progress import Progress
+from hotswap.train.save_leases import SaveLeases
 from hotswap.train.termination import Termination
 from hotswap.train.torch.checkpointer import Checkpointer
 from hotswap.train.torch.data_parallel import DataParallel
@@ -68,6 +69,7 @@ class Run(RunLifecycle):
         rendezvous_timeout_s: float,
         membership_timeout_s: float,
         backend: str | None,
+        sync_initial_state: bool = True,
     ) -> None:
         started_at = time.time()
         if checkpoint_every is not None and checkpoint_every < 1:
@@ -82,6 +84,9 @@ class Run(RunLifecycle):
         )
         if directory is None:
             warn_no_checkpoint_directory()
+        leases = SaveLeases(directory, env.attempt) if directory else None
+        if leases is not None:
+            leases.hold()
         self.group = ProcessGroup(backend, collective_timeout_s, rendezvous_timeout_s, env)
         self.progress = Progress()
         self.state = StateSync(
@@ -93,6 +98,9 @@ class Run(RunLifecycle):
             async_checkpoints=async_checkpoints,
             cause=env.start_cause,
             allow_fresh_start=env.allow_fresh_start,
+            sync_initial_state=sync_initial_state,
+            leases=leases,
+            grace_period_s=env.grace_period_s,
         )
 
         def formation(termination: Termination) -> GroupFormation:
@@ -117,7 +125,10 @@ class Run(RunLifecycle):
     def register(self, **objects: Any) -> None:
         """Objects whose state is checkpointed and sent to joining replicas: anything with
         ``state_dict()``/``load_state_dict()`` (model, optimizer, LR scheduler,
-        :class:`~hotswap.train.ResumableBatches`), or a dict or list updated in place."""
+        :class:`~hotswap.train.ResumableBatches`), a dict or list updated in place, or a number
+        or string (``best_val_loss=float("inf")``), read and set as ``run.scalars[name]``.
+        A ``torch.compile``d or DDP-wrapped model registers as the model it wraps, so its
+        checkpoints restore with the wrapper or without."""
         if self._began:
             raise RuntimeError("register() objects before the first step: the state is restored then")
         for name, obj in objects.items():
@@ -130,6 +141,12 @@ class Run(RunLifecycle):
         replaces a lost one; evaluation forwards run the module alone. Its ``state_dict`` is the
         module's: register either."""
         return DataParallel(module, self.group, **ddp_options)
+
+    @property
+    def scalars(self) -> dict[str, Any]:
+        """The registered numbers and strings, by name: read and set them here (restored at the
+        first step, saved with every checkpoint)."""
+        return self.registry.scalars
 
     def steps(self, total: int) -> Iterator[int]:
         """Yield step numbers up to ``total``, from the one after the restored state.
@@ -189,11 +206,14 @@ def init(
     rendezvous_timeout_s: float = 300.0,
     membership_timeout_s: float = 300.0,
     backend: str | None = None,
+    sync_initial_state: bool = True,
 ) -> Run:
     """Start this process's part of the job (see :mod:`hotswap.train`).
 
     ``collective_timeout_s`` defaults to half the termination grace period (at most 60 s, at
     least 5 s): a rank stuck on a hung peer then still has time to act on SIGTERM and save.
+    ``sync_initial_state``: at a fresh start (nothing restored), every rank takes rank 0's
+    registered state, as DDP does with the parameters; False keeps each rank's own.
     """
     global _current
     if _current is not None:
@@ -212,6 +232,7 @@ def init(
             rendezvous_timeout_s=rendezvous_timeout_s,
             membership_timeout_s=membership_timeout_s,
             backend=backend,
+            sync_initial_state=sync_initial_state,
         )
     except CheckpointDirectoryRefused as refused:
         refuse_checkpoint_directory(refused)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
@@ -23,7 +23,8 @@ from hotswap.train.torch.distributed import ProcessGroup
 from hotswap.train.events import EventLog, say
 from hotswap.train.files import FreshStartRefused
 from hotswap.train.progress import Progress, plan_peer_copy
-from hotswap.train.torch.state import StateRegistry, build_tree, rng_state, set_rng_state
+from hotswap.train.save_leases import SaveLeases
+from hotswap.train.torch.state import StateRegistry, build_tree, derived_rng_state, rng_state, set_rng_state
 
 log = logging.getLogger("hotswap.train")
 
@@ -45,9 +46,16 @@ class StateSync:
         async_checkpoints: bool,
         cause: str | None = None,
         allow_fresh_start: bool = False,
+        sync_initial_state: bool = True,
+        leases: SaveLeases | None = None,
+        grace_period_s: float = 30.0,
     ) -> None:
-        self.cause = cause
-        self.allow_fresh_start = allow_fresh_start  # HOTSWAP_ALLOW_FRESH_START  # why this worker generation started (HOTSWAP_START_CAUSE)
+        self.cause = cause  # why this worker generation started (HOTSWAP_START_CAUSE)
+        self.allow_fresh_start = allow_fresh_start  # HOTSWAP_ALLOW_FRESH_START
+        self.sync_initial_state = sync_initial_state
+        self.leases = leases  # this process's save lease; the earlier attempts' are waited for
+        self.grace_period_s = grace_period_s
+        self._rank = group.rank
         self.registry = registry
         self.checkpointer = checkpointer
         self.group = group
@@ -66,6 +74,7 @@ class StateSync:
         live state, else from the newest complete checkpoint (read by rank 0). ``interrupted``
         ends the waits for slow ranks (SIGTERM, a newer generation)."""
         started = time.monotonic()
+        self._rank = self.group.rank  # kept for a save after the group is gone
         if self.group.world_size == 1:
             if not self.progress.has_state:
                 self._restore_from_disk(started, interrupted)
@@ -80,14 +89,18 @@ class StateSync:
         own = self._tree([rng_state()]) if self.group.rank == copy.source else None
         tree = self.group.broadcast_tree(own, copy.source)
         if self.group.rank in copy.receivers:  # survivors at that step keep their own
-            self._load(tree)
+            # The source's random streams are its own: a survivor that lagged keeps its, a
+            # joiner starts one of its own (never the source's: both would draw the same).
+            self._load(tree, "own" if self.progress.has_state else "new")
             self._announce_restore("peer", started)
 
     def _restore_from_disk(self, started: float, interrupted: Callable[[], bool]) -> None:
         """FreshStartRefused (on every rank) when nothing is restorable but damaged checkpoints
         were set aside and the user did not allow starting from step 0."""
-        tree, reason, resumed, refused = None, None, False, None
+        tree, reason, resumed, refused, waited_s = None, None, False, None, 0.0
         if self.group.rank == 0 and self.checkpointer is not None:
+            if self.leases is not None:  # the survivors of the attempt before may still be saving
+                waited_s = self.leases.wait_for_earlier(self.grace_period_s)
             found = self.checkpointer.restore_latest()
             if found is not None:
                 tree, reason = found[0], found[1].reason
@@ -106,25 +119,44 @@ class StateSync:
             raise FreshStartRefused(refused)
         self.progress.has_state = True
         if tree is None:
+            self._agree_on_initial_state()
             return
         self._load(tree)
         if resumed and self.cause in (None, "start"):  # another run's state: this run resumes it
             self.cause = "resume"
-        self._announce_restore(restore_source(reason, self.cause), started)
+        self._announce_restore(restore_source(reason, self.cause), started, waited_s)
 
-    def _load(self, tree: dict[str, Any]) -> None:
+    def _agree_on_initial_state(self) -> None:
+        """A fresh start: every rank takes rank 0's registered state, as DDP does with the
+        parameters at its construction (each rank may have initialised its model from a seed of
+        its own). The random streams stay each rank's own."""
+        if self.group.world_size == 1 or not self.sync_initial_state:
+            return
+        own = self._tree([]) if self.group.rank == 0 else None
+        tree = self.group.broadcast_tree(own, 0)
+        if self.group.rank != 0:
+            self.registry.load(tree["objects"])
+
+    def _load(self, tree: dict[str, Any], streams: Literal["saved", "own", "new"] = "saved") -> None:
+        """Take the tree's state. The random streams: this rank's ``saved`` one (one derived from
+        the rank where the tree has none: it was written by fewer ranks), this rank's ``own``, or
+        a ``new`` one derived from the rank."""
         if self.checkpointer is not None:
             self.checkpointer.wait_for_copy()
         self.registry.load(tree["objects"])
         self.progress.load(tree["progress"])
-        rngs = tree["rng"]
-        rank = self.group.rank
-        set_rng_state(rngs[rank] if rank < len(rngs) else rngs[0])
+        rngs, rank = tree["rng"], self.group.rank
+        if streams == "saved" and rank < len(rngs) and rngs[rank] is not None:
+            set_rng_state(rngs[rank])
+        elif streams != "own":
+            set_rng_state(derived_rng_state(tree, rank))
 
-    def _announce_restore(self, source: str, started: float) -> None:
+    def _announce_restore(self, source: str, started: float, waited_s: float = 0.0) -> None:
+        """``waited_s``: of the restore's time, the wait for the attempt before to finish saving."""
         elapsed = time.monotonic() - started
+        extra = {"save_wait_s": round(waited_s, 6)} if waited_s >= 0.001 else {}
         self.events.record(
-            EVENT_CHECKPOINT_RESTORE, step=self.progress.step, duration_s=round(elapsed, 6), source=source
+            EVENT_CHECKPOINT_RESTORE, step=self.progress.step, duration_s=round(elapsed, 6), source=source, **extra
         )
         say(restored_line(self.progress.step, source, self.cause))
 
@@ -134,9 +166,13 @@ class StateSync:
         return self.registry.positions(), rng_state()
 
     def rewind(self, savepoint: Savepoint) -> None:
+        """Back to the step's start: its data positions and draws, and no gradient (the
+        abandoned step's backward passes may have accumulated part of one, which the re-run
+        would otherwise add to)."""
         positions, rng = savepoint
         self.registry.restore_positions(positions)
         set_rng_state(rng)
+        self.registry.drop_gradients()
 
     # Onto disk -----------------------------------------------------------------------------
 
@@ -176,11 +212,14 @@ class StateSync:
         same replica at the last complete step, and the store keeps the first of identical
         saves, so nothing is lost whichever rank is gone."""
         if self.progress.has_state and self.checkpointer is not None:
-            self._save_now(reason, [rng_state()])
+            self._save_now(reason, self._own_rng())
 
     def wait_for_writes(self) -> None:
+        """Finish the writes in flight: this process's last (it is ending)."""
         if self.checkpointer is not None:
             self.checkpointer.wait()
+        if self.leases is not None:
+            self.leases.release()
 
     def _tree(self, rngs: list[dict[str, Any]]) -> dict[str, Any]:
         return build_tree(self.registry, self.progress.counters(), rngs)
@@ -198,7 +237,12 @@ class StateSync:
         except Exception as error:
             if not self.group.is_peer_failure(error):
                 raise
-            return [rng_state()]
+            return self._own_rng()
+
+    def _own_rng(self) -> list[dict[str, Any] | None]:
+        """Only this rank's RNG states, at its rank's place: a restart gives the ranks whose
+        streams were lost with their peer streams of their own, not this one's."""
+        return [None] * self._rank + [rng_state()]
 
     def _announce_save(self, reason: str) -> None:
         """A save that holds the loop starts: no step completes until it ends, and the
