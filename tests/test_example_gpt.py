@@ -6,13 +6,13 @@ uninterrupted run of the same seed, from the workers' own logs (issue 33)."""
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from local_helpers import PYTHON, cleanup, hotswap, live_workers, wait_until, workloads
+from example_helpers import Curves, combined, create, curves, slice_of, tail_mean, wait_for_end, wait_for_steps
+from local_helpers import PYTHON, cleanup, hotswap, wait_until, workloads
 
 from hotswap.demo.observe import read_trace
 
@@ -21,67 +21,8 @@ pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 80
 ARGS = ["--max-iters", str(STEPS), "--eval-interval", "20", "--checkpoint-every", "10", "--step-sleep", "0.05"]
-HEADER = re.compile(r"^--- hotswap: attempt (\d+) of ")
-STEP_LINE = re.compile(r"^step=(\d+) .*\bloss=(\S+)")
-
-Curves = dict[int, dict[int, dict[int, str]]]  # replica -> attempt -> step -> loss as printed
-
-
 def command(*extra: str) -> str:
     return shlex.join([PYTHON, str(ROOT / "examples" / "train_gpt.py"), *ARGS, *extra])
-
-
-def curves(home: Path, cluster: str, workload: str, replicas: int = 2) -> Curves:
-    """Each replica's losses, by attempt and step, from its log (the last line of a step wins)."""
-    found: Curves = {}
-    for replica in range(replicas):
-        log = hotswap(home, "workload", "logs", "--cluster", cluster, "--workload", workload, "--slice", str(replica), check=True)
-        attempts: dict[int, dict[int, str]] = {}
-        attempt = 0
-        for line in log.stdout.splitlines():
-            if header := HEADER.match(line):
-                attempt = int(header.group(1))
-            elif step := STEP_LINE.match(line):
-                attempts.setdefault(attempt, {})[int(step.group(1))] = step.group(2)
-        found[replica] = attempts
-    return found
-
-
-def combined(attempts: dict[int, dict[int, str]]) -> dict[int, str]:
-    """The curve the job trained: a later attempt's step replaces the one it re-ran."""
-    curve: dict[int, str] = {}
-    for attempt in sorted(attempts):
-        curve.update(attempts[attempt])
-    return curve
-
-
-def create(home: Path, cluster: str, workload: str, *flags: str, extra: tuple[str, ...] = ()) -> None:
-    hotswap(home, "workload", "create", "--cluster", cluster, "--workload", workload, "--num-slices", "2",
-            "--command", command(*extra), "--env", "OMP_NUM_THREADS=1", *flags, check=True)
-
-
-def steps_done(home: Path, cluster: str, workload: str) -> int:
-    directory = home / "clusters" / cluster / "workloads" / f"{workload}-0"
-    return max((s.step for s in read_trace(directory).steps), default=0)
-
-
-def wait_for_steps(home: Path, cluster: str, workload: str, steps: int) -> None:
-    """Until the job has trained ``steps`` steps; at once an error if it ended before."""
-
-    def trained() -> bool:
-        record = workloads(home, cluster).get(workload)
-        if record and record["phase"] in ("SUCCESSFUL", "FAILED"):
-            raise AssertionError(f"{workload} ended ({record['phase']}) before step {steps}: {record['status_message']}")
-        return steps_done(home, cluster, workload) >= steps
-
-    wait_until(trained, timeout=180, what=f"{steps} steps")
-
-
-def wait_for_end(home: Path, cluster: str, workload: str) -> dict:  # type: ignore[type-arg]
-    return wait_until(
-        lambda: (w := workloads(home, cluster).get(workload)) and w["phase"] in ("SUCCESSFUL", "FAILED") and w,
-        timeout=300, what=f"{workload} to end",
-    )
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +39,7 @@ def reference(module_home: Path) -> dict[bool, Curves]:
     found = {}
     for ddp in (True, False):
         name = "ddp" if ddp else "plain"
-        create(module_home, "ref", name, extra=() if ddp else ("--no-ddp",))
+        create(module_home, "ref", name, command() if ddp else command("--no-ddp"))
         final = wait_for_end(module_home, "ref", name)
         assert final["phase"] == "SUCCESSFUL" and final["restarts"] == 0, final["status_message"]
         found[ddp] = curves(module_home, "ref", name)
@@ -122,12 +63,12 @@ def test_a_migrated_run_trains_exactly_the_uninterrupted_curve(
     cluster = f"mig{int(ddp)}"
     hotswap(module_home, "cluster", "create", "--cluster", cluster, "--device-type", "v6e-4", "--num-slices", "2", check=True)
     extra = () if ddp else ("--no-ddp",)
-    create(module_home, cluster, "gpt", extra=extra)
+    create(module_home, cluster, "gpt", command(*extra))
     wait_for_steps(module_home, cluster, "gpt", 25)
     hotswap(module_home, "workload", "delete", "--cluster", cluster, "--workload", "gpt", "--force", check=True)
     wait_until(lambda: "gpt" not in workloads(module_home, cluster), timeout=120, what="the deletion")
     interrupted = curves(module_home, cluster, "gpt")  # the deleted run's logs, kept until the cluster goes
-    create(module_home, cluster, "gpt", extra=extra)
+    create(module_home, cluster, "gpt", command(*extra))
     final = wait_for_end(module_home, cluster, "gpt")
     assert final["phase"] == "SUCCESSFUL", final["status_message"]
     resumed = curves(module_home, cluster, "gpt")
@@ -138,10 +79,6 @@ def test_a_migrated_run_trains_exactly_the_uninterrupted_curve(
         assert {**first, **second} == reference[ddp][replica][1]
 
 
-def _slice_of(home: Path, cluster: str, workload: str, replica: int) -> str:
-    return next(w["slice"] for w in live_workers(home, cluster, workload) if w["replica"] == replica)
-
-
 def test_a_slice_lost_under_the_default_policy_costs_no_step(module_home: Path, reference: dict[bool, Curves]) -> None:
     """Recreate, with DDP: the new attempt waits for the survivor's save and resumes at the
     step it held. The curve is the uninterrupted one up to there, and for the survivor one step
@@ -149,9 +86,9 @@ def test_a_slice_lost_under_the_default_policy_costs_no_step(module_home: Path, 
     node, so it resumes on a stream of its own, and from there the run is another run of the
     same model, compared by its level."""
     hotswap(module_home, "cluster", "create", "--cluster", "loss", "--device-type", "v6e-4", "--num-slices", "3", check=True)
-    create(module_home, "loss", "gpt", extra=("--step-sleep", "0.1"))
+    create(module_home, "loss", "gpt", command("--step-sleep", "0.1"))
     wait_for_steps(module_home, "loss", "gpt", 25)
-    hotswap(module_home, "node", "fail", "--cluster", "loss", "--slice", _slice_of(module_home, "loss", "gpt", 1), check=True)
+    hotswap(module_home, "node", "fail", "--cluster", "loss", "--slice", slice_of(module_home, "loss", "gpt", 1), check=True)
     final = wait_for_end(module_home, "loss", "gpt")
     assert final["phase"] == "SUCCESSFUL" and final["attempt"] == 2, final["status_message"]
     trace = read_trace(module_home / "clusters" / "loss" / "workloads" / "gpt-0")
@@ -167,12 +104,7 @@ def test_a_slice_lost_under_the_default_policy_costs_no_step(module_home: Path, 
     assert replaced[resumed] != expected_lost[resumed]  # a stream of its own, not the survivor's
     assert replaced[resumed] != survivor[resumed]
     assert sorted(survivor) == list(range(1, STEPS + 1))
-    assert abs(_tail_mean(survivor) - _tail_mean(expected)) < 0.15 * _tail_mean(expected)
-
-
-def _tail_mean(curve: dict[int, str]) -> float:
-    tail = range(STEPS - 9, STEPS + 1)
-    return sum(float(curve[s]) for s in tail) / len(tail)
+    assert abs(tail_mean(survivor, STEPS) - tail_mean(expected, STEPS)) < 0.15 * tail_mean(expected, STEPS)
 
 
 def test_an_elastic_job_goes_from_2_to_1_to_2_slices_and_each_rank_keeps_its_own_data(
@@ -184,9 +116,9 @@ def test_an_elastic_job_goes_from_2_to_1_to_2_slices_and_each_rank_keeps_its_own
     model, and it is compared by its level, not bit for bit. After the grow-back the joiner
     draws batches of its own, not the survivor's."""
     hotswap(module_home, "cluster", "create", "--cluster", "el", "--device-type", "v6e-4", "--num-slices", "2", check=True)
-    create(module_home, "el", "gpt", "--min-slices", "1", extra=("--step-sleep", "0.1"))
+    create(module_home, "el", "gpt", command("--step-sleep", "0.1"), "--min-slices", "1")
     wait_for_steps(module_home, "el", "gpt", 20)
-    lost = _slice_of(module_home, "el", "gpt", 1)
+    lost = slice_of(module_home, "el", "gpt", 1)
     hotswap(module_home, "node", "fail", "--cluster", "el", "--slice", lost, check=True)
     directory = module_home / "clusters" / "el" / "workloads" / "gpt-0"
     wait_until(lambda: sum(s.slices == 1 for s in read_trace(directory).steps) >= 5, timeout=120, what="5 steps on 1 slice")
@@ -204,4 +136,4 @@ def test_an_elastic_job_goes_from_2_to_1_to_2_slices_and_each_rank_keeps_its_own
     assert {s: rank0[s] for s in range(1, shrunk - 1)} == {s: expected[s] for s in range(1, shrunk - 1)}
     after = [s for s in range(grown, STEPS + 1) if s in rank1]
     assert len(after) >= 5 and sum(rank0[s] != rank1[s] for s in after) == len(after)  # the joiner's own stream
-    assert abs(_tail_mean(rank0) - _tail_mean(expected)) < 0.15 * _tail_mean(expected)  # the same model trained as far
+    assert abs(tail_mean(rank0, STEPS) - tail_mean(expected, STEPS)) < 0.15 * tail_mean(expected, STEPS)  # the same model trained as far
