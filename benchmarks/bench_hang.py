@@ -5,7 +5,8 @@ step to the controller's ``hung`` decision is measured. Prints JSON.
 The anchors are fixed numbers, not runs: NVIDIA's resiliency extension checks heartbeats every
 5 s and torchft declares a replica dead 5 s after its last heartbeat; ``vs_5s_anchor`` is the
 measured latency over 5 s (below 1 is faster). With fast steps hotswap's timeout is its floor
-(4 s); with slow steps it is 5 times the longest recent step interval.
+(60 s since issue 33; it was 4 s, which failed healthy jobs), so a run now takes about a minute;
+with slow steps it is 5 times the longest recent step interval.
 
     python benchmarks/bench_hang.py --json [--runs 3] [--step-sleep 0.05 1.0]
 """
