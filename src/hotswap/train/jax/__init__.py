@@ -38,7 +38,6 @@ _JAX_EXPORTS = {
     "JaxRun": "hotswap.train.jax.run",
     "StateMismatchError": "hotswap.train.jax.trees",
     "elastic": "hotswap.train.jax.elastic",
-    "replicate": "hotswap.train.jax.placement",
 }
 
 __all__ = ["CHECKPOINTED_EXIT_CODE", "RESTART_EXIT_CODE", "ResumableBatches", "scale_by_slices", *_JAX_EXPORTS]

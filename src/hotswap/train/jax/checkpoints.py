@@ -145,8 +145,8 @@ class OrbaxCheckpoints:
         def waiting() -> None:
             try:
                 self.manager.wait_until_finished()
-            except Exception as error:  # its peers are gone (a lost slice): expected, and said by the caller
-                log.info("hotswap: the checkpoint save in flight did not commit: %s", error)
+            except Exception as error:
+                log.warning("hotswap: checkpoint save failed: %s", error)
             done.set()
 
         threading.Thread(target=waiting, name="hotswap-checkpoint-wait", daemon=True).start()
