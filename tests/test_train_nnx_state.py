@@ -68,7 +68,12 @@ x = jax.device_put(np.arange(16, dtype=np.float32).reshape(4, 4) / 16, NamedShar
 
 held = objects(0)
 assert holds_nnx(held) and holds_nnx(held["model"]) and holds_nnx((held["model"], held["optimizer"]))
-assert not holds_nnx({"w": np.zeros(3)}) and not holds_nnx({"model": held["model"], "w": np.zeros(3)})
+assert not holds_nnx({"w": np.zeros(3)})
+try:
+    holds_nnx({"model": held["model"], "w": np.zeros(3)})
+    raise SystemExit("a mix of NNX objects and arrays was taken")
+except TypeError as error:
+    assert "register NNX objects alone" in str(error)
 assert not holds_nnx({}) and not placed(nnx.state(held))  # NNX made them on one device
 
 live = LiveNnx(held, replicated)

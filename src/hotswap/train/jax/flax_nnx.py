@@ -33,13 +33,20 @@ from hotswap.train.jax.trees import is_key, plain
 
 
 def holds_nnx(state: Any) -> bool:
-    """Whether ``state`` is an NNX object, or a dict, list or tuple of NNX objects."""
+    """Whether ``state`` is an NNX object, or a dict, list or tuple of NNX objects (TypeError for
+    a mix of NNX objects and other values: half of it would not be restored in place)."""
     nnx = sys.modules.get("flax.nnx")
     if nnx is None:
         return False
     kinds = tuple(getattr(nnx, name) for name in ("Pytree", "Object") if isinstance(getattr(nnx, name, None), type))
     values = list(state.values()) if isinstance(state, Mapping) else list(state) if isinstance(state, (list, tuple)) else [state]
-    return bool(values) and all(isinstance(value, kinds) for value in values)
+    nodes = [isinstance(value, kinds) for value in values]
+    if any(nodes) and not all(nodes):
+        raise TypeError(
+            "register NNX objects alone (one, or a dict, list or tuple of them): keep other arrays "
+            "in an nnx.Variable of one of them (or register them as plain arrays, without NNX objects)"
+        )
+    return bool(values) and all(nodes)
 
 
 class LiveNnx:
