@@ -1,6 +1,7 @@
 """Flax NNX objects registered as a JAX run's state (``hotswap.train.jax.flax_nnx``), in one spawned
 Python with 2 CPU devices: which registrations are NNX objects; the objects' arrays are placed on
-the mesh (a typed dropout key included); a metrics reset keeps them there and a value the script
+the mesh (a typed dropout key included); each boundary reads exactly the arrays NNX's own traversal
+finds; a metrics reset keeps them there and a value the script
 assigns anew (on one device) is placed again at the boundary, in the objects too; and a checkpoint restored into objects initialised from another
 seed goes on with exactly the same steps, dropout stream included."""
 
@@ -80,6 +81,22 @@ live = LiveNnx(held, replicated)
 assert placed(nnx.state(held)) and placed(live.template)  # in the objects themselves
 assert any(is_key(leaf) for leaf in jax.tree.leaves(live.template))  # the dropout key, still a typed key
 steps(held, 3)
+
+
+def same_as_graph(state):  # the very arrays NNX's own traversal finds, in the same places
+    graph = nnx.to_pure_dict(nnx.state(held))
+    return jax.tree_util.tree_structure(state) == jax.tree_util.tree_structure(graph) and all(
+        a is b for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(graph))
+    )
+
+
+assert same_as_graph(live.read())  # learns where the arrays are among the objects' leaves
+steps(held, 1)
+assert same_as_graph(live.read())  # read from there
+held["model"].eval()  # another pytree structure (a static attribute): read through the graph again
+assert same_as_graph(live.read())
+held["model"].train()
+assert same_as_graph(live.read())
 held["metrics"].reset()  # in place (Flax writes into the arrays): still placed
 assert placed(nnx.state(held["metrics"])) and all(float(leaf) == 0 for leaf in jax.tree.leaves(nnx.state(held["metrics"])))
 held["model"].dense.bias.value = jnp.full(2, 0.5)  # a value assigned anew: on one device

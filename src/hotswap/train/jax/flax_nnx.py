@@ -58,26 +58,41 @@ class LiveNnx:
         self._nnx = nnx
         self.nodes = nodes
         self.template = _placed(self._pure(), layout, from_process_0=True)
+        self._structure = jax.tree_util.tree_structure(self.template)
+        # Where each of the state's arrays is among the objects' pytree leaves, per pytree
+        # structure seen: flattening the objects costs a fraction of NNX's graph traversal
+        # (nnx.state), which runs again only when the structure changes.
+        self._positions: list[tuple[Any, list[int]]] = []
         self.write(self.template)
 
     def read(self) -> Any:
         """The objects' arrays now, each on the registered layout."""
-        state = self._pure()
-        leaves, structure = jax.tree_util.tree_flatten(state)
+        leaves = self._leaves()
         expected = jax.tree_util.tree_leaves(self.template)
-        if len(leaves) != len(expected):
-            raise ValueError(
-                f"the registered NNX objects now hold {len(leaves)} arrays, not the {len(expected)} they "
-                "were registered with: register them once they hold all their state"
-            )
         moved = [i for i, (leaf, like) in enumerate(zip(leaves, expected)) if not _placed_like(leaf, like)]
-        if not moved:
-            return state
         for i in moved:
             leaves[i] = _place(leaves[i], expected[i].sharding, _host(leaves[i]))
-        state = jax.tree_util.tree_unflatten(structure, leaves)
-        self.write(state)
+        state = jax.tree_util.tree_unflatten(self._structure, leaves)
+        if moved:
+            self.write(state)
         return state
+
+    def _leaves(self) -> list[Any]:
+        """The state's arrays, in the registered state's order."""
+        flat, structure = jax.tree_util.tree_flatten(self.nodes)
+        for seen, positions in self._positions:
+            if seen == structure:
+                return [flat[i] for i in positions]
+        leaves, found = jax.tree_util.tree_flatten(self._pure())
+        if found != self._structure:
+            raise ValueError(
+                f"the registered NNX objects now hold {found.num_leaves} arrays in another tree than the "
+                f"{self._structure.num_leaves} they were registered with: register them once they hold all their state"
+            )
+        positions = _positions(leaves, flat)
+        if positions is not None and len(self._positions) < 4:
+            self._positions.append((structure, positions))
+        return leaves
 
     def write(self, tree: Any) -> None:
         """Put ``tree``'s arrays into the objects, in place (``nnx.update``)."""
@@ -87,6 +102,13 @@ class LiveNnx:
 
     def _pure(self) -> Any:
         return self._nnx.to_pure_dict(self._nnx.state(self.nodes))
+
+
+def _positions(leaves: list[Any], flat: list[Any]) -> list[int] | None:
+    """Where each of ``leaves`` is in ``flat`` (the same objects), if each is there once."""
+    where = {id(leaf): i for i, leaf in enumerate(flat)}
+    positions = [where.get(id(leaf), -1) for leaf in leaves]
+    return positions if -1 not in positions and len(set(positions)) == len(positions) else None
 
 
 def _placed(tree: Any, layout: jax.sharding.Sharding, from_process_0: bool) -> Any:
