@@ -93,7 +93,7 @@ def flips(seed: int, step: int, samples: np.ndarray) -> np.ndarray:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=500)
-    parser.add_argument("--batch-size", type=int, default=32, help="global: split over the processes")
+    parser.add_argument("--batch-size", type=int, default=48, help="global: split over every device (a multiple of their number)")
     parser.add_argument("--lr", type=float, default=0.005)
     parser.add_argument("--log-every", type=int, default=10, help="steps per line of training metrics")
     parser.add_argument("--eval-every", type=int, default=50)
