@@ -14,7 +14,10 @@ goodput events and seed 001's log lines. Checkpoints are orbax's (asynchronous
             run.state, loss = train_step(run.state, next_batch(batches, run))
             run.report(loss=loss)                 # step=... elastic_manager.good_slice_count=...
 
-A pathwaysutils user finds its ``Manager`` in :mod:`hotswap.train.jax.elastic`.
+Flax NNX: register the objects themselves (``run.register({"model": model, "optimizer":
+optimizer, "metrics": metrics}, batches=batches)``); the run places, restores and reads them
+(:mod:`hotswap.train.jax.flax_nnx`) and the loop assigns nothing to ``run.state``. A
+pathwaysutils user finds its ``Manager`` in :mod:`hotswap.train.jax.elastic`.
 
 JAX, orbax and NumPy are imported when a name of this package is first used
 (``pip install 'hotswap[jax]'``).

@@ -88,6 +88,16 @@ class OrbaxCheckpoints:
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
 
+    def complete_step(self) -> int | None:
+        """The newest step on disk that a restore can read (its save committed)."""
+        return max(ocp.utils.checkpoint_steps(self.directory), default=None)
+
+    def abandon(self) -> None:
+        """The save in flight cannot finish (its peers are gone) and the process is leaving:
+        orbax's reports of its failure, from its background threads as the interpreter ends,
+        are what the caller already said in one line."""
+        logging.getLogger("absl").setLevel(logging.CRITICAL + 1)
+
     def save(self, step: int, state: Any, objects: dict[str, Any], counters: dict[str, int], reason: str, *, wait: bool) -> float:
         """Save step ``step`` (after any save in flight); return the seconds the caller was
         blocked. Asynchronous unless ``wait``: the arrays are copied to the host before this

@@ -69,6 +69,11 @@ class RestartingFormation(GroupFormation):
         self._successor = Successor()
         self._successors_pending_since: dict[int, float] = {}  # generation -> first seen waiting for them
 
+    def recover(self, timed_out: bool = False, since: float | None = None) -> None:
+        if not self.elastic:  # the group is left for a restart: nothing waits on the lost peers
+            self.jax_group.peers_lost = True
+        super().recover(timed_out, since)
+
     def join_first(self) -> None:
         if self.change is not None and self.elastic:
             self._form_elastic_group(after_generation=self.change.after_generation, fresh=False)

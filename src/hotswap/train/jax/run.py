@@ -33,6 +33,7 @@ from hotswap.api.worker_output import EVENT_STOP
 from hotswap.train import runs
 from hotswap.train.formation import GroupFormation
 from hotswap.train.jax import handoff as handoffs
+from hotswap.train.jax.flax_nnx import LiveNnx, holds_nnx
 from hotswap.train.jax.formation import RestartingFormation
 from hotswap.train.jax.runtime import JaxGroup, configure_runtime, cpu_only, default_compilation_cache
 from hotswap.train.jax.sync import JaxStateSync
@@ -111,6 +112,7 @@ class JaxRun(RunLifecycle):
         self._assemble(request, self.sync, formation, checkpoint_every)
         self.watchdog = self._watchdog(stall_timeout_s) if env.membership_file else None
         self._updated = False  # the step assigned its new state
+        self._nnx: LiveNnx | None = None  # registered Flax NNX objects, read at each boundary
         # orbax takes a while to import: let it load while the group forms (a restarted
         # process waits there for the others anyway).
         loading = threading.Thread(target=importlib.import_module, args=("hotswap.train.jax.checkpoints",), daemon=True)
@@ -147,9 +149,18 @@ class JaxRun(RunLifecycle):
         """The job's state: a pytree of ``jax.Array`` placed on :meth:`mesh` as it should be
         (its initial value, and the shapes, dtypes and shardings a checkpoint or a peer's copy
         is restored into), and objects with ``state_dict()``/``load_state_dict()`` (such as
-        :class:`~hotswap.train.ResumableBatches`) or dicts, saved as JSON with it."""
+        :class:`~hotswap.train.ResumableBatches`) or dicts, saved as JSON with it.
+
+        ``state`` may instead be Flax NNX objects (a model, an ``nnx.Optimizer``, metrics: one,
+        or a dict, list or tuple of them): the run then places their arrays on the mesh
+        (replicated, process 0's values, unless already placed across it), restores into them
+        in place and reads them at each step boundary; the loop assigns nothing to
+        :attr:`state` (see :mod:`hotswap.train.jax.flax_nnx`)."""
         if self._began:
             raise RuntimeError("register() the state before the first step: it is restored then")
+        if holds_nnx(state):
+            self._nnx = LiveNnx(state, jax.sharding.NamedSharding(self.mesh(), jax.sharding.PartitionSpec()))
+            state = self._nnx.template
         self.sync.register(state, objects)
 
     @property
@@ -161,6 +172,8 @@ class JaxRun(RunLifecycle):
 
     @state.setter
     def state(self, value: Any) -> None:
+        if self._nnx is not None:
+            self._nnx.write(value)
         self.sync.current = value
         self._updated = True
 
@@ -174,11 +187,15 @@ class JaxRun(RunLifecycle):
         """
         return self._steps(total)
 
-    def step_done(self, state: Any) -> None:
-        """For loops that do not use :meth:`steps`: ``state`` is the state after a step; act at
-        this boundary as :meth:`steps` does. Call :meth:`restore` before the first step to
-        resume; without it ``state`` is the job's state."""
-        self.state = state
+    def step_done(self, state: Any = None) -> None:
+        """For loops that do not use :meth:`steps`: ``state`` is the state after a step (none
+        for registered NNX objects: they are read); act at this boundary as :meth:`steps` does.
+        Call :meth:`restore` before the first step to resume; without it ``state`` is the job's
+        state."""
+        if self._nnx is None:
+            if state is None:
+                raise TypeError("step_done(state): the state after the step")
+            self.state = state
         self._step_done()
 
     def restore(self) -> Any:
@@ -229,6 +246,8 @@ class JaxRun(RunLifecycle):
     # Between steps -------------------------------------------------------------------------
 
     def _synchronised(self) -> None:
+        if self._nnx is not None:  # the restored (or peer's) arrays into the user's objects
+            self._nnx.write(self.sync.current)
         self.formation.finish_change()
 
     def _step_starts(self) -> object:
@@ -236,11 +255,13 @@ class JaxRun(RunLifecycle):
         return None
 
     def _step_ends(self) -> None:
-        if not self._updated:
+        if not self._updated and self._nnx is None:
             raise RuntimeError("assign each step's new state to run.state (JAX arrays are immutable)")
 
     def _cross(self, total: int) -> None:
         began = time.monotonic()
+        if self._nnx is not None:
+            self.sync.current = self._nnx.read()
         try:
             self.sync.at_boundary()
         except Exception as error:  # the step's result, computed asynchronously, failed

@@ -115,6 +115,9 @@ class JaxGroup:
         self.forming: GroupSpec | None = None  # the group being initialised (a call JAX cannot interrupt)
         self._owned = False
         self._left = False
+        # A peer was lost and the job is not elastic: every member is gone or on its way out
+        # for the restart, and a lost one never leaves (rank 0 does not wait for it).
+        self.peers_lost = False
         self._coordinator: coordinator.Service | None = None  # rank 0: the service's process
         self._prepared: tuple[int, coordinator.Service] | None = None  # (port, service) of a generation to come
         self._preparing = threading.Lock()
@@ -240,7 +243,7 @@ class JaxGroup:
             return
         self._left = True
         self._say_leaving()
-        if self.rank == 0:
+        if self.rank == 0 and not self.peers_lost:  # the service serves those still leaving
             self._wait_for_others(wait_for)
         try:
             jax.distributed.shutdown()

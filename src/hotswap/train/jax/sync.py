@@ -206,14 +206,23 @@ class JaxStateSync:
 
     def save_own(self, reason: str) -> None:
         """A JAX checkpoint needs every process of the group, which is gone: the job resumes
-        from its newest checkpoint (or from a survivor, when elastic)."""
-        if self.progress.has_state and self.progress.step > self.progress.last_checkpoint_step:
-            log.warning(
-                "hotswap: no %s save of step %d without the group: the next run starts from the newest "
-                "checkpoint (step %d)", reason, self.progress.step, self.progress.last_checkpoint_step,
-            )
+        from its newest complete checkpoint (or from a survivor, when elastic). One line says
+        which: a save still in flight never completes (it ends at a barrier of the group)."""
+        if not self.progress.has_state:
+            return
+        newest = self.checkpoints.complete_step() if self.checkpoints is not None else None
+        if newest == self.progress.step:
+            return
+        if self.checkpoints is not None and self.checkpoints.busy:
+            self.checkpoints.abandon()
+        log.warning(
+            "hotswap: no %s save of step %d without the group: the next run starts from %s", reason, self.progress.step,
+            "the beginning" if newest is None else f"the newest complete checkpoint (step {newest})",
+        )
 
     def wait_for_writes(self) -> None:
+        if self.group.peers_lost:  # a save in flight ends at a barrier of the group: it cannot finish
+            return
         if self.checkpoints is not None and not self.checkpoints.wait(WRITE_WAIT_S):
             log.warning("hotswap: a checkpoint save did not finish in %gs: its peers are gone", WRITE_WAIT_S)
 
