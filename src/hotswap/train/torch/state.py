@@ -61,6 +61,9 @@ def unwrapped(obj: object) -> object:
     return obj
 
 
+_WRAPPER_PREFIXES = ("_orig_mod.", "module.")  # torch.compile's, DDP's
+
+
 def bare_keys(state: Any, module: torch.nn.Module) -> Any:
     """A module's state dict saved through a wrapper (keys all ``_orig_mod.`` or ``module.``
     prefixed, which the module's own keys are not), with the prefixes taken off."""
@@ -71,9 +74,6 @@ def bare_keys(state: Any, module: torch.nn.Module) -> Any:
         if all(isinstance(k, str) and k.startswith(prefix) for k in state) and not any(k.startswith(prefix) for k in own):
             state = type(state)((k[len(prefix) :], v) for k, v in state.items())
     return state
-
-
-_WRAPPER_PREFIXES = ("_orig_mod.", "module.")
 
 
 def _state_of(obj: Any) -> Any:

@@ -221,7 +221,7 @@ class StateSync:
         if self.leases is not None:
             self.leases.release()
 
-    def _tree(self, rngs: list[dict[str, Any]]) -> dict[str, Any]:
+    def _tree(self, rngs: list[dict[str, Any] | None]) -> dict[str, Any]:
         return build_tree(self.registry, self.progress.counters(), rngs)
 
     def _gather_rng(self) -> list[dict[str, Any]]:
