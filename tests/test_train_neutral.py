@@ -440,6 +440,45 @@ def test_the_elastic_events_duration_counts_from_the_start_of_the_step_that_fail
     assert delay_s <= elastic["duration_s"] <= tries[1] - tries[0]
 
 
+def elastic_loop(tmp_path: Path) -> Loop:
+    """Rank 1 of an elastic group of slices a and b, 5 steps done."""
+    publish(tmp_path / "membership.json", 1, ("a", "b"))
+    env = WorkerEnv(slice_name="b", num_slices=2, membership_file=str(tmp_path / "membership.json"))
+    group, progress = SlowCollective(0.0, None), Progress(step=5, has_state=True)  # type: ignore[arg-type]
+    loop = Loop(env, group, State(), progress, EventLog(str(tmp_path / "events.jsonl")))
+    loop.formation.join_first()
+    return loop
+
+
+def test_a_world_size_change_is_announced_once_before_the_first_step_at_the_new_size(tmp_path: Path) -> None:
+    """Slice a is lost during step 6: the step is abandoned, and the script's callback hears of
+    the new size before step 6 runs again on one rank (so its gradient accumulation is right)."""
+    loop = elastic_loop(tmp_path)
+    heard: list[tuple[int, int]] = []
+    loop.on_world_size_change(lambda size: heard.append((size, loop.step)))
+    ran: list[tuple[int, int, list[tuple[int, int]]]] = []
+    for step in loop._steps(8):
+        with loop.elastic_step():
+            ran.append((step, loop.world_size, list(heard)))
+            if len(ran) == 1:
+                publish(tmp_path / "membership.json", 2, ("b",))
+                raise PeerLost("[gloo/transport/tcp/pair.cc:553] Connection closed by peer")
+    assert heard == [(1, 5)]
+    assert ran == [(6, 2, []), (6, 1, [(1, 5)]), (7, 1, [(1, 5)]), (8, 1, [(1, 5)])]
+
+
+def test_a_loop_that_counts_its_own_steps_hears_of_a_world_size_change_at_the_boundary(tmp_path: Path) -> None:
+    loop = elastic_loop(tmp_path)
+    sizes: list[int] = []
+    loop.on_world_size_change(sizes.append)
+    loop._step_done()
+    assert sizes == []  # the size the script learnt at registration has not changed
+    publish(tmp_path / "membership.json", 2, ("b",))  # slice a leaves between steps
+    loop._step_done()
+    loop._step_done()
+    assert sizes == [1] and loop.world_size == 1 and loop.step == 8
+
+
 def test_rank_0_calls_periodic_saves_and_every_rank_takes_part(tmp_path: Path) -> None:
     alone = boundary(tmp_path, Group(), Formation(), Progress(step=10))
     alone.cross(total=100)

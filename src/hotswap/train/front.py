@@ -6,8 +6,9 @@ Framework-neutral."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from hotswap.api.worker import WorkerEnv
@@ -23,6 +24,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("hotswap.train")
 
 
+@dataclasses.dataclass
+class WorldSizeWatcher:
+    """A callback of :meth:`RunFront.on_world_size_change` and the size it last learnt."""
+
+    callback: Callable[[int], object]
+    known: int
+
+
 class RunFront:
     """The part of a run that needs only the neutral pieces (set by the subclass)."""
 
@@ -35,6 +44,7 @@ class RunFront:
     _step_failed = False  # the step was abandoned: a peer was lost
     _step_timed_out = False  # ... and noticed only when a collective timed out
     _start_phases: dict[str, float] | None = None  # set once the state is synchronised; goes with the first step
+    _world_size_watchers: list[WorldSizeWatcher] | None = None  # see on_world_size_change
 
     # Where this worker stands --------------------------------------------------------------
 
@@ -73,6 +83,24 @@ class RunFront:
     @property
     def generation(self) -> int:
         return self.formation.generation
+
+    def on_world_size_change(self, callback: Callable[[int], object]) -> None:
+        """Call ``callback(world_size)`` before a step whenever the group's size differs from
+        the one the script last learnt (at this call, or at the callback's last call): values
+        derived from the world size at start-up (gradient accumulation steps, a per-rank batch
+        size, a learning rate scaled by it) are derived again there, before the step that
+        needs them. In an elastic job the size changes when the group re-forms; otherwise never."""
+        if self._world_size_watchers is None:
+            self._world_size_watchers = []
+        self._world_size_watchers.append(WorldSizeWatcher(callback, self.world_size))
+
+    def _announce_world_size(self) -> None:
+        """Before a step: tell the callbacks whose size is out of date."""
+        size = self.world_size
+        for watcher in self._world_size_watchers or ():
+            if watcher.known != size:
+                watcher.known = size
+                watcher.callback(size)
 
     # In a step -----------------------------------------------------------------------------
 

@@ -105,6 +105,7 @@ class RunLifecycle(RunFront):
             self._cross(total)
             if self.step >= total:
                 break
+            self._announce_world_size()
             savepoint = self._step_starts()
             self._in_step, self._step_failed = True, False
             started = time.monotonic()
@@ -125,6 +126,7 @@ class RunLifecycle(RunFront):
         now = time.monotonic()
         self._complete_step(now - (self._boundary_at or now))
         self._cross(sys.maxsize)
+        self._announce_world_size()
         self._boundary_at = time.monotonic()
 
     def close(self) -> None:
