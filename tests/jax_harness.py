@@ -53,13 +53,16 @@ def main() -> None:
     parser.add_argument("--checkpoint-every", type=int, default=20)
     parser.add_argument("--step-sleep", type=float, default=0.02)
     parser.add_argument("--key", action="store_true", help="a typed PRNG key in the state, split at every step")
+    parser.add_argument("--seed-per-process", action="store_true", help="w initialised apart on each process (its own seed)")
+    parser.add_argument("--no-sync-initial-state", action="store_true")
     args = parser.parse_args()
 
-    run = hj.init(checkpoint_every=args.checkpoint_every)
+    run = hj.init(checkpoint_every=args.checkpoint_every, sync_initial_state=not args.no_sync_initial_state)
+    own = 1000.0 * jax.process_index() if args.seed_per_process else 0.0
     mesh = run.mesh()
     sharded = NamedSharding(mesh, P("slice", None) if args.shard == "slice" else P())
     replicated = NamedSharding(mesh, P())
-    w = jax.make_array_from_callback((args.rows, 4), sharded, lambda index: initial_w(args.rows)[index])
+    w = jax.make_array_from_callback((args.rows, 4), sharded, lambda index: initial_w(args.rows)[index] + own)
     big = jax.jit(lambda: jnp.zeros(max(1, int(args.mib * 2**20 / 4)), jnp.float32), out_shardings=replicated)()
     state = {"w": w, "big": big}
     if args.key:

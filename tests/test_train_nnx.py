@@ -2,7 +2,7 @@
 ``nnx.MultiMetric``, an ``nnx.jit`` step, dropout from ``nnx.Rngs``, an evaluation pass every few
 steps), run by 2 real JAX processes (jax.distributed, gloo on CPU), the test playing the
 controller: a migration (SIGTERM, then the job created again), a non-elastic slice loss (a rank
-killed; the survivor exits for a restart; the job resumes from its newest checkpoint) and an
+killed; the survivor saves its replica and exits for a restart; the job resumes from it) and an
 elastic 2 -> 1 -> 2. Each loss curve (and the training metrics' windows, which are NNX state
 too) is compared step by step with an uninterrupted run of the same seed."""
 
@@ -26,6 +26,7 @@ ARGS = ["--steps", str(STEPS), "--batch-size", "32", "--log-every", "5", "--eval
 TIMEOUT = 180.0  # per phase: JAX starts slowly on a busy 2-core machine
 SLICES = ("slice-0", "slice-1")
 SAVED = re.compile(r"^checkpoint saved step=(\d+) reason=termination ")
+SURVIVOR_SAVED = re.compile(r"^checkpoint saved step=(\d+) reason=recovery .*by a survivor")
 RESTORED = re.compile(r"^restored step=(\d+) source=(\w+)")
 METRICS = ("loss", "train_accuracy", "train_loss")  # the step's loss and the metrics' windows
 QUIET = ("Distributed system is not available", "did not leave generation")  # the expected path's noise
@@ -88,10 +89,12 @@ def test_a_migrated_nnx_job_resumes_at_the_exact_step_with_the_same_curve(tmp_pa
     assert curve(first[0]) == {step: reference[step] for step in range(1, saved + 1)}
 
 
-def test_a_non_elastic_slice_loss_resumes_from_the_newest_checkpoint_with_the_same_curve(tmp_path: Path, reference: dict[int, dict[str, str]]) -> None:
-    """A rank killed (its slice lost) in a job without elastic slices: the survivor cannot save
-    without its group and exits for a restart, saying so in one line and no more; the restarted
-    job resumes from its newest checkpoint and recomputes exactly the uninterrupted steps."""
+def test_a_non_elastic_slice_loss_resumes_from_the_survivors_save_with_the_same_curve(tmp_path: Path, reference: dict[int, dict[str, str]]) -> None:
+    """A rank killed (its slice lost) in a job without elastic slices: the survivor cannot take
+    an orbax checkpoint without its group, so it writes the replica it holds as a survivor save
+    and exits for a restart, saying so in one line and no more; the restarted job resumes from
+    that step, not from the periodic checkpoint before it (0 steps lost), and recomputes exactly
+    the uninterrupted steps."""
     checkpoints = tmp_path / "checkpoints"
     with Workers(tmp_path) as workers:
         first = start(workers, "first", checkpoints, sleep=0.2)
@@ -102,14 +105,15 @@ def test_a_non_elastic_slice_loss_resumes_from_the_newest_checkpoint_with_the_sa
         survivor = first[0].stderr()
         assert not [line for line in survivor.splitlines() if any(noise in line for noise in QUIET)], survivor
         assert "Traceback" not in survivor, survivor
+        [saved] = [int(m.group(1)) for line in first[0].lines() if (m := SURVIVOR_SAVED.match(line))]
+        assert saved == first[0].last_step()  # the last step it completed: nothing it trained is lost
 
         second = start(workers, "second", checkpoints)
         finish(second)
     for worker in second:
-        step, source = restored(worker)
-        assert source == "checkpoint" and step % 10 == 0 and step >= 10
-        assert f"starts from the newest complete checkpoint (step {step})" in survivor  # the one line says so
-        assert curve(worker) == {s: reference[s] for s in range(step + 1, STEPS + 1)}
+        assert restored(worker) == (saved, "checkpoint")
+        assert curve(worker) == {s: reference[s] for s in range(saved + 1, STEPS + 1)}
+    assert not list((checkpoints / "survivors").iterdir())  # superseded by the group's next checkpoint
 
 
 def test_an_elastic_nnx_job_shrinks_to_1_slice_and_grows_back_on_the_same_curve(tmp_path: Path, reference: dict[int, dict[str, str]]) -> None:

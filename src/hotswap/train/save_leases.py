@@ -30,6 +30,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from hotswap.train.events import say
+
 log = logging.getLogger("hotswap.train")
 
 LEASES_DIR = "leases"
@@ -110,8 +112,8 @@ class SaveLeases:
                     ", ".join(sorted(live)), waited,
                 )
                 return waited
-            if not announced:
-                log.info("hotswap: waiting for the previous attempt's last save (%s)", ", ".join(sorted(live)))
+            if not announced:  # in the worker's log: it explains a restart that pauses here
+                say(f"hotswap: waiting for the previous attempt's last save ({', '.join(sorted(live))})")
                 announced = True
             time.sleep(_POLL_S)
 

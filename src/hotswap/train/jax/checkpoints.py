@@ -31,6 +31,7 @@ from hotswap.train import runs
 from hotswap.train.events import EventLog
 from hotswap.train.files import prepare_directory, set_aside
 from hotswap.train.jax import step_reader
+from hotswap.train.jax.survivor_saves import SurvivorSaves
 from hotswap.train.jax.trees import StateMismatchError, first_mismatch, leaves_with_paths
 
 log = logging.getLogger("hotswap.train")
@@ -88,9 +89,10 @@ class OrbaxCheckpoints:
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
 
-    def complete_step(self) -> int | None:
-        """The newest step on disk that a restore can read (its save committed)."""
-        return max(ocp.utils.checkpoint_steps(self.directory), default=None)
+    def complete_step(self, directory: str | None = None) -> int | None:
+        """The newest step on disk (in ``directory``, this run's by default) that a restore can
+        read: its save committed."""
+        return max(ocp.utils.checkpoint_steps(directory or self.directory), default=None)
 
     def abandon(self) -> None:
         """The save in flight cannot finish (its peers are gone) and the process is leaving:
@@ -135,6 +137,7 @@ class OrbaxCheckpoints:
             done, self._pending = self._pending, {}
         if self.record_events:  # rank 0: the run's signal follows its saves (termination: a migration waits)
             runs.mark_saved(Path(self.directory), done["reason"])
+            SurvivorSaves(self.directory).prune(up_to=step)  # superseded by a checkpoint of the group
             self.events.record(
                 EVENT_CHECKPOINT_SAVE,
                 step=step,

@@ -68,6 +68,7 @@ class JaxRun(RunLifecycle):
         rendezvous_timeout_s: float,
         membership_timeout_s: float,
         compilation_cache: str | None,
+        sync_initial_state: bool = True,
     ) -> None:
         started_at = time.time()
         for name, value in (("checkpoint_every", checkpoint_every), ("snapshot_every", snapshot_every)):
@@ -85,15 +86,10 @@ class JaxRun(RunLifecycle):
         self.group.adopt_service(handoff.service if handoff else None)
         self.progress = Progress()
         self.sync = JaxStateSync(
-            self.group,
-            self.progress,
-            self.events,
-            hosts_per_slice=env.hosts_per_slice,
-            async_checkpoints=async_checkpoints,
-            snapshot_every=snapshot_every,
-            handoff=handoff,
-            cause=env.start_cause,
-            allow_fresh_start=env.allow_fresh_start,
+            self.group, self.progress, self.events, hosts_per_slice=env.hosts_per_slice,
+            async_checkpoints=async_checkpoints, snapshot_every=snapshot_every, handoff=handoff,
+            cause=env.start_cause, allow_fresh_start=env.allow_fresh_start, attempt=env.attempt,
+            grace_period_s=env.grace_period_s, sync_initial_state=sync_initial_state,
         )
 
         def formation(termination: Termination) -> GroupFormation:
@@ -126,10 +122,10 @@ class JaxRun(RunLifecycle):
         directory = checkpoint_dir or env.checkpoint_dir
         if directory:
             source = runs.resume_source(env)
-            self.sync.checkpoints = OrbaxCheckpoints(
+            self.sync.attach(OrbaxCheckpoints(
                 directory, keep, self.events, record_events=self.rank == 0, fallback=str(source) if source else None,
                 clean_leftovers=not joins_live_job(env, handoff),
-            )
+            ))
         else:
             warn_no_checkpoint_directory()
         self._started(started_at, announce=handoff is None)
@@ -297,6 +293,8 @@ class JaxRun(RunLifecycle):
     def _end_without_group(self) -> NoReturn:
         """SIGTERM while the group was still forming: nothing to save with; leave now."""
         self.sync.save_own("termination")
+        if self.sync.leases is not None:
+            self.sync.leases.release()
         self.events.record(EVENT_STOP, step=self.step, reason="terminated", exit_code=CHECKPOINTED_EXIT_CODE)
         self.events.close()
         for stream in (sys.stdout, sys.stderr):
@@ -332,6 +330,7 @@ def init(
     rendezvous_timeout_s: float = 300.0,
     membership_timeout_s: float = 300.0,
     compilation_cache: str | bool = True,
+    sync_initial_state: bool = True,
 ) -> JaxRun:
     """Start this process's part of a JAX job (see :mod:`hotswap.train.jax`). Call it before
     any other JAX call: it initialises ``jax.distributed`` for the process's group.
@@ -343,6 +342,8 @@ def init(
     termination grace period, 5 to 60 s). ``compilation_cache``: JAX's persistent compilation
     cache, so that a restarted process loads its compiled step (True: a per-user directory in
     the temporary space; a path; False: off; a cache the script configured itself is kept).
+    ``sync_initial_state``: at a fresh start (nothing restored), every process takes process
+    0's registered state, as DDP does (False: each keeps the state it registered).
     """
     global _current
     if _current is not None:
@@ -362,6 +363,7 @@ def init(
             rendezvous_timeout_s=rendezvous_timeout_s,
             membership_timeout_s=membership_timeout_s,
             compilation_cache=default_compilation_cache() if compilation_cache is True else (compilation_cache or None),
+            sync_initial_state=sync_initial_state,
         )
     except CheckpointDirectoryRefused as refused:
         refuse_checkpoint_directory(refused)

@@ -28,7 +28,9 @@ from hotswap.train.jax.objects import ObjectRegistry
 from hotswap.train.jax.runtime import JaxGroup
 from hotswap.train.jax.trees import (
     HostSnapshot,
+    agree_with_first_holders,
     any_deleted,
+    broadcast_bytes,
     broadcast_shards,
     leaf_names,
     leaves_with_paths,
@@ -37,8 +39,10 @@ from hotswap.train.jax.trees import (
     plain,
     rebuild,
 )
+from hotswap.train.jax.survivors import Survivors
 from hotswap.train.progress import Progress, plan_peer_copy
 from hotswap.train.rendezvous import first_line
+from hotswap.train.save_leases import SaveLeases
 
 if TYPE_CHECKING:
     from hotswap.train.jax.checkpoints import OrbaxCheckpoints
@@ -49,6 +53,11 @@ WRITE_WAIT_S = 10.0  # how long leaving waits for a save in flight
 
 
 class JaxStateSync:
+    """Size: JAX's one ReplicaState. Which state every process ends up with (its own handoff, a
+    peer slice's shards, a survivor save, orbax, process 0's at a fresh start) is decided in one
+    place, where the sources are weighed against each other; the formats and the transfers live
+    in trees, checkpoints, survivors and handoff."""
+
     def __init__(
         self,
         group: JaxGroup,
@@ -61,8 +70,15 @@ class JaxStateSync:
         handoff: Handoff | None,
         cause: str | None = None,
         allow_fresh_start: bool = False,
+        attempt: int = 1,
+        grace_period_s: float = 30.0,
+        sync_initial_state: bool = True,
     ) -> None:
         self.cause = cause  # why this worker generation started (HOTSWAP_START_CAUSE)
+        self.grace_period_s = grace_period_s  # the longest a restore waits for the attempt before's saves
+        self.sync_initial_state = sync_initial_state  # a fresh start takes process 0's state
+        self.leases: SaveLeases | None = None  # this process's save lease; the earlier attempts' are waited for
+        self.survivors = Survivors(group, events, attempt)
         self.allow_fresh_start = allow_fresh_start  # HOTSWAP_ALLOW_FRESH_START
         self.group = group
         self.progress = progress
@@ -121,11 +137,20 @@ class JaxStateSync:
         if self._handoff is not None:  # restarting again before the state was taken back
             held = self._handoff
             return Handoff(change, held.counters, held.shards, held.leaves, held.objects, attempts)
+        found = self._held(live)
+        if found is None:
+            return Handoff(change, None, None, None, None, attempts)
+        return Handoff(change, found.counters, found.shards, found.leaves, found.objects, attempts)
+
+    def _held(self, live: bool) -> HostSnapshot | None:
+        """This process's shards of the newest state it can vouch for, on the host: the live
+        state (unless ``live`` is false), else the last one known to be computed, else the last
+        host snapshot."""
         candidates = [self.committed] if self.committed else []
         if live:
             candidates.insert(0, (self.current, self._counters(), self._objects_now))
         if not self.progress.has_state:
-            candidates = []
+            return None
         for state, counters, objects in candidates:
             if state is None or any_deleted(state):
                 continue
@@ -134,11 +159,15 @@ class JaxStateSync:
             except Exception as error:
                 log.warning("hotswap: the state of step %d cannot be read (%s)", counters["step"], first_line(error))
                 continue
-            return Handoff(change, counters, shards, self._leaves(), objects, attempts)
-        if self.snapshot is not None:
-            snap = self.snapshot
-            return Handoff(change, snap.counters, snap.shards, snap.leaves, snap.objects, attempts)
-        return Handoff(change, None, None, None, None, attempts)
+            return HostSnapshot(counters, shards, self._leaves(), objects)
+        return self.snapshot
+
+    def attach(self, checkpoints: OrbaxCheckpoints) -> None:
+        """Save into ``checkpoints`` (its directory prepared), holding this process's save lease
+        there from now on (see :mod:`hotswap.train.save_leases`)."""
+        self.checkpoints = checkpoints
+        self.leases = SaveLeases(checkpoints.directory, self.survivors.attempt)
+        self.leases.hold()
 
     # ReplicaState -----------------------------------------------------------------------------
 
@@ -205,26 +234,37 @@ class JaxStateSync:
         return self.group.rank == 0
 
     def save_own(self, reason: str) -> None:
-        """A JAX checkpoint needs every process of the group, which is gone: the job resumes
-        from its newest complete checkpoint (or from a survivor, when elastic). One line says
-        which: a save still in flight never completes (it ends at a barrier of the group)."""
-        if not self.progress.has_state:
+        """Without the group (a peer is gone, the job is not elastic): an orbax save needs every
+        process, so this process writes the shards it holds as its part of a survivor save
+        (:mod:`.survivor_saves`); the survivors' parts together are the replica the restart
+        resumes from. A save still in flight never completes (it ends at a barrier of the group).
+        One line says what the next run starts from when there is nothing to write."""
+        if not self.progress.has_state or self.checkpoints is None:
             return
-        newest = self.checkpoints.complete_step() if self.checkpoints is not None else None
-        if newest == self.progress.step:
-            return
-        if self.checkpoints is not None and self.checkpoints.busy:
+        newest = self.checkpoints.complete_step()
+        if self.checkpoints.busy:
             self.checkpoints.abandon()
+        held = self._held(live=True)
+        if held is not None and (newest is None or held.counters["step"] > newest):
+            if self.survivors.write(self.checkpoints, held, self.template, reason):
+                return
+        if newest is not None and newest >= self.progress.step:
+            return
         log.warning(
             "hotswap: no %s save of step %d without the group: the next run starts from %s", reason, self.progress.step,
             "the beginning" if newest is None else f"the newest complete checkpoint (step {newest})",
         )
 
     def wait_for_writes(self) -> None:
-        if self.group.peers_lost:  # a save in flight ends at a barrier of the group: it cannot finish
-            return
-        if self.checkpoints is not None and not self.checkpoints.wait(WRITE_WAIT_S):
-            log.warning("hotswap: a checkpoint save did not finish in %gs: its peers are gone", WRITE_WAIT_S)
+        """Finish the writes in flight: this process's last (it is ending)."""
+        try:
+            if self.group.peers_lost:  # a save in flight ends at a barrier of the group: it cannot finish
+                return
+            if self.checkpoints is not None and not self.checkpoints.wait(WRITE_WAIT_S):
+                log.warning("hotswap: a checkpoint save did not finish in %gs: its peers are gone", WRITE_WAIT_S)
+        finally:
+            if self.leases is not None:
+                self.leases.release()
 
     # Inside ---------------------------------------------------------------------------------
 
@@ -254,7 +294,13 @@ class JaxStateSync:
         self._adopt(handoff.counters, on_disk=False)
 
     def _restore_from_disk(self, started: float) -> None:
-        restored = self.checkpoints.restore_latest(self.template) if self.checkpoints is not None else None
+        waited_s = 0.0
+        if self.leases is not None:  # the survivors of the attempt before may still be saving
+            waited_s = self.leases.wait_for_earlier(self.grace_period_s)
+        restored = None
+        if self.checkpoints is not None:
+            restored = self.survivors.restore(self.checkpoints, self.template, self._leaves())
+            restored = restored or self.checkpoints.restore_latest(self.template)
         if restored is None and self.checkpoints is not None:
             # Every process sees the same directories, so every one refuses alike.
             roots = [Path(p) for p in (self.checkpoints.directory, self.checkpoints.fallback) if p]
@@ -265,6 +311,7 @@ class JaxStateSync:
         if self.checkpoints is not None and self.group.rank == 0:
             runs.mark_running(Path(self.checkpoints.directory))  # no earlier run's migration is pending now
         if restored is None:
+            self._agree_on_initial_state()
             return
         self.current = restored.state
         self.objects.load(restored.objects)
@@ -272,7 +319,22 @@ class JaxStateSync:
         self._adopt(restored.counters, on_disk=True)
         if restored.resumed and self.cause in (None, "start"):  # another run's state: this run resumes it
             self.cause = "resume"
-        self._announce_restore(restore_source(restored.reason, self.cause), started)
+        self._announce_restore(restore_source(restored.reason, self.cause), started, waited_s)
+
+    def _agree_on_initial_state(self) -> None:
+        """A fresh start: every process takes process 0's registered state (each may have
+        initialised its own from a seed of its own; JAX takes a replicated array's copies to be
+        equal and never checks), as DDP does with the parameters at its construction: each
+        shard from the first process holding it, and process 0's registered objects."""
+        if self.group.world_size == 1 or not self.sync_initial_state or self.current is None:
+            return
+        self.current = agree_with_first_holders(self.current)
+        mine = pickle.dumps(self.objects.state()) if self.group.rank == 0 else b""
+        size = self.group.all_gather_ints([len(mine)])[0][0]
+        objects = pickle.loads(broadcast_bytes(mine, size, self.group.rank == 0))
+        if self.group.rank != 0:
+            self.objects.load(objects)
+        self._objects_now = self.objects.state()
 
     def _adopt(self, counters: dict[str, int], on_disk: bool) -> None:
         if on_disk:
@@ -289,10 +351,12 @@ class JaxStateSync:
     def _leaves(self) -> list[str]:
         return leaf_names(self.template)
 
-    def _announce_restore(self, source: str, started: float) -> None:
+    def _announce_restore(self, source: str, started: float, waited_s: float = 0.0) -> None:
+        """``waited_s``: of the restore's time, the wait for the attempt before to finish saving."""
         elapsed = time.monotonic() - started
+        extra = {"save_wait_s": round(waited_s, 6)} if waited_s >= 0.001 else {}
         self.events.record(
-            EVENT_CHECKPOINT_RESTORE, step=self.progress.step, duration_s=round(elapsed, 6), source=source
+            EVENT_CHECKPOINT_RESTORE, step=self.progress.step, duration_s=round(elapsed, 6), source=source, **extra
         )
         say(restored_line(self.progress.step, source, self.cause))
 

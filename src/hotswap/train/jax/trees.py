@@ -151,8 +151,9 @@ def any_deleted(tree: Any) -> bool:
 
 def rebuild(template: Any, shards: Sequence[Mapping[Index, Any]]) -> Any | None:
     """The template's tree with its arrays' values taken from ``shards`` (placed with the
-    template's shardings); None when a shard this process needs is not among them (the state
-    was sharded across slices, so part of it was lost with a slice)."""
+    template's shardings; a shard this process needs is put together from the pieces that
+    overlap it when they were cut otherwise); None when part of a shard this process needs is
+    not among them (the state was sharded across slices, so part of it was lost with a slice)."""
     paths = leaves_with_paths(template)
     if len(paths) != len(shards):
         return None
@@ -164,13 +165,32 @@ def rebuild(template: Any, shards: Sequence[Mapping[Index, Any]]) -> Any | None:
         pieces, (dtype, words) = [], _host_layout(leaf)
         for device, index in leaf.sharding.addressable_devices_indices_map(leaf.shape).items():
             bounds = index_of(index, leaf.shape)
-            data = held.get(bounds)
             shape = tuple(stop - start for start, stop in bounds) + words
+            data = held.get(bounds)
+            if data is None:
+                data = _assemble(held, bounds, shape, dtype)
             if data is None or np.dtype(data.dtype) != dtype or tuple(data.shape) != shape:
                 return None
             pieces.append(_on_device(leaf, data, device))
         values.append(jax.make_array_from_single_device_arrays(leaf.shape, leaf.sharding, pieces))
     return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(template), values)
+
+
+def _assemble(held: Mapping[Index, Any], bounds: Index, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any | None:
+    """The region ``bounds`` copied out of the pieces that overlap it; None unless they cover it
+    (the pieces are one sharding's shards, which never overlap one another)."""
+    region, covered = np.empty(shape, dtype), 0
+    for piece_bounds, piece in held.items():
+        if len(piece_bounds) != len(bounds) or np.dtype(piece.dtype) != dtype:
+            continue
+        overlap = [(max(a, c), min(b, d)) for (a, b), (c, d) in zip(bounds, piece_bounds)]
+        if any(start >= stop for start, stop in overlap):
+            continue
+        region[tuple(slice(start - a, stop - a) for (start, stop), (a, _) in zip(overlap, bounds))] = piece[
+            tuple(slice(start - c, stop - c) for (start, stop), (c, _) in zip(overlap, piece_bounds))
+        ]
+        covered += int(np.prod([stop - start for start, stop in overlap]))
+    return region if covered == int(np.prod([stop - start for start, stop in bounds])) else None
 
 
 # Between processes ---------------------------------------------------------------------------
@@ -195,6 +215,72 @@ def broadcast_shards(
     received = multihost_utils.broadcast_one_to_all(payload, is_source=is_source)
     shards = [np.asarray(raw).view(dtype).reshape(shape) for raw, (dtype, shape) in zip(received, layout)]
     return shards, np.asarray(received[-1], np.uint8).tobytes() if attachment_size else b""
+
+
+def agree_with_first_holders(tree: Any) -> Any:
+    """``tree`` with every shard's value taken from the first process that holds that shard
+    (by process index): what makes a replicated state identical on every process when each
+    initialised it on its own (its own seed), as DDP makes every rank take rank 0's parameters.
+    One broadcast per process that holds a shard another process needs (process 0 alone when
+    the state is replicated across single-host slices; none when nothing is replicated)."""
+    me = jax.process_index()
+    leaves = leaves_with_paths(tree)
+    plan: dict[int, list[tuple[int, Index, np.dtype[Any], tuple[int, ...]]]] = {}  # owner -> what it sends
+    owners: list[dict[Index, int]] = []
+    for position, (_, leaf) in enumerate(leaves):
+        owner_of: dict[Index, int] = {}
+        holders: dict[Index, set[int]] = {}
+        if isinstance(leaf, jax.Array):
+            dtype, words = _host_layout(leaf)
+            for device, index in sorted(leaf.sharding.devices_indices_map(leaf.shape).items(), key=lambda item: (item[0].process_index, item[0].id)):
+                bounds = index_of(index, leaf.shape)
+                owner_of.setdefault(bounds, device.process_index)
+                holders.setdefault(bounds, set()).add(device.process_index)
+            for bounds, owner in sorted(owner_of.items()):
+                if holders[bounds] - {owner}:
+                    shape = tuple(stop - start for start, stop in bounds) + words
+                    plan.setdefault(owner, []).append((position, bounds, dtype, shape))
+        owners.append(owner_of)
+    received: dict[tuple[int, Index], Any] = {}
+    for owner, items in sorted(plan.items()):
+        if me == owner:
+            payload = [_as_bytes(np.asarray(_local_shard(leaves[p][1], b))) for p, b, _, _ in items]
+        else:
+            payload = [np.zeros(int(np.prod(shape)) * dtype.itemsize, np.uint8) for _, _, dtype, shape in items]
+        for (position, bounds, dtype, shape), raw in zip(items, multihost_utils.broadcast_one_to_all(payload, is_source=me == owner)):
+            received[(position, bounds)] = np.asarray(raw).view(dtype).reshape(shape)
+    if not received:
+        return tree
+    values, changed = [], {position for position, _ in received}
+    for position, (_, leaf) in enumerate(leaves):
+        if not isinstance(leaf, jax.Array) or position not in changed:
+            values.append(leaf)
+            continue
+        indices = leaf.sharding.addressable_devices_indices_map(leaf.shape)
+        pieces = []
+        for shard in leaf.addressable_shards:
+            bounds = index_of(indices[shard.device], leaf.shape)
+            mine = owners[position][bounds] == me
+            pieces.append(shard.data if mine else _on_device(leaf, received[(position, bounds)], shard.device))
+        values.append(jax.make_array_from_single_device_arrays(leaf.shape, leaf.sharding, pieces))
+    return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(tree), values)
+
+
+def broadcast_bytes(data: bytes, size: int, is_source: bool) -> bytes:
+    """The source's ``data`` of ``size`` bytes (a size every process knows) on every process."""
+    if not size:
+        return b""
+    payload = np.frombuffer(data, np.uint8) if is_source else np.zeros(size, np.uint8)
+    return np.asarray(multihost_utils.broadcast_one_to_all(payload, is_source=is_source), np.uint8).tobytes()
+
+
+def _local_shard(leaf: jax.Array, bounds: Index) -> Any:
+    """This process's shard of ``leaf`` at ``bounds`` (its host data)."""
+    indices = leaf.sharding.addressable_devices_indices_map(leaf.shape)
+    for shard in leaf.addressable_shards:
+        if index_of(indices[shard.device], leaf.shape) == bounds:
+            return plain(shard.data)
+    raise ValueError(f"no shard at {bounds} on this process")
 
 
 def ordered_local_data(tree: Any) -> list[Any]:
