@@ -16,6 +16,12 @@ the filesystem's own clock (its renewal compared with this process's own lease, 
 clocks never meet), or, on this host, held by a process that is still running (so a killed
 worker here is seen gone at once). Without such a lease nothing waits.
 
+"This host" is the host name and, written in the lease, the kernel's boot and PID namespace
+with the holder's start time: a JobSet's pods keep their host names across a restart, and a
+new pod's process may have the lost one's pid (even its own), so a name and a pid alone would
+make a restart wait the whole grace period for a process long gone. A lease of another
+namespace is judged by its renewal; a pid now held by a process that started later is gone.
+
 Framework-neutral; both SDKs use it through their checkpointers.
 """
 
@@ -66,6 +72,7 @@ class SaveLeases:
         self.host = host or socket.gethostname()
         self.pid = pid or os.getpid()
         self.path = self.directory / f"{attempt}-{self.host}-{self.pid}"
+        self.namespace = _namespace()
         self._released = threading.Event()
         self._renewer: threading.Thread | None = None
 
@@ -75,7 +82,9 @@ class SaveLeases:
         """Take the lease and renew it in the background until :meth:`release`."""
         try:
             self.directory.mkdir(mode=0o700, exist_ok=True)
-            self.path.touch(mode=0o600)
+            descriptor = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(descriptor, "w") as lease:
+                lease.write(f"{self.namespace} {_start_ticks(self.pid)}")
         except OSError as error:  # the save itself will say what is wrong with the directory
             log.debug("hotswap: cannot write the lease %s: %s", self.path, error)
             return
@@ -95,7 +104,9 @@ class SaveLeases:
 
     # Waiting ---------------------------------------------------------------------------------
 
-    def wait_for_earlier(self, limit_s: float, clock: Callable[[], float] = time.monotonic) -> float:
+    def wait_for_earlier(
+        self, limit_s: float, clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
+    ) -> float:
         """Wait while an earlier attempt's lease is live, at most ``limit_s``; the seconds waited."""
         started = clock()
         announced = False
@@ -115,7 +126,7 @@ class SaveLeases:
             if not announced:  # in the worker's log: it explains a restart that pauses here
                 say(f"hotswap: waiting for the previous attempt's last save ({', '.join(sorted(live))})")
                 announced = True
-            time.sleep(_POLL_S)
+            sleep(_POLL_S)
 
     def live_earlier(self) -> list[str]:
         """The names of the live leases of earlier attempts (see the module)."""
@@ -129,10 +140,11 @@ class SaveLeases:
             attempt, host, pid = _parse(entry.name)
             if attempt is None or attempt >= self.attempt:
                 continue
-            if host == self.host:
-                if _alive_here(pid):
+            namespace, started = _recorded(entry.path)
+            if host == self.host and namespace in ("", self.namespace):  # "": written without /proc
+                if _alive_here(pid) and started in ("", _start_ticks(pid)):
                     live.append(entry.name)
-                else:  # ended without releasing it (killed): nobody renews it any more
+                else:  # ended without releasing it (killed), its pid perhaps reused: nobody renews it
                     with contextlib.suppress(OSError):
                         os.unlink(entry.path)
                 continue
@@ -152,6 +164,35 @@ class SaveLeases:
             return self.path.stat().st_mtime
         except OSError:
             return None
+
+
+def _namespace() -> str:
+    """This kernel's boot and this process's PID namespace ("" without /proc): where a pid
+    names the same process."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as boot:
+            return f"{boot.read().strip()}:{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:
+        return ""
+
+
+def _start_ticks(pid: int) -> str:
+    """When process ``pid`` started, in clock ticks after boot ("" where unknown)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def _recorded(path: str) -> tuple[str, str]:
+    """The namespace and start time a lease's holder wrote in it ("" for what it did not)."""
+    try:
+        with open(path) as lease:
+            namespace, _, started = lease.read(512).partition(" ")
+    except (OSError, UnicodeDecodeError):
+        return "", ""
+    return namespace.strip(), started.strip()
 
 
 def _parse(name: str) -> tuple[int | None, str, int]:
