@@ -67,3 +67,13 @@ def test_jax_migration_drill(home: Path) -> None:
     assert summary["steps_lost"] == 0
     log = Path(summary["logs"]).read_text()
     assert "restored step=" in log and "source=migration" in log
+
+
+def test_jax_hotswap_drill(home: Path) -> None:
+    """A failed node under the high-priority 2-slice JAX job (not elastic): the survivor cannot
+    take an orbax checkpoint without its group, so it writes its replica as a survivor save; high
+    restarts on low's slice from it, 0 steps lost (before survivor saves: from step 0)."""
+    summary = demo(home, "hotswap")
+    assert summary["steps_lost"] == 0 and summary["preempted"] == ["low"] and summary["low_steps_lost"] == 0
+    log = "\n".join(path.read_text() for path in Path(summary["logs"]).parent.glob("*.log"))
+    assert "by a survivor (its part, without the group)" in log

@@ -51,9 +51,9 @@ def test_without_jax_the_jax_drills_say_what_to_install_in_one_line(
     assert "pip install 'hotswap[jax]'" in line
 
 
-def test_the_hotswap_drill_is_not_offered_for_jax(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_shrink_drill_is_not_offered_for_jax(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     if importlib.util.find_spec("jax") is None:
         pytest.skip("JAX is not installed: the missing extra is reported first")
-    code, errors = hotswap(["demo", "hotswap", "--framework", "jax"], monkeypatch, capsys)
+    code, errors = hotswap(["demo", "shrink", "--framework", "jax"], monkeypatch, capsys)
     assert code != 0
-    assert errors.strip() == "error: --framework jax runs the elastic and migration drills; the hotswap drill trains PyTorch jobs"
+    assert errors.strip() == "error: --framework jax runs the elastic, hotswap, migration drills; the shrink drill trains PyTorch jobs"

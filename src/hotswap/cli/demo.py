@@ -39,7 +39,7 @@ def demo(
     step_sleep: float = typer.Option(0.05, "--step-sleep", help="Seconds per training step (slower is easier to watch).", min=0.0),
     backing: Backing = typer.Option(Backing.AUTO, "--backing", help="auto (this machine's GPUs, one per slice, when enough are free), gpu, or emulated."),
     state_gb: float = typer.Option(1.2, "--state-gb", help="gpu: model + optimizer state on the GPU, in GB.", min=0.001),
-    framework: Framework = typer.Option(Framework.TORCH, "--framework", help="torch, or jax (elastic and migration drills; needs hotswap[jax])."),
+    framework: Framework = typer.Option(Framework.TORCH, "--framework", help="torch, or jax (hotswap, elastic and migration drills; needs hotswap[jax])."),
     fail_slice: int = typer.Option(1, "--fail-slice", help="elastic: which of the job's 3 slices loses its node (0, 1 or 2).", min=0, max=2),
     dashboard: bool = typer.Option(False, "--dashboard", help="Watch the drill live in a browser (hotswap[dashboard]; on 127.0.0.1)."),
     dashboard_port: int = typer.Option(8787, "--dashboard-port", help="Port of --dashboard (0: any free port).", min=0, max=65535),
@@ -130,7 +130,7 @@ def _jax_drills(scenario: Scenario) -> dict[str, Any]:
 
     if scenario.value not in JAX_DRILLS:
         raise InvalidInputError(
-            f"--framework jax runs the {' and '.join(sorted(JAX_DRILLS))} drills; the {scenario.value} drill trains PyTorch jobs"
+            f"--framework jax runs the {', '.join(sorted(JAX_DRILLS))} drills; the {scenario.value} drill trains PyTorch jobs"
         )
     return JAX_DRILLS
 

@@ -7,7 +7,13 @@ so its MTTR includes starting a Python program with JAX and compiling the step a
 from __future__ import annotations
 
 from hotswap.demo.drills import Drill
-from hotswap.demo.scenarios import ElasticDrill, MigrationDrill
+from hotswap.demo.scenarios import ElasticDrill, HotswapDrill, MigrationDrill
+
+
+class JaxHotswapDrill(HotswapDrill):
+    framework = "jax"
+    script = "train_jax.py"
+    title = "a failed node moves the high-priority JAX job onto the low-priority job's slice"
 
 
 class JaxElasticDrill(ElasticDrill):
@@ -22,4 +28,6 @@ class JaxMigrationDrill(MigrationDrill):
     title = "delete a JAX job mid-training and create it again: it resumes where it stopped"
 
 
-JAX_DRILLS: dict[str, type[Drill]] = {"elastic": JaxElasticDrill, "migration": JaxMigrationDrill}
+JAX_DRILLS: dict[str, type[Drill]] = {
+    "hotswap": JaxHotswapDrill, "elastic": JaxElasticDrill, "migration": JaxMigrationDrill,
+}
