@@ -133,7 +133,7 @@ class TimelineEntry(TypedDict):
 
 
 class _GoodputRequired(TypedDict):
-    goodput: float
+    goodput: float | None  # None: unknown, no step was reported (``reason`` says why)
     wall_s: float
     source: str
     badput: dict[str, float]
@@ -141,8 +141,8 @@ class _GoodputRequired(TypedDict):
 
 class GoodputView(_GoodputRequired, total=False):
     slice_seconds: dict[str, float]  # local
-    reason: str  # why goodput is 0: no productive time was reported by the workers
-    running_share: float  # Kubernetes: the share of time in RUNNING (not goodput: no step is seen)
+    reason: str  # why goodput is unknown: no step was reported by the workers
+    running_share: float  # when unknown: the share of time the workers were up (not goodput: no step seen)
 
 
 class _WorkloadDescribed(WorkloadRow):

@@ -151,6 +151,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from hotswap.cli.output import goodput_words
+
     console = Console()
     title = f"hotswap demo {summary['scenario']}" + (f" --framework {summary['framework']}" if summary.get("framework", "torch") != "torch" else "")
     table = Table(title=f"{title}: summary", title_justify="left", box=None, show_header=False)
@@ -188,9 +190,9 @@ def _print_summary(summary: dict[str, Any]) -> None:
             f" {raw['seconds']:.2f} s ({raw['bytes_per_s'] / 1e9:.2f} GB/s)",
         )
     for job, good in (summary.get("goodput") or {}).items():
-        badput = ", ".join(f"{k} {v:.1%}" for k, v in good["badput"].items() if v >= 0.001)
+        figure, spent = goodput_words(good, at_least=0.0009)
         why = f"; {good['reason']}" if good.get("reason") else ""
-        table.add_row(f"goodput of {job}", f"{good['goodput']:.1%} over {good['wall_s']:.0f} s ({badput}{why})")
+        table.add_row(f"goodput of {job}", f"{figure} over {good['wall_s']:.0f} s ({spent}{why})")
     if summary.get("awk_output"):
         table.add_row("seed 001's awk script", summary["awk_output"].strip())
     console.print(table)

@@ -10,7 +10,7 @@ import typer
 
 from hotswap.api.errors import Declined, InvalidInputError, NotFoundError
 from hotswap.api.worker import DEFAULT_GRACE_PERIOD_S
-from hotswap.cli.output import Format, document, note, table
+from hotswap.cli.output import Format, document, goodput_words, note, table
 from hotswap.cli.waiting import Until, check_timeout, wait_for_state, wait_until_gone, watch
 from hotswap.core.hang import FLOOR_S as HANG_FLOOR_S, SAFETY_FACTOR as HANG_SAFETY_FACTOR
 
@@ -230,10 +230,8 @@ def describe(
     print(f"  logs: {view['logs']}")
     good = view["goodput"]
     why = f": {good['reason']}" if good.get("reason") else ""
-    print(
-        f"  goodput {good['goodput']:.1%} of {good['wall_s']:.0f}s (from {good['source']}{why}); badput: "
-        + ", ".join(f"{k} {v:.1%}" for k, v in good["badput"].items() if v > 0)
-    )
+    figure, spent = goodput_words(good)
+    print(f"  goodput {figure} of {good['wall_s']:.0f}s (from {good['source']}{why}); {spent}")
     if view["placement"]:
         table(
             ["Replica", "Slice", "Nodes"],
