@@ -102,6 +102,7 @@ class WorkloadRow(_WorkloadRowRequired, total=False):
 
     run_id: str | None  # in every row listed; None for a workload of a release without runs
     resumed_from: dict[str, Any] | None  # where the run's state came from (``run_origin``)
+    not_resumed: dict[str, Any]  # only when a predecessor's checkpoint was passed over: run, path, reason
 
 
 class NodeState(TypedDict, total=False):
