@@ -97,7 +97,7 @@ class History:
         """The backend's records of a workload's progress (``workload describe``'s ``progress``):
         MTTR and recoveries, restores and the newest steps, each at the time recorded."""
         history = self.of(name)
-        history.recorded = True
+        history.recorded = history.recorded or bool(progress.get("steps"))  # else: the log's steps, as seen
         history.mttr_s = progress.get("mttr_s")
         recovered = sorted({float(r["recovered_at"]) for r in progress.get("recoveries") or [] if r.get("recovered_at")})
         history.marks = [m for m in history.marks if m["kind"] != "recovery"] + [{"t": t, "kind": "recovery"} for t in recovered]

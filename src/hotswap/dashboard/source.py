@@ -148,7 +148,7 @@ class ClusterSource:
                 self.history.take_progress(name, progress)
             elif described.get("goodput"):
                 self.history.take_saves(name, described["goodput"], now)
-            if progress is None and row["status"] != "QUEUED":  # no recorded steps: the log's, as seen
+            if not self.history.of(name).recorded and row["status"] != "QUEUED":  # no recorded steps: the log's, as seen
                 chunks: list[bytes] = []
                 try:
                     backend.logs(self.cluster, name, None, 0, False, chunks.append)
