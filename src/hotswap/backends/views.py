@@ -162,6 +162,9 @@ class WorkloadDescription(_WorkloadDescribed, total=False):
 
     timeline: list[TimelineEntry]
     goodput: GoodputView
+    # The local backend's: recoveries and MTTR, restores, latest steps, exact timeline times
+    # (``backends/local/queries/progress.py``), from the records.
+    progress: dict[str, Any]
 
 
 class WorkloadVanished(TypedDict):
