@@ -78,6 +78,9 @@ class DemoOptions:
     backing: str = "auto"  # slices on this machine's GPUs when enough are free (auto), or gpu, or emulated
     state_gb: float = 1.2  # the GPU drill's model and optimizer state on a GPU
     fail_slice: int = 1  # elastic: the index of the slice whose node fails
+    # When the command started (epoch s): the origin of the live log's times, the plot's and the
+    # wall time (None: when the drill is made).
+    started_at: float | None = None
 
 
 class Drill(abc.ABC):
@@ -92,8 +95,8 @@ class Drill(abc.ABC):
         self.checks: list[Check] = []
         self.marks: list[dict[str, Any]] = []  # failures, repairs, deletions, creations: for the plot
         self.runs: dict[str, list[Path]] = {}  # each job's runs (directories), oldest first: for the plot
-        self.started = time.time()
-        self.view = DemoView(f"hotswap demo {self.scenario}: {self.title}", self._state, live)
+        self.started = options.started_at or time.time()
+        self.view = DemoView(f"hotswap demo {self.scenario}: {self.title}", self._state, live, self.started)
         self._seen_event = 0  # the controller's timeline, shown as it grows
         self.workdir = Path.cwd()
         self.device = DEVICE
@@ -252,6 +255,7 @@ class Drill(abc.ABC):
 
     def run(self) -> dict[str, Any]:
         summary: dict[str, Any] = {"scenario": self.scenario, "framework": self.framework, "cluster": self.cluster}
+        summary["started_t"] = self.started  # the origin of the log's times and the plot's
         with self.view:
             try:
                 summary.update(self.drill())
