@@ -18,11 +18,15 @@ from local_helpers import hotswap, wait_until, write_sleeper
 # A worker that prints the contract's step line ten times a second.
 STEPPER = textwrap.dedent(
     """
-    import time
+    import json, os, time
+    events = os.environ.get("HOTSWAP_EVENTS_FILE")  # the records the SDK would write
     step = 0
     while True:
         step += 1
         print(f"step={step} elastic_manager.good_slice_count=1 elastic_manager.elastic_down_event_count=0", flush=True)
+        if events:
+            with open(events, "a") as handle:
+                handle.write(json.dumps({"t": time.time(), "kind": "step", "step": step, "duration_s": 0.1, "slices": 1}) + "\\n")
         time.sleep(0.1)
     """
 )

@@ -31,16 +31,20 @@ def test_the_demo_says_the_last_step_before_the_failure_was_done() -> None:
 
 
 def test_the_demo_summary_says_why_a_job_that_never_trained_has_no_goodput(capsys: pytest.CaptureFixture[str]) -> None:
-    """Issue 25 item 5: goodput 0 comes with its reason, never a bare figure."""
+    """Issue 25 item 5, issue 34 item 4: a job that reported no step has goodput "unknown" with
+    its reason, never a bare figure, nor a startup it did not spend."""
     from hotswap.cli.demo import _print_summary
 
-    reason = "its workers reported no training step (none completed, or the command does not use hotswap.train)"
+    reason = "no step was reported: its workers started hotswap.train and stopped before their first step"
     _print_summary({"scenario": "hotswap", "checks": [], "passed": True, "wall_s": 20.0, "goodput": {
-        "low": {"goodput": 0.0, "wall_s": 13.0, "badput": {"queued": 0.846, "startup": 0.154}, "reason": reason},
+        "low": {"goodput": None, "wall_s": 13.0, "badput": {"queued": 0.846, "startup": 0.0}, "reason": reason,
+                "running_share": 0.154},
+        "high": {"goodput": 0.8, "wall_s": 10.0, "badput": {"queued": 0.1, "degraded": 0.1}},
     }})
     out = " ".join(capsys.readouterr().out.split())
-    assert "goodput of low 0.0% over 13 s" in out
-    assert "its workers reported no training step" in out
+    assert "goodput of low unknown over 13 s (badput: queued 84.6%; running with no step reported 15.4%; no step" in out
+    assert "startup" not in out
+    assert "goodput of high 80.0% over 10 s (badput: queued 10.0%, degraded 10.0%)" in out
 
 
 @pytest.mark.parametrize(("zygote", "said"), [(True, "no spare, forked from the zygote"), (False, "cold restart")])

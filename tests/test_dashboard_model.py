@@ -65,31 +65,72 @@ def test_environment_values_never_reach_the_page_only_their_names() -> None:
     assert model.status_words(row("s", "SUCCESSFUL", message="")) == "Finished · SUCCESSFUL"
 
 
-def test_a_failure_then_a_restart_then_progress_is_one_recovery_with_its_mttr() -> None:
+def test_mttr_and_times_are_the_records_not_when_the_dashboard_looked() -> None:
+    """Issue 34 (2, 3): a sub-second recovery that happened before the dashboard started showed
+    450.8 s (timed to its first look), and a restore read from the log was listed at the time it
+    was seen, after the failure that followed it. Now each is the backend's record."""
     history = History()
-    log = b""
+    timeline = [{"time": "2026-11-23T10:00:00Z", "event": "admit", "message": "admitted"},
+                {"time": "2026-11-23T10:00:10Z", "event": "node", "message": "node s0-0 failed"},
+                {"time": "2026-11-23T10:00:10Z", "event": "restart", "message": "restarted on s1"}]
+    exact = [1_700_000_000.0, 1_700_000_010.617, 1_700_000_010.650]
+    progress = {"mttr_s": 0.44, "timeline_t": exact,
+                "recoveries": [{"failed_at": 1_700_000_010.617, "recovered_at": 1_700_000_011.057, "seconds": 0.44}],
+                "restores": [{"t": 1_700_000_010.400, "step": 3, "source": "peer", "attempt": 1},
+                             {"t": 1_700_000_011.000, "step": 9, "source": "checkpoint", "attempt": 2}],
+                "steps": [[1_700_000_010.500, 9], [1_700_000_011.057, 10], [1_700_000_011.157, 11]],
+                "saves": [[1_700_000_009.0, 0.5]]}
+    described = {"w": {"timeline": timeline, "progress": progress, "goodput": {"source": "workers", "goodput": 0.8, "wall_s": 12.0, "badput": {}}}}
+    history.take_timeline("w", timeline, exact)
+    history.take_progress("w", progress)
+    looked = 1_700_001_000.0  # the dashboard's first look, long after
+    page = model.page({"name": "c", "slices": []}, [row("w")], described, history, updated=looked, now=looked, error=None, stale_after_s=3)
+    (workload,) = page["workloads"]
+    assert workload["mttr_s"] == 0.44  # the records' figure, never looked - 1_700_000_010.617
+    assert [(e["t"], e["kind"]) for e in page["events"]] == [
+        (1_700_000_000.0, "admit"), (1_700_000_009.0, "checkpoint"), (1_700_000_010.4, "restored"),
+        (1_700_000_010.617, "node"), (1_700_000_010.65, "restart"), (1_700_000_011.0, "restored")]
+    assert page["marks"]["w"] == [{"t": 1_700_000_010.617, "kind": "failure"}, {"t": 1_700_000_011.057, "kind": "recovery"}]
+    assert workload["step"] == 11 and abs(workload["steps_per_s"] - 2 / 0.657) < 1e-6  # from the steps' own times
+    # The same records read again (the next look) add nothing.
+    history.take_timeline("w", timeline, exact)
+    history.take_progress("w", progress)
+    assert len(history.events) == 6 and len(history.workloads["w"].steps) == 3
 
-    def look(now: float, lines: list[str], timeline: list[dict[str, Any]]) -> None:
-        nonlocal log
-        log += "".join(line + "\n" for line in lines).encode()
-        history.take_timeline("w", timeline, now, live=True)
-        history.take_log("w", log, now)
 
-    admitted = [{"time": "2026-11-23T10:00:00Z", "event": "admit", "message": "admitted"}]
-    look(100.0, ["step=1 elastic_manager.good_slice_count=1 elastic_manager.elastic_down_event_count=0"], admitted)
-    look(101.0, ["step=3 x=1"], admitted)
-    failed = admitted + [{"time": "t", "event": "node", "message": "node s0-0 failed"},
-                         {"time": "t", "event": "restart", "message": "restarted on s1"}]
-    look(102.0, ["step=4 x=1"], failed)  # the old workers' last line, read in the look that saw the restart
-    assert history.workloads["w"].recoveries == []
-    look(103.5, ["restored step=3 source=checkpoint"], failed)  # restored, not yet a step
-    assert history.workloads["w"].recoveries == []
-    look(104.5, ["step=4 x=1"], failed)
+def test_a_backend_without_recorded_progress_shows_no_mttr_rather_than_its_own_clock() -> None:
+    """Kubernetes keeps the workers' events in their pods: the page says unknown ("–"), it does
+    not time a failure from when it saw it; a restored line of the log makes no row."""
+    history = History()
+    failed = [{"time": "2026-11-23T10:00:10Z", "event": "node", "message": "node s0-0 failed"},
+              {"time": "2026-11-23T10:00:11Z", "event": "restart", "message": "restarted on s1"}]
+    history.take_timeline("w", failed)
+    history.take_log("w", b"restored step=3 source=checkpoint\nstep=4 x=1\n", 5000.0)
     kept = history.workloads["w"]
-    assert kept.recoveries == [2.5] and kept.mttr_s == 2.5
-    assert [m["kind"] for m in kept.marks] == ["failure", "recovery"]
-    assert [e["category"] for e in history.events] == ["admission", "failure", "hotswap", "checkpoint"]
-    assert kept.step == 4
+    assert kept.mttr_s is None and kept.step == 4
+    assert [e["t"] for e in history.events] == [model_epoch("2026-11-23T10:00:10Z"), model_epoch("2026-11-23T10:00:11Z")]
+    assert [e["kind"] for e in history.events] == ["node", "restart"]
+
+
+def model_epoch(text: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def test_a_job_that_never_reported_a_step_shows_goodput_unknown_with_the_reason() -> None:
+    """Issue 34 (4): "startup 100 %" for `echo hello`, and a hover text saying the opposite of
+    the figure. The page gets unknown and the backend's reason, and no startup charge."""
+    reason = "its workers reported no training step (none completed, or the command does not use hotswap.train)"
+    plain = {"source": "controller", "goodput": 0.0, "wall_s": 5.0, "badput": {"startup": 1.0}, "reason": reason}
+    trained = {"source": "workers", "goodput": 0.75, "wall_s": 5.0, "badput": {"startup": 0.25}}
+    page = model.page({"name": "c", "slices": []}, [row("plain"), row("trained")], {"plain": {"goodput": plain}, "trained": {"goodput": trained}},
+                      History(), updated=1.0, now=1.5, error=None, stale_after_s=3)
+    by_name = {w["name"]: w for w in page["workloads"]}
+    assert by_name["plain"]["goodput"] is None and by_name["plain"]["goodput_unknown"] is True
+    assert by_name["plain"]["goodput_reason"] == reason and by_name["plain"]["badput"] == {}
+    assert by_name["trained"]["goodput"] == 0.75 and by_name["trained"]["goodput_unknown"] is False
+    assert by_name["trained"]["badput"] == {"startup": 0.25}
 
 
 def test_steps_per_second_uses_recent_uninterrupted_progress() -> None:
@@ -188,7 +229,7 @@ def test_periodic_checkpoint_saves_are_one_line_a_run_and_failures_split_them() 
     history.take_saves("other", {"slice_seconds": {"checkpoint_save": 0.0}}, 1_700_000_000.0)
     _saves(history, "other", [1_700_000_001.0])  # another workload's entries do not break w's run
     history.take_timeline("w", [{"event": "node", "message": "node c-np-0-0 failed"},
-                                {"event": "restart", "message": "restarted (attempt 2)"}], 1_700_000_070.0, live=True)
+                                {"event": "restart", "message": "restarted (attempt 2)"}], [1_700_000_070.0, 1_700_000_070.0])
     _saves(history, "w", [1_700_000_073.0, 1_700_000_076.0], start=total)
     page = model.page({"name": "c", "slices": []}, [row("w")], {}, history, updated=1.0, now=1.5, error=None, stale_after_s=3)
     lines = [(e["workload"], e["category"], e["message"]) for e in page["events"] if e["workload"] == "w"]
@@ -203,10 +244,10 @@ def test_periodic_checkpoint_saves_are_one_line_a_run_and_failures_split_them() 
 
 def test_no_amount_of_routine_entries_pushes_a_failure_or_a_restart_out() -> None:
     history = History()
-    history.take_timeline("w", [{"event": "node", "message": "node failed"}, {"event": "restart", "message": "restarted"}], 1.0, live=True)
+    history.take_timeline("w", [{"event": "node", "message": "node failed"}, {"event": "restart", "message": "restarted"}], [1.0, 1.0])
     # Thousands of admissions and saves alternating, so that none merge: both caps are overrun.
     for i in range(3000):
-        history.take_timeline(f"r{i}", [{"event": "admit", "message": "admitted"}], 2.0 + i, live=True)
+        history.take_timeline(f"r{i}", [{"event": "admit", "message": "admitted"}], [2.0 + i])
     assert [e["message"] for e in history.events if e["category"] in ("failure", "hotswap")] == ["node failed", "restarted"]
     page = model.page({"name": "c", "slices": []}, [row("w")], {}, history, updated=1.0, now=1.5, error=None, stale_after_s=3)
     assert len(page["events"]) == model.PAGE_EVENTS
@@ -223,3 +264,66 @@ def test_a_queued_or_restarting_workload_shows_no_rate() -> None:
         (workload,) = page["workloads"]
         assert workload["steps_per_s"] == rate, status
         assert workload["step"] == 11  # the last step stays: it is where the workload is
+
+
+class ComingBackend(FlakyBackend):
+    """A cluster not created yet, then half created (its database without tables), then there."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stage = "absent"
+
+    def _check(self) -> None:
+        from hotswap.api.errors import NotFoundError
+
+        if self.stage == "absent":
+            raise NotFoundError("no cluster named c: create it with `hotswap cluster create --cluster c`")
+        if self.stage == "creating":
+            raise StateError("the database /x/state.db holds no hotswap tables")
+
+
+def test_the_source_survives_a_cluster_created_corrupted_and_deleted_under_it_saying_what_it_waits_for() -> None:
+    """Issue 34 (6): the page's data thread died on CorruptState raised during cluster creation,
+    again inside its handler (the demo's log reads the registry), and said "no cluster" for the
+    whole drill. Now no look and no report ends the thread, and the page says what it waits for."""
+    import threading
+
+    backend = ComingBackend()
+    reports: list[str] = []
+
+    def log(line: str) -> None:  # like the demo's: reading a half-created cluster raises
+        if backend.stage == "creating":
+            raise StateError("the database /x/state.db holds no hotswap tables")
+        reports.append(line)
+
+    source = ClusterSource("c", lambda: backend, interval_s=0.01, log=log)
+    source.start()
+    try:
+        def document() -> dict[str, Any]:
+            return json.loads(source.snapshot()[1])
+
+        assert document()["waiting_for"] == "cluster c to be created" and document()["stale"]
+        backend.stage = "creating"
+        looks = source.looks
+        _until(lambda: source.looks > looks + 3)
+        assert document()["waiting_for"] == "cluster c to be readable again"
+        assert source._thread is not None and source._thread.is_alive()
+        backend.stage = "ready"
+        _until(lambda: not document()["stale"])
+        assert document()["waiting_for"] is None and document()["slices"][0]["holder"] == "w"
+        backend.stage = "absent"  # deleted under it
+        _until(lambda: document()["error"] is not None)
+        assert document()["waiting_for"] == "cluster c to exist again (deleted?)"
+        assert threading.active_count() >= 1 and source._thread.is_alive()
+    finally:
+        source.stop()
+    assert any("readable again" in line for line in reports)
+
+
+def _until(condition: Any, timeout: float = 60.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)

@@ -13,6 +13,7 @@ pytest.importorskip("matplotlib")
 
 from hotswap.demo.observe import StepRecord, Trace, survivor_stall  # noqa: E402
 from hotswap.demo.plot import OUTAGE_LABEL, draw_drill, slice_outages  # noqa: E402
+from matplotlib.colors import to_rgb  # noqa: E402
 
 CLUSTER = "demo-elastic-ab12"
 
@@ -44,6 +45,7 @@ def test_elastic_plot_shows_every_step_the_lost_slice_and_both_events() -> None:
     drawn = {line.get_label(): line for line in steps_ax.get_lines()}
     on_two, on_three = drawn["elastic on 2 slice(s)"], drawn["elastic on 3 slice(s)"]
     assert len(on_two.get_xdata()) == 95 and len(on_three.get_xdata()) == 130  # every point, none thinned
+    assert to_rgb(on_two.get_color()) != to_rgb(on_three.get_color())  # each slice count a colour of its own
     # The lost slice: a hatched bar on np-1's row from the failure to the repair.
     hatched = [c for c in slices_ax.collections if c.get_hatch() and c.get_label() == OUTAGE_LABEL]
     assert len(hatched) == 1
@@ -60,6 +62,19 @@ def test_elastic_plot_shows_every_step_the_lost_slice_and_both_events() -> None:
     # The line that joins the points is broken over the stalls instead of bridging them.
     joined = next(line for line in steps_ax.get_lines() if line.get_linestyle() == "-" and len(line.get_xdata()) > 200)
     assert sum(math.isnan(y) for y in joined.get_ydata()) == 1  # the 6 s grow-back stall
+
+
+def test_the_plot_times_from_the_commands_start_as_the_live_log_does() -> None:
+    """The drill's log times its lines from the command's start (``started_t``); so does the
+    plot: a failure logged at 15.0 s is drawn, and named, at 15.0 s."""
+    summary = dict(elastic_summary(), started_t=95.0)  # the command started 5 s before the first record
+    figure = draw_drill(summary)
+    _, steps_ax = figure.axes
+    legend = [t.get_text() for t in steps_ax.get_legend().get_texts()]
+    assert f"1. node failed: {CLUSTER}-np-1-0 at 15.0 s" in legend, legend
+    assert steps_ax.get_xlabel() == "seconds since the command started"
+    vertical = [line for line in steps_ax.get_lines() if list(line.get_xdata()) == [15.0, 15.0]]
+    assert len(vertical) == 1
 
 
 def test_migration_plot_shows_both_runs_and_the_delete_and_create() -> None:

@@ -50,7 +50,8 @@ def normalise(text: str, tmp: Path, *, pid_column: bool = False) -> str:
     - run ids (``20260101-120000-abcdef``) -> ``<RUN_ID>``; ISO times -> ``<TIME>``;
     - pids (JSON ``pid``/``controller_pid``, text ``pid N``) -> ``<PID>``; a JSON ``created_time``
       in epoch seconds -> ``<EPOCH>``;
-    - every number inside a JSON ``"goodput": {...}`` block -> ``<SECONDS>`` and the text
+    - every number inside a JSON ``"goodput": {...}`` or ``"progress": {...}`` block (measured
+      times, the workers' records) -> ``<SECONDS>`` and the text
       ``goodput ...`` line's tail -> ``<MEASURED>`` (measured wall-clock shares);
     - a ``MASTER_PORT`` value (a free port per attempt) -> ``<PORT>``.
 
@@ -68,13 +69,14 @@ def normalise(text: str, tmp: Path, *, pid_column: bool = False) -> str:
     text = re.sub(r"(?m)^(\s*goodput ).*$", r"\1<MEASURED>", text)
     lines, block_indent = [], None
     for line in text.split("\n"):
-        if block_indent is None and re.fullmatch(r'\s*"goodput": \{', line):
+        if block_indent is None and re.fullmatch(r'\s*"(goodput|progress)": \{', line):
             block_indent = line[: len(line) - len(line.lstrip())]
         elif block_indent is not None:
             if line in (block_indent + "}", block_indent + "},"):
                 block_indent = None
             else:
                 line = _JSON_NUMBER.sub(r"\1<SECONDS>", line)
+                line = re.sub(r"^(\s*)-?\d+(?:\.\d+)?(,?)$", r"\1<SECONDS>\2", line)  # a list's number
         lines.append(line)
     text = "\n".join(lines)
     if pid_column:

@@ -106,6 +106,9 @@ def test_a_checkpoint_dir_others_can_write_or_own_is_refused(cluster: Path, tmp_
     [
         (("workload", "create", "--cluster", "c"), "Missing option '--workload'"),
         (("workload", "list", "--wrong"), "No such option: --wrong"),
+        # kubectl's and xpk's users are told the flag that does it (issue 34, item 8)
+        (("workload", "list", "--cluster", "c", "--json"), "No such option: --json; use -o json (--output json)"),
+        (("node", "list", "--cluster", "c", "--yaml"), "No such option: --yaml; use -o yaml (--output yaml)"),
         (("workload", "create", "--cluster", "c", "--workload", "x", "--command", "t", "--num-slices", "x"), "'--num-slices'"),
         (("workload", "list", "--cluster", "c", "--output", "xml"), "'--output'"),
         (("nonsense",), "No such command"),

@@ -259,10 +259,11 @@ def test_settings_validate_a_checkpoint_volume_without_the_renderer() -> None:
 
 def test_goodput_is_never_the_controllers_running_time() -> None:
     """A JobSet preempted before its first step spent time RUNNING (pods up, no step): that is not
-    goodput. The controller sees no step reports, so goodput is 0 with the reason (issue 25 item 5)."""
+    goodput. The controller sees no step reports, so goodput is unknown with the reason (issue 25
+    item 5; issue 34 item 4: not a 0 nobody measured)."""
     state = StateRecord(Workload(spec=SPEC, seq=4, created_at=100.0), phase_since=150.0, phase_seconds={"QUEUED": 10.0, "RUNNING": 40.0})
     job = read_jobset(jobset({labels.STATE_ANNOTATION: state.encode()}, suspend=True))
     view = goodput_view(job, 200.0)
-    assert view["goodput"] == 0.0
+    assert view["goodput"] is None
     assert view["running_share"] == pytest.approx(40 / 100)
-    assert "step reports stay in their pods" in view["reason"]
+    assert view["reason"].startswith("no step was reported") and "step reports stay in their pods" in view["reason"]

@@ -134,3 +134,56 @@ def test_each_script_a_readme_example_runs_starts_from_the_repository_root() -> 
     for script in sorted({script for _, script in _command_scripts()}):
         result = subprocess.run([sys.executable, script, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert result.returncode == 0, f"python {script} from the repository root: {result.stderr[-500:]}"
+
+
+# ---------------------------------------------------------------- the README can be followed (issue 34, item 8)
+
+
+def _block_with(text: str) -> str:
+    """The README's ```bash block that contains ``text``."""
+    [block] = [b for b in re.findall(r"^```bash\n(.*?)^```", README.read_text(encoding="utf-8"), re.M | re.S) if text in b]
+    return block
+
+
+def _flag(words: list[str], flag: str, default: str) -> str:
+    return words[words.index(flag) + 1] if flag in words else default
+
+
+def test_the_local_quickstart_jobs_run_long_enough_to_fail_a_node_under_them() -> None:
+    """Typing `workload list` and `node fail` after the creates takes a person a minute: the
+    jobs must still be training then, not long finished."""
+    block = _block_with("hotswap node fail --cluster demo")
+    defaults = dict(re.findall(r'add_argument\("--(steps|step-sleep)", type=\w+, default=([\d.]+)', (ROOT / "examples/train.py").read_text()))
+    assert set(defaults) == {"steps", "step-sleep"}, defaults  # the example's defaults, as this test reads them
+    jobs = [shlex.split(line)[shlex.split(line).index("--command") + 1].split() for line in block.splitlines() if "workload create" in line]
+    assert len(jobs) == 2 and all(job[1] == "examples/train.py" for job in jobs), jobs
+    for job in jobs:
+        seconds = int(_flag(job, "--steps", defaults["steps"])) * float(_flag(job, "--step-sleep", defaults["step-sleep"]))
+        assert seconds >= 120, f"{' '.join(job)}: its steps end in {seconds:g} s of sleep, before `node fail` can be typed"
+
+
+def _install_extras(block: str) -> list[str]:
+    return re.findall(r'pip install -e "\.\[([^\]]*)\]"', block)
+
+
+def test_development_installs_what_quickstart_step_2_installs() -> None:
+    [quickstart] = _install_extras(_block_with("# 2. install and run the test suite"))
+    [development] = _install_extras(_block_with("lint-imports"))
+    assert development == quickstart
+    text = README.read_text(encoding="utf-8")
+    quick = text[text.index("## Quickstart"):text.index("## What works today")]
+    assert "venv" in quick and "minutes" in quick  # a fresh machine needs one; the suite's duration is said
+
+
+def test_the_xpk_example_table_shows_each_job_s_slices() -> None:
+    """The `workload list` example is of the laptop block's cluster: high asked for 2 slices."""
+    text = README.read_text(encoding="utf-8")
+    example = text[text.index("$ hotswap workload list --cluster demo"):]
+    header, *rows = example.split("```")[0].splitlines()[1:]
+    columns = re.split(r"\s{2,}", header.strip())
+    needed, running = columns.index("Slices Needed"), columns.index("Slices Running/Ran")
+    table = {row.split()[0]: re.split(r"\s{2,}", row.strip()) for row in rows if row.strip()}
+    high = next(line for line in _block_with("hotswap node fail --cluster demo").splitlines() if "--workload high" in line)
+    assert table["high"][needed] == _flag(shlex.split(high), "--num-slices", "1") == "2"
+    for name, cells in table.items():
+        assert cells[running] == "<none>" or int(cells[running]) <= int(cells[needed]), name

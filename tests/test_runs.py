@@ -14,10 +14,11 @@ from local_helpers import home, hotswap, live_workers, wait_until, workloads  # 
 from train_harness import TRAIN_EXAMPLE
 
 from hotswap.api import worker as contract
-from hotswap.api.runs import RESUME_AUTO, RUN_DONE, RUN_RESUME, RUN_RUNNING, RUN_SIGNAL_FILE, is_run_id
+from hotswap.api.runs import RESUME_AUTO, RUN_DONE, RUN_OUTCOME_FILE, RUN_RESUME, RUN_RUNNING, RUN_SIGNAL_FILE, is_run_id
 from hotswap.api.worker_output import RESTORE_SOURCES, parse_fields, restore_source, restored_line
 from hotswap.api.launch import Run
 from hotswap.backends.local.commands.runs import resolve
+from hotswap.train.runs import resume_source
 
 pytest.importorskip("torch")
 
@@ -137,9 +138,14 @@ def test_resume_from_something_missing_is_one_line_and_creates_nothing(home: Pat
 
 
 def _run_dir(root: Path, name: str, signal: str | None) -> None:
+    """A run's directory; ``signal`` "resume+failed": its workers saved on SIGTERM, its controller
+    ended it failed (the outcome file)."""
     (root / name).mkdir(parents=True)
-    if signal is not None:
+    signal, _, outcome = (signal or "").partition("+")
+    if signal:
         (root / name / RUN_SIGNAL_FILE).write_text(signal + "\n")
+    if outcome:
+        (root / name / RUN_OUTCOME_FILE).write_text(outcome + "\n")
 
 
 @pytest.mark.parametrize(
@@ -154,6 +160,11 @@ def _run_dir(root: Path, name: str, signal: str | None) -> None:
         # ...one that started took it over.
         ({"20260101-000000-aaaaaa": "resume", "20260102-000000-bbbbbb": "running"}, None),
         ({"20260101-000000-aaaaaa": "done", "20260102-000000-bbbbbb": "resume"}, "20260102-000000-bbbbbb"),
+        # A hang kill or a failed attempt's stop is a SIGTERM: the controller's outcome decides...
+        ({"20260101-000000-aaaaaa": "resume+failed"}, None),
+        ({"20260101-000000-aaaaaa": "resume", "20260102-000000-bbbbbb": "resume+failed"}, None),
+        # ...and a run that failed before it started took nothing over.
+        ({"20260101-000000-aaaaaa": "resume", "20260102-000000-bbbbbb": "+failed"}, "20260101-000000-aaaaaa"),
     ],
 )
 def test_only_the_newest_started_run_is_resumed_and_only_after_sigterm(tmp_path: Path, runs: dict, expected: str | None) -> None:
@@ -163,6 +174,11 @@ def test_only_the_newest_started_run_is_resumed_and_only_after_sigterm(tmp_path:
     resolved = resolve(Run.from_dict({"id": "20260103-000000-cccccc", "mode": "auto"}), tmp_path, lambda: True, 0)
     assert (resolved.resumed_from or {}).get("run") == expected
     assert resolved.resume_from == (str(tmp_path / expected) if expected else "")
+    failed = [name for name, signal in runs.items() if signal and signal.startswith("resume+")]
+    assert (resolved.not_resumed or {}).get("run") == (failed[0] if failed else None)
+    # The workers of Kubernetes apply the same rule to the same files.
+    env = contract.WorkerEnv(resume_from=RESUME_AUTO, checkpoint_dir=str(tmp_path / "20260103-000000-cccccc"))
+    assert resume_source(env) == (tmp_path / expected if expected else None)
 
 
 def test_a_hotswap_restore_says_so(home: Path) -> None:

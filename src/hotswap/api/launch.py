@@ -31,18 +31,23 @@ RUN_FROM = "from"  # ``source``: a run id under the checkpoint root, or a checkp
 class Run:
     """A run of ``workload create``: its id and what the user asked it to resume from. The local
     backend resolves it once (``resume_from``: the directory its workers restore from, "" for
-    none; ``resumed_from``: the same for people, run/path/kind, None for a fresh start); an
-    unresolved run has ``resume_from`` None and neither key in its JSON."""
+    none; ``resumed_from``: the same for people, run/path/kind, None for a fresh start;
+    ``not_resumed``: run/path/reason of a predecessor's checkpoint passed over, e.g. a run that
+    failed, so a fresh start says why); an unresolved run has ``resume_from`` None and none of
+    these keys in its JSON, a run that passed nothing over no ``not_resumed``."""
 
     id: str
     mode: str = RUN_AUTO
     source: str | None = None  # RUN_FROM's run id or directory
     resume_from: str | None = None
     resumed_from: Mapping[str, Any] | None = None
+    not_resumed: Mapping[str, Any] | None = None
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # keys of other releases, kept
 
-    def resolved(self, resume_from: str, resumed_from: Mapping[str, Any] | None) -> Run:
-        return dataclasses.replace(self, resume_from=resume_from, resumed_from=resumed_from)
+    def resolved(
+        self, resume_from: str, resumed_from: Mapping[str, Any] | None, not_resumed: Mapping[str, Any] | None = None
+    ) -> Run:
+        return dataclasses.replace(self, resume_from=resume_from, resumed_from=resumed_from, not_resumed=not_resumed)
 
     def to_dict(self) -> dict[str, Any]:
         value: dict[str, Any] = {**self.extra, "id": self.id, "mode": self.mode}
@@ -51,6 +56,8 @@ class Run:
         if self.resume_from is not None:
             value["resume_from"] = self.resume_from
             value["resumed_from"] = None if self.resumed_from is None else dict(self.resumed_from)
+        if self.not_resumed is not None:
+            value["not_resumed"] = dict(self.not_resumed)
         return value
 
     @classmethod
@@ -58,14 +65,15 @@ class Run:
         """A run's JSON object (TypeError/ValueError/KeyError for anything else)."""
         if not isinstance(value, Mapping):
             raise TypeError("a run is not an object")
-        known = {"id", "mode", "source", "resume_from", "resumed_from"}
-        resumed_from = value.get("resumed_from")
+        known = {"id", "mode", "source", "resume_from", "resumed_from", "not_resumed"}
+        resumed_from, not_resumed = value.get("resumed_from"), value.get("not_resumed")
         return cls(
             id=_text(value["id"], "the run's id"),
             mode=_text(value.get("mode", RUN_AUTO), "the run's mode"),
             source=None if value.get("source") is None else str(value["source"]),
             resume_from=None if value.get("resume_from") is None else _text(value["resume_from"], "the run's resume_from"),
             resumed_from=dict(resumed_from) if isinstance(resumed_from, Mapping) else None,
+            not_resumed=dict(not_resumed) if isinstance(not_resumed, Mapping) else None,
             extra={key: item for key, item in value.items() if key not in known},
         )
 

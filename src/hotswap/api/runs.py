@@ -16,14 +16,20 @@ from collections.abc import Mapping
 # predecessor left next to its own directory (Kubernetes, where only pods see the volume).
 RESUME_AUTO = "auto"
 
-# A run's id sorts in creation order. A run's directory holds seed 004's ``signal`` file: RUN_RESUME after a save on SIGTERM (deleted or preempted mid-run: a
-# migration checkpoint waits), RUN_RUNNING once it has started or restored, RUN_DONE after its
-# final save. A new run resumes automatically only from the newest run that has a signal, and
-# only if that signal is RUN_RESUME: never from a finished or failed run.
+# A run's id sorts in creation order. A run's directory holds seed 004's ``signal`` file, written
+# by its workers: RUN_RESUME after a save on SIGTERM (deleted or preempted mid-run: a migration
+# checkpoint waits), RUN_RUNNING once it has started or restored, RUN_DONE after its final save.
+# A worker cannot tell why it got SIGTERM (a hang kill, or the collateral stop of a failed
+# attempt, is one too), so the backend that ended the run FAILED says so in RUN_OUTCOME_FILE,
+# a file of its own (never raced by a worker's save): such a run reads as RUN_FAILED. A new run
+# resumes automatically only from the newest run that has a signal, and only if that signal is
+# RUN_RESUME: never from a finished or failed run.
 RUN_SIGNAL_FILE = "signal"
+RUN_OUTCOME_FILE = "outcome"
 RUN_RESUME = "resume"
 RUN_RUNNING = "running"
 RUN_DONE = "done"
+RUN_FAILED = "failed"
 _RUN_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{6}$")  # UTC creation time, 6 random hex digits
 
 
@@ -36,13 +42,26 @@ def run_signal_after(reason: str) -> str:
     return {"termination": RUN_RESUME, "final": RUN_DONE}.get(reason, RUN_RUNNING)
 
 
-def pending_migration(signals: Mapping[str, str | None]) -> str | None:
-    """The run whose migration checkpoint a new run resumes from, given each earlier run's
-    signal (None: it never got to start): the newest run that has a signal, if it says resume."""
-    started = sorted(run for run, signal in signals.items() if signal and is_run_id(run))
-    if started and (signals[started[-1]] or "").strip() == RUN_RESUME:
-        return started[-1]
-    return None
+def run_state(signal: str | None, outcome: str | None) -> str | None:
+    """A run as the resume rule reads it, from its workers' ``signal`` and its backend's
+    ``outcome`` (None: no such file): RUN_FAILED if the backend ended it failed and it started,
+    else its signal (None: it never got to start)."""
+    signal = (signal or "").strip() or None
+    return RUN_FAILED if signal and (outcome or "").strip() == RUN_FAILED else signal
+
+
+def predecessor(states: Mapping[str, str | None]) -> tuple[str, str] | None:
+    """The newest earlier run that got to start and its state (see :func:`run_state`), given
+    each earlier run's; None when none started."""
+    started = sorted(run for run, state in states.items() if state and is_run_id(run))
+    return (started[-1], (states[started[-1]] or "").strip()) if started else None
+
+
+def pending_migration(states: Mapping[str, str | None]) -> str | None:
+    """The run whose migration checkpoint a new run resumes from, given each earlier run's state
+    (:func:`run_state`): the newest run that got to start, if it says resume."""
+    newest = predecessor(states)
+    return newest[0] if newest is not None and newest[1] == RUN_RESUME else None
 
 
 # Why a worker generation started: its first start, a restart after a node failure (onto other

@@ -102,6 +102,7 @@ class WorkloadRow(_WorkloadRowRequired, total=False):
 
     run_id: str | None  # in every row listed; None for a workload of a release without runs
     resumed_from: dict[str, Any] | None  # where the run's state came from (``run_origin``)
+    not_resumed: dict[str, Any]  # only when a predecessor's checkpoint was passed over: run, path, reason
 
 
 class NodeState(TypedDict, total=False):
@@ -133,7 +134,7 @@ class TimelineEntry(TypedDict):
 
 
 class _GoodputRequired(TypedDict):
-    goodput: float
+    goodput: float | None  # None: unknown, no step was reported (``reason`` says why)
     wall_s: float
     source: str
     badput: dict[str, float]
@@ -141,8 +142,8 @@ class _GoodputRequired(TypedDict):
 
 class GoodputView(_GoodputRequired, total=False):
     slice_seconds: dict[str, float]  # local
-    reason: str  # why goodput is 0: no productive time was reported by the workers
-    running_share: float  # Kubernetes: the share of time in RUNNING (not goodput: no step is seen)
+    reason: str  # why goodput is unknown: no step was reported by the workers
+    running_share: float  # when unknown: the share of time the workers were up (not goodput: no step seen)
 
 
 class _WorkloadDescribed(WorkloadRow):
@@ -161,6 +162,9 @@ class WorkloadDescription(_WorkloadDescribed, total=False):
 
     timeline: list[TimelineEntry]
     goodput: GoodputView
+    # The local backend's: recoveries and MTTR, restores, latest steps, exact timeline times
+    # (``backends/local/queries/progress.py``), from the records.
+    progress: dict[str, Any]
 
 
 class WorkloadVanished(TypedDict):

@@ -105,7 +105,19 @@ def _usage_line(error: Exception) -> str:
     """A usage error as one line, naming the command whose --help lists the right flags."""
     context = getattr(error, "ctx", None)
     command = getattr(context, "command_path", None) or "hotswap"
-    return f"{error.format_message()} (see `{command} --help`)"  # type: ignore[attr-defined]
+    return f"{error.format_message()}{_output_hint(error)} (see `{command} --help`)"  # type: ignore[attr-defined]
+
+
+def _output_hint(error: Exception) -> str:
+    """``--json``/``--yaml`` given to a command that prints documents with ``-o`` (kubectl's and
+    xpk's way): name the flag that does it."""
+    name = getattr(error, "option_name", None)
+    command = getattr(getattr(error, "ctx", None), "command", None)
+    if name not in ("--json", "--yaml") or command is None:
+        return ""
+    if not any("--output" in getattr(param, "opts", ()) for param in command.params):
+        return ""
+    return f"; use -o {name[2:]} (--output {name[2:]})"
 
 
 def _state_dir() -> Path | None:

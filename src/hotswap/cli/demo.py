@@ -10,6 +10,8 @@ from typing import Any
 
 import typer
 
+from hotswap.cli.started import command_started_at, seconds_since_start
+
 
 class Backing(str, enum.Enum):
     AUTO = "auto"
@@ -57,12 +59,12 @@ def demo(
     if framework is Framework.JAX:
         drills = _jax_drills(scenario)
     else:
-        try:
-            import torch  # noqa: F401  (the drill's workers train with it)
-        except ImportError:
-            raise InvalidInputError(
-                "the demo trains real PyTorch jobs: pip install torch==2.13.0 'hotswap[torch]' first"
-            ) from None
+        import importlib.util
+
+        # Found, not imported: the workers import torch; importing it here cost seconds of this
+        # command's start (tens of them on a loaded host) and of its exit, for nothing.
+        if _not_installed(importlib.util, "torch"):
+            raise InvalidInputError("the demo trains real PyTorch jobs: pip install torch==2.13.0 'hotswap[torch]' first")
         from hotswap.demo.scenarios import DRILLS as drills
     from hotswap.demo.drills import DemoOptions
 
@@ -71,7 +73,8 @@ def demo(
             raise InvalidInputError("--backing gpu: the JAX drills train on emulated (CPU) slices; use --framework torch")
         backing = Backing.EMULATED  # JAX's CPU collectives (gloo): the drills' workers use no GPU
     drill = drills[scenario.value](
-        DemoOptions(keep=keep, warm=warm, step_sleep=step_sleep, backing=backing.value, state_gb=state_gb, fail_slice=fail_slice)
+        DemoOptions(keep=keep, warm=warm, step_sleep=step_sleep, backing=backing.value, state_gb=state_gb, fail_slice=fail_slice,
+                    started_at=command_started_at())
     )
     board = _open_dashboard(drill.cluster, dashboard_port) if dashboard else None
     try:
@@ -84,6 +87,7 @@ def demo(
 
         plot_drill(summary, plot)
         summary["plot"] = str(plot)
+    summary["wall_s"] = round(seconds_since_start(), 1)  # the command's, from its start to here, its end
     public = {k: v for k, v in summary.items() if k not in ("timeline", "progress")}
     if as_json:
         sys.stdout.write(json.dumps(public, indent=2, default=str) + "\n")
@@ -151,6 +155,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from hotswap.cli.output import goodput_words
+
     console = Console()
     title = f"hotswap demo {summary['scenario']}" + (f" --framework {summary['framework']}" if summary.get("framework", "torch") != "torch" else "")
     table = Table(title=f"{title}: summary", title_justify="left", box=None, show_header=False)
@@ -188,9 +194,9 @@ def _print_summary(summary: dict[str, Any]) -> None:
             f" {raw['seconds']:.2f} s ({raw['bytes_per_s'] / 1e9:.2f} GB/s)",
         )
     for job, good in (summary.get("goodput") or {}).items():
-        badput = ", ".join(f"{k} {v:.1%}" for k, v in good["badput"].items() if v >= 0.001)
+        figure, spent = goodput_words(good, at_least=0.0009)
         why = f"; {good['reason']}" if good.get("reason") else ""
-        table.add_row(f"goodput of {job}", f"{good['goodput']:.1%} over {good['wall_s']:.0f} s ({badput}{why})")
+        table.add_row(f"goodput of {job}", f"{figure} over {good['wall_s']:.0f} s ({spent}{why})")
     if summary.get("awk_output"):
         table.add_row("seed 001's awk script", summary["awk_output"].strip())
     console.print(table)

@@ -138,3 +138,15 @@ def terminal_width() -> int:
 def note(message: str) -> None:
     """A message for people (stderr), never part of a document."""
     print(message, file=sys.stderr)
+
+
+def goodput_words(good: dict[str, Any], at_least: float = 0.0) -> tuple[str, str]:
+    """A goodput view (``describe``'s ``goodput``) in words: its figure, "unknown" when its
+    workers reported no step (never a 0 % nobody measured), and the time it spent otherwise:
+    each badput over ``at_least``, then the share its workers were up with no step reported."""
+    value = good.get("goodput")
+    figure = "unknown" if value is None else f"{value:.1%}"
+    spent = ", ".join(f"{k} {v:.1%}" for k, v in good["badput"].items() if v > at_least) or "none"
+    running = good.get("running_share")
+    unreported = f"; running with no step reported {running:.1%}" if value is None and running else ""
+    return figure, f"badput: {spent}{unreported}"

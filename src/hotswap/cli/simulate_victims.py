@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
 def run_victims(config: SimConfig, compare: bool, plot: Path | None, policies: list[str], as_json: bool) -> None:
     from hotswap.api.errors import InvalidInputError
+    from hotswap.cli.started import seconds_since_start
     from hotswap.sim.victims import DEFAULT_POLICY, compare_victims
 
     if compare:
@@ -24,6 +25,7 @@ def run_victims(config: SimConfig, compare: bool, plot: Path | None, policies: l
         raise InvalidInputError("--compare-victims compares victims under one policy: give at most one --policy")
     comparison = compare_victims(config, policies[0] if policies else DEFAULT_POLICY)
     document = comparison.to_dict()
+    document["wall_s"] = round(seconds_since_start(), 3)  # the command's, from its start
     if as_json:
         sys.stdout.write(json.dumps(document, indent=2) + "\n")
         return

@@ -10,7 +10,7 @@ import typer
 
 from hotswap.api.errors import Declined, InvalidInputError, NotFoundError
 from hotswap.api.worker import DEFAULT_GRACE_PERIOD_S
-from hotswap.cli.output import Format, document, note, table
+from hotswap.cli.output import Format, document, goodput_words, note, table
 from hotswap.cli.waiting import Until, check_timeout, wait_for_state, wait_until_gone, watch
 from hotswap.core.hang import FLOOR_S as HANG_FLOOR_S, SAFETY_FACTOR as HANG_SAFETY_FACTOR
 
@@ -24,6 +24,12 @@ def run_origin(view: WorkloadRow) -> str:
     """Where a run's state came from, in words (``resumed_from`` of its view)."""
     origin = view.get("resumed_from")
     if not origin:
+        skipped = view.get("not_resumed")
+        if skipped:  # a checkpoint the user may expect to be resumed: say why not, and how
+            return (
+                f"starts fresh: run {skipped['run']} {skipped['reason']} and is never resumed automatically"
+                f" (--resume-from {skipped['run']} resumes it)"
+            )
         return "starts fresh"
     if origin.get("kind") == "auto":
         return f"resumes a migration checkpoint its predecessor left, if any, under {origin['path']} (decided by the workers)"
@@ -105,15 +111,15 @@ def create(
     view = chosen.create_workload(cluster, prepared.spec, prepared.launch)
     for line in prepared.notes:
         note(line)
+    run = f"; run {view['run_id']} {run_origin(view)}" if view.get("run_id") else ""
     if wait:
-        note(f"workload {workload} created: {view['status']} ({view['status_message']})")
+        note(f"workload {workload} created: {view['status']} ({view['status_message']}){run}")
         view = wait_for_state(lambda: chosen.describe_workload(cluster, workload), workload, until, timeout)
         if output is Format.TABLE:
             return
     if output is not Format.TABLE:
         document(view, output)
         return
-    run = f"; run {view['run_id']} {run_origin(view)}" if view.get("run_id") else ""
     note(f"workload {workload} created: {view['status']} ({view['status_message']}){run}")
 
 
@@ -230,10 +236,8 @@ def describe(
     print(f"  logs: {view['logs']}")
     good = view["goodput"]
     why = f": {good['reason']}" if good.get("reason") else ""
-    print(
-        f"  goodput {good['goodput']:.1%} of {good['wall_s']:.0f}s (from {good['source']}{why}); badput: "
-        + ", ".join(f"{k} {v:.1%}" for k, v in good["badput"].items() if v > 0)
-    )
+    figure, spent = goodput_words(good)
+    print(f"  goodput {figure} of {good['wall_s']:.0f}s (from {good['source']}{why}); {spent}")
     if view["placement"]:
         table(
             ["Replica", "Slice", "Nodes"],

@@ -20,7 +20,10 @@ category               ml-goodput-measurement
 =====================  ==========================================================
 
 The simulator, the local backend and the Kubernetes controller all fill ledgers through this
-module, so a goodput number means the same thing everywhere.
+module, so a goodput number means the same thing everywhere. A backend that knows when its
+workers ran at which size (:class:`Stretch`) and what their records say they spent the time on
+(:class:`Spent`) books a run with :func:`account_run`, by the simulator's rule: the slices missing
+from a run below its size are ``degraded``, the running ones are what their records say.
 """
 
 from __future__ import annotations
@@ -90,6 +93,57 @@ class Ledger:
         for category, value in other.seconds.items():
             self.seconds[category] += value
         return self
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Stretch:
+    """A while during which one attempt's workers ran on ``slices`` slices (from the records that
+    started them, scaled them down or up, and stopped them)."""
+
+    start: float
+    stop: float
+    slices: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Spent:
+    """Time the workers' records put in one category, from ``start`` to ``end``, on ``slices``
+    slices (None: every running one; a step says how many it ran on)."""
+
+    category: Category
+    start: float
+    end: float
+    slices: int | None = None
+
+
+def account_run(ledger: Ledger, size: int, stretches: Iterable[Stretch], spent: Iterable[Spent], stepped: bool = True) -> float:
+    """Book one attempt of a workload of ``size`` slices, stretch by stretch: the slices missing
+    from a stretch are ``degraded``; the running ones are what ``spent`` says, clipped to the
+    stretch. Running time no record covers (workers up, neither stepping, saving, restoring nor
+    re-forming: stalled or stopping) is ``recovery`` at full size and ``degraded`` below it.
+    When the workload's workers never reported a step (``stepped`` False) nobody can tell what
+    that time was: it is booked nowhere and returned, in slice-seconds (else 0.0)."""
+    spent = list(spent)
+    unknown = 0.0
+    for stretch in stretches:
+        length = stretch.stop - stretch.start
+        if length <= 0:
+            continue
+        running = min(stretch.slices, size)
+        ledger.add(Category.DEGRADED, (size - running) * length)
+        covered = 0.0
+        for item in spent:
+            overlap = min(item.end, stretch.stop) - max(item.start, stretch.start)
+            if overlap > 0:
+                amount = overlap * (running if item.slices is None else min(item.slices, running))
+                ledger.add(item.category, amount)
+                covered += amount
+        uncovered = max(0.0, running * length - covered)
+        if not stepped:
+            unknown += uncovered
+        else:
+            ledger.add(Category.RECOVERY if running == size else Category.DEGRADED, uncovered)
+    return unknown
 
 
 def combine(ledgers: Iterable[Ledger]) -> Ledger:

@@ -1,9 +1,12 @@
-"""What the dashboard remembers between looks at a cluster: each workload's step over time (from
-the contract's log lines), the timeline entries already seen, failures and recoveries (for MTTR)
-and the cluster's goodput over time. No I/O and no clock: the caller passes what it read and when.
+"""What the dashboard remembers between looks at a cluster: each workload's step over time, the
+timeline entries already seen, failures and recoveries and the cluster's goodput over time. No
+I/O and no clock: the caller passes what it read and when.
 
-Times of things first seen while watching are the times they were seen (the backends' timeline
-times have one-second resolution); entries that predate the dashboard keep their own times.
+Every time shown is a record's: a timeline entry's own time (exact where the backend's
+``progress`` gives it, else to the second), a restore's and a step's as the workers recorded them,
+and MTTR is the backend's (``progress``, :mod:`hotswap.core.recovery`), never timed from when the
+dashboard happened to look. A backend without those records (Kubernetes) gives steps from the log
+as seen (the chart's only approximation) and no MTTR: unknown, not made up.
 """
 
 from __future__ import annotations
@@ -42,9 +45,10 @@ class WorkloadHistory:
     log_bytes: int = 0  # how much of the main log was already parsed
     partial: str = ""  # an unfinished last line, kept for the next look
     events_seen: int = 0  # timeline entries already taken
-    failed_at: float | None = None  # an open failure, waiting for training to resume
-    restarted_at: float | None = None  # when a restart followed the open failure
-    recoveries: list[float] = dataclasses.field(default_factory=list)
+    restores_seen: int = 0  # restores (``progress``) already taken
+    saved_until: float = float("-inf")  # saves (``progress``) already taken: those up to this time
+    recorded: bool = False  # the backend gives the workers' records (``progress``)
+    mttr_s: float | None = None  # the backend's, from the records
     marks: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     saving_s: float | None = None  # slice-seconds of checkpoint saves accounted so far
     last_event: dict[str, Any] | None = None  # the workload's newest timeline entry
@@ -64,10 +68,6 @@ class WorkloadHistory:
         t_start, s_start = self.steps[first]
         return (s_end - s_start) / (t_end - t_start) if t_end > t_start else None
 
-    @property
-    def mttr_s(self) -> float | None:
-        return sum(self.recoveries) / len(self.recoveries) if self.recoveries else None
-
 
 class History:
     def __init__(self) -> None:
@@ -78,27 +78,48 @@ class History:
     def of(self, name: str) -> WorkloadHistory:
         return self.workloads.setdefault(name, WorkloadHistory())
 
-    def take_timeline(self, name: str, entries: list[dict[str, Any]], now: float, live: bool) -> None:
-        """New timeline entries of a workload (``workload describe``'s, oldest first). ``live``:
-        the dashboard was already watching, so an entry's time is when it was seen."""
+    def take_timeline(self, name: str, entries: list[dict[str, Any]], times: list[float] | None = None) -> None:
+        """New timeline entries of a workload (``workload describe``'s, oldest first), each at its
+        own time: ``times`` (the backend's exact ones, ``progress.timeline_t``) or its ``time``."""
         history = self.of(name)
-        for entry in entries[history.events_seen:]:
-            t = now if live else _epoch(entry.get("time"), now)
+        for index in range(history.events_seen, len(entries)):
+            entry = entries[index]
+            t = times[index] if times is not None and index < len(times) else _epoch(entry.get("time"))
+            if t is None:
+                continue  # a time that cannot be read: no row at a made-up time
             kind = str(entry.get("event", ""))
             self._event(name, t, kind, str(entry.get("message", "")))
-            if kind in FAILURE_KINDS and history.failed_at is None:
-                history.failed_at, history.restarted_at = t, None
+            if kind in FAILURE_KINDS:
                 history.marks.append({"t": t, "kind": "failure"})
-            elif kind in ("restart", "scaledown") and history.failed_at is not None:
-                history.restarted_at = now
-            elif kind in ("fail", "complete", "remove"):
-                history.failed_at = None
         history.events_seen = max(history.events_seen, len(entries))
 
-    def take_log(self, name: str, content: bytes, now: float) -> None:
-        """The workload's main log as it is now; parses only what is new. A shorter log than
-        before is a new run's: it is read from its start."""
+    def take_progress(self, name: str, progress: dict[str, Any]) -> None:
+        """The backend's records of a workload's progress (``workload describe``'s ``progress``):
+        MTTR and recoveries, restores and the newest steps, each at the time recorded."""
         history = self.of(name)
+        history.recorded = history.recorded or bool(progress.get("steps"))  # else: the log's steps, as seen
+        history.mttr_s = progress.get("mttr_s")
+        recovered = sorted({float(r["recovered_at"]) for r in progress.get("recoveries") or [] if r.get("recovered_at")})
+        history.marks = [m for m in history.marks if m["kind"] != "recovery"] + [{"t": t, "kind": "recovery"} for t in recovered]
+        restores = progress.get("restores") or []
+        for restore in restores[history.restores_seen:]:
+            self._event(name, float(restore["t"]), "restored", f"restored step {restore['step']} from {restore.get('source') or '?'}")
+        history.restores_seen = max(history.restores_seen, len(restores))
+        for t, slice_seconds in progress.get("saves") or []:
+            if float(t) > history.saved_until:
+                self._event(name, float(t), "checkpoint", "checkpoint saved", saving_s=float(slice_seconds))
+                history.saved_until = float(t)
+        last_t = history.steps[-1][0] if history.steps else float("-inf")
+        history.steps.extend((float(t), int(step)) for t, step in progress.get("steps") or [] if float(t) > last_t)
+        del history.steps[:-MAX_SAMPLES]
+
+    def take_log(self, name: str, content: bytes, now: float) -> None:
+        """The workload's main log as it is now, for a workload without recorded progress (its
+        steps as seen, one sample a look); parses only what is new. A shorter log than before is
+        a new run's: it is read from its start."""
+        history = self.of(name)
+        if history.recorded:
+            return
         if len(content) < history.log_bytes:
             history.log_bytes, history.partial = 0, ""
         text = history.partial + content[history.log_bytes:].decode("utf-8", errors="replace")
@@ -108,35 +129,29 @@ class History:
         latest: int | None = None  # one sample per look: the lines' own times are unknown
         for line in lines:
             fields = parse_fields(line)
-            if "step" not in fields or not fields["step"].isdigit():
-                continue
-            step = int(fields["step"])
-            if line.startswith("restored "):
-                self._event(name, now, "restored", f"restored step {step} from {fields.get('source', '?')}")
-                continue
-            latest = step
-        progressed = latest is not None
+            # A restore's line has no time of its own: no timeline row at the time it was seen.
+            if "step" in fields and fields["step"].isdigit() and not line.startswith("restored "):
+                latest = int(fields["step"])
         if latest is not None:
             history.steps.append((now, latest))
             del history.steps[:-MAX_SAMPLES]
-        # Lines read in the look that saw the restart may be the old workers' last ones.
-        if progressed and history.failed_at is not None and history.restarted_at is not None and now > history.restarted_at:
-            history.recoveries.append(now - history.failed_at)
-            history.marks.append({"t": now, "kind": "recovery"})
-            history.failed_at = None
 
     def take_saves(self, name: str, goodput: dict[str, Any], now: float) -> None:
         """Checkpoint saves, seen as the goodput ledger's save time growing (the backends'
-        only record of saves: the workers' events, which no log line repeats)."""
+        only record of saves: the workers' events, which no log line repeats) for a workload
+        without recorded progress; such a row's time is when the growth was seen."""
         history = self.of(name)
+        if history.recorded:
+            return
         saving = float((goodput.get("slice_seconds") or {}).get("checkpoint_save") or 0.0)
         if history.saving_s is not None and saving > history.saving_s:
             self._event(name, now, "checkpoint", "checkpoint saved", saving_s=saving - history.saving_s)
         history.saving_s = saving
 
     def take_goodput(self, now: float, figures: list[dict[str, Any]]) -> None:
-        """The cluster's goodput now: workloads' productive time over their wall time."""
-        walls = [(g["goodput"], g["wall_s"]) for g in figures if g.get("wall_s")]
+        """The cluster's goodput now: workloads' productive time over their wall time (of the
+        workloads whose goodput is known: ``known``)."""
+        walls = [(g["goodput"], g["wall_s"]) for g in figures if g.get("wall_s") and g.get("goodput") is not None]
         total = sum(w for _, w in walls)
         if total > 0:
             self.goodput.append((now, sum(g * w for g, w in walls) / total))
@@ -184,10 +199,10 @@ def _clock(t: float) -> str:
     return datetime.fromtimestamp(t, timezone.utc).strftime("%H:%M:%S")
 
 
-def _epoch(iso: Any, default: float) -> float:
+def _epoch(iso: Any) -> float | None:
     from datetime import datetime
 
     try:
         return datetime.fromisoformat(str(iso).replace("Z", "+00:00")).timestamp()
     except ValueError:
-        return default
+        return None

@@ -65,10 +65,20 @@ def queue_order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+def goodput_unknown(goodput: dict[str, Any]) -> bool:
+    """Whether a workload's goodput cannot be told: no step was reported (the backend says why in
+    ``reason``; its figure is no measure of training)."""
+    if not goodput:
+        return False
+    return goodput.get("goodput") is None or bool(goodput.get("unknown")) or (
+        bool(goodput.get("reason")) and goodput.get("source") != "workers")
+
+
 def workload_row(row: dict[str, Any], described: dict[str, Any] | None, history: History) -> dict[str, Any]:
     described = described or {}
     goodput = described.get("goodput") or {}
     kept = history.workloads.get(row["name"])
+    unknown = goodput_unknown(goodput)
     out = {key: row.get(key) for key in WORKLOAD_FIELDS}
     out.update(
         xpk_status=status_words(row),
@@ -78,9 +88,13 @@ def workload_row(row: dict[str, Any], described: dict[str, Any] | None, history:
         steps_per_s=kept.steps_per_s() if kept and row.get("status") == "RUNNING" else None,
         mttr_s=kept.mttr_s if kept else None,
         failures=sum(1 for m in kept.marks if m["kind"] == "failure") if kept else 0,
-        goodput=goodput.get("goodput"),
-        goodput_source=goodput.get("source"),  # "controller": no SDK events, running time counts as productive
-        badput={k: v for k, v in (goodput.get("badput") or {}).items() if v},
+        # No step reported (``source`` "controller", with the backend's ``reason``): unknown, not 0.
+        goodput=None if unknown else goodput.get("goodput"),
+        goodput_source=goodput.get("source"),
+        goodput_unknown=unknown,
+        goodput_reason=goodput.get("reason") if unknown else None,
+        # Unknown: no startup charged for time whose use no record tells.
+        badput={k: v for k, v in (goodput.get("badput") or {}).items() if v and not (unknown and k == "startup")},
         env_names=sorted((described.get("spec") or {}).get("env") or {}),
     )
     return out
@@ -106,6 +120,7 @@ def page(
     now: float,
     error: str | None,
     stale_after_s: float,
+    waiting_for: str | None = None,
 ) -> dict[str, Any]:
     """The whole document the page renders (sent on every change)."""
     grid, counts = slices_grid(cluster or {})
@@ -128,4 +143,5 @@ def page(
         "age_s": age,
         "stale": error is not None or age is None or age > stale_after_s,
         "error": error,
+        "waiting_for": waiting_for if error is not None else None,
     }

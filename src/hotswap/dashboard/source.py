@@ -2,9 +2,11 @@
 :class:`~hotswap.backends.base.Backend` interface every ``interval_s`` and keeps the page's
 latest document (``model.page``) and a version that changes when the document does.
 
-A look that fails (controller gone, database locked, API server unreachable) keeps the last good
-data, marked stale with the error's one line; the next look tries again. A local cluster's
-controller is started again by the backend itself when a look finds it gone.
+A look that fails (controller gone, database locked, API server unreachable, a cluster not created
+yet, being created, deleted or corrupted) keeps the last good data, marked stale with the error's
+one line and what the page waits for; the next look tries again, so the page recovers by itself.
+Nothing a look or its report raises ends the thread. A local cluster's controller is started
+again by the backend itself when a look finds it gone.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from hotswap.api.errors import HotswapError
+from hotswap.api.errors import HotswapError, NotFoundError
 from hotswap.backends.base import Backend
 from hotswap.dashboard import model
 from hotswap.dashboard.history import History
@@ -49,6 +51,7 @@ class ClusterSource:
         self.rows: list[dict[str, Any]] = []
         self.updated: float | None = None
         self.error: str | None = None
+        self.waiting_for: str | None = None  # what the page waits for while a look fails
         self.looks = 0
         self.version = 0
         self.document: dict[str, Any] = {}
@@ -76,7 +79,10 @@ class ClusterSource:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
-            self.look()
+            try:
+                self.look()
+            except Exception as error:  # noqa: BLE001 (the page's only reader must outlive any look)
+                self._say(f"hotswap dashboard: cluster {self.cluster}: {one_line(error)} (trying again)")
 
     # ------------------------------------------------------------------ reading
 
@@ -95,25 +101,38 @@ class ClusterSource:
             self._failed(error)
         else:
             if self.error is not None:
-                self.log(f"hotswap dashboard: cluster {self.cluster} readable again")
-            self.error, self.updated = None, now
+                self._say(f"hotswap dashboard: cluster {self.cluster} readable again")
+            self.error, self.waiting_for, self.updated = None, None, now
         self.looks += 1
         with self._lock:
             self._render(now)
 
     def _failed(self, error: BaseException) -> None:
         line = one_line(error)
-        if line != self.error:
-            self.log(f"hotswap dashboard: cluster {self.cluster}: {line} (showing the last data, marked stale)")
-        self.error = line
         self._backend = None  # connect again next time (a new kubeconfig token, a new controller)
+        if isinstance(error, NotFoundError) and self.cluster_doc is None:
+            self.waiting_for = f"cluster {self.cluster} to be created"
+        elif isinstance(error, NotFoundError):
+            self.waiting_for = f"cluster {self.cluster} to exist again (deleted?)"
+        else:
+            self.waiting_for = f"cluster {self.cluster} to be readable again"
+        if line != self.error:
+            self.error = line
+            self._say(f"hotswap dashboard: cluster {self.cluster}: {line} (showing the last data, marked stale; waiting for {self.waiting_for})")
+
+    def _say(self, line: str) -> None:
+        """Report a line; a report that fails (the caller's ``log`` reading a cluster half
+        created) is dropped, never raised into the look."""
+        try:
+            self.log(line)
+        except Exception:  # noqa: BLE001, S110
+            pass
 
     def _read(self, now: float) -> None:
         backend = self._backend or self.connect()
         self._backend = backend
         cluster_doc = backend.describe_cluster(self.cluster)
         rows = backend.list_workloads(self.cluster, "EVERYTHING", None)
-        live = self.looks > 0
         for row in rows:
             name = row["name"]
             if row["status"] in FINISHED and name in self.described and self.described[name].get("status") in FINISHED:
@@ -123,10 +142,13 @@ class ClusterSource:
             except HotswapError:
                 continue  # deleted between the list and now
             self.described[name] = described
-            self.history.take_timeline(name, described.get("timeline") or [], now, live)
-            if described.get("goodput"):
+            progress = described.get("progress")
+            self.history.take_timeline(name, described.get("timeline") or [], (progress or {}).get("timeline_t"))
+            if progress is not None:
+                self.history.take_progress(name, progress)
+            elif described.get("goodput"):
                 self.history.take_saves(name, described["goodput"], now)
-            if row["status"] != "QUEUED":
+            if not self.history.of(name).recorded and row["status"] != "QUEUED":  # no recorded steps: the log's, as seen
                 chunks: list[bytes] = []
                 try:
                     backend.logs(self.cluster, name, None, 0, False, chunks.append)
@@ -137,13 +159,14 @@ class ClusterSource:
         names = {row["name"] for row in rows}
         for gone in set(self.described) - names:
             del self.described[gone]
-        self.history.take_goodput(now, [d["goodput"] for d in self.described.values() if d.get("goodput")])
+        self.history.take_goodput(now, [d["goodput"] for d in self.described.values()
+                                         if d.get("goodput") and not model.goodput_unknown(d["goodput"])])
         self.cluster_doc, self.rows = cluster_doc, rows
 
     def _render(self, now: float) -> None:
         document = model.page(
             self.cluster_doc, self.rows, self.described, self.history,
-            updated=self.updated, now=now, error=self.error, stale_after_s=self.stale_after_s,
+            updated=self.updated, now=now, error=self.error, stale_after_s=self.stale_after_s, waiting_for=self.waiting_for,
         )
         comparable = {k: v for k, v in document.items() if k != "age_s"}
         if comparable != {k: v for k, v in self.document.items() if k != "age_s"}:

@@ -78,6 +78,9 @@ class DemoOptions:
     backing: str = "auto"  # slices on this machine's GPUs when enough are free (auto), or gpu, or emulated
     state_gb: float = 1.2  # the GPU drill's model and optimizer state on a GPU
     fail_slice: int = 1  # elastic: the index of the slice whose node fails
+    # When the command started (epoch s): the origin of the live log's times, the plot's and the
+    # wall time (None: when the drill is made).
+    started_at: float | None = None
 
 
 class Drill(abc.ABC):
@@ -92,8 +95,8 @@ class Drill(abc.ABC):
         self.checks: list[Check] = []
         self.marks: list[dict[str, Any]] = []  # failures, repairs, deletions, creations: for the plot
         self.runs: dict[str, list[Path]] = {}  # each job's runs (directories), oldest first: for the plot
-        self.started = time.time()
-        self.view = DemoView(f"hotswap demo {self.scenario}: {self.title}", self._state, live)
+        self.started = options.started_at or time.time()
+        self.view = DemoView(f"hotswap demo {self.scenario}: {self.title}", self._state, live, self.started)
         self._seen_event = 0  # the controller's timeline, shown as it grows
         self.workdir = Path.cwd()
         self.device = DEVICE
@@ -252,6 +255,7 @@ class Drill(abc.ABC):
 
     def run(self) -> dict[str, Any]:
         summary: dict[str, Any] = {"scenario": self.scenario, "framework": self.framework, "cluster": self.cluster}
+        summary["started_t"] = self.started  # the origin of the log's times and the plot's
         with self.view:
             try:
                 summary.update(self.drill())
@@ -259,7 +263,7 @@ class Drill(abc.ABC):
                 self.check("drill completed", False, str(error))
             finally:
                 summary["hangs"] = check_no_hang(self)
-                summary["unexpected_restarts"] = check_no_charged_restart(self)
+                summary["unexpected_restarts"] = check_no_charged_restart(self) + check_only_injected_disruptions(self)
                 summary["timeline"] = self._safe_timeline()
                 summary["marks"] = self.marks
                 summary["progress"] = self._safe_progress()
@@ -270,11 +274,7 @@ class Drill(abc.ABC):
         summary["checks"] = [dataclasses.asdict(c) for c in self.checks]
         summary["passed"] = bool(self.checks) and all(c.passed for c in self.checks)
         summary["wall_s"] = round(time.time() - self.started, 1)
-        summary.setdefault("mttr_s", None)
-        summary.setdefault("steps_lost", None)
-        summary.setdefault("preempted", [])
-        summary.setdefault("logs", None)
-        return summary
+        return {"mttr_s": None, "steps_lost": None, "preempted": [], "logs": None, **summary}
 
     def _archive(self, summary: dict[str, Any]) -> None:
         """Keep the training logs and goodput events of a drill whose cluster is removed
@@ -356,6 +356,32 @@ def check_no_charged_restart(drill: Drill) -> list[str]:
     charged = [f"{w['name']}: {w['restarts']} restart(s), last: {w['status_message']}" for w in records if w.get("restarts")]
     drill.check("no workload was restarted by its failure policy", not charged, "; ".join(charged) or "none")
     return charged
+
+
+FAULTS = ("fail", "drain", "cordon")  # the drill's own node faults (its marks): each may restart a workload once
+RESTART_KINDS = ("restart", "requeue")  # the controller restarted a workload (or queued it to, without capacity)
+
+
+def check_only_injected_disruptions(drill: Drill) -> list[str]:
+    """Nothing restarts or fails but what the drill injected, from the controller's records:
+    no workload failed, and none restarted more often than the drill failed, drained or
+    cordoned a node (a drill that injects none sees no restart; a deletion or preemption is
+    no restart). Restarts the failure policy charged are :func:`check_no_charged_restart`'s."""
+    try:
+        rows = drill.timeline()
+    except Exception as error:  # report, never mask the drill's own outcome
+        drill.event(f"could not read the controller's records: {error}")
+        return []
+    injected = sum(mark["what"] in FAULTS for mark in drill.marks)
+    restarts: dict[str, int] = {}
+    for row in rows:
+        if row["kind"] in RESTART_KINDS and row["workload"]:
+            restarts[row["workload"]] = restarts.get(row["workload"], 0) + 1
+    extra = [f"{name}: restarted {count} time(s), {injected} fault(s) injected" for name, count in sorted(restarts.items()) if count > injected]
+    failed = [f"{row['workload']}: {row['message']}" for row in rows if row["kind"] == "fail"]
+    drill.check("nothing restarted or failed but what the drill injected", not extra and not failed,
+                "; ".join(extra + failed) or f"{sum(restarts.values())} restart(s) for {injected} injected fault(s), no failure")
+    return extra + failed
 
 
 def phases_of_restart(drill: Drill, name: str, t_fail: float, attempt: int) -> dict[str, float | None]:

@@ -102,7 +102,8 @@ def draw_drill(summary: dict[str, Any]) -> Any:
     marks = summary.get("marks", [])
     progress = summary.get("progress", {})
     times = [float(r["t"]) for r in timeline] + [m["t"] for m in marks] + [p[0] for ps in progress.values() for p in ps]
-    start = min(times or [0.0])
+    # The live log's origin, the command's start, when the summary says it; else the first record.
+    start = summary.get("started_t") or min(times or [0.0])
     end = max(times or [start + 1.0])
     segments = slice_segments(timeline, end)
     names = sorted(set(segments) | {s for r in timeline if r["kind"] == "slice-added" for s in [_slice_name(r)] if s}, key=_ordinal)
@@ -138,12 +139,12 @@ def draw_drill(summary: dict[str, Any]) -> Any:
                           color=colors[job], label=f"{job}{suffix}")
             continue
         steps_ax.plot([p[0] - start for p in points], [p[1] for p in points], "-", linewidth=0.6, color=colors[job], alpha=0.5)
-        for count, marker in zip(counts, "o^sDv"):
+        for count, marker, shade in zip(counts, "o^sDv", _shades(colors[job], len(counts))):
             mine = [p for p in raw if len(p) > 2 and p[2] == count]
             steps_ax.plot([p[0] - start for p in mine], [p[1] for p in mine], marker, linestyle="none", markersize=3,
-                          color=colors[job], label=f"{job} on {count} slice(s)")
+                          color=shade, label=f"{job} on {count} slice(s)")
     steps_ax.set_ylabel("training step (rank 0)")
-    steps_ax.set_xlabel("seconds")
+    steps_ax.set_xlabel("seconds since the command started" if summary.get("started_t") else "seconds")
 
     mark_handles = []
     for number, mark in enumerate(sorted(marks, key=lambda m: m["t"]), start=1):
@@ -171,6 +172,21 @@ def plot_drill(summary: dict[str, Any], path: str | Path) -> Path:
     figure.savefig(target, dpi=110, bbox_inches="tight")
     plt.close(figure)
     return target
+
+
+def _shades(colour: Any, count: int) -> list[tuple[float, float, float]]:
+    """``count`` colours told apart at a glance, the job's own among them: from a dark to a
+    light shade of it (fewest slices darkest), so every slice count has a colour of its own."""
+    from matplotlib.colors import to_rgb
+
+    base = to_rgb(colour)
+    if count <= 1:
+        return [base]
+    shades = []
+    for i in range(count):
+        mix = -0.45 + 0.9 * i / (count - 1)  # < 0: towards black, > 0: towards white
+        shades.append(tuple(c * (1 + mix) if mix < 0 else c + (1 - c) * mix for c in base))
+    return shades  # type: ignore[return-value]
 
 
 def _with_breaks(points: list[Any]) -> list[Any]:

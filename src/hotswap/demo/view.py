@@ -16,14 +16,14 @@ REDRAW_EVERY_S = 0.5
 
 
 class DemoView:
-    def __init__(self, title: str, snapshot: Snapshot, live: bool | None = None) -> None:
+    def __init__(self, title: str, snapshot: Snapshot, live: bool | None = None, started: float | None = None) -> None:
         from rich.console import Console
 
         self.title = title
         self.snapshot = snapshot
         self.console = Console(stderr=True)
         self.live_enabled = self.console.is_terminal if live is None else live
-        self.started = time.monotonic()
+        self.started = time.time() if started is None else started  # epoch s: events are timed from it
         self.events: list[str] = []
         self._live = None
         self._drawn = 0.0
@@ -44,7 +44,7 @@ class DemoView:
             self._live.__exit__(*exc)
 
     def event(self, message: str) -> None:
-        line = f"{time.monotonic() - self.started:6.1f}s  {message}"
+        line = f"{time.time() - self.started:6.1f}s  {message}"
         self.events.append(line)
         if self._live is None:
             print(line, file=sys.stderr, flush=True)

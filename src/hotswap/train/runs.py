@@ -14,7 +14,9 @@ import os
 import uuid
 from pathlib import Path
 
-from hotswap.api.runs import RESUME_AUTO, RUN_RUNNING, RUN_SIGNAL_FILE, pending_migration, run_signal_after
+from hotswap.api.runs import (
+    RESUME_AUTO, RUN_OUTCOME_FILE, RUN_RUNNING, RUN_SIGNAL_FILE, pending_migration, run_signal_after, run_state,
+)
 from hotswap.api.worker import WorkerEnv
 from hotswap.train.files import write_file_durably
 
@@ -44,12 +46,17 @@ def mark_running(run_dir: Path) -> None:
     mark(run_dir, RUN_RUNNING)
 
 
-def read_signal(run_dir: Path) -> str | None:
+def read_signal(run_dir: Path, name: str = RUN_SIGNAL_FILE) -> str | None:
     try:
-        with open(run_dir / RUN_SIGNAL_FILE, "rb") as handle:
+        with open(run_dir / name, "rb") as handle:
             return handle.read(_MAX_SIGNAL_BYTES).decode(errors="replace").strip() or None
     except OSError:
         return None
+
+
+def read_state(run_dir: Path) -> str | None:
+    """The run as the resume rule reads it: its signal, or failed if its backend said so."""
+    return run_state(read_signal(run_dir), read_signal(run_dir, RUN_OUTCOME_FILE))
 
 
 def resume_source(env: WorkerEnv) -> Path | None:
@@ -66,5 +73,5 @@ def resume_source(env: WorkerEnv) -> Path | None:
         siblings = [entry for entry in own.parent.iterdir() if entry.is_dir() and entry.name != own.name]
     except OSError:
         return None
-    run = pending_migration({entry.name: read_signal(entry) for entry in siblings})
+    run = pending_migration({entry.name: read_state(entry) for entry in siblings})
     return own.parent / run if run else None

@@ -85,8 +85,8 @@ def _status(job: LiveJobSet, kueue: dict[str, tuple[str, str]]) -> tuple[str, st
 def goodput_view(job: LiveJobSet, now: float) -> GoodputView:
     """Where the workload's time went, as the controller saw its phases. Goodput counts only
     steps the workers reported, and their goodput events stay in their pods: the controller
-    cannot tell a training job from one that never completed a step, so goodput is 0 with the
-    reason, and the time in RUNNING is ``running_share`` (never shown as goodput)."""
+    cannot tell a training job from one that never completed a step, so goodput is unknown
+    (``None``) with the reason, and the time in RUNNING is ``running_share`` (never goodput)."""
     record = job.record
     seconds = dict(record.phase_seconds) if record is not None else {}
     if record is not None:
@@ -96,12 +96,11 @@ def goodput_view(job: LiveJobSet, now: float) -> GoodputView:
     wall = sum(seconds.values())
     share = {key: (value / wall if wall else 0.0) for key, value in seconds.items()}
     return {
-        "goodput": 0.0,
+        "goodput": None,
         "wall_s": wall,
         "source": "controller phase times",
         "badput": {"queued": share.get("QUEUED", 0.0), "recovery": share.get("RESTARTING", 0.0)},
-        "reason": "the workers' step reports stay in their pods; running (not goodput) "
-        f"{share.get('RUNNING', 0.0):.1%} of the time",
+        "reason": "no step was reported to the controller: the workers' step reports stay in their pods",
         "running_share": share.get("RUNNING", 0.0),
     }
 

@@ -1,6 +1,8 @@
 """The files of a local workload, in its directory (``workloads/<name>-<seq>/``): one log per
 replica and host, one directory and one goodput events file per worker process, and the
 elastic membership file. Written by the controller and the workers, read by the CLI's queries.
+And the one file the controller writes in a run's checkpoint directory: the outcome of a run it
+ended failed (``api.runs.RUN_OUTCOME_FILE``).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ import os
 from pathlib import Path
 
 from hotswap.api.membership import Membership
+from hotswap.api.runs import RUN_FAILED, RUN_OUTCOME_FILE
 from hotswap.store.paths import new_dirs_private, open_private
 
 
@@ -54,3 +57,23 @@ def publish_membership(workload_dir: Path, membership: Membership) -> Path:
         os.fsync(handle.fileno())
     os.replace(temporary, target)
     return target
+
+
+def record_run_failed(run_dir: Path) -> str | None:
+    """Say in a run's checkpoint directory that the run failed, so no later run resumes it
+    automatically (its workers' SIGTERM save still says ``resume``: they cannot tell a hang kill
+    or a failed attempt's stop from a deletion). A run whose workers never made the directory
+    left nothing to resume: nothing is written. Returns why it could not be written, or None."""
+    if not run_dir.is_dir():
+        return None
+    target = run_dir / RUN_OUTCOME_FILE
+    temporary = run_dir / f".{RUN_OUTCOME_FILE}.{os.getpid()}"
+    try:
+        with os.fdopen(open_private(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as handle:
+            handle.write(f"{RUN_FAILED}\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, target)
+    except OSError as error:
+        return f"cannot write {target}: {error.strerror or error}"
+    return None

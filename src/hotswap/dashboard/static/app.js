@@ -31,7 +31,7 @@ function setStatus() {
   let cls = "live", text = "live";
   if (!doc) { cls = "connecting"; text = "connecting…"; }
   else if (silent) { cls = "error"; text = "stale: the dashboard server does not answer (showing the last data)"; }
-  else if (doc.error) { cls = "error"; text = "stale: " + doc.error; }
+  else if (doc.error) { cls = "error"; text = (doc.waiting_for ? "waiting for " + doc.waiting_for + ": " : "stale: ") + doc.error; }
   else if (doc.stale) { cls = "stale"; text = "stale: last read " + fmt(doc.age_s, 1) + " s ago"; }
   status.className = "status " + cls;
   status.textContent = text;
@@ -96,13 +96,25 @@ function renderWorkloads(d) {
       el("td", {}, fmt(w.steps_per_s, 2)),
       el("td", {}, w.restarts),
       el("td", {}, w.preemptions),
-      el("td", { title: w.goodput_source === "controller" ? "from the controller's view (no SDK events): running time counts as productive" : "" }, pct(w.goodput)),
+      goodputCell(w),
       badput,
-      el("td", { title: w.failures + " failure(s)" }, w.mttr_s === null ? "–" : fmt(w.mttr_s, 1) + " s"),
+      el("td", { title: w.failures + " failure(s); MTTR: mean time from a failure to the first training step after it, from the workers' records" +
+        (w.mttr_s === null ? " (none measured)" : "") }, w.mttr_s === null ? "–" : fmt(w.mttr_s, 2) + " s"),
       el("td", { class: "wrap run-id" }, w.run_id || "–"),
     );
     return row;
   }));
+}
+
+// Goodput is what the workers' step reports say: productive step time over the workload's
+// slice-time. Without a reported step it cannot be told: "unknown", with the backend's reason.
+function goodputCell(w) {
+  if (w.goodput_unknown) {
+    const cell = el("td", { class: "wrap unknown", title: "goodput unknown: " + (w.goodput_reason || "no training step was reported") });
+    cell.append(el("div", {}, "unknown"), el("div", { class: "muted reason" }, w.goodput_reason || "no step reported"));
+    return cell;
+  }
+  return el("td", { title: "productive training-step time over the workload's slice-time so far, from its workers' step reports" }, pct(w.goodput));
 }
 
 function renderEvents(d) {
@@ -223,7 +235,21 @@ function labelsPlugin() {
   };
 }
 
+// A chart with no data says so instead of an empty axis.
+function showChart(id, hasData, why) {
+  const chart = document.getElementById(id);
+  let note = document.getElementById(id + "-empty");
+  if (!note) { note = el("p", { id: id + "-empty", class: "muted chart-empty" }); chart.before(note); }
+  note.textContent = why;
+  note.hidden = hasData;
+  chart.hidden = !hasData;
+}
+
 function renderCharts(d) {
+  const running = d.workloads.some((w) => w.status === "RUNNING");
+  showChart("steps-chart", Object.keys(d.steps).length > 0,
+    running ? "No training step reported yet." : "No training step reported: no workload is running.");
+  showChart("goodput-chart", d.goodput.length > 0, "No goodput yet: no workload has reported a training step.");
   const { names, data } = alignSteps(d.steps);
   const key = names.join("\u0000");
   if (!stepsPlot || key !== stepsKey) {

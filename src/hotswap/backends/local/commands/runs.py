@@ -2,8 +2,9 @@
 launch record (so ``workload describe`` and the workers agree, whatever happens later).
 
 The rule is the worker contract's (:func:`hotswap.api.runs.pending_migration`): the
-predecessor's migration checkpoint, only if it left one on SIGTERM; ``--resume-from`` names a
-run or a directory; ``--fresh`` takes nothing. The checkpoints are on this machine, so the CLI
+predecessor's migration checkpoint, only if it left one on SIGTERM and its controller did not
+end it failed (a hang kill is a SIGTERM too: the outcome file says what the workers cannot);
+``--resume-from`` names a run or a directory; ``--fresh`` takes nothing. The checkpoints are on this machine, so the CLI
 reads the runs' signal files itself (on Kubernetes only the pods see the volume, and the
 workers decide).
 """
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from hotswap.api.errors import InvalidInputError
 from hotswap.api.launch import RUN_FRESH, RUN_FROM, Launch, Run
-from hotswap.api.runs import RUN_SIGNAL_FILE, is_run_id, pending_migration
+from hotswap.api.runs import RUN_FAILED, RUN_OUTCOME_FILE, RUN_RESUME, RUN_SIGNAL_FILE, is_run_id, predecessor, run_state
 from hotswap.store.paths import ClusterPaths, check_private
 from hotswap.backends.local.tables import LIVE_WORKER_STATES, LocalStore
 
@@ -67,23 +68,30 @@ def resolve(run: Run, root: Path, predecessor_stopped: Callable[[], bool], wait_
     deadline = time.monotonic() + wait_s
     while not predecessor_stopped() and time.monotonic() < deadline:
         time.sleep(0.1)
-    pending = pending_migration(_signals(root, exclude=run.id))
-    if pending is None:
+    newest = predecessor(_states(root, exclude=run.id))
+    if newest is None:
         return run.resolved("", None)
-    path = root / pending
-    return run.resolved(str(path), {"run": pending, "path": str(path), "kind": "migration"})
+    name, state = newest
+    path = root / name
+    if state == RUN_FAILED:  # its workers' SIGTERM save says resume; its controller knows better
+        return run.resolved("", None, not_resumed={"run": name, "path": str(path), "reason": "failed"})
+    if state != RUN_RESUME:
+        return run.resolved("", None)
+    return run.resolved(str(path), {"run": name, "path": str(path), "kind": "migration"})
 
 
-def _signals(root: Path, exclude: str) -> dict[str, str | None]:
-    signals: dict[str, str | None] = {}
+def _states(root: Path, exclude: str) -> dict[str, str | None]:
+    """Each earlier run under ``root`` as the resume rule reads it (``api.runs.run_state``)."""
     try:
         entries = [entry for entry in root.iterdir() if entry.name != exclude and is_run_id(entry.name) and entry.is_dir()]
     except OSError:
-        return signals
-    for entry in entries:
-        try:
-            with open(entry / RUN_SIGNAL_FILE, "rb") as handle:
-                signals[entry.name] = handle.read(_MAX_SIGNAL_BYTES).decode(errors="replace").strip() or None
-        except OSError:
-            signals[entry.name] = None
-    return signals
+        return {}
+    return {entry.name: run_state(_read(entry / RUN_SIGNAL_FILE), _read(entry / RUN_OUTCOME_FILE)) for entry in entries}
+
+
+def _read(path: Path) -> str | None:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(_MAX_SIGNAL_BYTES).decode(errors="replace").strip() or None
+    except OSError:
+        return None

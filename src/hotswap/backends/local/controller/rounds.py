@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from pathlib import Path
 
 from hotswap.api.launch import Launch
 from hotswap.backends.kit.figures import RecoveryFigures
-from hotswap.backends.local import protocol, timeline
+from hotswap.backends.local import protocol, timeline, workload_files
 from hotswap.backends.local.controller import enactment as effects
 from hotswap.backends.local.claim import Claim
 from hotswap.backends.local.controller.gpu_health import GpuHealthMonitor
@@ -25,8 +26,9 @@ from hotswap.backends.local.workers.supervisor import WorkerLaunch
 from hotswap.backends.local.tables import LocalStore, Request, WorkerRow
 from hotswap.backends.local.workers.lifecycle import Workers
 from hotswap.core import events as ev
-from hotswap.core.effects import effects_of
+from hotswap.core.effects import Outcome as WorkloadOutcome, effects_of
 from hotswap.core.model import Snapshot
+from hotswap.core.workload import Workload
 from hotswap.core.scheduler import decide
 from hotswap.store.codec import workload_to_json
 
@@ -104,6 +106,8 @@ class RoundRunner:
                 workload = new.workloads.get(name) or old.workloads.get(name)
                 if workload is None:
                     continue
+                if effect.outcome is WorkloadOutcome.FAILED:  # before its workers get SIGTERM and save
+                    self._record_failed_run(workload, now)
                 plan = effects.plan(effect, workload, self.workers.live(workload.name, workload.seq))
                 self.workers.mark_stopping(plan.stop, now)
                 to_stop += plan.stop
@@ -142,6 +146,19 @@ class RoundRunner:
         with self.store.transaction():
             written = self.workers.stops.commit_exits()
         self.workers.stops.exits_committed(written)
+
+    def _record_failed_run(self, workload: Workload, now: float) -> None:
+        """Mark the run of a workload this round ended failed in its checkpoint directory (a
+        hang kill, or the stop of a failed attempt's other workers, is a SIGTERM: their save says
+        resume), so the next ``workload create`` of its name starts fresh; said in its timeline
+        if it cannot be."""
+        launch = self.store.launches.get(workload.name)
+        if launch.run is None:  # a workload of a release without runs: its checkpoints are never resumed
+            return
+        problem = workload_files.record_run_failed(Path(launch.checkpoint_dir))
+        if problem is not None:
+            message = f"{problem}: a later run of this name may resume this failed run's checkpoint; create it with --fresh"
+            self.store.record_event(now, "warning", message, workload.name, workload.seq)
 
     def _register_created(self, inputs: list[ev.Event], old: Snapshot, new: Snapshot, launch: Launch) -> None:
         """Store the launch record of a workload this round created (before its record)."""

@@ -73,4 +73,7 @@ def run_view(launch: Launch) -> dict[str, Any]:
     run = launch.run
     if run is None:
         return {"run_id": None, "resumed_from": None}
-    return {"run_id": run.id, "resumed_from": None if run.resumed_from is None else dict(run.resumed_from)}
+    view = {"run_id": run.id, "resumed_from": None if run.resumed_from is None else dict(run.resumed_from)}
+    if run.not_resumed is not None:  # a fresh start that passed a predecessor's checkpoint over says why
+        view["not_resumed"] = dict(run.not_resumed)
+    return view

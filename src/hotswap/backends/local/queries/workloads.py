@@ -30,6 +30,7 @@ def list_workloads(cluster: str, status: str = "EVERYTHING", job_filter: str | N
 
 def describe_workload(cluster: str, name: str, timeline: bool = True) -> WorkloadDescription:
     from hotswap.backends.local.queries.goodput import workload_goodput
+    from hotswap.backends.local.queries.progress import workload_progress
 
     paths = existing(cluster)
     record, launch = workload_record(paths, name)
@@ -74,5 +75,6 @@ def describe_workload(cluster: str, name: str, timeline: bool = True) -> Workloa
     if timeline:
         view["timeline"] = [{"time": iso(e["t"]), "event": e["kind"], "message": e["message"]} for e in events]
         view["goodput"] = workload_goodput(record, events, directory, time.time())
+        view["progress"] = workload_progress(events, directory, int(spec["num_slices"]))
     return view
 
