@@ -86,7 +86,7 @@ def test_every_documented_hotswap_command_exists_with_the_flags_it_shows() -> No
             if re.fullmatch(r"--?[a-zA-Z][\w-]*", flag) and flag not in known:
                 problems.append(f"{page}: `{line}`: {' '.join(path)} has no {flag}")
         checked += 1
-    assert checked >= 50
+    assert checked >= 40
     assert not problems, "\n".join(problems)
 
 
@@ -126,7 +126,11 @@ def test_the_readme_tour_runs_as_written(home: Path) -> None:
     """The front door's five-minute tour, command by command, on the local backend from the
     repository root (each must succeed), with a state directory of its own."""
     [tour] = [block for block in bash_blocks(README) if "node fail" in block and "cluster create" in block]
-    env = {**os.environ, "HOTSWAP_HOME": str(home), "HOTSWAP_WARM_WORKERS": "0"}
+    pytest.importorskip("torch", reason="the tour trains PyTorch jobs (hotswap[torch])")
+    # As in the user's activated virtual environment: `python` is this interpreter.
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    env = {**os.environ, "PATH": path, "HOTSWAP_HOME": str(home), "HOTSWAP_WARM_WORKERS": "0"}
+    outputs: list[tuple[str, str]] = []
     for line in command_lines(tour):
         if "--follow" in line or "--watch" in line:
             continue  # they run until interrupted
@@ -135,3 +139,9 @@ def test_the_readme_tour_runs_as_written(home: Path) -> None:
             cwd=ROOT, capture_output=True, text=True, env=env, timeout=240,
         )
         assert result.returncode == 0, (line, result.stdout[-2000:], result.stderr[-2000:])
+        outputs.append((line, result.stdout))
+    # What the tour's comments promise after the failure: high hotswapped onto low's slice.
+    failed = next(i for i, (line, _) in enumerate(outputs) if " node fail " in f" {line} ")
+    listed = next(out for line, out in outputs[failed:] if "workload list" in line)
+    rows = {row.split()[0]: row for row in listed.splitlines()[1:] if row.strip()}
+    assert "HOTSWAPPED" in rows["high"] and "QUEUED (preempted)" in rows["low"], listed

@@ -106,7 +106,7 @@ def readme_quickstart() -> str:
     text = (SOURCE.parents[1] / "README.md").read_text()
     start = text.index("\n## Quickstart\n") + len("\n## Quickstart\n")
     end = text.index("\n## ", start)
-    return text[start:end].strip() + "\n"
+    return text[start:end].strip().replace("](docs/", "](") + "\n"  # the README's links, from docs/
 
 
 GENERATORS = {
