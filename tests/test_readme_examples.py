@@ -17,12 +17,18 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").rglob("*.md"))]  # the front door and the documentation site
+
+
+def _text() -> str:
+    """The README and every page of the documentation, one after another."""
+    return "\n\n".join(page.read_text(encoding="utf-8") for page in PAGES)
 
 
 def _bash_commands() -> list[str]:
     """Every command of the README's ```bash blocks, continuation lines joined, comments cut."""
     commands: list[str] = []
-    for block in re.findall(r"^```(?:bash|sh|console)\n(.*?)^```", README.read_text(encoding="utf-8"), re.M | re.S):
+    for block in re.findall(r"^```(?:bash|sh|console)\n(.*?)^```", _text(), re.M | re.S):
         joined = re.sub(r"\\\n\s*", " ", block)
         for line in joined.splitlines():
             line = line.strip()
@@ -74,7 +80,7 @@ def test_every_relative_path_a_readme_command_names_exists() -> None:
 
 def _limits_rows() -> dict[str, str]:
     """The Security section's table of input limits: first cell -> second cell."""
-    section = README.read_text(encoding="utf-8").split("| Input | Limit |", 1)[1].split("\n\n", 1)[0]
+    section = _text().split("| Input | Limit |", 1)[1].split("\n\n", 1)[0]
     rows = [line.strip("|").split("|") for line in section.strip().splitlines()[1:]]
     return {cells[0].strip(): cells[1].strip() for cells in rows if len(cells) >= 2}
 
@@ -88,15 +94,12 @@ def test_the_limits_table_states_the_local_clusters_cap_on_slices() -> None:
     assert any(limit.startswith(f"1-{MAX_LOCAL_SLICES:,}") for limit in rows.values()), rows
 
 
-def test_the_readme_has_one_table_of_exit_codes_equal_to_the_codes_in_the_code() -> None:
-    """Scripts rely on the codes: the README lists each one once, as EXIT_CODES says (item 2)."""
-    from hotswap.api.errors import EXIT_CODES
-
-    text = README.read_text(encoding="utf-8")
-    assert text.count("| Code | Meaning |") == 1
-    table = text.split("| Code | Meaning |", 1)[1].split("\n\n", 1)[0].strip().splitlines()[1:]
-    rows = {int(code): meaning.strip() for code, meaning in (line.strip("|").split("|", 1) for line in table)}
-    assert rows == {code: meaning.strip("|").strip() for code, meaning in EXIT_CODES.items()}
+def test_no_page_writes_the_exit_codes_by_hand() -> None:
+    """Scripts rely on the codes: the pages that list them have the table generated from
+    EXIT_CODES when the site is built (docs/_hooks/reference.py), never a copy that can drift."""
+    text = _text()
+    assert "| Code | Meaning |" not in text and "| Exit code | Meaning |" not in text
+    assert text.count("<!-- hotswap:exit-codes -->") >= 1
 
 
 def test_every_error_of_either_backend_exits_with_a_code_of_the_one_table() -> None:
@@ -141,7 +144,7 @@ def test_each_script_a_readme_example_runs_starts_from_the_repository_root() -> 
 
 def _block_with(text: str) -> str:
     """The README's ```bash block that contains ``text``."""
-    [block] = [b for b in re.findall(r"^```bash\n(.*?)^```", README.read_text(encoding="utf-8"), re.M | re.S) if text in b]
+    [block] = [b for b in re.findall(r"^```bash\n(.*?)^```", _text(), re.M | re.S) if text in b]
     return block
 
 
@@ -171,13 +174,14 @@ def test_development_installs_what_quickstart_step_2_installs() -> None:
     [development] = _install_extras(_block_with("lint-imports"))
     assert development == quickstart
     text = README.read_text(encoding="utf-8")
-    quick = text[text.index("## Quickstart"):text.index("## What works today")]
+    start = text.index("## Quickstart")
+    quick = text[start:text.index("\n## ", start)]
     assert "venv" in quick and "minutes" in quick  # a fresh machine needs one; the suite's duration is said
 
 
 def test_the_xpk_example_table_shows_each_job_s_slices() -> None:
     """The `workload list` example is of the laptop block's cluster: high asked for 2 slices."""
-    text = README.read_text(encoding="utf-8")
+    text = _text()
     example = text[text.index("$ hotswap workload list --cluster demo"):]
     header, *rows = example.split("```")[0].splitlines()[1:]
     columns = re.split(r"\s{2,}", header.strip())

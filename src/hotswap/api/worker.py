@@ -22,17 +22,17 @@ from collections.abc import Mapping, Sequence
 from hotswap.api.runs import START_CAUSES
 
 # JobSet / Indexed Job (on Kubernetes from pod labels via the downward API).
-JOBSET_NAME = "JOBSET_NAME"
-REPLICATED_JOB_NAME = "REPLICATED_JOB_NAME"
+JOBSET_NAME = "JOBSET_NAME"  # the workload's JobSet (the workload's name)
+REPLICATED_JOB_NAME = "REPLICATED_JOB_NAME"  # the replicated job of the workers: "slice"
 JOB_INDEX = "JOB_INDEX"  # slice replica index, 0..num_slices-1
 JOB_COMPLETION_INDEX = "JOB_COMPLETION_INDEX"  # host index within the slice
 # Multislice (MEGASCALE) and torch.distributed.
-MEGASCALE_NUM_SLICES = "MEGASCALE_NUM_SLICES"
-MEGASCALE_SLICE_ID = "MEGASCALE_SLICE_ID"
-MASTER_ADDR = "MASTER_ADDR"
-MASTER_PORT = "MASTER_PORT"
-RANK = "RANK"
-WORLD_SIZE = "WORLD_SIZE"
+MEGASCALE_NUM_SLICES = "MEGASCALE_NUM_SLICES"  # slices the workload runs on now
+MEGASCALE_SLICE_ID = "MEGASCALE_SLICE_ID"  # this slice's index among them: JOB_INDEX
+MASTER_ADDR = "MASTER_ADDR"  # where rank 0 serves the rendezvous (torch.distributed's meaning)
+MASTER_PORT = "MASTER_PORT"  # its port (a fresh one for every membership generation)
+RANK = "RANK"  # this process's global rank: replica-major, then host, then local rank
+WORLD_SIZE = "WORLD_SIZE"  # processes in the job: slices x hosts per slice x processes per host
 LOCAL_RANK = "LOCAL_RANK"  # this process's index among its host's processes (torchrun's meaning)
 LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE"  # processes on this host: one per GPU of a GPU-backed slice, else 1
 # The GPUs this worker may use (CUDA's own variable): the physical indices of its host's GPUs on a
@@ -48,8 +48,8 @@ PCI_BUS_ORDER = "PCI_BUS_ID"
 TPU_WORKER_ID = "TPU_WORKER_ID"  # the host's index in its slice: JOB_COMPLETION_INDEX
 TPU_WORKER_HOSTNAMES = "TPU_WORKER_HOSTNAMES"  # the slice's hosts, comma-separated, by TPU_WORKER_ID
 # hotswap.
-HOTSWAP_CLUSTER = "HOTSWAP_CLUSTER"
-HOTSWAP_WORKLOAD = "HOTSWAP_WORKLOAD"
+HOTSWAP_CLUSTER = "HOTSWAP_CLUSTER"  # the cluster the workload runs on
+HOTSWAP_WORKLOAD = "HOTSWAP_WORKLOAD"  # the workload's name
 HOTSWAP_CHECKPOINT_DIR = "HOTSWAP_CHECKPOINT_DIR"  # this run's own directory: <checkpoint root>/<run id>
 HOTSWAP_RUN_ID = "HOTSWAP_RUN_ID"  # this run (one `workload create`); restarts within it keep it
 # Where this run's state comes from while its own directory holds no checkpoint: a checkpoint
@@ -62,14 +62,14 @@ HOTSWAP_START_CAUSE = "HOTSWAP_START_CAUSE"
 HOTSWAP_RESTART_COUNT = "HOTSWAP_RESTART_COUNT"  # restarts of any cause so far (attempt - 1)
 HOTSWAP_ATTEMPT = "HOTSWAP_ATTEMPT"  # worker generation, bumped at every (re)start
 HOTSWAP_SLICE = "HOTSWAP_SLICE"  # name of the slice this worker runs on
-HOTSWAP_HOSTS_PER_SLICE = "HOTSWAP_HOSTS_PER_SLICE"
+HOTSWAP_HOSTS_PER_SLICE = "HOTSWAP_HOSTS_PER_SLICE"  # hosts (workers) of each slice
 HOTSWAP_MEMBERSHIP_FILE = "HOTSWAP_MEMBERSHIP_FILE"  # elastic workloads only
 # Elastic workloads on Kubernetes: the host of the JAX coordination service the backend runs for
 # every generation (each generation's on its membership's master_port). Set: a JAX worker
 # connects there and never starts a service itself; unset: the generation's rank 0 starts one.
 HOTSWAP_JAX_COORDINATOR = "HOTSWAP_JAX_COORDINATOR"
 HOTSWAP_EVENTS_FILE = "HOTSWAP_EVENTS_FILE"  # JSON lines of goodput events, one file per worker
-HOTSWAP_TERMINATION_GRACE_S = "HOTSWAP_TERMINATION_GRACE_S"
+HOTSWAP_TERMINATION_GRACE_S = "HOTSWAP_TERMINATION_GRACE_S"  # seconds from SIGTERM to SIGKILL: the time to save
 # Set only in a worker that a warm spare runs (backends/local/workers/warm.py, which runs by path and
 # spells it out): when the spare took the assignment, in Unix seconds: the restart's "spawn".
 HOTSWAP_HANDED_OVER_AT = "HOTSWAP_HANDED_OVER_AT"
@@ -294,10 +294,10 @@ class WorkerEnv:
 # /tmp/xla_dump/; locally each worker gets its own under its worker directory, and the shim
 # (which imports nothing of hotswap and spells this name itself) copies it to
 # $HOTSWAP_DEBUG_DUMP_TO/<workload>/attempt-<N>/replica-<R>-host-<H>.
-XLA_FLAGS = "XLA_FLAGS"
+XLA_FLAGS = "XLA_FLAGS"  # XLA's own flags: --xla_dump_to is added for --debug-dump-gcs
 XLA_DUMP_FLAG = "--xla_dump_to"
 CONTAINER_XLA_DUMP_DIR = "/tmp/xla_dump/"
-HOTSWAP_DEBUG_DUMP_TO = "HOTSWAP_DEBUG_DUMP_TO"
+HOTSWAP_DEBUG_DUMP_TO = "HOTSWAP_DEBUG_DUMP_TO"  # where a --debug-dump-gcs workload's XLA dumps are copied when a worker ends (local backend)
 
 
 def with_xla_dump(flags: str | None, directory: str) -> str:
