@@ -145,6 +145,8 @@ def test_a_hotswap_drill_in_the_browser_at_1280_and_390_pixels(browser: Any, hom
             assert page.evaluate("document.documentElement.scrollWidth") <= width, f"the page overflows {width} px"
             assert page.locator("[data-workload='high']").is_visible()
             page.wait_for_selector("[data-workload='waiter'] td.badput div", timeout=10_000)
+            # Restarts as kubectl counts them (the hotswap is one), the charged ones beside them.
+            assert page.text_content("[data-workload='high'] td.restarts") == "1 (0 charged)"
             check_axis_labels(page, state(board)["steps"]["high"])
             assert page.evaluate(CLIPPED, "td.badput") == [], f"a Badput cell is cut at {width} px"
         # At 1280 px the whole workloads table is seen, its Badput column included.

@@ -16,7 +16,7 @@ from hotswap.dashboard.history import KEPT_CATEGORIES, History
 
 GPU_FAULT_WORDS = ("gpu", "xid", "ecc", "nvml")
 PAGE_EVENTS = 200
-WORKLOAD_FIELDS = ("name", "priority", "status", "status_message", "slices", "num_slices", "restarts", "preemptions")
+WORKLOAD_FIELDS = ("name", "priority", "status", "status_message", "slices", "num_slices", "restarts", "preemptions", "attempt")
 
 
 def status_words(row: dict[str, Any]) -> str:

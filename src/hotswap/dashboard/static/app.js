@@ -94,7 +94,7 @@ function renderWorkloads(d) {
       el("td", { class: "wrap" }, w.slices.length ? w.slices.join(", ") : "–"),
       el("td", {}, fmt(w.step)),
       el("td", {}, fmt(w.steps_per_s, 2)),
-      el("td", {}, w.restarts),
+      restartsCell(w),
       el("td", {}, w.preemptions),
       goodputCell(w),
       badput,
@@ -104,6 +104,15 @@ function renderWorkloads(d) {
     );
     return row;
   }));
+}
+
+// Restarts as kubectl counts them: every restart, whatever its cause (attempt - 1); the ones
+// charged against --max-restarts (the job's own failures) in brackets when they differ.
+function restartsCell(w) {
+  const all = Math.max((w.attempt || 0) - 1, w.restarts || 0);
+  const text = all === w.restarts ? String(all) : all + " (" + w.restarts + " charged)";
+  return el("td", { class: "restarts", title: "restarts of any cause: " + all + "; charged against --max-restarts (failures of the job itself): " +
+    w.restarts + "; hotswaps, node failures, preemptions and evictions are not charged" }, text);
 }
 
 // Goodput is what the workers' step reports say: productive step time over the workload's
