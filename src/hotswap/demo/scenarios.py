@@ -171,8 +171,7 @@ class ElasticDrill(Drill):
         before_down = max((s.step for s in steps if s.t < first.t and s.slices == 3), default=0)
         self.check("no step lost on the way down", first.step <= before_down + 2,
                    f"last step before the failure {before_down}, first on 2 slices {first.step}")
-        if self.framework == "torch":  # a JAX survivor restarts its process instead
-            self._check_loss_seen(t_fail)
+        self._check_loss_seen(t_fail)  # a JAX survivor's next program records what its previous one saw
         self.wait_steps("elastic", first.step + 30)
         t_repair = self.node("uncordon", f"{victim}-0")
         self.event(f"node {victim}-0 repaired: the job grows back to 3 slices")

@@ -142,6 +142,7 @@ class RestartingFormation(GroupFormation):
         """Once the state is synchronised: the move the previous program began is done."""
         change, self.change = self.change, None
         if change is not None and change.previous_slices is not None:
+            self._lost_at_timeout = change.timed_out  # as the previous program saw the loss
             self._announce_change(change.previous_slices, change.started, change.failed)
 
     def _form(self, membership: Membership, rank: int) -> bool:
@@ -165,7 +166,9 @@ class RestartingFormation(GroupFormation):
         if newest.rank_of(self.env.slice_name, self.env.host_index) is None:
             say(f"leaving: slice {self.env.slice_name} is not in membership generation {newest.generation}")
             self.termination.exit(CHECKPOINTED_EXIT_CODE, "removed")
-        change = MembershipChange(previous.generation, len(previous.slices), started, failed)
+        change = MembershipChange(
+            previous.generation, len(previous.slices), started, failed, self._lost_at_timeout if failed else None
+        )
         self._hand_over(self.jax_state.handoff(change, self.attempts + 1))
 
     def restart_into(

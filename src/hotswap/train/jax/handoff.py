@@ -38,6 +38,7 @@ class MembershipChange:
     previous_slices: int | None  # None: the process had not joined any generation yet
     started: float  # time.monotonic() when the change began (system-wide on Linux)
     failed: bool  # caused by a lost peer, not by a published membership
+    timed_out: bool | None = None  # the lost peer was noticed only at a collective's timeout (None: not known)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -46,7 +46,7 @@ from hotswap.train.lifecycle import (
     warn_no_checkpoint_directory,
 )
 from hotswap.train.progress import Progress
-from hotswap.train.rendezvous import first_line
+from hotswap.train.rendezvous import first_line, timed_out
 from hotswap.train.termination import Termination
 
 log = logging.getLogger("hotswap.train")
@@ -264,7 +264,7 @@ class JaxRun(RunLifecycle):
             if self.world_size == 1 or not self.group.is_peer_failure(error):
                 raise
             log.warning("hotswap: a peer was lost in step %d: %s", self.step, first_line(error))
-            self.formation.recover(since=began)
+            self.formation.recover(timed_out=timed_out(error), since=began)
         if self.watchdog is not None:
             self.watchdog.beat()
         self.boundary.cross(total)
