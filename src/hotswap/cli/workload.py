@@ -238,6 +238,10 @@ def describe(
     why = f": {good['reason']}" if good.get("reason") else ""
     figure, spent = goodput_words(good)
     print(f"  goodput {figure} of {good['wall_s']:.0f}s (from {good['source']}{why}); {spent}")
+    progress = view.get("progress") or {}
+    if progress.get("mttr_s") is not None:  # from the records (core/recovery.py), as the dashboard's
+        done = sum(1 for r in progress.get("recoveries") or [] if r.get("seconds") is not None)
+        print(f"  MTTR {progress['mttr_s']:.2f}s over {done} recovery(ies): a failure to the first training step after it")
     if view["placement"]:
         table(
             ["Replica", "Slice", "Nodes"],
