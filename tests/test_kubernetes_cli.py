@@ -309,3 +309,43 @@ def test_a_deleted_workloads_logs_stay_readable_and_describe_shows_its_own_check
         assert not archive.exists()
     finally:
         server.close()
+
+
+def test_a_deleted_failed_run_is_never_resumed_by_the_next_run(tmp_path: Path) -> None:
+    """A JobSet that ended Failed (its pods saved on SIGTERM as they went: signal=resume), then
+    `workload delete`: the next `workload create` of the name tells its pods that run failed
+    (HOTSWAP_FAILED_RUNS), so their `auto` choice never resumes it; a run deleted while it
+    ran is still a migration (nothing is named)."""
+    from test_kubernetes_client import FakeApiServer, write_kubeconfig
+
+    from hotswap.api import worker as contract
+
+    state = ClusterApi()
+    server = FakeApiServer(state.route)
+
+    def env_of(name: str) -> dict[str, str]:
+        [container] = state.jobsets[name]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"]
+        return {e["name"]: e.get("value") for e in container["env"]}
+
+    try:
+        env = {"KUBECONFIG": str(write_kubeconfig(tmp_path / "kubeconfig", server.url))}
+        assert hotswap(tmp_path, "cluster", "create", "--backend", "kubernetes", "--cluster", "trillium", "--context", "fake", env=env).returncode == 0
+        create = ("workload", "create", "--cluster", "trillium", "--workload", "job", "--checkpoint-volume", "pvc:ckpt", "--command", "python3 train.py")
+        assert hotswap(tmp_path, *create, env=env).returncode == 0
+        failed_run = state.jobsets["job"]["metadata"]["labels"][labels.RUN_ID_LABEL]
+        state.jobsets["job"]["status"] = {"conditions": [{"type": "Failed", "status": "True", "message": "jobset failed"}]}
+        assert hotswap(tmp_path, "workload", "delete", "--cluster", "trillium", "--workload", "job", env=env).returncode == 0
+
+        assert hotswap(tmp_path, *create, env=env).returncode == 0
+        second = env_of("job")
+        assert second[contract.HOTSWAP_RESUME_FROM] == "auto" and second[contract.HOTSWAP_FAILED_RUNS] == failed_run
+        # Deleted while it ran: a migration the next run resumes; the failed one is still named.
+        assert hotswap(tmp_path, "workload", "delete", "--cluster", "trillium", "--workload", "job", env=env).returncode == 0
+        assert hotswap(tmp_path, *create, env=env).returncode == 0
+        assert env_of("job")[contract.HOTSWAP_FAILED_RUNS] == failed_run
+        # --fresh resumes nothing: nothing to name.
+        assert hotswap(tmp_path, "workload", "delete", "--cluster", "trillium", "--workload", "job", env=env).returncode == 0
+        assert hotswap(tmp_path, *create, "--fresh", env=env).returncode == 0
+        assert contract.HOTSWAP_FAILED_RUNS not in env_of("job")
+    finally:
+        server.close()

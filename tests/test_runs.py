@@ -329,3 +329,19 @@ def test_launch_records_of_existing_databases_read_back_and_write_the_same_json(
 
     text = json.dumps(record, sort_keys=True)
     assert Launch.from_json(text).to_json() == text
+
+
+def test_a_run_the_backend_names_failed_is_never_resumed_by_the_workers(tmp_path: Path) -> None:
+    """Kubernetes' controller cannot write a run's outcome file (only the pods see the volume):
+    the runs `workload delete` saw FAILED reach the next run's workers as HOTSWAP_FAILED_RUNS,
+    and their save on SIGTERM (signal=resume) is then no migration checkpoint."""
+    failed, earlier = "20260102-000000-bbbbbb", "20260101-000000-aaaaaa"
+    _run_dir(tmp_path, earlier, "resume")
+    _run_dir(tmp_path, failed, "resume")
+    own = str(tmp_path / "20260103-000000-cccccc")
+    told = contract.WorkerEnv.from_environ({
+        contract.HOTSWAP_CHECKPOINT_DIR: own, contract.HOTSWAP_RESUME_FROM: RESUME_AUTO, contract.HOTSWAP_FAILED_RUNS: failed,
+    })
+    assert told.failed_runs == (failed,) and resume_source(told) is None  # the newest started run failed: fresh
+    untold = contract.WorkerEnv.from_environ({contract.HOTSWAP_CHECKPOINT_DIR: own, contract.HOTSWAP_RESUME_FROM: RESUME_AUTO})
+    assert resume_source(untold) == tmp_path / failed  # what it did before

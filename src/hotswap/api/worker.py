@@ -57,6 +57,10 @@ HOTSWAP_RUN_ID = "HOTSWAP_RUN_ID"  # this run (one `workload create`); restarts 
 # migration checkpoint its predecessor left next to its own directory; Kubernetes, where only
 # pods see the volume), or empty/unset (a fresh start).
 HOTSWAP_RESUME_FROM = "HOTSWAP_RESUME_FROM"
+# With HOTSWAP_RESUME_FROM=auto: earlier runs of the workload the backend saw end FAILED (their
+# ids, comma-separated), never resumed automatically. Kubernetes sets it from what `workload
+# delete` recorded; the local controller writes each such run's outcome file instead.
+HOTSWAP_FAILED_RUNS = "HOTSWAP_FAILED_RUNS"
 # Why this worker generation started (runs.START_CAUSES); what its `restored` line says happened.
 HOTSWAP_START_CAUSE = "HOTSWAP_START_CAUSE"
 HOTSWAP_RESTART_COUNT = "HOTSWAP_RESTART_COUNT"  # restarts of any cause so far (attempt - 1)
@@ -225,6 +229,7 @@ class WorkerEnv:
     checkpoint_dir: str | None = None
     run_id: str | None = None
     resume_from: str | None = None  # HOTSWAP_RESUME_FROM: a directory, runs.RESUME_AUTO, or None
+    failed_runs: tuple[str, ...] = ()  # HOTSWAP_FAILED_RUNS
     start_cause: str | None = None  # HOTSWAP_START_CAUSE (START_CAUSES), None when not told
     membership_file: str | None = None
     events_file: str | None = None
@@ -260,6 +265,7 @@ class WorkerEnv:
             checkpoint_dir=env.get(HOTSWAP_CHECKPOINT_DIR) or None,
             run_id=env.get(HOTSWAP_RUN_ID) or None,
             resume_from=env.get(HOTSWAP_RESUME_FROM) or None,
+            failed_runs=tuple(run for run in env.get(HOTSWAP_FAILED_RUNS, "").split(",") if run.strip()),
             start_cause=env.get(HOTSWAP_START_CAUSE) if env.get(HOTSWAP_START_CAUSE) in START_CAUSES else None,
             membership_file=env.get(HOTSWAP_MEMBERSHIP_FILE) or None,
             events_file=env.get(HOTSWAP_EVENTS_FILE) or None,

@@ -15,7 +15,8 @@ import uuid
 from pathlib import Path
 
 from hotswap.api.runs import (
-    RESUME_AUTO, RUN_OUTCOME_FILE, RUN_RUNNING, RUN_SIGNAL_FILE, pending_migration, run_signal_after, run_state,
+    RESUME_AUTO, RUN_FAILED, RUN_OUTCOME_FILE, RUN_RUNNING, RUN_SIGNAL_FILE, pending_migration, run_signal_after,
+    run_state,
 )
 from hotswap.api.worker import WorkerEnv
 from hotswap.train.files import write_file_durably
@@ -73,5 +74,7 @@ def resume_source(env: WorkerEnv) -> Path | None:
         siblings = [entry for entry in own.parent.iterdir() if entry.is_dir() and entry.name != own.name]
     except OSError:
         return None
-    run = pending_migration({entry.name: read_state(entry) for entry in siblings})
+    failed = set(env.failed_runs)  # ended FAILED as the backend saw it (Kubernetes: no outcome file)
+    states = {entry.name: read_state(entry) for entry in siblings}
+    run = pending_migration({name: run_state(state, RUN_FAILED) if name in failed else state for name, state in states.items()})
     return own.parent / run if run else None

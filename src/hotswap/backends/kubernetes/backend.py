@@ -163,11 +163,12 @@ class KubernetesBackend:
         name = cluster or "cluster"
         found = registry.find(name) if cluster else None
         settings = KubeSettings.from_options(found.settings) if found and found.backend == BACKEND else KubeSettings()
-        return render_jobset(spec, name, settings, _volume(launch), launch.run)
+        failed = log_archive.failed_runs(name, spec.name) if found else ()
+        return render_jobset(spec, name, settings, _volume(launch), launch.run, failed)
 
     def create_workload(self, cluster: str, spec: WorkloadSpec, launch: Launch) -> WorkloadRow:
         settings = settings_of(cluster)
-        manifest = render_jobset(spec, cluster, settings, _volume(launch), launch.run)
+        manifest = render_jobset(spec, cluster, settings, _volume(launch), launch.run, log_archive.failed_runs(cluster, spec.name))
         client = self._client(settings)
         counts = discover(client.list_nodes(), settings).slices_by_type()
         never = never_fits(spec.num_slices, spec.device_type, counts.get(spec.device_type, 0))
@@ -185,10 +186,10 @@ class KubernetesBackend:
         obj = client.get_jobset(name)
         if obj is None:
             raise NotFoundError(f"no workload named {name} in cluster {cluster}")
-        run_id = view_of(read_jobset(obj), {})["run_id"]
-        if run_id:
+        view = view_of(read_jobset(obj), {})
+        if view["run_id"]:
             pods = [p for p in (read_pod(o) for o in client.list_pods(f"{labels.JOBSET_NAME_LABEL}={name}")) if p is not None]
-            log_archive.archive(client, cluster, name, run_id, log_archive.current_pods(pods))
+            log_archive.archive(client, cluster, name, view["run_id"], log_archive.current_pods(pods), view["status"])
         client.delete_jobset(name)
 
     def workload_gone(self, cluster: str, name: str) -> bool:

@@ -67,8 +67,9 @@ def current_pods(pods: list[LivePod]) -> list[LivePod]:
     return [best[key] for key in sorted(best)]
 
 
-def archive(client: Any, cluster: str, workload: str, run_id: str, pods: list[LivePod]) -> Archived:
-    """Keep the log tails of ``pods`` (one per worker, see :func:`current_pods`) of a run."""
+def archive(client: Any, cluster: str, workload: str, run_id: str, pods: list[LivePod], status: str | None = None) -> Archived:
+    """Keep the log tails of ``pods`` (one per worker, see :func:`current_pods`) of a run, and
+    the workload's ``status`` when it was deleted (a FAILED run is never resumed: :func:`failed_runs`)."""
     directory = _root(cluster, workload) / run_id
     new_dirs_private(directory)
 
@@ -92,7 +93,7 @@ def archive(client: Any, cluster: str, workload: str, run_id: str, pods: list[Li
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=_READERS) as readers:
         workers = list(readers.map(keep, pods))
-    index = {"workload": workload, "run_id": run_id, "archived_at": iso_utc(time.time()), "workers": workers}
+    index = {"workload": workload, "run_id": run_id, "archived_at": iso_utc(time.time()), "status": status, "workers": workers}
     write_private(directory / _INDEX, json.dumps(index, indent=1))  # last: marks the archive whole
     return Archived(directory, index)
 
@@ -108,3 +109,20 @@ def newest(cluster: str, workload: str) -> Archived | None:
         except (OSError, ValueError):
             continue  # a half-written archive (the delete was interrupted): try an older one
     return None
+
+
+def failed_runs(cluster: str, workload: str) -> tuple[str, ...]:
+    """The workload's deleted runs that had ended FAILED (the pods' HOTSWAP_FAILED_RUNS: their
+    workers' save on SIGTERM must not make a later run resume them)."""
+    root = _root(cluster, workload)
+    if not root.is_dir():
+        return ()
+    found = []
+    for directory in sorted(d for d in root.iterdir() if (d / _INDEX).is_file()):
+        try:
+            index = json.loads((directory / _INDEX).read_text())
+        except (OSError, ValueError):
+            continue
+        if index.get("status") == "FAILED" and isinstance(index.get("run_id"), str):
+            found.append(index["run_id"])
+    return tuple(found)

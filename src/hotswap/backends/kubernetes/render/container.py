@@ -10,6 +10,7 @@ from typing import Any
 from hotswap.api import worker as contract
 from hotswap.api.catalog import AcceleratorKind, DeviceType
 from hotswap.api.launch import Run
+from hotswap.api.runs import RESUME_AUTO
 from hotswap.api.spec import WorkloadSpec
 from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes.checkpoint_volume import CheckpointVolume, checkpoint_dir, resume_value, run_directory
@@ -45,7 +46,8 @@ def _field(path: str) -> dict[str, Any]:
 
 
 def worker_env(
-    spec: WorkloadSpec, cluster: str, device: DeviceType, volume: CheckpointVolume | None, run: Run | None = None
+    spec: WorkloadSpec, cluster: str, device: DeviceType, volume: CheckpointVolume | None, run: Run | None = None,
+    failed_runs: tuple[str, ...] = (),
 ) -> list[dict[str, Any]]:
     """The worker environment of :mod:`hotswap.api.worker`: JobSet's indices from the pod's labels
     through the downward API, the rest as values. The user's variables come first so that the
@@ -90,6 +92,8 @@ def worker_env(
     if directory is not None and run is not None:
         contract_env.append((contract.HOTSWAP_CHECKPOINT_DIR, run_directory(directory, run)))
         contract_env.append((contract.HOTSWAP_RESUME_FROM, resume_value(run, directory)))
+        if failed_runs and resume_value(run, directory) == RESUME_AUTO:  # the workers choose: never these
+            contract_env.append((contract.HOTSWAP_FAILED_RUNS, ",".join(failed_runs)))
     elif directory is not None:
         contract_env.append((contract.HOTSWAP_CHECKPOINT_DIR, directory))
     if spec.elastic:
@@ -137,7 +141,8 @@ def run_command(spec: WorkloadSpec) -> str:
 
 
 def worker_container(
-    spec: WorkloadSpec, cluster: str, device: DeviceType, volume: CheckpointVolume | None, run: Run | None = None
+    spec: WorkloadSpec, cluster: str, device: DeviceType, volume: CheckpointVolume | None, run: Run | None = None,
+    failed_runs: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """The pod's one container: the user's image and command, the contract's environment, the
     host's accelerators."""
@@ -145,7 +150,7 @@ def worker_container(
         "name": container_name(spec),
         "image": spec.docker_image or spec.base_docker_image or labels.DEFAULT_IMAGE,
         "command": container_command(run_command(spec)),
-        "env": worker_env(spec, cluster, device, volume, run),
+        "env": worker_env(spec, cluster, device, volume, run, failed_runs),
         "resources": {"limits": {device.resource_name: device.chips_per_host}},
     }
     if needs_shell(run_command(spec)):

@@ -90,9 +90,11 @@ def render_jobset(
     settings: KubeSettings,
     volume: CheckpointVolume | None = None,
     run: Run | None = None,
+    failed_runs: tuple[str, ...] = (),
 ) -> Manifest:
     """The JobSet of a workload: the exact object ``workload create`` applies. ``run``: the
-    run it starts (:class:`~hotswap.api.launch.Run`), None for a render without one."""
+    run it starts (:class:`~hotswap.api.launch.Run`), None for a render without one;
+    ``failed_runs``: the workload's earlier runs that ended FAILED (never resumed)."""
     device = get_device_type(spec.device_type)
     if device.local_only:
         raise InvalidInputError(
@@ -141,7 +143,7 @@ def render_jobset(
     # ExtendedResourceToleration admission adds the toleration to pods requesting the resource;
     # a cluster without it (any other distribution) would schedule nothing there without this.
     pod_spec["tolerations"] = [{"key": device.resource_name, "operator": "Exists", "effect": "NoSchedule"}]
-    pod_spec["containers"] = [worker_container(spec, cluster, device, volume, run)]
+    pod_spec["containers"] = [worker_container(spec, cluster, device, volume, run, failed_runs)]
     volumes = worker_volumes(spec, volume)
     if volumes:
         pod_spec["volumes"] = volumes
