@@ -9,7 +9,19 @@ import time
 from typing import TextIO
 
 from hotswap.api.worker import HOTSWAP_HANDED_OVER_AT
-from hotswap.api.worker_output import event_record
+from hotswap.api.worker_output import EVENT_CHECKPOINT_RESTORE, event_record, restored_line
+
+
+def announce_restore(
+    events: EventLog, step: int, source: str, cause: str | None, started: float, waited_s: float = 0.0
+) -> None:
+    """A restore is done (both SDKs): its goodput event, timed from ``started``
+    (``time.monotonic()``), of which ``waited_s`` went waiting for the attempt before to finish
+    saving; and the contract's ``restored`` line."""
+    extra = {"save_wait_s": round(waited_s, 6)} if waited_s >= 0.001 else {}
+    duration = round(time.monotonic() - started, 6)
+    events.record(EVENT_CHECKPOINT_RESTORE, step=step, duration_s=duration, source=source, **extra)
+    say(restored_line(step, source, cause))
 
 
 def process_started_at() -> float | None:

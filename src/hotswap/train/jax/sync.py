@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 import jax
 
-from hotswap.api.worker_output import EVENT_CHECKPOINT_RESTORE, restore_source, restored_line
+from hotswap.api.worker_output import restore_source
 from hotswap.train import runs
-from hotswap.train.events import EventLog, say
+from hotswap.train.events import EventLog, announce_restore
 from hotswap.train.files import fresh_start_refusal
 from hotswap.train.jax.handoff import Handoff, MembershipChange
 from hotswap.train.jax.objects import ObjectRegistry
@@ -352,13 +352,7 @@ class JaxStateSync:
         return leaf_names(self.template)
 
     def _announce_restore(self, source: str, started: float, waited_s: float = 0.0) -> None:
-        """``waited_s``: of the restore's time, the wait for the attempt before to finish saving."""
-        elapsed = time.monotonic() - started
-        extra = {"save_wait_s": round(waited_s, 6)} if waited_s >= 0.001 else {}
-        self.events.record(
-            EVENT_CHECKPOINT_RESTORE, step=self.progress.step, duration_s=round(elapsed, 6), source=source, **extra
-        )
-        say(restored_line(self.progress.step, source, self.cause))
+        announce_restore(self.events, self.progress.step, source, self.cause, started, waited_s)
 
 
 def _arrays(tree: Any) -> list[jax.Array]:

@@ -16,11 +16,11 @@ from typing import Any, Literal
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from hotswap.api.worker_output import EVENT_CHECKPOINT_BEGIN, EVENT_CHECKPOINT_RESTORE, restore_source, restored_line
+from hotswap.api.worker_output import EVENT_CHECKPOINT_BEGIN, restore_source
 from hotswap.train import runs
 from hotswap.train.torch.checkpointer import Checkpointer
 from hotswap.train.torch.distributed import ProcessGroup
-from hotswap.train.events import EventLog, say
+from hotswap.train.events import EventLog, announce_restore
 from hotswap.train.files import FreshStartRefused
 from hotswap.train.progress import Progress, plan_peer_copy
 from hotswap.train.save_leases import SaveLeases
@@ -152,13 +152,7 @@ class StateSync:
             set_rng_state(derived_rng_state(tree, rank))
 
     def _announce_restore(self, source: str, started: float, waited_s: float = 0.0) -> None:
-        """``waited_s``: of the restore's time, the wait for the attempt before to finish saving."""
-        elapsed = time.monotonic() - started
-        extra = {"save_wait_s": round(waited_s, 6)} if waited_s >= 0.001 else {}
-        self.events.record(
-            EVENT_CHECKPOINT_RESTORE, step=self.progress.step, duration_s=round(elapsed, 6), source=source, **extra
-        )
-        say(restored_line(self.progress.step, source, self.cause))
+        announce_restore(self.events, self.progress.step, source, self.cause, started, waited_s)
 
     def savepoint(self) -> Savepoint:
         """Taken at a step's start: an abandoned step (a peer lost mid-step) is re-run on the
