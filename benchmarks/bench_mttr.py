@@ -39,11 +39,9 @@ from typing import Any
 
 from hotswap.backends.local.commands import clusters as cluster_commands
 
-from hotswap.backends.local.queries import records as records
 from hotswap.backends.local.commands.new_cluster import ZYGOTE_VARIABLE, new_cluster_warm_workers, new_cluster_zygote
 from hotswap.store.paths import ClusterPaths
-from hotswap.store import registry
-from hotswap.demo.drills import DEVICE, DemoOptions, Drill, phases_of_restart
+from hotswap.demo.drills import DEVICE, DemoOptions, Drill, phases_of_restart, warm_spares_ready
 
 
 class MttrBench(Drill):
@@ -76,14 +74,6 @@ class MttrBench(Drill):
         trace = self.trace(name)
         return next((s for s in trace.steps if s.attempt > attempt), None) if trace else None
 
-    def _spares_ready(self) -> bool:
-        store = records.open_store(registry.existing(self.cluster))
-        try:
-            spares = store.worker_rows.select(("warm",))
-        finally:
-            store.close()
-        return len(spares) >= 2 and all(os.path.exists(os.path.join(s.dir, "ready")) for s in spares)
-
     def _zygote_ready(self) -> bool:
         return (ClusterPaths.of(self.cluster).root / "zygote" / "ready").exists()
 
@@ -106,7 +96,7 @@ class MttrBench(Drill):
         cluster_commands.create_cluster(self.cluster, DEVICE, 3, True, lambda _: True, warm_workers=2)
         warm = []
         for _ in range(self.failures):
-            self.wait("spares", self._spares_ready, timeout=120)
+            self.wait("spares", lambda: warm_spares_ready(self), timeout=120)
             warm.append(self.one_failure())
         cluster_commands.create_cluster(self.cluster, DEVICE, 3, True, lambda _: True, warm_workers=0, hotswap=False)
         waited = [self.one_failure(repair_after=self.repair_s) for _ in range(self.failures)] if self.repair_s >= 0 else []

@@ -37,9 +37,8 @@ from typing import Any
 from hotswap.api.launch import Launch
 from hotswap.api.spec import workload_spec
 from hotswap.api.worker_output import EVENT_CHECKPOINT_RESTORE
-from hotswap.backends.local.queries import records
 from hotswap.backends.requests import new_run
-from hotswap.demo.drills import LOCAL, DemoOptions, Drill, phases_of_restart
+from hotswap.demo.drills import LOCAL, DemoOptions, Drill, phases_of_restart, warm_spares_ready
 from hotswap.store import registry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,7 +82,7 @@ class SliceLossBench(Drill):
         self.event(f"{name} submitted: {script} ({mode})")
 
     def one_failure(self, name: str) -> dict[str, Any]:
-        self.wait("spares", self._spares_ready, timeout=180)
+        self.wait("spares", lambda: warm_spares_ready(self), timeout=180)
         job = self.record(name)
         assert job is not None
         at_least = max(self.steps_of(name) + 2 * self.margin, self.checkpoint_every + self.margin)
@@ -128,14 +127,6 @@ class SliceLossBench(Drill):
                 if record.get("kind") == EVENT_CHECKPOINT_RESTORE:
                     return float(record.get("save_wait_s", 0.0))
         return 0.0
-
-    def _spares_ready(self) -> bool:
-        store = records.open_store(registry.existing(self.cluster))
-        try:
-            spares = store.worker_rows.select(("warm",))
-        finally:
-            store.close()
-        return len(spares) >= 2 and all(os.path.exists(os.path.join(s.dir, "ready")) for s in spares)
 
     def drill(self) -> dict[str, Any]:
         self.create_cluster(3, warm=2)

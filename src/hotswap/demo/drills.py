@@ -57,6 +57,14 @@ class DrillFailed(Exception):
     """The drill could not go on (a wait timed out); the summary reports it as failed."""
 
 
+def warm_spares_ready(drill: Drill, at_least: int = 2) -> bool:
+    """Whether the drill's cluster keeps ``at_least`` warm spare workers, each ready (its
+    ``ready`` mark: Python and the framework imported)."""
+    with drill.store() as store:
+        spares = store.worker_rows.select(("warm",))
+    return len(spares) >= at_least and all((Path(s.dir) / "ready").exists() for s in spares)
+
+
 def example_script(name: str) -> Path:
     """A training script shipped with hotswap (``examples/`` in the repository)."""
     return Path(str(resources.files("hotswap.examples") / name))

@@ -11,7 +11,7 @@ from typing import Any
 
 from hotswap.backends.local.commands.new_cluster import new_cluster_warm_workers
 from hotswap.backends.requests import ClusterRequest
-from hotswap.demo.drills import LOCAL, Drill, DrillFailed, phases_of_restart
+from hotswap.demo.drills import LOCAL, Drill, DrillFailed, phases_of_restart, warm_spares_ready
 from hotswap.demo.gpu_drill import GpuDrill
 from hotswap.demo.shrink import ShrinkDrill
 from hotswap.demo.observe import (
@@ -117,7 +117,7 @@ class HotswapDrill(Drill):
             LOCAL.create_cluster(ClusterRequest(self.cluster, self.device, 3, force=True, warm_workers=spares), lambda _: True)
             self.event(f"warm spare workers (PyTorch already imported): {f'the default, {spares}' if default >= 2 else 2}"
                        f" ({default} by default here)")
-            self.wait("warm spares to be ready", self._spares_ready, timeout=120)
+            self.wait("warm spares to be ready", lambda: warm_spares_ready(self), timeout=120)
             self.wait_steps("low", self.steps_of("low") + 10)
             warm = self.failover("warm")
             result["mttr_warm_s"] = round(warm["mttr_s"], 3)
@@ -131,11 +131,6 @@ class HotswapDrill(Drill):
         result["goodput"] = {name: self.goodput(name) for name in ("high", "low")}
         result["wait_for_repair_s"] = round(REPAIR_BASELINE_S + cold["mttr_s"], 1)
         return result
-
-    def _spares_ready(self) -> bool:
-        with self.store() as store:
-            spares = store.worker_rows.select(("warm",))
-        return len(spares) >= 2 and all((Path(s.dir) / "ready").exists() for s in spares)
 
 
 class ElasticDrill(Drill):
