@@ -124,13 +124,18 @@ def worker_shims(root: Path) -> list[dict[str, str]]:
             command = (entry / "cmdline").read_bytes()
             if b"shim.py" not in command or os.fsencode(root) not in command:
                 continue
-            if (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            state, parent = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:2]
+            if state == "Z":
                 continue
             pairs = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
         env = dict(p.decode(errors="replace").split("=", 1) for p in pairs if b"=" in p)
-        found.append({**env, "pid": entry.name, "dir": command.split(b"\0")[3].decode()})
+        found.append({**env, "pid": entry.name, "ppid": parent, "dir": command.split(b"\0")[3].decode()})
+    # A shim starts its command with posix_spawn: for an instant the child, not yet exec'd, has
+    # the shim's command line and environment. It is that shim's command, not a second shim.
+    shims = {(shim["pid"], shim["dir"]) for shim in found}
+    found = [shim for shim in found if (shim["ppid"], shim["dir"]) not in shims]
     return found + forked_shims(root)
 
 
