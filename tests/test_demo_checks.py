@@ -69,3 +69,23 @@ def test_preemptions_deletions_and_elastic_changes_are_no_restart() -> None:
             _row("remove", "mnist"), _row("created", "mnist")]
     check = verdict(rows, [])
     assert check["passed"] and check["detail"] == "0 restart(s) for 0 injected fault(s), no failure"
+
+
+def test_a_drills_mttr_is_the_recovery_its_records_hold_not_timed_from_its_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The drill asked for the failure at 100.0; the controller recorded it at 100.004 and the
+    first step after it came at 100.254. An earlier recovery and one still open are not it."""
+    from hotswap.demo import drills
+
+    recoveries = [
+        {"failed_at": 50.0, "recovered_at": 50.3, "seconds": 0.3},
+        {"failed_at": 100.004, "recovered_at": None, "seconds": None},
+    ]
+    monkeypatch.setattr(drills.LOCAL, "describe_workload", lambda cluster, name: {"progress": {"recoveries": recoveries}})
+    drill = _RecordedDrill([], [])
+    drill.options.timeout_s = 1.0
+    monkeypatch.setattr(drill, "_fail_fast", lambda: None)  # no cluster behind this drill
+    monkeypatch.setattr(drill, "_follow_controller", lambda: None)
+    with pytest.raises(drills.DrillFailed, match="high's recovery in its records"):
+        drills.recorded_recovery(drill, "high", 100.0)  # still open: the drill waits, then fails
+    recoveries[1] = {"failed_at": 100.004, "recovered_at": 100.254, "seconds": 0.25}
+    assert drills.recorded_recovery(drill, "high", 100.0) == (100.004, 100.254)

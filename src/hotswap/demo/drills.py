@@ -65,6 +65,21 @@ def warm_spares_ready(drill: Drill, at_least: int = 2) -> bool:
     return len(spares) >= at_least and all((Path(s.dir) / "ready").exists() for s in spares)
 
 
+def recorded_recovery(drill: Drill, name: str, asked_at: float) -> tuple[float, float]:
+    """(failed_at, recovered_at) of the recovery from the failure asked at ``asked_at``, as the
+    records hold it (the controller's failure row to the workers' first productive step after
+    it: :mod:`hotswap.core.recovery`), so the drill's MTTR is the one ``workload describe -o json``
+    and the dashboard show, not timed from when the drill asked."""
+    def ended() -> tuple[float, float] | None:
+        progress = LOCAL.describe_workload(drill.cluster, name).get("progress") or {}
+        return next(
+            ((float(r["failed_at"]), float(r["recovered_at"])) for r in progress.get("recoveries", [])
+             if r["failed_at"] >= asked_at - 0.001 and r["recovered_at"] is not None),  # rows are to the ms
+            None,
+        )
+    return drill.wait(f"{name}'s recovery in its records", ended)
+
+
 def example_script(name: str) -> Path:
     """A training script shipped with hotswap (``examples/`` in the repository)."""
     return Path(str(resources.files("hotswap.examples") / name))

@@ -11,7 +11,7 @@ from typing import Any
 
 from hotswap.backends.local.commands.new_cluster import new_cluster_warm_workers
 from hotswap.backends.requests import ClusterRequest
-from hotswap.demo.drills import LOCAL, Drill, DrillFailed, phases_of_restart, warm_spares_ready
+from hotswap.demo.drills import LOCAL, Drill, DrillFailed, phases_of_restart, recorded_recovery, warm_spares_ready
 from hotswap.demo.gpu_drill import GpuDrill
 from hotswap.demo.shrink import ShrinkDrill
 from hotswap.demo.observe import (
@@ -42,10 +42,11 @@ class HotswapDrill(Drill):
         low_slice = low["slices"][0]
         failed_node = f"{high['slices'][0]}-0"
         self.event(f"failing node {failed_node} under high ({label} restart)")
-        t_fail = self.node("fail", failed_node)
+        asked = self.node("fail", failed_node)
         # Recovery ends at the first step of the new attempt, as its workers logged it.
         after = self.wait("high to train again", lambda: self._first_step_of_attempt_after("high", high["attempt"]))
-        mttr = after.t - t_fail
+        t_fail, recovered = recorded_recovery(self, "high", asked)
+        mttr = recovered - t_fail
         trace = self.trace("high")
         assert trace is not None
         restored = next((r for r in trace.restores if r.attempt > high["attempt"]), None)
@@ -150,12 +151,13 @@ class ElasticDrill(Drill):
         survivor = 1 if failing == 0 else 0  # a replica whose slice stays: its log and step times
         victim = job["slices"][failing]
         self.event(f"failing node {victim}-0 (replica {failing}) under the elastic job")
-        t_fail = self.node("fail", f"{victim}-0")
+        asked = self.node("fail", f"{victim}-0")
         first = self.wait(
             "training on 2 slices",
-            lambda: (lambda tr: next((s for s in tr.steps if s.t > t_fail and s.slices == 2), None) if tr else None)(self.trace("elastic")),
+            lambda: (lambda tr: next((s for s in tr.steps if s.t > asked and s.slices == 2), None) if tr else None)(self.trace("elastic")),
         )
-        mttr = first.t - t_fail
+        t_fail, recovered = recorded_recovery(self, "elastic", asked)
+        mttr = recovered - t_fail
         job = self.record("elastic")
         self.event(f"continuing on {len(job['slices'])} slices at step {first.step}, {mttr:.2f}s after the failure")
         self.check("continued on 2 slices without a restart", job["attempt"] == attempt and len(job["slices"]) == 2,

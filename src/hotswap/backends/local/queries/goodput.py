@@ -31,6 +31,7 @@ from hotswap.api.worker_output import (
     EVENT_START,
     EVENT_STEP,
 )
+from hotswap.backends.local.queries.worker_events import WorkerEvents
 from hotswap.core.goodput import Category, Ledger, Spent, Stretch, account_run
 
 _STARTS = {"admit", "restart", "startworkers"}
@@ -38,26 +39,16 @@ _STOPS = {"preempt", "requeue", "fail", "remove", "complete", "restart"}
 _RESIZES = {"scaledown", "scaleup"}  # the workers on the slices left (in the row's data) run on
 
 
-def _events_of_attempt(directory: Path, attempt: int) -> list[dict[str, Any]]:
-    """Rank 0's goodput events for one attempt (replica 0 host 0, every process that held
-    that place), in time order."""
-    records: list[dict[str, Any]] = []
-    for path in sorted((directory / "events").glob(f"{attempt}-0-0*.jsonl")):
-        for line in path.read_text().splitlines():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a line cut short by a kill
-    records.sort(key=lambda r: r.get("t", 0.0))
-    return records
-
-
-def workload_goodput(record: dict[str, Any], timeline: Sequence[Any], directory: Path, now: float) -> dict[str, Any]:
-    """Goodput and badput of one workload over its life so far."""
+def workload_goodput(
+    record: dict[str, Any], timeline: Sequence[Any], directory: Path, now: float, worker_events: WorkerEvents | None = None
+) -> dict[str, Any]:
+    """Goodput and badput of one workload over its life so far (``worker_events``: its workers'
+    events files, when the caller has read them already)."""
+    worker_events = worker_events or WorkerEvents.read(directory)
     size = int(record["spec"]["num_slices"])
     created = float(record["created_at"])
     runs, ledger, end = _runs(record, timeline, size, created, now)
-    per_attempt = {attempt: _events_of_attempt(directory, attempt) for attempt, _ in runs}
+    per_attempt = {attempt: worker_events.rank_zero(attempt) for attempt, _ in runs}
     steps_of = {
         attempt: [e for e in per_attempt[attempt] if e.get("kind") == EVENT_STEP and stretches[0].start <= e["t"] <= stretches[-1].stop + 1.0]
         for attempt, stretches in runs

@@ -12,29 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from hotswap.api.worker_output import EVENT_CHECKPOINT_RESTORE, EVENT_CHECKPOINT_SAVE, EVENT_ELASTIC, EVENT_STEP
+from hotswap.backends.local.queries.worker_events import WorkerEvents
 from hotswap.core.recovery import StepDone, mean_seconds, recoveries
 
 # Timeline rows that are a failure under the workload (``backends/local/timeline.py``).
 FAILURE_KINDS = frozenset({"node", "worker-exited", "worker-lost", "hung"})
 RECENT_STEPS = 200  # enough for a rate and a chart's newest stretch
-
-
-def _host_zero_events(directory: Path) -> list[tuple[int, dict[str, Any]]]:
-    """(attempt, record) from every replica's host 0: each replica's steps, not every host's copy."""
-    found: list[tuple[int, dict[str, Any]]] = []
-    for path in sorted((directory / "events").glob("*.jsonl")):
-        try:
-            attempt, _, host = (int(part) for part in path.stem.split("-")[:3])
-        except ValueError:
-            continue
-        if host != 0:
-            continue
-        for line in path.read_text().splitlines():
-            try:
-                found.append((attempt, json.loads(line)))
-            except json.JSONDecodeError:
-                continue  # a line cut short by a kill
-    return found
 
 
 def _failures(timeline: Sequence[Any]) -> list[tuple[float, int]]:
@@ -50,13 +33,16 @@ def _failures(timeline: Sequence[Any]) -> list[tuple[float, int]]:
     return failures
 
 
-def workload_progress(timeline: Sequence[Any], directory: Path, size: int) -> dict[str, Any]:
-    """``size``: the slices the workload asked for (a save blocks all of them, as goodput counts)."""
+def workload_progress(
+    timeline: Sequence[Any], directory: Path, size: int, worker_events: WorkerEvents | None = None
+) -> dict[str, Any]:
+    """``size``: the slices the workload asked for (a save blocks all of them, as goodput counts);
+    ``worker_events``: its workers' events files, when the caller has read them already."""
     steps: list[StepDone] = []
     reforms: list[tuple[float, int]] = []
     restores: list[dict[str, Any]] = []
     saves: list[list[float]] = []  # [time, slice-seconds it blocked training]
-    for attempt, record in _host_zero_events(directory):
+    for attempt, record in (worker_events or WorkerEvents.read(directory)).host_zero():
         kind, t = record.get("kind"), float(record.get("t", 0.0))
         if kind == EVENT_STEP:
             steps.append(StepDone(t, attempt, t - float(record.get("duration_s", 0.0)), int(record.get("step", 0))))

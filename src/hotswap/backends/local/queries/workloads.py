@@ -31,6 +31,7 @@ def list_workloads(cluster: str, status: str = "EVERYTHING", job_filter: str | N
 def describe_workload(cluster: str, name: str, timeline: bool = True) -> WorkloadDescription:
     from hotswap.backends.local.queries.goodput import workload_goodput
     from hotswap.backends.local.queries.progress import workload_progress
+    from hotswap.backends.local.queries.worker_events import WorkerEvents
 
     paths = existing(cluster)
     record, launch = workload_record(paths, name)
@@ -74,7 +75,8 @@ def describe_workload(cluster: str, name: str, timeline: bool = True) -> Workloa
     view["main_log"] = str(workload_files.log_path(directory, 0, 0))
     if timeline:
         view["timeline"] = [{"time": iso(e["t"]), "event": e["kind"], "message": e["message"]} for e in events]
-        view["goodput"] = workload_goodput(record, events, directory, time.time())
-        view["progress"] = workload_progress(events, directory, int(spec["num_slices"]))
+        worker_events = WorkerEvents.read(directory)  # once: goodput and progress both read them
+        view["goodput"] = workload_goodput(record, events, directory, time.time(), worker_events)
+        view["progress"] = workload_progress(events, directory, int(spec["num_slices"]), worker_events)
     return view
 
