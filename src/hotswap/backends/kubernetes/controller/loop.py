@@ -109,14 +109,14 @@ class KubeController:
             if not self.may_act():
                 self.log("warning: no longer the leader: the rest of this round is left to the next leader")
                 break
-            if getattr(op, "jobset", None) in enactment.refused:
-                continue
+            if op.jobset in enactment.refused:
+                continue  # its decision was not committed: nothing of it is written (pod releases included)
             try:
                 ops.dispatch(op, enactment)
             except UnreachableError:
                 raise
             except ConflictError:
-                what = getattr(op, "jobset", None) or getattr(op, "pod", "an object")
+                what = getattr(op, "pod", None) or op.jobset
                 self.log(f"{what} changed meanwhile: its update was refused; the next round decides again")
             except HotswapError as error:
                 self.log(f"warning: {error}")
