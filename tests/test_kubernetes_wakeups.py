@@ -71,6 +71,32 @@ def test_the_force_delete_follows_the_grace_end_within_a_second_and_the_replica_
     until(world, controller, lambda: running(world, "w", attempt=2) == 8, limit_s=10)
 
 
+def test_under_kueue_a_preempted_workloads_pod_on_a_dead_node_is_force_deleted_at_its_grace_end() -> None:
+    """Kueue preempts a workload while a node under it is dying: its pods are deleted with
+    their 120 s grace period, and the one on the dead node, whose kubelet never confirms, is
+    force-deleted within a second of that grace's end. The workload is then outside the core
+    (Kueue does not admit it): its pods' deadlines are still wake-ups (they were not: only the
+    admitted workloads' pods were looked at for wake times, the force delete for all)."""
+    world = quiet_world(kueue=True)
+    try:
+        controller = make_controller(world)
+        submit(world, "low", "low", 2, termination_grace_period_s=120)
+        until(world, controller, lambda: running(world, "low") == 8, limit_s=120)
+        dead = world.nodes_of_pool(world.pools_of("low")[0])[0]
+        stuck = next(p["metadata"]["name"] for p in world.running("low") if p["spec"]["nodeName"] == dead)
+        world.fail_node(dead)
+        submit(world, "high", "high", 2)
+        until(world, controller, lambda: world.state("low")["phase"] == "QUEUED"
+              and "deletionTimestamp" in (pod(world, stuck) or {}).get("metadata", {}), limit_s=30)
+        grace_end = parse_time(pod(world, stuck)["metadata"]["deletionTimestamp"])
+        assert grace_end - world.clock.now > world.nodes.grace_s  # the node is known dead before the grace ends
+        gone = until(world, controller, lambda: pod(world, stuck) is None, limit_s=200)
+        assert grace_end <= gone <= grace_end + 1
+        assert any(r == "PodForceDeleted" and stuck in m for _, r, m in events(world, "low"))
+    finally:
+        world.close()
+
+
 def test_a_stranded_coordination_service_is_force_deleted_at_its_deadline() -> None:
     """The CPU node under the JAX coordination service dies: its pod is evicted (its
     toleration of an unreachable node runs out), and force-deleted within a second of the end
@@ -157,7 +183,7 @@ def test_an_admitted_workload_with_a_replica_without_a_job_is_repaired_with_one_
     assert world.state("w")["phase"] == "RUNNING" and not slice_jobs(world, "w")
     world.advance(120, controller, step=TICK_S)
     stalled = [m for _, r, m in events(world, "w") if r == "JobStalled"]
-    assert len(stalled) == 120 // STALL_S and all(m.startswith("replica 0, 1 has had no Job") for m in stalled), stalled
+    assert len(stalled) == 120 // STALL_S and all(m.startswith("replica 0, 1 of the running workload: no Job for ") for m in stalled), stalled
     touched = parse_time(world.jobset("w")["metadata"]["annotations"][labels.TOUCHED_ANNOTATION])
     assert touched == started + 120 // STALL_S * STALL_S
     world.jobsets.refused_creates.discard("w")  # the webhook is back

@@ -28,9 +28,20 @@ it again (enough once they have expired, for a Job no other event wakes). If it 
 and drops the expectations (``syncJob``: ``DeleteExpectations``), and JobSet recreates it. Each
 repair leaves one Event on the JobSet.
 
+Replicas without a Job: a replica index of a RUNNING workload's JobSet with no Job at all
+:data:`STALL_S` after the workload started running (JobSet could not create it: a refused
+creation is retried with controller-runtime's exponential backoff, up to 1000 s) gets its
+JobSet touched, an annotation in its record's patch; any event on a JobSet makes JobSet's
+controller reconcile it at once (jobset_controller.go ``SetupWithManager``: ``For(&JobSet{})``
+with no predicate), one Event per touch. A replica whose Job is still being deleted waits for
+it: its pods' own deadlines (their grace, then a force delete) end that.
+
 Stalled pods: a pod of a RUNNING workload that should be released but is still behind its gate
 :data:`STALL_S` after it was created (or the workload started running) and whose release fails
 again is deleted (by UID) for its Job to create a new one, with one Event.
+
+Every such deadline is a wake-up time of the controller's loop (:mod:`.deadlines`): neither a
+Job's touch nor its deletion reaches the controller's watches (it watches no Jobs).
 """
 
 from __future__ import annotations

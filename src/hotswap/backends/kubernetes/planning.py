@@ -31,7 +31,7 @@ from hotswap.api.runs import START_CAUSES
 from hotswap.api.catalog import get_device_type
 from hotswap.api.cluster import NodeState
 from hotswap.api.phases import WorkloadPhase
-from hotswap.api.times import iso_utc, parse_iso_utc
+from hotswap.api.times import iso_utc
 from hotswap.api.membership import Membership
 from hotswap.backends.kubernetes import child_jobs, labels
 from hotswap.backends.kubernetes.child_jobs import ReplacedJobs
@@ -114,15 +114,14 @@ def _replicas_without_jobs(
     and an event skips the backoff of an earlier failure to create a Job), with one Event."""
     if workload.phase is not WorkloadPhase.RUNNING or job.suspended or job.terminal is not None:
         return []
-    touched = job.annotations.get(labels.TOUCHED_ANNOTATION)
-    since = max(workload.running_since or 0.0, parse_iso_utc(touched) if touched else 0.0)
+    since = max(workload.running_since or 0.0, job.touched or 0.0)
     missing = child_jobs.without_jobs(jobs, len(replica_slots(workload)), since, observation.deadlines)
     if not missing:
         return []
     annotations[labels.TOUCHED_ANNOTATION] = child_jobs.touch_stamp(observation.now)
     which = ", ".join(str(index) for index in missing)
     message = (
-        f"replica {which} has had no Job for {int(observation.now - since)} s while the workload runs: "
+        f"replica {which} of the running workload: no Job for {int(observation.now - since)} s; "
         "touched the JobSet so that JobSet's controller syncs it again"
     )
     return [RecordEvent(job.name, "JobStalled", message, warning=True)]

@@ -2,7 +2,8 @@
 from the Deployment of ``hotswap controller manifests``).
 
 Level-triggered: watches on Nodes, JobSets and pods only say *something changed*; each wake-up
-(or a periodic resync, or a time the last round asked for: a held exit, a pending deadline)
+(or a periodic resync, or the earliest deadline the last round's checks met and that has not
+come yet: :mod:`~hotswap.backends.kubernetes.deadlines`)
 lists the live objects, rebuilds the core's snapshot from them
 (:func:`hotswap.backends.kubernetes.observation.observe`), runs one decision round of the same
 core the simulator and the local backend use, and enacts the resulting operations. Nothing is
