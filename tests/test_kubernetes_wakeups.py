@@ -9,14 +9,16 @@ second of its deadline" is measured, not assumed."""
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from k8s_fixtures.scenario import events, make_controller, make_world, run_until, running, slice_jobs, submit
-from k8s_fixtures.world import World
-from k8s_fixtures.world.store import JOBS, JOBSETS, NODES, PODS, parse_time
+from k8s_fixtures.world import World, load_nodes
+from k8s_fixtures.world.apiserver import Fault
+from k8s_fixtures.world.store import JOBS, JOBSETS, PODS, parse_time
 from test_kubernetes_jax_coordinator import CPU_POOL, coordinators
 
 from hotswap.backends.kubernetes import labels
@@ -101,9 +103,6 @@ def test_a_stranded_coordination_service_is_force_deleted_at_its_deadline() -> N
     """The CPU node under the JAX coordination service dies: its pod is evicted (its
     toleration of an unreachable node runs out), and force-deleted within a second of the end
     of its grace period plus STRANDED_SERVICE_AFTER_S, not at a resync."""
-    from k8s_fixtures.world.world import load_nodes
-    import copy
-
     nodes = load_nodes()
     spare = copy.deepcopy(next(n for n in nodes if n["metadata"]["labels"].get("cloud.google.com/gke-nodepool") == CPU_POOL))
     spare["metadata"]["name"] = spare["metadata"]["labels"]["kubernetes.io/hostname"] = "gke-hotswap-default-pool-spare"
@@ -128,8 +127,6 @@ def test_a_stranded_coordination_service_is_force_deleted_at_its_deadline() -> N
 def test_a_gated_pod_whose_release_keeps_failing_is_recreated_at_its_stall_time(world: World) -> None:
     """Every update of one gated pod is refused: nothing the controller watches changes after
     that, yet the pod is recreated (one Event) within a second of STALL_S and its worker runs."""
-    from k8s_fixtures.world.apiserver import Fault
-
     controller = make_controller(world)
     submit(world, "w", "high", 1)
     controller.reconcile()  # admitted: JobSet resumes, the Job creates its pods, gated

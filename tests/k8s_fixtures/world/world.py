@@ -5,7 +5,8 @@ A test builds a :class:`World`, connects the real :class:`~hotswap.backends.kube
 KubeClient` to it (:meth:`World.client`), and drives time with :meth:`World.advance`: each tick
 moves the clock, lets every controller of the cluster act until nothing changes
 (:meth:`World.settle`), and reconciles the hotswap controller under test when a watch would
-have woken it (something changed), when it asked to be woken, or at its resync period.
+have woken it (something changed; with ``watched_wakes``, only what its watches see), when it
+asked to be woken, or at its resync period.
 Nothing sleeps; the same test always takes the same steps.
 """
 
