@@ -155,16 +155,21 @@ def test_one_node_failure_is_one_shrink_of_an_elastic_workload(world: World) -> 
 def test_a_touched_job_that_still_has_no_pods_is_recreated_by_uid() -> None:
     from hotswap.backends.kubernetes import operations as ops
     from hotswap.backends.kubernetes.child_jobs import ChildJob, repairs
+    from hotswap.backends.kubernetes.deadlines import Deadlines
 
     fresh = ChildJob("w-slice-0", "u1", "w", 0, created=100.0, touched=None, deleting=False, suspended=False, finished=False)
-    assert repairs("w", [fresh], frozenset({"u1"}), set(), 100.0 + STALL_S - 1) == []  # not yet
-    assert repairs("w", [fresh], frozenset({"u1"}), {"u1"}, 1000.0) == []  # it has pods
-    assert repairs("w", [fresh], frozenset(), set(), 1000.0) == []  # retired: not current
-    first = repairs("w", [fresh], frozenset({"u1"}), set(), 100.0 + STALL_S)
+    assert repairs("w", [fresh], frozenset({"u1"}), set(), Deadlines(100.0 + STALL_S - 1)) == []  # not yet
+    assert repairs("w", [fresh], frozenset({"u1"}), {"u1"}, Deadlines(1000.0)) == []  # it has pods
+    assert repairs("w", [fresh], frozenset(), set(), Deadlines(1000.0)) == []  # retired: not current
+    waiting = Deadlines(100.0 + STALL_S - 1)
+    assert repairs("w", [fresh], frozenset({"u1"}), set(), waiting) == [] and waiting.wake_at == 100.0 + STALL_S  # its wake-up
+    after_touch = Deadlines(100.0 + STALL_S)
+    first = repairs("w", [fresh], frozenset({"u1"}), set(), after_touch)
+    assert after_touch.wake_at == 100.0 + 2 * STALL_S  # the touch reaches no watch: its own deadline is a wake-up
     assert isinstance(first[0], ops.TouchJob) and first[1].reason == "JobStalled"
     touched = ChildJob("w-slice-0", "u1", "w", 0, created=100.0, touched=100.0 + STALL_S, deleting=False, suspended=False, finished=False)
-    assert repairs("w", [touched], frozenset({"u1"}), set(), 100.0 + STALL_S + 1) == []  # the touch gets its time
-    second = repairs("w", [touched], frozenset({"u1"}), set(), 100.0 + 2 * STALL_S)
+    assert repairs("w", [touched], frozenset({"u1"}), set(), Deadlines(100.0 + STALL_S + 1)) == []  # the touch gets its time
+    second = repairs("w", [touched], frozenset({"u1"}), set(), Deadlines(100.0 + 2 * STALL_S))
     assert second[0] == ops.DeleteJob("w", "w-slice-0", "u1", "stalled") and "recreating" in second[1].message
 
 

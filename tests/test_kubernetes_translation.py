@@ -232,9 +232,9 @@ def test_the_record_commits_a_decision_before_its_side_effects() -> None:
     deletion can then never make the controller take the decision again (issue 23)."""
     record = ops.PatchJobSet("w", True, {labels.STATE_ANNOTATION: "{}"}, "41")
     delete = ops.DeleteJob("w", "w-slice-0", "uid-1")
-    forced = ops.DeletePod("q", True, "its node n was deleted")
+    forced = ops.DeletePod("w", "q", True, "its node n was deleted")
     event = ops.RecordEvent("w", "Restarted", "restarted on a (attempt 2)")
-    planned = [ops.PlacePod("p", {}, {labels.SLICE_ANNOTATION: "a"}, ()), delete, forced, event, record]
+    planned = [ops.PlacePod("w", "p", {}, {labels.SLICE_ANNOTATION: "a"}, ()), delete, forced, event, record]
     assert ops.in_order(planned) == [record, event, delete, forced, planned[0]]
     assert ops.decisions_summary(ops.in_order(planned)) == [
         "suspend jobset/w",

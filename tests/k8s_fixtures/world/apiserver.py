@@ -73,6 +73,9 @@ class ApiServer:
         # Run after each accepted write of a client, before it is answered: what the cluster's
         # controllers do in reaction lands before that client's next request (see World.interleave).
         self.after_write: list[Callable[[Request], None]] = []
+        # Run before a client's write is applied: what another controller writes between that
+        # client's read and its write (its resourceVersion precondition then fails: 409).
+        self.before_write: list[Callable[[Request], None]] = []
         self.faults: list[Fault] = []
         self.requests: list[Request] = []
         self.watch_timeout_cap_s = 2.0  # real seconds a watch stays open at most (tests stay fast)
@@ -151,6 +154,9 @@ class ApiServer:
                 request.status = 200
                 self._watch(handler, url.path, query)
                 return
+            if request.write:
+                for hook in list(self.before_write):
+                    hook(request)
             status, answer = self._route(handler.command, url.path, query, body, content_type)
             if request.write and status < 300 and "/leases" not in url.path and "/events" not in url.path:
                 for hook in self.after_write:

@@ -2,11 +2,18 @@
 as hotswap's JobSets reach it: child Jobs, restarts, the failure and success policies, suspend
 and resume. Feature gates at their v0.12 defaults (RestartJob, ElasticJobSet, InPlaceRestart
 off).
+
+Its work queue is controller-runtime's: a reconcile that fails (a Job creation refused, as by
+an admission webhook that times out) is retried after the per-item exponential backoff of
+client-go's ``DefaultTypedControllerRateLimiter`` (5 ms doubling up to 1000 s), and any event
+on the JobSet (``For(&JobSet{})`` with no predicate, jobset_controller.go ``SetupWithManager``)
+puts it back at once (workqueue ``Add``), backoff or not.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 from typing import Any
 
@@ -18,6 +25,16 @@ JOBSET_UID = "jobset.sigs.k8s.io/jobset-uid"
 REPLICAS_KEY = "jobset.sigs.k8s.io/replicatedjob-replicas"
 GLOBAL_REPLICAS = "jobset.sigs.k8s.io/global-replicas"
 ACTIONS = ("FailJobSet", "RestartJobSet", "RestartJobSetAndIgnoreMaxRestarts")
+BASE_BACKOFF_S, MAX_BACKOFF_S = 0.005, 1000.0  # workqueue.DefaultTypedItemBasedRateLimiter
+
+
+@dataclasses.dataclass
+class _Backoff:
+    """A JobSet whose last reconcile failed: retried at ``retry_at`` or on its next event."""
+
+    failures: int
+    retry_at: float
+    seen: tuple[Any, ...]  # the JobSet's and its Jobs' resourceVersions then: a change is an event
 
 
 def condition(obj: Obj, type_: str) -> dict[str, Any] | None:
@@ -37,11 +54,27 @@ class JobSetController:
         self.store = store
         self.clock = clock
         self.events: list[tuple[str, str, str]] = []  # (jobset, reason, message) it recorded
+        self.refused_creates: set[str] = set()  # JobSets whose Job creations are refused (a webhook down)
+        self.backoff: dict[str, _Backoff] = {}  # JobSet name -> its failed reconcile's backoff
 
     def reconcile_all(self) -> None:
         for jobset in list(self.store.items(JOBSETS)):
-            if "deletionTimestamp" not in jobset["metadata"]:
+            if "deletionTimestamp" not in jobset["metadata"] and self._queued(jobset):
                 self.reconcile(jobset)
+
+    def _queued(self, js: Obj) -> bool:
+        """Whether the work queue hands this JobSet out now: no failure to back off from, the
+        backoff over, or an event on the JobSet or one of its Jobs since (``Owns(&Job{})``)."""
+        backoff = self.backoff.get(js["metadata"]["name"])
+        return backoff is None or self.clock.now >= backoff.retry_at or self._versions(js) != backoff.seen
+
+    def _versions(self, js: Obj) -> tuple[Any, ...]:
+        uid = js["metadata"]["uid"]
+        jobs = sorted(
+            (job["metadata"]["uid"], job["metadata"].get("resourceVersion")) for job in self.store.items(JOBS, js["metadata"]["namespace"])
+            if any(o.get("uid") == uid for o in job["metadata"].get("ownerReferences") or [])
+        )
+        return (js["metadata"].get("resourceVersion"), *jobs)
 
     # ------------------------------------------------------------------ Reconcile
 
@@ -51,6 +84,7 @@ class JobSetController:
         status = js.setdefault("status", {})
         status.setdefault("restarts", 0)
         owned = self._child_jobs(js)
+        failed = False
         status["replicatedJobsStatus"] = self._replicated_job_statuses(js, owned)
         if _finished(js):
             self._delete(owned["active"])
@@ -60,14 +94,26 @@ class JobSetController:
                 self._execute_failure_policy(js, owned)
             elif owned["successful"] and self._execute_success_policy(js, owned):
                 pass
+            elif not self._create_missing(js, owned):
+                failed = True  # the error ends the reconcile (``createJobs``): retried with backoff
+            elif js["spec"].get("suspend"):
+                self._suspend_jobs(js, owned["active"])
             else:
-                self._create_missing(js, owned)
-                if js["spec"].get("suspend"):
-                    self._suspend_jobs(js, owned["active"])
-                else:
-                    self._resume_jobs(js, owned["active"])
+                self._resume_jobs(js, owned["active"])
         if js.get("status") != before:
             self.store.write(JOBSETS, js)
+        self._requeue(js, failed)
+
+    def _requeue(self, js: Obj, failed: bool) -> None:
+        """controller-runtime after a reconcile: an error is retried with the item's backoff
+        (``AddRateLimited``); success forgets it (``Forget``)."""
+        name = js["metadata"]["name"]
+        if not failed:
+            self.backoff.pop(name, None)
+            return
+        failures = self.backoff[name].failures + 1 if name in self.backoff else 1
+        delay = min(BASE_BACKOFF_S * 2 ** (failures - 1), MAX_BACKOFF_S)
+        self.backoff[name] = _Backoff(failures, self.clock.now + delay, self._versions(js))
 
     def _child_jobs(self, js: Obj) -> dict[str, list[Obj]]:
         """``getChildJobs``: Jobs of an earlier restart attempt are "previous" (to delete); the
@@ -175,19 +221,29 @@ class JobSetController:
 
     # ------------------------------------------------------------------ child Jobs
 
-    def _create_missing(self, js: Obj, owned: dict[str, list[Obj]]) -> None:
+    def _create_missing(self, js: Obj, owned: dict[str, list[Obj]]) -> bool:
         """``reconcileReplicatedJobs`` / ``constructJobsFromTemplate``: every missing Job of
         every replicated job, except that BlockingRecreate creates none while Jobs of an
-        earlier attempt still exist."""
+        earlier attempt still exist. False: a creation was refused."""
         blocking = (js["spec"].get("failurePolicy") or {}).get("restartStrategy") == "BlockingRecreate"
         if owned["previous"] and blocking:
-            return
+            return True
+        missing = self._missing(js, owned)
+        if missing and js["metadata"]["name"] in self.refused_creates:
+            return False
+        for rjob, index, name in missing:
+            self.store.create(JOBS, self._construct_job(js, rjob, index, name))
+        return True
+
+    @staticmethod
+    def _missing(js: Obj, owned: dict[str, list[Obj]]) -> list[tuple[dict[str, Any], int, str]]:
+        """The Jobs of the JobSet whose name no Job holds (one being deleted holds it too)."""
         existing = {j["metadata"]["name"] for kind in owned.values() for j in kind}
-        for rjob in js["spec"]["replicatedJobs"]:
-            for index in range(rjob["replicas"]):
-                name = f"{js['metadata']['name']}-{rjob['name']}-{index}"
-                if name not in existing:
-                    self.store.create(JOBS, self._construct_job(js, rjob, index, name))
+        return [
+            (rjob, index, name)
+            for rjob in js["spec"]["replicatedJobs"] for index in range(rjob["replicas"])
+            if (name := f"{js['metadata']['name']}-{rjob['name']}-{index}") not in existing
+        ]
 
     def _construct_job(self, js: Obj, rjob: dict[str, Any], index: int, name: str) -> Obj:
         """``constructJob`` and ``labelAndAnnotateObject``: the Job and its pod template carry

@@ -5,7 +5,8 @@ A test builds a :class:`World`, connects the real :class:`~hotswap.backends.kube
 KubeClient` to it (:meth:`World.client`), and drives time with :meth:`World.advance`: each tick
 moves the clock, lets every controller of the cluster act until nothing changes
 (:meth:`World.settle`), and reconciles the hotswap controller under test when a watch would
-have woken it (something changed), when it asked to be woken, or at its resync period.
+have woken it (something changed; with ``watched_wakes``, only what its watches see), when it
+asked to be woken, or at its resync period.
 Nothing sleeps; the same test always takes the same steps.
 """
 
@@ -114,6 +115,20 @@ def jobset_crd(version: str = JOBSET_VERSION) -> Obj:
     return crd
 
 
+def watched(resource: Resource, obj: Obj, namespace: str) -> bool:
+    """Whether a change of ``obj`` reaches the watches of ``hotswap controller run``
+    (client/watch.py ``watch_call``): every Node, the namespace's JobSets of hotswap and its pods
+    with the workload label. Jobs, Events, Leases and other owners' pods do not wake it."""
+    meta = obj.get("metadata") or {}
+    if resource is NODES:
+        return True
+    if meta.get("namespace") != namespace:
+        return False
+    if resource is JOBSETS:
+        return (meta.get("labels") or {}).get("app.kubernetes.io/managed-by") == "hotswap"
+    return resource is PODS and "hotswap.dev/workload" in (meta.get("labels") or {})
+
+
 class World:
     def __init__(
         self,
@@ -124,11 +139,16 @@ class World:
         kueue_version: str = KUEUE_VERSION,
         interleave: bool = False,
         extended_resource_toleration: bool = True,
+        watched_wakes: bool = False,
+        resync_s: float = RESYNC_S,
     ) -> None:
         """``interleave``: the cluster's controllers react to each write of a client (the
         controller under test) before its next request, as the real ones do within milliseconds
         (JobSet recreates a deleted Job and writes its status in 10-20 ms), not only between
-        reconciles."""
+        reconciles. ``watched_wakes``: the controller under test is woken only by what its
+        watches see (:data:`WATCHED`), as in ``hotswap controller run``, not by any change;
+        ``resync_s``: its resync period (``math.inf``: none, so that a test fails when an action
+        waits for a resync instead of a wake-up time)."""
         self.clock = Clock()
         self.namespace = namespace
         resources: list[Resource] = [*BUILTIN]
@@ -161,6 +181,8 @@ class World:
         if kueue:
             self._deployment("kueue-system", "kueue-controller-manager", f"registry.k8s.io/kueue/kueue:{kueue_version}")
         self.interleaving = interleave
+        self.watched_wakes = watched_wakes
+        self.resync_s = resync_s
         if interleave:
             self.api.after_write.append(lambda _request: self.settle())
         self._reconciled_at = -1.0
@@ -233,8 +255,8 @@ class World:
         for controller in controllers:
             wake = getattr(controller, "wake_at", None)
             due = (
-                self.store.revision != self._reconciled_revision
-                or self.clock.now - self._reconciled_at >= RESYNC_S
+                self._news()
+                or self.clock.now - self._reconciled_at >= self.resync_s
                 or (wake is not None and self.clock.now >= wake)
             )
             if due:
@@ -246,6 +268,22 @@ class World:
                 # reach its watches.
                 self._reconciled_revision = seen if self.interleaving else self.store.revision
                 self.settle()
+
+    def _news(self) -> bool:
+        """Whether a watch of the controller under test has seen a change since its last round:
+        any change, or (``watched_wakes``) one of the objects it watches."""
+        if self.store.revision == self._reconciled_revision:
+            return False
+        if not self.watched_wakes:
+            return True
+        if self._reconciled_revision < self.store.compacted:
+            return True  # the watches re-list
+        for event in reversed(self.store.history):
+            if event.revision <= self._reconciled_revision:
+                return False
+            if watched(event.resource, event.obj, self.namespace):
+                return True
+        return False
 
     # ------------------------------------------------------------------ what people and machines do
 

@@ -28,9 +28,20 @@ it again (enough once they have expired, for a Job no other event wakes). If it 
 and drops the expectations (``syncJob``: ``DeleteExpectations``), and JobSet recreates it. Each
 repair leaves one Event on the JobSet.
 
+Replicas without a Job: a replica index of a RUNNING workload's JobSet with no Job at all
+:data:`STALL_S` after the workload started running (JobSet could not create it: a refused
+creation is retried with controller-runtime's exponential backoff, up to 1000 s) gets its
+JobSet touched, an annotation in its record's patch; any event on a JobSet makes JobSet's
+controller reconcile it at once (jobset_controller.go ``SetupWithManager``: ``For(&JobSet{})``
+with no predicate), one Event per touch. A replica whose Job is still being deleted waits for
+it: its pods' own deadlines (their grace, then a force delete) end that.
+
 Stalled pods: a pod of a RUNNING workload that should be released but is still behind its gate
 :data:`STALL_S` after it was created (or the workload started running) and whose release fails
 again is deleted (by UID) for its Job to create a new one, with one Event.
+
+Every such deadline is a wake-up time of the controller's loop (:mod:`.deadlines`): neither a
+Job's touch nor its deletion reaches the controller's watches (it watches no Jobs).
 """
 
 from __future__ import annotations
@@ -42,6 +53,7 @@ from typing import Any
 from hotswap.api import worker as contract
 from hotswap.api.times import iso_utc, parse_iso_utc
 from hotswap.backends.kubernetes import labels
+from hotswap.backends.kubernetes.deadlines import Deadlines
 from hotswap.backends.kubernetes.live_objects import LivePod, metadata
 from hotswap.backends.kubernetes.operations import DeleteJob, Operation, RecordEvent, RecreateGatedPod, TouchJob
 from hotswap.backends.kubernetes.state_annotation import Retiring, StateRecord
@@ -133,13 +145,13 @@ def stall_deadline(job: ChildJob) -> float:
     return (job.touched if job.touched is not None else job.created) + STALL_S
 
 
-def stalled(jobs: Iterable[ChildJob], current: frozenset[str], pod_owners: set[str | None], now: float) -> list[ChildJob]:
+def stalled(jobs: Iterable[ChildJob], current: frozenset[str], pod_owners: set[str | None], deadlines: Deadlines) -> list[ChildJob]:
     """Current Jobs (not retiring, deleting, suspended or finished) with no pod at all past
-    their deadline."""
+    their deadline (one still to come is a wake-up time)."""
     return [
         job for job in jobs
         if job.uid in current and not (job.deleting or job.suspended or job.finished)
-        and job.uid not in pod_owners and now >= stall_deadline(job)
+        and job.uid not in pod_owners and deadlines.due(stall_deadline(job))
     ]
 
 
@@ -162,10 +174,14 @@ def deletes(jobset: str, jobs: list[ChildJob], retiring: Retiring) -> list[Opera
     return [DeleteJob(jobset, name, uid) for uid, name in sorted(retiring.items(), key=lambda item: item[1]) if uid not in deleting]
 
 
-def repairs(jobset: str, jobs: list[ChildJob], current: frozenset[str], pod_owners: set[str | None], now: float) -> list[Operation]:
-    """A touch, then a recreation, of each stalled Job, with one Event each."""
+def repairs(jobset: str, jobs: list[ChildJob], current: frozenset[str], pod_owners: set[str | None], deadlines: Deadlines) -> list[Operation]:
+    """A touch, then a recreation, of each stalled Job, with one Event each. Neither write
+    reaches the controller's watches (it watches no Jobs), so each repair's own deadline (the
+    touched Job's, the recreated one's) is a wake-up time too."""
+    now = deadlines.now
     operations: list[Operation] = []
-    for job in stalled(jobs, current, pod_owners, now):
+    for job in stalled(jobs, current, pod_owners, deadlines):
+        deadlines.wake(now + STALL_S)
         waited = int(now - job.created)
         if job.touched is None:
             operations.append(TouchJob(jobset, job.name, touch_stamp(now)))
@@ -177,11 +193,25 @@ def repairs(jobset: str, jobs: list[ChildJob], current: frozenset[str], pod_owne
     return operations
 
 
-def gated_too_long(jobset: str, pod: LivePod, running_since: float | None, now: float) -> list[Operation]:
-    """The repair of a pod whose release keeps failing (enacted only if this round's release
-    of it fails too)."""
-    since = max(pod.created, running_since or 0.0)
-    if not pod.uid or not pod.created or now - since < STALL_S:
+def without_jobs(jobs: list[ChildJob], replicas: int, since: float, deadlines: Deadlines) -> list[int]:
+    """The replica indexes of a running JobSet that have had no Job at all since ``since`` (the
+    workload's start, or the JobSet's last touch) plus :data:`STALL_S`. A replica whose Job is
+    still being deleted is not one: it waits for that Job's pods, whose deadlines (grace, then a
+    force delete) are wake-ups of their own."""
+    present = {job.index for job in jobs}
+    missing = [index for index in range(replicas) if index not in present]
+    if not missing or not deadlines.due(since + STALL_S):
         return []
-    message = f"pod {pod.name} has been waiting for its release for {int(now - since)} s: recreating it"
+    deadlines.wake(deadlines.now + STALL_S)  # the touch reaches no watch of the controller
+    return missing
+
+
+def gated_too_long(jobset: str, pod: LivePod, running_since: float | None, deadlines: Deadlines) -> list[Operation]:
+    """The repair of a pod whose release keeps failing (enacted only if this round's release
+    of it fails too; a failed release changes nothing the controller watches, so the stall
+    time is a wake-up time)."""
+    since = max(pod.created, running_since or 0.0)
+    if not pod.uid or not pod.created or not deadlines.due(since + STALL_S):
+        return []
+    message = f"pod {pod.name} has been waiting for its release for {int(deadlines.now - since)} s: recreating it"
     return [RecreateGatedPod(jobset, pod.name, pod.uid, message)]

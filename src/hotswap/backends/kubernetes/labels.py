@@ -70,7 +70,7 @@ SERVICE_LOST_ANNOTATION = "hotswap.dev/service-lost-at"
 SERVICE_LOSSES_IN_A_ROW_ANNOTATION = "hotswap.dev/service-losses-in-a-row"
 ATTEMPT_ANNOTATION = "hotswap.dev/attempt"  # on a pod: the worker generation it belongs to
 RESTART_COUNT_ANNOTATION = "hotswap.dev/restart-count"  # on a pod: HOTSWAP_RESTART_COUNT of its worker
-TOUCHED_ANNOTATION = "hotswap.dev/touched"  # on a Job: when the controller touched it because it created no pods
+TOUCHED_ANNOTATION = "hotswap.dev/touched"  # on a Job (no pods) or a JobSet (a replica without a Job): when the controller touched it
 START_CAUSE_ANNOTATION = "hotswap.dev/start-cause"  # on a pod: HOTSWAP_START_CAUSE of its worker
 # On a pod: when the controller removed its gate (ISO 8601 UTC). "Not scheduled for N s" counts
 # from here: the API server sets PodScheduled=False (SchedulingGated) when a gated pod is created

@@ -38,6 +38,7 @@ class LiveJobSet:
     restarts: int  # JobSet restarts counted against maxRestarts
     restarts_total: int  # every JobSet restart (status.restarts): its restart-attempt
     annotations: dict[str, str]
+    touched: float | None = None  # when the controller last touched it (a replica without a Job)
 
     @property
     def replicas(self) -> list[str | None]:
@@ -153,6 +154,7 @@ def read_jobset(obj: dict[str, Any]) -> LiveJobSet:
         restarts=_int(status.get("restartsCountTowardsMax")) or 0,
         restarts_total=_int(status.get("restarts")) or 0,
         annotations=dict(annotations),
+        touched=_time(annotations.get(labels.TOUCHED_ANNOTATION)),
     )
 
 

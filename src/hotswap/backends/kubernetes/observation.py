@@ -39,7 +39,8 @@ from hotswap.api.catalog import get_device_type
 from hotswap.api.cluster import NodeState
 from hotswap.api.phases import WorkloadPhase
 from hotswap.api.spec import WorkloadSpec
-from hotswap.backends.kubernetes.child_jobs import ChildJob, read_child_jobs, retired_uids, stall_deadline
+from hotswap.backends.kubernetes.child_jobs import ChildJob, read_child_jobs, retired_uids
+from hotswap.backends.kubernetes.deadlines import Deadlines
 from hotswap.backends.kubernetes.discovery import Discovery, discover
 from hotswap.backends.kubernetes.kueue_mode import KueueView, kueue_queued, kueue_views, terminal_workload
 from hotswap.backends.kubernetes.live_objects import (
@@ -68,15 +69,30 @@ class Observation:
     loss_since: dict[str, float] = dataclasses.field(default_factory=dict)  # workload -> when its loss began
     outside: dict[str, Workload] = dataclasses.field(default_factory=dict)  # Kueue: workloads the core does not schedule
     kueue: dict[str, KueueView] = dataclasses.field(default_factory=dict)  # Kueue: JobSet -> its Workload
-    wake_at: float | None = None  # when to reconcile again even if nothing changes
     child_jobs: dict[str, list[ChildJob]] = dataclasses.field(default_factory=dict)  # JobSet -> its Jobs
     coordinators: dict[str, list[CoordinatorPod]] = dataclasses.field(default_factory=dict)  # JobSet -> its coordinator pods
     service_losses: dict[str, ServiceLosses] = dataclasses.field(default_factory=dict)  # JobSet -> its JAX service's losses
     _by_workload: dict[str, list[LivePod]] | None = dataclasses.field(default=None, repr=False)
 
+    deadlines: Deadlines = dataclasses.field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.deadlines = Deadlines(self.now)
+
     @property
     def managed_admission(self) -> bool:
         return not self.settings.kueue
+
+    def due(self, at: float) -> bool:
+        """Whether the deadline ``at`` has come; one still to come is a wake-up time of the loop
+        (:mod:`.deadlines`): every timed check of the observation and the plan asks here."""
+        return self.deadlines.due(at)
+
+    @property
+    def wake_at(self) -> float | None:
+        """When to reconcile again even if nothing changes: the earliest deadline still to come
+        that this round's checks (observation and plan) met."""
+        return self.deadlines.wake_at
 
     def old_pods(self, workload: str) -> list[LivePod]:
         """Pods of earlier attempts still alive: terminating, or left by a deleted Job. Pods on a
@@ -169,26 +185,9 @@ def observe(
     workloads = _exclusive(workloads)
     released = {j.name: j.record.released for j in live if j.record is not None}
     losses = observation.service_losses = {name: service_losses_of(job, coordinators.get(name, [])) for name, job in by_name.items()}
-    signals = read_signals(workloads, observation.pods_of, job_uids, failing, discovery, occupants, now, released, losses)
-    observation.wake_at = _earliest(signals.wake_at, _stall_check(observation))
+    signals = read_signals(workloads, observation.pods_of, job_uids, failing, discovery, occupants, observation.deadlines, released, losses)
     observation.snapshot, observation.events = _snapshot(observation, workloads, created, signals)
     return observation
-
-
-def _earliest(*times: float | None) -> float | None:
-    known = [t for t in times if t is not None]
-    return min(known) if known else None
-
-
-def _stall_check(observation: Observation) -> float | None:
-    """When a current Job that has no pod yet is due to be checked (:mod:`.child_jobs`)."""
-    owners = {p.owner_uid for p in observation.pods}
-    due = [
-        stall_deadline(job) for jobs in observation.child_jobs.values() for job in jobs
-        if job.uid in observation.job_uids and job.uid not in owners and not (job.deleting or job.suspended or job.finished)
-    ]
-    due = [t for t in due if t > observation.now]  # one past due is acted on now, or waits for the resync
-    return min(due) if due else None
 
 
 def _failing(job: dict[str, Any]) -> bool:

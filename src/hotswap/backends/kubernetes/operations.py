@@ -1,7 +1,9 @@
 """What the controller does to the cluster, as data: the operations :func:`~.planning.plan`
 emits and :class:`~hotswap.backends.kubernetes.controller.loop.KubeController` applies, in the order they
 must happen, and the log line each leaves. Each one is a write to the API server; what is only
-decided (the Jobs a decision replaces: :class:`~.child_jobs.ReplacedJobs`) is planned into them."""
+decided (the Jobs a decision replaces: :class:`~.child_jobs.ReplacedJobs`) is planned into them.
+Each names the JobSet it is done for (``jobset``): once that JobSet's record is refused, none of
+its other operations is applied in that round."""
 
 from __future__ import annotations
 
@@ -56,6 +58,7 @@ class DeletePod:
     that grace is over and the pod is still there: a kubelet that does not answer never confirms
     the deletion, and the pod would hold its Job's place forever. ``why`` says which."""
 
+    jobset: str
     pod: str
     force: bool
     why: str
@@ -67,6 +70,7 @@ class PlacePod:
     """Release a gated pod: pin it to a slice (nodeSelector entries added; none under Kueue),
     annotate it (slice, attempt, restart count, membership), lift the gate."""
 
+    jobset: str
     pod: str
     node_selector: dict[str, str]
     annotations: dict[str, str]
@@ -87,6 +91,7 @@ class RecreateGatedPod:
 
 @dataclasses.dataclass(frozen=True)
 class AnnotatePod:
+    jobset: str
     pod: str
     annotations: dict[str, str]
 

@@ -75,6 +75,8 @@ def plan(observation: Observation, decision: Decision, effects: Sequence[ActionE
         annotations: dict[str, str | None] = {
             labels.REJECTED_ANNOTATION: e.rejection for e in mine if e.rejection is not None
         }
+        if workload is not None and not decided and not replaced:
+            operations.extend(_replicas_without_jobs(observation, job, workload, jobs, annotations))
         lost = observation.service_losses.get(name, ServiceLosses())
         if lost.times and iso_utc(lost.times[-1]) != job.annotations.get(labels.SERVICE_LOST_ANNOTATION):
             annotations[labels.SERVICE_LOST_ANNOTATION] = iso_utc(lost.times[-1])  # before its pod may go
@@ -98,9 +100,31 @@ def plan(observation: Observation, decision: Decision, effects: Sequence[ActionE
         if workload.phase is WorkloadPhase.RUNNING:
             if not decided and not replaced:
                 owners = {p.owner_uid for p in observation.pods_of(name)}
-                operations.extend(child_jobs.repairs(name, jobs, observation.job_uids, owners, observation.now))
+                operations.extend(child_jobs.repairs(name, jobs, observation.job_uids, owners, observation.deadlines))
             operations.extend(_release(observation, job, workload, mine))
     return in_order(operations)
+
+
+def _replicas_without_jobs(
+    observation: Observation, job: LiveJobSet, workload: Workload, jobs: list[child_jobs.ChildJob], annotations: dict[str, str | None],
+) -> list[Operation]:
+    """A RUNNING workload's replica that has no Job (:func:`~.child_jobs.without_jobs`) is a
+    stall like a Job without pods: the JobSet is touched (an annotation in its patch), which
+    makes JobSet's controller reconcile it at once (it watches its JobSets with no predicate,
+    and an event skips the backoff of an earlier failure to create a Job), with one Event."""
+    if workload.phase is not WorkloadPhase.RUNNING or job.suspended or job.terminal is not None:
+        return []
+    since = max(workload.running_since or 0.0, job.touched or 0.0)
+    missing = child_jobs.without_jobs(jobs, len(replica_slots(workload)), since, observation.deadlines)
+    if not missing:
+        return []
+    annotations[labels.TOUCHED_ANNOTATION] = child_jobs.touch_stamp(observation.now)
+    which = ", ".join(str(index) for index in missing)
+    message = (
+        f"replica {which} of the running workload: no Job for {int(observation.now - since)} s; "
+        "touched the JobSet so that JobSet's controller syncs it again"
+    )
+    return [RecordEvent(job.name, "JobStalled", message, warning=True)]
 
 
 def _record(observation: Observation, decision: Decision, name: str) -> Workload | None:
@@ -173,13 +197,13 @@ def _stuck_pods(observation: Observation, name: str, workload: Workload) -> list
         if node is None:
             # No Node object: deleted (a new node, not listed yet, only ever gets pods of held slices).
             if pod.node not in discovery.ignored and (pod.terminating or pod.annotations.get(labels.SLICE_ANNOTATION) not in held):
-                delete = DeletePod(pod.name, True, f"its node {pod.node} was deleted", pod.uid)
+                delete = DeletePod(name, pod.name, True, f"its node {pod.node} was deleted", pod.uid)
         elif node.state is not NodeState.FAILED or node.slice in held:
             continue
         elif not pod.terminating:
-            delete = DeletePod(pod.name, False, f"its node {pod.node} failed ({node.reason or 'not ready'}): it gets its grace period first", pod.uid)
-        elif pod.deletion_deadline is not None and observation.now >= pod.deletion_deadline:
-            delete = DeletePod(pod.name, True, f"its node {pod.node} failed and its grace period is over", pod.uid)
+            delete = DeletePod(name, pod.name, False, f"its node {pod.node} failed ({node.reason or 'not ready'}): it gets its grace period first", pod.uid)
+        elif pod.deletion_deadline is not None and observation.due(pod.deletion_deadline):
+            delete = DeletePod(name, pod.name, True, f"its node {pod.node} failed and its grace period is over", pod.uid)
         if delete is not None:
             what = "force-deleted" if delete.force else "deleted"
             operations += [delete, RecordEvent(name, "PodForceDeleted" if delete.force else "PodDeleted", f"pod {pod.name} {what}: {delete.why}", warning=delete.force)]
@@ -188,10 +212,10 @@ def _stuck_pods(observation: Observation, name: str, workload: Workload) -> list
         # tolerates an unreachable node briefly): its Job replaces it only once it is gone, and
         # that kubelet never confirms. Its grace period over, it is force-deleted.
         deadline = coordinator.deletion_deadline
-        if deadline is not None and observation.now >= deadline + STRANDED_SERVICE_AFTER_S:
+        if deadline is not None and observation.due(deadline + STRANDED_SERVICE_AFTER_S):
             why = "the JAX coordination service's pod did not end within its grace period (its node does not answer)"
             operations += [
-                DeletePod(coordinator.name, True, why, coordinator.uid),
+                DeletePod(name, coordinator.name, True, why, coordinator.uid),
                 RecordEvent(name, "PodForceDeleted", f"pod {coordinator.name} force-deleted: {why}", warning=True),
             ]
     return operations
@@ -240,13 +264,13 @@ def _release(observation: Observation, job: LiveJobSet, workload: Workload, effe
             if membership is not None:
                 annotations[labels.MEMBERSHIP_ANNOTATION] = membership
             gates = tuple(g for g in pod.gates if g != labels.PLACEMENT_GATE)
-            operations.append(PlacePod(pod.name, selector, annotations, gates))
-            operations.extend(child_jobs.gated_too_long(name, pod, workload.running_since, observation.now))
+            operations.append(PlacePod(name, pod.name, selector, annotations, gates))
+            operations.extend(child_jobs.gated_too_long(name, pod, workload.running_since, observation.deadlines))
         elif membership is not None and pod.annotations.get(labels.MEMBERSHIP_ANNOTATION) != membership:
-            operations.append(AnnotatePod(pod.name, {labels.MEMBERSHIP_ANNOTATION: membership}))
+            operations.append(AnnotatePod(name, pod.name, {labels.MEMBERSHIP_ANNOTATION: membership}))
     for coordinator in observation.coordinators.get(name, []):  # it serves each generation the workers get
         if membership is not None and coordinator.live and coordinator.membership != membership:
-            operations.append(AnnotatePod(coordinator.name, {labels.MEMBERSHIP_ANNOTATION: membership}))
+            operations.append(AnnotatePod(name, coordinator.name, {labels.MEMBERSHIP_ANNOTATION: membership}))
     return operations
 
 

@@ -56,6 +56,7 @@ from hotswap.api.cluster import NodeState
 from hotswap.api.phases import WorkloadPhase
 from hotswap.api.times import parse_iso_utc
 from hotswap.backends.kubernetes import labels
+from hotswap.backends.kubernetes.deadlines import Deadlines
 from hotswap.backends.kubernetes.discovery import Discovery
 from hotswap.backends.kubernetes.live_objects import CoordinatorPod, LiveJobSet, LivePod, Occupant, service_losses
 from hotswap.core import events as ev
@@ -106,10 +107,6 @@ class Signals:
     exits: list[ev.WorkerExited | ev.WorkerLost] = dataclasses.field(default_factory=list)
     lost: dict[str, str] = dataclasses.field(default_factory=dict)  # node -> why its slice is lost
     blocked: dict[str, str] = dataclasses.field(default_factory=dict)  # slice -> why it is unusable
-    wake_at: float | None = None  # when a held exit or a pending deadline comes due
-
-    def wake(self, at: float) -> None:
-        self.wake_at = at if self.wake_at is None else min(self.wake_at, at)
 
 
 def current_pods(workload: Workload, pods: Iterable[LivePod], job_uids: frozenset[str]) -> list[LivePod]:
@@ -125,21 +122,17 @@ def read_signals(
     failing_jobs: frozenset[str],
     discovery: Discovery,
     occupants: Iterable[Occupant],
-    now: float,
+    deadlines: Deadlines,
     released: Mapping[str, Mapping[str, frozenset[int]]] | None = None,
     service_losses: Mapping[str, ServiceLosses] | None = None,
 ) -> Signals:
     """The signals of every workload that holds slices. ``service_losses``: when each
-    workload's JAX coordination service went away (its coordinator pods that ended)."""
+    workload's JAX coordination service went away (its coordinator pods that ended);
+    ``deadlines``: the round's time, and where a held exit's or a pod's timer is kept."""
     signals = Signals()
     workloads = list(workloads)
     # Nodes where a pod (of any hotswap workload) is still terminating: it frees them when gone.
     stopping_on = {p.node for w in workloads for p in pods_of(w.name) if p.terminating and not p.finished and p.node is not None}
-    for pod in (p for w in workloads for p in pods_of(w.name) if p.terminating and not p.finished):
-        node = discovery.nodes.get(pod.node or "")
-        deadline = pod.deletion_deadline
-        if node is not None and node.state is NodeState.FAILED and deadline is not None and now < deadline:
-            signals.wake(deadline)  # its kubelet may never confirm: the pod is force-deleted then
     for occupant in occupants:
         slice_name = discovery.slice_of_node.get(occupant.node)
         if slice_name is not None:
@@ -154,11 +147,11 @@ def read_signals(
                 signals.lost.setdefault(found.nodes[0], f"slice {slice_name} is {signals.blocked[slice_name]}")
         mine = current_pods(workload, pods_of(workload.name), job_uids)
         if workload.phase is WorkloadPhase.RUNNING:
-            _exits(workload, mine, failing_jobs, discovery, now, signals, (service_losses or {}).get(workload.name, ServiceLosses()))
+            _exits(workload, mine, failing_jobs, discovery, deadlines, signals, (service_losses or {}).get(workload.name, ServiceLosses()))
             _replaced(pods_of(workload.name), (released or {}).get(workload.name, {}), workload.replica_map, discovery, signals)
         _disruptions(mine, failing_jobs, discovery, held, signals)
         _rejections(mine, discovery, held, signals)
-        _unschedulable(mine, stopping_on, discovery, held, now, signals)
+        _unschedulable(mine, stopping_on, discovery, held, deadlines, signals)
     return signals
 
 
@@ -169,9 +162,10 @@ def _slice_of(pod: LivePod, discovery: Discovery) -> str | None:
 
 
 def _exits(
-    workload: Workload, mine: list[LivePod], failing_jobs: frozenset[str], discovery: Discovery, now: float, signals: Signals,
-    losses: ServiceLosses = ServiceLosses(),
+    workload: Workload, mine: list[LivePod], failing_jobs: frozenset[str], discovery: Discovery, deadlines: Deadlines,
+    signals: Signals, losses: ServiceLosses = ServiceLosses(),
 ) -> None:
+    now = deadlines.now
     for pod in mine:
         if not pod.finished or pod.exit_code is None or pod.terminating or pod.disruption or pod.owner_uid in failing_jobs:
             continue
@@ -182,9 +176,7 @@ def _exits(
         if node is not None and node.state is not NodeState.READY:
             continue  # on a machine that is gone or going: the node's loss explains it
         if pod.exit_code != 0:
-            due = (pod.finished_at if pod.finished_at is not None else now) + EXIT_HOLD_S
-            if now < due:
-                signals.wake(due)
+            if not deadlines.due((pod.finished_at if pod.finished_at is not None else now) + EXIT_HOLD_S):
                 continue
             exited = pod.finished_at if pod.finished_at is not None else now
             if any(lost - EXIT_HOLD_S <= exited <= lost + SERVICE_LOSS_WINDOW_S for lost in losses.times):
@@ -239,7 +231,9 @@ def _rejections(mine: list[LivePod], discovery: Discovery, held: set[str], signa
         signals.lost.setdefault(pod.node, f"the kubelet of node {pod.node} rejected pod {pod.name} ({pod.rejected})")
 
 
-def _unschedulable(mine: list[LivePod], stopping_on: set[str], discovery: Discovery, held: set[str], now: float, signals: Signals) -> None:
+def _unschedulable(
+    mine: list[LivePod], stopping_on: set[str], discovery: Discovery, held: set[str], deadlines: Deadlines, signals: Signals,
+) -> None:
     for pod in mine:
         if pod.node is not None or pod.gated or pod.terminating or pod.unschedulable_since is None:
             continue
@@ -252,8 +246,7 @@ def _unschedulable(mine: list[LivePod], stopping_on: set[str], discovery: Discov
         nodes = found.nodes
         if stopping_on & set(nodes):
             continue  # a pod is still terminating there: it frees the slice when it is gone
-        due = pod.unschedulable_since + UNSCHEDULABLE_AFTER_S
-        if now < due:
-            signals.wake(due)
+        if not deadlines.due(pod.unschedulable_since + UNSCHEDULABLE_AFTER_S):
             continue
-        signals.lost.setdefault(nodes[0], f"pod {pod.name} pinned to slice {slice_name} has not been scheduled for {int(now - pod.unschedulable_since)} s")
+        waited = int(deadlines.now - pod.unschedulable_since)
+        signals.lost.setdefault(nodes[0], f"pod {pod.name} pinned to slice {slice_name} has not been scheduled for {waited} s")

@@ -2,7 +2,8 @@
 from the Deployment of ``hotswap controller manifests``).
 
 Level-triggered: watches on Nodes, JobSets and pods only say *something changed*; each wake-up
-(or a periodic resync, or a time the last round asked for: a held exit, a pending deadline)
+(or a periodic resync, or the earliest deadline the last round's checks met and that has not
+come yet: :mod:`~hotswap.backends.kubernetes.deadlines`)
 lists the live objects, rebuilds the core's snapshot from them
 (:func:`hotswap.backends.kubernetes.observation.observe`), runs one decision round of the same
 core the simulator and the local backend use, and enacts the resulting operations. Nothing is
@@ -109,14 +110,14 @@ class KubeController:
             if not self.may_act():
                 self.log("warning: no longer the leader: the rest of this round is left to the next leader")
                 break
-            if getattr(op, "jobset", None) in enactment.refused:
-                continue
+            if op.jobset in enactment.refused:
+                continue  # its decision was not committed: nothing of it is written (pod releases included)
             try:
                 ops.dispatch(op, enactment)
             except UnreachableError:
                 raise
             except ConflictError:
-                what = getattr(op, "jobset", None) or getattr(op, "pod", "an object")
+                what = getattr(op, "pod", None) or op.jobset
                 self.log(f"{what} changed meanwhile: its update was refused; the next round decides again")
             except HotswapError as error:
                 self.log(f"warning: {error}")
