@@ -111,3 +111,27 @@ def test_a_zygote_left_importing_by_a_killed_controller_is_ended_by_the_next(tmp
     finally:
         orphan.kill()
         orphan.wait()
+
+
+def test_processes_no_record_names_are_ended_before_cluster_deleted(home: Path, tmp_path: Path) -> None:
+    """What no row names: a controller that has let go of the cluster but not yet exited (it
+    outlived "cluster deleted" by seconds), a spare or zygote whose pid was never written, a
+    worker's command: each is found by its marks in /proc and gone when the delete returns."""
+    hotswap(home, "cluster", "create", "--cluster", "c", "--device-type", "v4-8", "--num-slices", "1", check=True)
+    root = home / "clusters" / "c"
+    sleep = [sys.executable, "-c", "import time; time.sleep(600)"]
+    lingering = [
+        subprocess.Popen([*sleep, str(root)], start_new_session=True),  # as a controller's command line
+        subprocess.Popen([*sleep, str(root / "zygote")], start_new_session=True),  # a zygote's (and its forks')
+        subprocess.Popen(sleep, env={**os.environ, "HOTSWAP_EVENTS_FILE": str(root / "workloads" / "w" / "e")}),  # a worker's
+    ]
+    unrelated = subprocess.Popen([*sleep, f"{root}-other"])  # another cluster's name that starts alike
+    try:
+        result = hotswap(home, "cluster", "delete", "--cluster", "c", "--force")
+        assert result.returncode == 0, result.stderr
+        assert [p.poll() for p in lingering] == [-signal.SIGKILL] * 3
+        assert unrelated.poll() is None
+    finally:
+        for process in (*lingering, unrelated):
+            process.kill()
+            process.wait()
