@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from local_helpers import alive, cleanup, hotswap, query, wait_until, write_sleeper
+from local_helpers import cleanup, hotswap, processes_of, query, wait_until, write_sleeper
 
 from hotswap.backends.local.crash_points import CRASH_AT, DELETION_POINTS
 from hotswap.backends.local.tables import SPARE, WorkerRow
@@ -30,26 +30,6 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delenv(CRASH_AT, raising=False)
     yield state
     cleanup(state)
-
-
-def processes_of(home: Path) -> list[str]:
-    """Every live process (zombies aside) started for ``home``'s clusters: its command line names
-    a path under it, or its environment does (a spare and the zygote start with the controller's,
-    which names HOTSWAP_HOME)."""
-    mark = os.fsencode(str(home))
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            command = (entry / "cmdline").read_bytes()
-            if mark not in command and mark not in (entry / "environ").read_bytes():
-                continue
-        except OSError:
-            continue
-        if alive(int(entry.name)):
-            found.append(f"{entry.name}: {os.fsdecode(command.replace(bytes(1), b' '))[:160]}")
-    return found
 
 
 def _spares(home: Path) -> list:
