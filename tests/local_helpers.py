@@ -143,3 +143,23 @@ def _ours(pid: int, home: Path) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return False
     return str(home) in command  # shims and controllers carry paths under home
+
+
+def processes_of(home: Path) -> list[str]:
+    """Every live process (zombies aside) started for ``home``'s clusters: its command line names
+    a path under it, or its environment does (a spare and the zygote start with the controller's,
+    which names HOTSWAP_HOME)."""
+    mark = os.fsencode(str(home))
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes()
+            if mark not in command and mark not in (entry / "environ").read_bytes():
+                continue
+        except OSError:
+            continue
+        if alive(int(entry.name)):
+            found.append(f"{entry.name}: {os.fsdecode(command.replace(bytes(1), b' '))[:160]}")
+    return found

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 from hardening_helpers import TRACEBACK, controllers, worker_shims
-from local_helpers import alive, cleanup, hotswap, live_workers, query, wait_until, workloads
+from local_helpers import alive, cleanup, hotswap, live_workers, processes_of, query, wait_until, workloads
 
 SECONDS = float(os.environ.get("HOTSWAP_CHAOS_SECONDS", "20"))
 SLICES = 4
@@ -215,6 +215,9 @@ def test_chaos(tmp_path: Path) -> None:
         drill.run(SECONDS)
         drill.settle()
         drill.check()
+        deleted = drill.cli("cluster", "delete", "--cluster", "c", "--force")  # after all those crashes (issue 36)
+        assert deleted.returncode == 0, deleted.stderr
+        assert processes_of(drill.home) == []  # zygotes and spares included
         refusals = collections.Counter(f"{verb}: {r.stderr.strip()[:70]}" for verb, _, r in drill.answers if r.returncode)
         summary = {**drill.counts, "cli_calls": len(drill.answers), "refused": dict(refusals)}
         print("chaos", json.dumps(summary, sort_keys=True))

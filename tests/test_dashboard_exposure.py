@@ -102,3 +102,32 @@ def test_a_loopback_dashboard_answers_loopback_host_names_only(cluster: Path) ->
             with pytest.raises(urllib.error.HTTPError) as refused:
                 state(board, headers={"Host": name})
             assert refused.value.code == 403, name
+
+
+def test_healthz_answers_with_300_live_views_open(cluster: Path) -> None:
+    """Each live view (an /api/stream) polls; unbounded, 300 of them starved /healthz (issue 36,
+    item 8). At most MAX_STREAMS are served; the others are told so (503), and /healthz answers."""
+    import socket
+
+    from hotswap.dashboard.server import MAX_STREAMS
+
+    with served(cluster) as board:
+        port = int(board.url.split(":")[2].split("/")[0])
+        views = []
+        try:
+            statuses = []
+            for _ in range(300):
+                view = socket.create_connection(("127.0.0.1", port), timeout=120)
+                views.append(view)
+                view.sendall(f"GET /api/stream HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+            for view in views:
+                head = b""
+                while b"\r\n" not in head:
+                    head += view.recv(1024)
+                statuses.append(int(head.split()[1]))
+            assert statuses.count(200) == MAX_STREAMS and statuses.count(503) == 300 - MAX_STREAMS
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=120) as answer:
+                assert answer.status == 200
+        finally:
+            for view in views:
+                view.close()

@@ -103,6 +103,9 @@ def test_a_metrics_port_in_use_is_one_line(home: Path) -> None:
     import socket
 
     hotswap(home, "cluster", "create", "--cluster", "c", "--device-type", "v6e-4", "--num-slices", "1", check=True)
+    running = int((home / "clusters" / "c" / "controller.lock").read_text())
+    os.kill(running, signal.SIGTERM)  # (with it running, `already running` is the answer: see below)
+    wait_until(lambda: not alive(running), timeout=60, what="the controller to stop")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -110,3 +113,17 @@ def test_a_metrics_port_in_use_is_one_line(home: Path) -> None:
         result = hotswap(home, "controller", "run", "--cluster", "c", "--metrics-address", f"127.0.0.1:{port}")
     assert result.returncode != 0
     assert result.stderr.strip() == f"error: --metrics-address 127.0.0.1:{port}: Address already in use"
+
+
+def test_a_second_controller_run_says_already_running_before_serving_metrics(home: Path) -> None:
+    """Issue 36, item 8: the second `controller run` bound its metrics port and printed the URL,
+    then said the cluster's controller already runs. The claim comes first now."""
+    import socket
+
+    hotswap(home, "cluster", "create", "--cluster", "c", "--device-type", "v6e-4", "--num-slices", "1", check=True)
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    result = hotswap(home, "controller", "run", "--cluster", "c", "--metrics-address", f"127.0.0.1:{port}")
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 4 and len(lines) == 1 and "already running" in lines[0], result.stderr

@@ -170,6 +170,34 @@ def test_a_database_without_hotswap_tables_is_one_line_and_spares_the_other_clus
     assert [c["name"] for c in json.loads(hotswap(home, "cluster", "list", "-o", "json", check=True).stdout)] == ["ok"]
 
 
+def test_another_clusters_database_copied_in_is_one_line(home: Path, tmp_path: Path) -> None:
+    """Issue 36, item 8: another cluster's state.db copied over this one's was served as this
+    cluster (its workloads listed, its workers' pids signalled). The database records its
+    cluster's identity, as does the file beside it: a copy is named in one line, changes nothing."""
+    hotswap(home, "cluster", "create", "--cluster", "c", "--device-type", "v6e-4", "--num-slices", "1", check=True)
+    hotswap(home, "cluster", "create", "--cluster", "other", "--device-type", "v6e-4", "--num-slices", "1", check=True)
+    hotswap(home, "workload", "create", "--cluster", "other", "--workload", "theirs", "--command", write_sleeper(tmp_path), check=True)
+    root = home / "clusters" / "c"
+    for pid in controllers(root):
+        os.kill(pid, signal.SIGKILL)
+    for suffix in ("-wal", "-shm"):
+        (root / f"state.db{suffix}").unlink(missing_ok=True)
+    (root / "state.db").unlink()
+    source = sqlite3.connect(home / "clusters" / "other" / "state.db")
+    copy = sqlite3.connect(root / "state.db")
+    source.backup(copy)  # a consistent copy, as a backup tool makes it
+    copy.close()
+    source.close()
+    before = digest(root / "state.db")
+    for args in (("workload", "list", "--cluster", "c"), ("cluster", "describe", "--cluster", "c")):
+        one_line(hotswap(home, *args), "another cluster's (cluster other)", "cluster delete --cluster c")
+    assert digest(root / "state.db") == before
+    listing = {c["name"]: c for c in json.loads(hotswap(home, "cluster", "list", "-o", "json", check=True).stdout)}
+    assert "unreadable" in listing["c"]["device_type"] and listing["other"]["backend"] == "local"
+    assert hotswap(home, "cluster", "delete", "--cluster", "c", "--force").returncode == 0
+    assert "theirs" in hotswap(home, "workload", "list", "--cluster", "other", check=True).stdout  # theirs untouched
+
+
 def test_a_locked_database_is_one_line_and_reads_still_work(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cluster_with_a_workload(home, write_sleeper(tmp_path))
     monkeypatch.setattr(db, "BUSY_TIMEOUT_MS", 300)

@@ -92,3 +92,21 @@ def test_a_worker_whose_shim_died_before_writing_its_pid_is_started_again(tmp_pa
     finally:
         for shim in shims_of(Path(row.dir)):
             os.killpg(shim, signal.SIGKILL)
+
+
+def test_a_start_whose_shim_already_lives_adopts_it_and_does_not_crash(tmp_path: Path) -> None:
+    """Issue 36, item 3: a controller asked to start a row whose shim already holds the start
+    lock (a killed controller started it) died with ``AlreadyStarted`` in the middle of a
+    `cluster delete`. It adopts the live shim from its pid file instead."""
+    paths, _, row, pid = started_but_unrecorded(tmp_path)
+    try:
+        wait = time.monotonic() + 60
+        while not (Path(row.dir) / "pid").exists() and time.monotonic() < wait:
+            time.sleep(0.01)
+        second = controller(paths)
+        second.spawn([(row, None)])
+        assert second.store.worker_rows.get(row.id).pid == pid
+        assert shims_of(Path(row.dir)) == [pid]  # not started twice
+    finally:
+        for shim in shims_of(Path(row.dir)):
+            os.killpg(shim, signal.SIGKILL)

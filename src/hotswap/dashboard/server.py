@@ -4,7 +4,8 @@ when a dashboard starts: ``hotswap[dashboard]``).
 Read-only: every route is a GET. ``/`` is the page (static files shipped in the package, charts
 by the vendored uPlot: no CDN, it works offline); ``/api/state`` the current document;
 ``/api/stream`` server-sent events: the document whenever it changes (looked for every 0.1 s)
-and a ping every second, so the page can tell a silent server from a quiet cluster.
+and a ping every second, so the page can tell a silent server from a quiet cluster; at most
+``MAX_STREAMS`` at once (each polls), so ``/healthz`` answers however many views are opened.
 
 Bound to loopback unless ``expose`` is given; exposed, every request needs the token (a
 ``?token=`` on the first visit sets a cookie; scripts send ``Authorization: Bearer``). On
@@ -27,6 +28,7 @@ from hotswap.dashboard.source import ClusterSource
 
 STREAM_POLL_S = 0.1
 PING_S = 1.0
+MAX_STREAMS = 64  # event streams served at once; more are refused (503), so /healthz still answers
 COOKIE = "hotswap_dashboard_token"
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; object-src 'none'; frame-ancestors 'none'",
@@ -139,20 +141,33 @@ def create_app(source: ClusterSource, token: str | None = None, loopback: bool =
         _, text = source.snapshot()
         return Response(text, media_type="application/json")
 
+    streams: set[object] = set()  # the event streams open now (one event loop: no lock)
+
     async def stream(request: Request) -> Response:
+        if len(streams) >= MAX_STREAMS:  # each polls: unbounded, they would starve /healthz
+            return PlainTextResponse(
+                f"hotswap dashboard: {MAX_STREAMS} live views are open already; close one or use /api/state\n",
+                503, headers={"Retry-After": "5"},
+            )
+        mine = object()
+        streams.add(mine)  # (taken here: a stream refused or ended gives its place back below)
+
         async def events() -> Any:
             sent = -1
             quiet = 0.0
-            while not source.stopped and not await request.is_disconnected():
-                version, text = source.snapshot()
-                if version != sent:
-                    sent, quiet = version, 0.0
-                    yield f"event: state\ndata: {text}\n\n"
-                elif quiet >= PING_S:
-                    quiet = 0.0
-                    yield f"event: ping\ndata: {text}\n\n"
-                await asyncio.sleep(STREAM_POLL_S)
-                quiet += STREAM_POLL_S
+            try:
+                while not source.stopped and not await request.is_disconnected():
+                    version, text = source.snapshot()
+                    if version != sent:
+                        sent, quiet = version, 0.0
+                        yield f"event: state\ndata: {text}\n\n"
+                    elif quiet >= PING_S:
+                        quiet = 0.0
+                        yield f"event: ping\ndata: {text}\n\n"
+                    await asyncio.sleep(STREAM_POLL_S)
+                    quiet += STREAM_POLL_S
+            finally:
+                streams.discard(mine)
 
         return StreamingResponse(events(), media_type="text/event-stream", headers={"X-Accel-Buffering": "no"})
 

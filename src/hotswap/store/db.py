@@ -7,14 +7,16 @@ version lives in ``PRAGMA user_version``; each migration runs once, in a transac
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
+import uuid
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from hotswap.store.faults import DATABASE_ATTRIBUTE, CorruptState, kind_of
-from hotswap.store.paths import private_dir
+from hotswap.store.paths import private_dir, write_private
 
 BUSY_TIMEOUT_MS = 30_000
 
@@ -122,7 +124,44 @@ def connect(path: Path, create: bool = False) -> sqlite3.Connection:
         migrate(connection)
     else:
         _check_schema(connection, path)
+        _check_identity(connection, path)
     return connection
+
+
+IDENTITY_FILE = "identity"  # beside the database: the cluster's identity, which its database records too
+IDENTITY_KEY = "identity"  # the database's record of it (meta table)
+
+
+def new_identity(path: Path) -> str:
+    """A new cluster's identity, written beside its database ``path``; the caller records it in
+    the database (file first: a crash in between leaves a cluster being created, refused)."""
+    identity = uuid.uuid4().hex
+    write_private(path.parent / IDENTITY_FILE, f"{identity}\n")
+    return identity
+
+
+def _check_identity(connection: sqlite3.Connection, path: Path) -> None:
+    """A database is its directory's cluster only if both record the same identity: another
+    cluster's ``state.db`` copied in would otherwise be served as this one (its workloads, its
+    workers' pids). Clusters created before identities had neither, and still pass."""
+    try:
+        row = connection.execute("SELECT value FROM meta WHERE key = ?", (IDENTITY_KEY,)).fetchone()
+        cluster = connection.execute("SELECT value FROM meta WHERE key = 'cluster'").fetchone()
+    except sqlite3.DatabaseError:
+        connection.close()
+        raise _no_cluster(path, "holds no hotswap tables") from None
+    try:
+        beside = (path.parent / IDENTITY_FILE).read_text().strip()
+    except FileNotFoundError:
+        beside = None
+    if (row[0] if row else None) == beside:
+        return
+    connection.close()
+    try:
+        named = f" (cluster {json.loads(cluster[0])['name']})" if cluster else ""
+    except (ValueError, TypeError, KeyError):
+        named = ""
+    raise _no_cluster(path, f"is another cluster's{named}, not this directory's")
 
 
 def _check_schema(connection: sqlite3.Connection, path: Path) -> None:

@@ -90,7 +90,10 @@ class Store:
     # ------------------------------------------------------------------ cluster record
 
     def init_cluster(self, record: ClusterRecord) -> None:
+        """A new cluster's record, and its identity (which the file beside the database holds too)."""
+        identity = db.new_identity(Path(self.connection.database))
         with self.transaction():
+            self._set_meta(db.IDENTITY_KEY, identity)
             self._set_meta("cluster", json.dumps(dataclasses.asdict(record), sort_keys=True))
             self._set_meta("next_seq", "0")
             self._set_meta("next_ordinal", "0")

@@ -19,6 +19,15 @@ The points, in the order a start goes through them:
   the child until it has become the shim).
 - ``with-child-running``: as ``with-child``, once the child's command runs.
 - ``spawned``: the started workers' pids are committed, they are not watched yet.
+
+And of a warm spare's start and of ``cluster delete`` (issue 36):
+
+- ``spare-spawned``: a spare's shim is started (forked by the zygote, or cold); its pid is
+  committed nowhere.
+- ``zygote-spawned``: the zygote is started; its pid is written nowhere.
+- ``deletion-committed``: the deletion is committed; ``cluster delete`` is not answered.
+- ``deletion-answered``: it is answered; no worker or spare is signalled yet.
+- ``deletion-signalled``: every worker and spare is signalled; none is seen gone yet.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from pathlib import Path
 
 CRASH_AT = "HOTSWAP_TEST_CRASH_AT"
 POINTS = ("committed", "before-spawn", "after-spawn", "with-child", "with-child-running", "spawned")
+DELETION_POINTS = ("spare-spawned", "zygote-spawned", "deletion-committed", "deletion-answered", "deletion-signalled")
 CHILD_WAIT_S = 10.0
 
 _chosen, _, _once = (os.environ.get(CRASH_AT) or "").partition("@")

@@ -3,9 +3,11 @@
 1. A ``shutdown`` request commits that the cluster is being deleted. From then on every
    controller of the cluster stops every worker and exits, serving nothing else.
 2. The CLI waits for the cluster's lock, which the controller releases once its last worker
-   is gone; if a controller was killed half-way, it starts one to finish.
-3. Holding the lock (no controller can start meanwhile), it renames the cluster's directory to
-   a tombstone, which no command sees, and removes the tombstone.
+   is gone; if a controller was killed half-way, it starts one to finish. A controller that
+   holds the lock past every grace period (and 20 s more) is killed.
+3. Holding the lock (no controller can start meanwhile), it ends every process of the cluster
+   still running (``leftovers.py``: what no record names, the controller that just let go),
+   renames the cluster's directory to a tombstone, which no command sees, and removes it.
 
 Ctrl-C or a crash at any step leaves a cluster that ``cluster delete`` finishes. A cluster
 whose database cannot be read any more is removed too: its controller and workers are found
@@ -26,7 +28,8 @@ from pathlib import Path
 from hotswap.api.errors import ConflictError
 from hotswap.backends.local.commands import client
 from hotswap.backends.local import protocol
-from hotswap.backends.local.claim import AlreadyClaimed, Claim
+from hotswap.backends.local import leftovers
+from hotswap.backends.local.claim import AlreadyClaimed, Claim, holder_pid
 from hotswap.backends.local.protocol import DONE
 from hotswap.backends.local.proc import start_ticks
 from hotswap.store import faults
@@ -73,30 +76,50 @@ def _finish(paths: ClusterPaths) -> None:
             if claim is None:
                 return  # removed meanwhile (a concurrent `cluster delete`)
             if not _anything_alive(paths):
-                _remove_directory(paths)
+                _end_and_remove(paths)
                 return
         client.run_controller(paths, timeout)  # a controller stopped half-way: it finishes
-    raise ConflictError(
-        f"the workers of cluster {paths.name} did not stop; run `hotswap cluster delete --cluster {paths.name}` again"
-    )
+    with _claimed(paths, timeout) as claim:  # each controller had every grace period: end the rest
+        if claim is not None:
+            _end_and_remove(paths)
 
 
 @contextlib.contextmanager
 def _claimed(paths: ClusterPaths, timeout: float):
+    """The cluster's lock (None: the cluster is gone). A controller that still holds it after
+    ``timeout`` (every grace period, and more) stops no worker any more: it is killed."""
     try:
         claim = Claim.take(paths, wait_s=timeout)
     except FileNotFoundError:
         yield None
         return
     except AlreadyClaimed:
-        raise ConflictError(
-            f"the controller of cluster {paths.name} is still stopping its workers; run"
-            f" `hotswap cluster delete --cluster {paths.name}` again"
-        ) from None
+        claim = _take_from_stuck_controller(paths)
     try:
         yield claim
     finally:
         claim.release()
+
+
+def _take_from_stuck_controller(paths: ClusterPaths) -> Claim:
+    with contextlib.suppress(Exception), LocalStore.open(paths.database) as store:
+        stuck = holder_pid(store)
+        if stuck is not None:
+            os.kill(stuck, signal.SIGKILL)
+    try:
+        return Claim.take(paths, wait_s=STRAGGLER_GRACE_S)
+    except AlreadyClaimed:  # not a controller: another `cluster delete` removing it
+        raise ConflictError(
+            f"the controller of cluster {paths.name} is still stopping its workers; run"
+            f" `hotswap cluster delete --cluster {paths.name}` again"
+        ) from None
+
+
+def _end_and_remove(paths: ClusterPaths) -> None:
+    """Holding the cluster: end whatever of it still runs (the controller that just let go of it
+    included: "cluster deleted" is said once it is gone), then remove it."""
+    leftovers.end_cluster_processes(paths.root)
+    _remove_directory(paths)
 
 
 def _longest_grace(paths: ClusterPaths) -> float:
@@ -135,7 +158,7 @@ def _remove_unreadable(paths: ClusterPaths) -> None:
         groups = [pid for pid in map(_worker_process, paths.root.glob("workloads/*/workers/*/pid")) if pid]
         groups += [pid for pid in map(_worker_process, paths.root.glob("spares/*/pid")) if pid]
         _stop_groups(groups)
-        _remove_directory(paths)
+        _end_and_remove(paths)
 
 
 def _process(pid_file: Path, marker: str) -> int | None:

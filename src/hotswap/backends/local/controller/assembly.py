@@ -20,6 +20,7 @@ import resource
 import selectors
 import signal
 import time
+from collections.abc import Callable
 from typing import Any
 
 from hotswap.backends.kit.figures import RecoveryFigures
@@ -43,8 +44,9 @@ class AlreadyRunning(Exception):
     """Another controller holds this cluster's lock."""
 
 
-def serve(paths: ClusterPaths, metrics: ControllerMetrics | None = None) -> None:
-    """Serve the cluster from this process until a signal stops it, or its deletion is done."""
+def serve(paths: ClusterPaths, metrics: Callable[[], ControllerMetrics] | None = None) -> None:
+    """Serve the cluster from this process until a signal stops it, or its deletion is done;
+    ``metrics`` serves the Prometheus metrics, once the cluster is this controller's."""
     _raise_descriptor_limit()  # a pidfd per worker: big clusters need many descriptors
     # A controller that lost the race for the claim wakes the holder with SIGUSR1 as soon as
     # the holder has announced itself, which is before it has taken over from its
@@ -57,16 +59,20 @@ def serve(paths: ClusterPaths, metrics: ControllerMetrics | None = None) -> None
         controller.close()
 
 
-def open_controller(paths: ClusterPaths, metrics: ControllerMetrics | None = None) -> LocalController:
+def open_controller(paths: ClusterPaths, served_metrics: Callable[[], ControllerMetrics] | None = None) -> LocalController:
     """Claim the cluster, and only then read its state: a controller that read first could act
     on a view older than its predecessor's last commit. Then build the collaborators, listen
-    and take over (``recovery.py``). :class:`AlreadyRunning` when another controller holds it."""
+    and take over (``recovery.py``). :class:`AlreadyRunning` when another controller holds it,
+    before anything is served (``served_metrics`` starts the metrics server, once claimed)."""
     try:
         claim = Claim.take(paths)
     except AlreadyClaimed:
         raise AlreadyRunning(paths.name) from None
     with contextlib.ExitStack() as closing:  # what is open so far is closed again if a step fails
         closing.callback(claim.release)
+        metrics = served_metrics() if served_metrics is not None else None
+        if metrics is not None:
+            closing.callback(metrics.close)
         store = LocalStore.open(paths.database)
         closing.callback(store.close)
         claim.announce(store)

@@ -29,16 +29,12 @@ def run_local_controller(cluster: str, metrics_address: str | None = None) -> No
     from hotswap.store import registry
 
     paths = registry.existing(cluster)
-    metrics = serve_metrics(cluster, metrics_address) if metrics_address else None
-    try:
-        serve(paths, metrics)
+    try:  # the metrics are served (and their URL said) only once the cluster is claimed
+        serve(paths, (lambda: serve_metrics(cluster, metrics_address)) if metrics_address else None)
     except AlreadyRunning:
         raise ConflictError(_already_running(paths)) from None
     except LostClaim as lost:
         raise ConflictError(f"{lost}; this controller stopped and left the workers alone") from None
-    finally:
-        if metrics is not None:
-            metrics.close()
 
 
 def _already_running(paths: ClusterPaths) -> str:

@@ -13,7 +13,6 @@ died under a running command is reported lost: neither counts against the worklo
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from hotswap.backends.local.workers.supervisor import Supervisor
 from hotswap.backends.local.workers.lifecycle import Workers
@@ -55,12 +54,11 @@ def recover(workers: Workers) -> None:
 
 def _adopt_from_pid_file(store: LocalStore, row: WorkerRow) -> WorkerRow:
     """The row with the pid its shim wrote, for a worker whose start was never recorded."""
-    try:
-        pid_text, ticks_text = (Path(row.dir) / "pid").read_text().split()
-    except (FileNotFoundError, ValueError):
+    recorded = Supervisor.recorded_start(row)
+    if recorded is None:
         return row
     with store.transaction():
-        store.worker_rows.update(row.id, pid=int(pid_text), start_ticks=int(ticks_text))
+        store.worker_rows.update(row.id, pid=recorded[0], start_ticks=recorded[1])
     return store.worker_rows.get(row.id)
 
 

@@ -12,6 +12,7 @@ import time
 
 from hotswap.backends.local import protocol
 from hotswap.backends.local.claim import LostClaim
+from hotswap.backends.local.crash_points import crash_at
 from hotswap.backends.local.controller.gpu_health import GpuHealthMonitor
 from hotswap.backends.local.controller.round_inputs import Deletion, Refusal, RequestRounds, RoundInputs
 from hotswap.backends.local.controller.rounds import Outcome, RoundRunner, Withdrawn
@@ -131,9 +132,12 @@ class RequestServing:
                 raise Withdrawn()
             self.store.mark_deleted()
             self.store.requests.finish(request.id, protocol.DONE, "stopping every worker")
+        crash_at("deletion-committed")  # (test-only: see crash_points.py)
         self.server.answer(request.id)
+        crash_at("deletion-answered")
         self.state.deletion_begun()
         self.workers.stop_everything(time.time())
+        crash_at("deletion-signalled")
 
     def _finish(self, request: Request, outcome: Outcome) -> None:
         with self.store.transaction():

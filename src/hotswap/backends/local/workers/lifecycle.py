@@ -39,7 +39,7 @@ from hotswap.backends.local.crash_points import crash_at, crash_at_spawn
 from hotswap.backends.local.workers.gpu_handover import GpuHandOver
 from hotswap.backends.local.workers.spares import SpareGone, SparePool, preload_modules, spare_environment, starts_like
 from hotswap.backends.local.workers.zygotes import Zygote, ZygoteUnusable
-from hotswap.backends.local.workers.supervisor import Ending, Supervisor, WorkerLaunch
+from hotswap.backends.local.workers.supervisor import AlreadyStarted, Ending, Supervisor, WorkerLaunch
 from hotswap.store import faults
 from hotswap.store.paths import ClusterPaths, new_dirs_private, open_private
 from hotswap.backends.local.tables import LIVE_WORKER_STATES, LocalStore, WorkerRow
@@ -195,7 +195,7 @@ class Workers:
     def stop_everything(self, now: float) -> None:
         """The cluster is being deleted: stop every worker and spare, start no new spare."""
         self.stops.stop(self.store.worker_rows.select(("starting", "running")), now)
-        self.terminate(self.spares.close())
+        self.kill(self.spares.close())  # a spare has nothing to save
         self.use_zygote(False)
 
     # ------------------------------------------------------------------ watching
@@ -259,6 +259,13 @@ class Workers:
                 pid, ticks = self.supervisor.spawn(row, launch, _forker(self.zygote, self.spares, row, launch))
                 if not row.identity.is_spare:  # (test-only: see crash_points.py)
                     crash_at_spawn(pid, launch.dir)
+                else:
+                    crash_at("spare-spawned")
+            except AlreadyStarted:  # its shim lives (a killed controller started it): adopt it
+                recorded = self.supervisor.recorded_start(row)
+                if recorded is not None:
+                    started.append((row, *recorded))
+                continue  # (no pid file yet: the next controller's recovery awaits it)
             except (OSError, ValueError, KeyError) as error:  # a launch no process can have (a NUL), or lost
                 faults.log()
                 self._cannot_start(row, launch, error)

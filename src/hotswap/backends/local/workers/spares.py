@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
+import importlib.machinery
 import importlib.util
 import json
 import os
@@ -54,15 +55,30 @@ class SpareGone(Exception):
 
 
 def preload_modules(requested: tuple[str, ...] = DEFAULT_PRELOAD) -> list[str]:
-    """The requested modules that this interpreter can import (a spare must never die on one)."""
-    found = []
-    for name in requested:
-        try:
-            if importlib.util.find_spec(name) is not None:
-                found.append(name)
-        except (ImportError, ValueError):
-            continue
-    return found
+    """The requested modules that this interpreter can import (a spare must never die on one).
+
+    Found without importing anything: ``importlib.util.find_spec("torch.distributed")`` would
+    import ``torch`` into the controller (200 MB, and seconds of a busy host's CPU during which
+    the cluster goes unanswered). Only the spares and the zygote import the list."""
+    return [name for name in requested if _findable(name)]
+
+
+def _findable(name: str) -> bool:
+    """Whether module ``name`` can be found, its parent packages looked up on their paths, never
+    imported (a module already imported counts as found)."""
+    if name in sys.modules:
+        return True
+    top, *rest = name.split(".")
+    try:
+        spec = importlib.util.find_spec(top)  # a top-level name: the finders only, no import
+        for depth in range(1, len(rest) + 1):
+            locations = spec.submodule_search_locations if spec is not None else None
+            if not locations:
+                return False
+            spec = importlib.machinery.PathFinder.find_spec(".".join([top, *rest[:depth]]), list(locations))
+    except (ImportError, ValueError):
+        return False
+    return spec is not None
 
 
 def starts_like(started_with: dict[str, str], env: dict[str, str], cuda_untouched: bool) -> bool:

@@ -13,6 +13,7 @@ writes its own log) and is still the one worker the controller supervises.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import fcntl
@@ -155,6 +156,15 @@ class Supervisor:
         os.close(lock)
         return False
 
+    @staticmethod
+    def recorded_start(row: WorkerRow) -> tuple[int, int] | None:
+        """The pid and kernel start time the row's shim wrote in its pid file, if it has."""
+        try:
+            pid_text, ticks_text = (Path(row.dir) / "pid").read_text().split()
+            return int(pid_text), int(ticks_text)
+        except (FileNotFoundError, ValueError):
+            return None
+
     def alive(self, row: WorkerRow) -> bool:
         if row.pid is None:
             return False
@@ -165,13 +175,15 @@ class Supervisor:
         return ticks is not None and (row.start_ticks is None or ticks == row.start_ticks)
 
     def signal(self, row: WorkerRow, number: int) -> None:
-        """Signal the worker's whole process group, if it is still the same process."""
+        """Signal the worker's whole process group, if it is still the same process (or the
+        process alone, if it leads no group yet: a shim forked an instant ago)."""
         if row.pid is None or not self.alive(row):
             return
         try:
             os.killpg(row.pid, number)
         except ProcessLookupError:
-            pass
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(row.pid, number)
 
     def pidfd(self, row: WorkerRow) -> int | None:
         """A descriptor that becomes readable when the worker ends (None if it already has)."""

@@ -113,8 +113,8 @@ def receive(connection: socket.socket) -> tuple[dict, list[int]]:
 
 
 def shim_child(request: dict, lock: int) -> int:
-    """The shim of the requested worker, in the forked child (see the module)."""
-    os.setsid()
+    """The shim of the requested worker, in the forked child, already leader of its own
+    session (see the module)."""
     os.environ.clear()
     os.environ.update(request["env"])
     cwd = request["cwd"] if os.path.isdir(request["cwd"]) else request["dir"]
@@ -158,15 +158,25 @@ def serve(connection: socket.socket, server: socket.socket) -> None:
         os.close(lock)
         connection.sendall(json.dumps({"error": problem}).encode() + b"\n")
         return
+    # The answer waits until the child leads a process group of its own: the controller signals
+    # a worker's group, and a shim answered before its setsid() could not be signalled at all
+    # (a spare forked just before a `cluster delete` then never stopped).
+    in_session, said_so = os.pipe()
     pid = os.fork()
     if pid == 0:
         server.close()
         connection.close()
+        os.close(in_session)
+        os.setsid()
+        os.close(said_so)
         try:  # (a BecomeWorker passes through: the worker's process unwinds to __main__)
             code = shim_child(request, lock)
         except Exception:  # the shim could not even start: as a command that cannot run
             code = shim.CANNOT_RUN
         os._exit(code)
+    os.close(said_so)
+    os.read(in_session, 1)  # end of file once the child has closed its end (or died)
+    os.close(in_session)
     os.close(lock)
     connection.sendall(json.dumps({"pid": pid, "ticks": shim.start_ticks(pid)}).encode() + b"\n")
 

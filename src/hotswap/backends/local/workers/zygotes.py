@@ -15,6 +15,7 @@ once in the controller's log (each new reason once).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -23,12 +24,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from hotswap.backends.local.crash_points import crash_at
 from hotswap.backends.local.proc import start_ticks
 from hotswap.backends.local.workers.supervisor import WorkerLaunch
 from hotswap.store.paths import new_dirs_private, open_private, write_private
 
 ZYGOTE = Path(__file__).with_name("zygote.py")
 REPLY_TIMEOUT_S = 5.0
+STARTED = "started"  # every zygote started for the cluster and not known ended: "pid ticks" lines
 
 
 class ZygoteUnusable(Exception):
@@ -53,6 +56,7 @@ class Zygote:
                 self.environment = json.loads((self.dir / "env.json").read_text())
             except (FileNotFoundError, ValueError):
                 pass
+            self._end_others(keep=int(info["pid"]))
             return
         self.stop()
         new_dirs_private(self.dir)
@@ -63,6 +67,9 @@ class Zygote:
                 cwd=self.dir, env=self.environment, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                 start_new_session=True,
             )
+        crash_at("zygote-spawned")  # (test-only: see crash_points.py)
+        with os.fdopen(open_private(self.dir / STARTED), "a") as started:  # at once: a controller can die any time
+            started.write(f"{self.process.pid} {start_ticks(self.process.pid)}\n")
 
     def info(self) -> dict | None:
         """The running zygote's ready record (None: not running, or still importing)."""
@@ -96,6 +103,26 @@ class Zygote:
         if self.process is not None:
             self.process.wait()
             self.process = None
+        self._end_others(keep=None)
+
+    def _end_others(self, keep: int | None) -> None:
+        """Kill every zygote a controller of this cluster started but ``keep``: one a killed
+        controller left importing (no ready file names it) would live on beside the new one."""
+        try:
+            lines = (self.dir / STARTED).read_text().splitlines()
+        except FileNotFoundError:
+            return
+        kept = []
+        for line in lines:
+            with contextlib.suppress(ValueError, ProcessLookupError):
+                pid, ticks = map(int, line.split())
+                if start_ticks(pid) != ticks:
+                    continue  # ended (the pid may be another process's by now)
+                if pid == keep:
+                    kept.append(line)
+                    continue
+                os.kill(pid, signal.SIGKILL)
+        write_private(self.dir / STARTED, "".join(f"{line}\n" for line in kept))
 
     def usable(self) -> bool:
         """Whether the zygote is ready to fork."""
