@@ -166,6 +166,30 @@ class SaveLeases:
             return None
 
 
+def saver_may_be_live(directory: Path | str, host: str, pid: int) -> bool:
+    """Whether process ``pid`` of ``host`` may still be writing in the checkpoint directory
+    ``directory``: a process of this host runs under that pid, or a lease names it that is not
+    provably dead (one of this host and PID namespace whose holder is gone). A killed save's
+    leftovers are removed only when this is false (:meth:`CheckpointStore.prune`)."""
+    here = socket.gethostname()
+    if host == here and _alive_here(pid):
+        return True
+    try:
+        entries = list(os.scandir(Path(directory) / LEASES_DIR))
+    except OSError:
+        return False
+    namespace = _namespace()
+    for entry in entries:
+        _, lease_host, lease_pid = _parse(entry.name)
+        if (lease_host, lease_pid) != (host, pid):
+            continue
+        recorded, started = _recorded(entry.path)
+        if host == here and recorded in ("", namespace) and not (_alive_here(pid) and started in ("", _start_ticks(pid))):
+            continue  # its holder ended here without releasing it (killed)
+        return True
+    return False
+
+
 def _namespace() -> str:
     """This kernel's boot and this process's PID namespace ("" without /proc): where a pid
     names the same process."""

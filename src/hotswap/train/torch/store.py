@@ -6,6 +6,7 @@ Layout under ``HOTSWAP_CHECKPOINT_DIR``::
         index.json, tensors-*.bin    the data (written by the caller; see tensorfiles.py)
         COMMIT                  JSON marker, written last: step, reason, each file's size and CRC-32
     step-0000000140.partial-<host>-<pid>-<nonce>/    a write in progress, or one that was killed
+                                (removed after the next commit once its writer is gone)
     signal                      seed 004's: resume (last saved on SIGTERM), running, done (see runs.py)
     damaged/step-0000000100-<nonce>/    a committed checkpoint found damaged (a malformed or
                                 linked marker, a missing, changed or foreign file), moved out
@@ -47,11 +48,13 @@ from hotswap.train.files import (
     FileDigest,
     crc32,
     file_problem,
+    not_a_directory,
     open_no_follow,
     prepare_directory,
     set_aside,
     write_file_durably,
 )
+from hotswap.train.save_leases import saver_may_be_live
 
 log = logging.getLogger("hotswap.train")
 
@@ -163,9 +166,14 @@ class CheckpointStore:
                 os.rename(partial, final)
                 break
             except OSError as error:
-                if error.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                if error.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR):
+                    shutil.rmtree(partial, ignore_errors=True)
                     raise
-                existing = self._read_marker(final)
+                not_a_directory = not_a_directory(final)
+                if not_a_directory and not attempt:  # planted in the way of this save (a link)
+                    set_aside(final, not_a_directory)
+                    continue
+                existing = not_a_directory or self._read_marker(final)
                 problem = existing if isinstance(existing, str) else self._files_problem(existing)
                 if problem is None or attempt:
                     shutil.rmtree(partial, ignore_errors=True)
@@ -217,13 +225,17 @@ class CheckpointStore:
             shutil.rmtree(doomed, ignore_errors=True)
         for _, path in self._scan(_DELETING):
             shutil.rmtree(path, ignore_errors=True)
-        now = time.time()
+        now, this_saver = time.time(), (socket.gethostname(), os.getpid())
         for _, path in self._partial_dirs():
+            writer = _partial_writer(path.name)
             try:
                 age = now - path.stat().st_mtime
             except FileNotFoundError:
                 continue
-            if age > STALE_PARTIAL_S:
+            # A killed save's leftover: its writer is gone (this process's own may be its next
+            # save, already under way); any other after STALE_PARTIAL_S.
+            gone = writer is not None and writer != this_saver and not saver_may_be_live(self.root, *writer)
+            if gone or age > STALE_PARTIAL_S:
                 shutil.rmtree(path, ignore_errors=True)
 
     # Reading -------------------------------------------------------------------------------
@@ -246,7 +258,12 @@ class CheckpointStore:
         """Committed checkpoints whose files are all there, with the sizes and owner their
         marker and this directory require, newest first; their checksums are for the reader
         to check (:meth:`report` what it finds). Anything newer than a yielded checkpoint that
-        is not whole (a killed write, a torn copy) is skipped with a warning naming it."""
+        is not whole (a killed write, a torn copy) is skipped with a warning naming it; a step's
+        name that is not a directory of its own (a symbolic link) is damaged."""
+        for _, path in self._scan(_COMMITTED, directories=False):
+            problem = not_a_directory(path)
+            if problem:
+                set_aside(path, problem)
         partial = self._partial_dirs()
         for step, path in self._committed_dirs():
             self._report_partial_newer_than(step, partial)
@@ -313,7 +330,9 @@ class CheckpointStore:
             if partial_step > step:
                 self.report(path, "it was never committed (its writer stopped mid-write)")
 
-    def _scan(self, pattern: re.Pattern[str]) -> list[tuple[int, Path]]:
+    def _scan(self, pattern: re.Pattern[str], directories: bool = True) -> list[tuple[int, Path]]:
+        """Entries named by ``pattern``, newest step first: only real directories, or (not
+        ``directories``) only what is anything else under such a name."""
         try:
             entries = list(os.scandir(self.root))
         except FileNotFoundError:
@@ -321,7 +340,7 @@ class CheckpointStore:
         found = []
         for entry in entries:
             match = pattern.match(entry.name)
-            if match and entry.is_dir(follow_symlinks=False):
+            if match and entry.is_dir(follow_symlinks=False) == directories:
                 found.append((int(match.group(1)), Path(entry.path)))
         return sorted(found, reverse=True)
 
@@ -383,6 +402,14 @@ def _info(path: Path, marker: dict[str, Any]) -> CheckpointInfo:
     if path.name != _step_dir_name(step):
         raise ValueError(f"it is of step {step}, but its directory is {path.name}")
     return CheckpointInfo(step, path, reason, digests, float(marker["created"]), version)
+
+
+def _partial_writer(name: str) -> tuple[str, int] | None:
+    """(host, pid) of the writer that named a partial checkpoint ``step-N.partial-<host>-<pid>-<nonce>``."""
+    _, _, rest = name.partition(".partial-")
+    host, _, tail = rest.rpartition("-")
+    host, _, pid = host.rpartition("-")
+    return (host, int(pid)) if host and pid.isdigit() else None
 
 
 def _brief(value: Any) -> str:
