@@ -169,11 +169,7 @@ class CheckpointStore:
                 if error.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR):
                     shutil.rmtree(partial, ignore_errors=True)
                     raise
-                not_a_directory = not_a_directory(final)
-                if not_a_directory and not attempt:  # planted in the way of this save (a link)
-                    set_aside(final, not_a_directory)
-                    continue
-                existing = not_a_directory or self._read_marker(final)
+                existing = not_a_directory(final) or self._read_marker(final)  # a link: planted in the way
                 problem = existing if isinstance(existing, str) else self._files_problem(existing)
                 if problem is None or attempt:
                     shutil.rmtree(partial, ignore_errors=True)
