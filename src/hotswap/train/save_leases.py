@@ -168,26 +168,18 @@ class SaveLeases:
 
 def saver_may_be_live(directory: Path | str, host: str, pid: int) -> bool:
     """Whether process ``pid`` of ``host`` may still be writing in the checkpoint directory
-    ``directory``: a process of this host runs under that pid, or a lease names it that is not
-    provably dead (one of this host and PID namespace whose holder is gone). A killed save's
-    leftovers are removed only when this is false (:meth:`CheckpointStore.prune`)."""
-    here = socket.gethostname()
-    if host == here and _alive_here(pid):
+    ``directory``: false only for one of this host that no longer runs here and holds no lease
+    written from another PID namespace of this host name (a pod's). Another host's processes
+    cannot be seen from here: they may be. A killed save's leftovers are removed only when this
+    is false (:meth:`CheckpointStore.prune`)."""
+    if host != socket.gethostname() or _alive_here(pid):
         return True
     try:
         entries = list(os.scandir(Path(directory) / LEASES_DIR))
     except OSError:
         return False
-    namespace = _namespace()
-    for entry in entries:
-        _, lease_host, lease_pid = _parse(entry.name)
-        if (lease_host, lease_pid) != (host, pid):
-            continue
-        recorded, started = _recorded(entry.path)
-        if host == here and recorded in ("", namespace) and not (_alive_here(pid) and started in ("", _start_ticks(pid))):
-            continue  # its holder ended here without releasing it (killed)
-        return True
-    return False
+    here = _namespace()
+    return any(_parse(entry.name)[1:] == (host, pid) and _recorded(entry.path)[0] not in ("", here) for entry in entries)
 
 
 def _namespace() -> str:

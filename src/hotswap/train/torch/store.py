@@ -221,17 +221,13 @@ class CheckpointStore:
             shutil.rmtree(doomed, ignore_errors=True)
         for _, path in self._scan(_DELETING):
             shutil.rmtree(path, ignore_errors=True)
-        now, this_saver = time.time(), (socket.gethostname(), os.getpid())
+        now = time.time()
         for _, path in self._partial_dirs():
-            writer = _partial_writer(path.name)
             try:
                 age = now - path.stat().st_mtime
             except FileNotFoundError:
                 continue
-            # A killed save's leftover: its writer is gone (this process's own may be its next
-            # save, already under way); any other after STALE_PARTIAL_S.
-            gone = writer is not None and writer != this_saver and not saver_may_be_live(self.root, *writer)
-            if gone or age > STALE_PARTIAL_S:
+            if age > STALE_PARTIAL_S or _writer_gone(self.root, path.name):
                 shutil.rmtree(path, ignore_errors=True)
 
     # Reading -------------------------------------------------------------------------------
@@ -400,12 +396,13 @@ def _info(path: Path, marker: dict[str, Any]) -> CheckpointInfo:
     return CheckpointInfo(step, path, reason, digests, float(marker["created"]), version)
 
 
-def _partial_writer(name: str) -> tuple[str, int] | None:
-    """(host, pid) of the writer that named a partial checkpoint ``step-N.partial-<host>-<pid>-<nonce>``."""
-    _, _, rest = name.partition(".partial-")
-    host, _, tail = rest.rpartition("-")
-    host, _, pid = host.rpartition("-")
-    return (host, int(pid)) if host and pid.isdigit() else None
+def _writer_gone(root: Path, partial: str) -> bool:
+    """Whether the writer of the partial checkpoint ``step-N.partial-<host>-<pid>-<nonce>`` is
+    gone (a killed save's leftover), never this process (its next save may be under way)."""
+    host, _, pid = partial.partition(".partial-")[2].rpartition("-")[0].rpartition("-")
+    if not (host and pid.isdigit()) or (host, int(pid)) == (socket.gethostname(), os.getpid()):
+        return False
+    return not saver_may_be_live(root, host, int(pid))
 
 
 def _brief(value: Any) -> str:
