@@ -58,13 +58,13 @@ def test_another_workload_sharing_the_root_starts_fresh_unless_it_names_the_run(
     wait_until(lambda: sum(line.startswith("step=") for line in _logs(home, "a")) >= 3, timeout=180, what="a few steps of a")
     _delete(home, "a")
     run_dir = Path(first["checkpoint_dir"])
-    assert (run_dir / RUN_SIGNAL_FILE).read_text() == "resume\n"  # a migration checkpoint waits...
-    assert (run_dir / RUN_OWNER_FILE).read_text() == "a\n"  # ...and says whose it is
+    assert (run_dir / RUN_SIGNAL_FILE).read_text() == "resume\n"  # a migration checkpoint waits
 
     line = _create(home, "b", root)
     assert line.endswith(
         f"starts fresh: run {first['run_id']} is workload a's and is never resumed automatically (--resume-from {first['run_id']} resumes it)"
     ), line
+    assert (run_dir / RUN_OWNER_FILE).read_text() == "a\n"  # what says whose it is
     assert _describe(home, "b")["resumed_from"] is None
     assert _started(home, "b") is None  # step 0, nothing of a's
     assert (Path(_describe(home, "b")["checkpoint_dir"]) / RUN_OWNER_FILE).read_text() == "b\n"
