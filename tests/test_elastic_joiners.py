@@ -111,7 +111,7 @@ class JaxLikeGroup(Group):
 
     used = False  # it has not formed a group yet
 
-    def prepare_service(self, port: int, processes: int) -> None:
+    def prepare_service(self, master_addr: str, port: int, processes: int) -> None:
         pass
 
     def prepared_service(self) -> tuple[int, int] | None:

@@ -14,7 +14,9 @@ from local_helpers import home, hotswap, live_workers, wait_until, workloads  # 
 from train_harness import TRAIN_EXAMPLE
 
 from hotswap.api import worker as contract
-from hotswap.api.runs import RESUME_AUTO, RUN_DONE, RUN_OUTCOME_FILE, RUN_RESUME, RUN_RUNNING, RUN_SIGNAL_FILE, is_run_id
+from hotswap.api.runs import (
+    RESUME_AUTO, RUN_DONE, RUN_OUTCOME_FILE, RUN_OWNER_FILE, RUN_RESUME, RUN_RUNNING, RUN_SIGNAL_FILE, is_run_id,
+)
 from hotswap.api.worker_output import RESTORE_SOURCES, parse_fields, restore_source, restored_line
 from hotswap.api.launch import Run
 from hotswap.backends.local.commands.runs import resolve
@@ -139,11 +141,15 @@ def test_resume_from_something_missing_is_one_line_and_creates_nothing(home: Pat
 
 def _run_dir(root: Path, name: str, signal: str | None) -> None:
     """A run's directory; ``signal`` "resume+failed": its workers saved on SIGTERM, its controller
-    ended it failed (the outcome file)."""
+    ended it failed (the outcome file); "resume@a": workload a wrote it ("@": no workload named,
+    an earlier release's run; else workload w)."""
     (root / name).mkdir(parents=True)
-    signal, _, outcome = (signal or "").partition("+")
+    signal, _, writer = (signal or "").partition("@") if "@" in (signal or "") else (signal or "", "", "w")
+    signal, _, outcome = signal.partition("+")
     if signal:
         (root / name / RUN_SIGNAL_FILE).write_text(signal + "\n")
+        if writer:
+            (root / name / RUN_OWNER_FILE).write_text(writer + "\n")
     if outcome:
         (root / name / RUN_OUTCOME_FILE).write_text(outcome + "\n")
 
@@ -165,19 +171,26 @@ def _run_dir(root: Path, name: str, signal: str | None) -> None:
         ({"20260101-000000-aaaaaa": "resume", "20260102-000000-bbbbbb": "resume+failed"}, None),
         # ...and a run that failed before it started took nothing over.
         ({"20260101-000000-aaaaaa": "resume", "20260102-000000-bbbbbb": "+failed"}, "20260101-000000-aaaaaa"),
+        # Only workload w's own runs: another's under the same root (or one naming none) is
+        # passed over, and hides none of w's own...
+        ({"20260101-000000-aaaaaa": "resume@a"}, None),
+        ({"20260101-000000-aaaaaa": "resume@"}, None),
+        ({"20260101-000000-aaaaaa": "resume", "20260102-000000-bbbbbb": "running@a"}, "20260101-000000-aaaaaa"),
+        # ...nor is taken over by one of them.
+        ({"20260101-000000-aaaaaa": "resume@a", "20260102-000000-bbbbbb": "done"}, None),
     ],
 )
 def test_only_the_newest_started_run_is_resumed_and_only_after_sigterm(tmp_path: Path, runs: dict, expected: str | None) -> None:
     for name, signal in runs.items():
         _run_dir(tmp_path, name, signal)
     (tmp_path / "step-0000000010").mkdir()  # a checkpoint of an earlier release's layout: never resumed
-    resolved = resolve(Run.from_dict({"id": "20260103-000000-cccccc", "mode": "auto"}), tmp_path, lambda: True, 0)
+    resolved = resolve(Run.from_dict({"id": "20260103-000000-cccccc", "mode": "auto"}), tmp_path, lambda: True, 0, "w")
     assert (resolved.resumed_from or {}).get("run") == expected
     assert resolved.resume_from == (str(tmp_path / expected) if expected else "")
-    failed = [name for name, signal in runs.items() if signal and signal.startswith("resume+")]
-    assert (resolved.not_resumed or {}).get("run") == (failed[0] if failed else None)
+    passed_over = [name for name, signal in runs.items() if signal and (signal.startswith("resume+") or signal.startswith("resume@"))]
+    assert (resolved.not_resumed or {}).get("run") == (passed_over[0] if passed_over else None)
     # The workers of Kubernetes apply the same rule to the same files.
-    env = contract.WorkerEnv(resume_from=RESUME_AUTO, checkpoint_dir=str(tmp_path / "20260103-000000-cccccc"))
+    env = contract.WorkerEnv(workload="w", resume_from=RESUME_AUTO, checkpoint_dir=str(tmp_path / "20260103-000000-cccccc"))
     assert resume_source(env) == (tmp_path / expected if expected else None)
 
 
@@ -340,8 +353,10 @@ def test_a_run_the_backend_names_failed_is_never_resumed_by_the_workers(tmp_path
     _run_dir(tmp_path, failed, "resume")
     own = str(tmp_path / "20260103-000000-cccccc")
     told = contract.WorkerEnv.from_environ({
-        contract.HOTSWAP_CHECKPOINT_DIR: own, contract.HOTSWAP_RESUME_FROM: RESUME_AUTO, contract.HOTSWAP_FAILED_RUNS: failed,
+        contract.HOTSWAP_WORKLOAD: "w", contract.HOTSWAP_CHECKPOINT_DIR: own, contract.HOTSWAP_RESUME_FROM: RESUME_AUTO, contract.HOTSWAP_FAILED_RUNS: failed,
     })
     assert told.failed_runs == (failed,) and resume_source(told) is None  # the newest started run failed: fresh
-    untold = contract.WorkerEnv.from_environ({contract.HOTSWAP_CHECKPOINT_DIR: own, contract.HOTSWAP_RESUME_FROM: RESUME_AUTO})
+    untold = contract.WorkerEnv.from_environ({
+        contract.HOTSWAP_WORKLOAD: "w", contract.HOTSWAP_CHECKPOINT_DIR: own, contract.HOTSWAP_RESUME_FROM: RESUME_AUTO,
+    })
     assert resume_source(untold) == tmp_path / failed  # what it did before

@@ -32,7 +32,7 @@ def test_the_coordination_service_outlives_rank_0_then_frees_its_port() -> None:
     rank0 = (
         "import sys\n"
         "from hotswap.train.jax import coordinator\n"
-        f"print(coordinator.start({port}, 3, 10).pid, flush=True)\n"
+        f"print(coordinator.start('127.0.0.1', {port}, 3, 10).pid, flush=True)\n"
         "sys.stdin.read()\n"  # rank 0 lives until the test closes its input
     )
     env = {k: v for k, v in os.environ.items() if k != "HOTSWAP_MEMBERSHIP_FILE"}
@@ -118,7 +118,7 @@ rank, port = int(sys.argv[1]), int(sys.argv[2])
 taken = handoffs.take()
 group = JaxGroup(60)
 if rank == 0 and taken is None:  # still training in the old generation: start the next one's service
-    group.prepare_service(port, 2)
+    group.prepare_service("127.0.0.1", port, 2)
     print("prepared", group.prepared_service()[1], flush=True)
     change = handoffs.MembershipChange(1, 2, time.monotonic(), False)
     handoffs.restart(handoffs.Handoff(change, None, None, None, None, service=group.prepared_service()))

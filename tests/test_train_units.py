@@ -50,7 +50,7 @@ def test_only_the_newest_k_checkpoints_are_kept(tmp_path: Path) -> None:
         write(store, step)
     store.settle()
     assert [info.step for info in store.committed()] == [5, 4, 3]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["signal", "step-0000000003", "step-0000000004", "step-0000000005"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["signal", "step-0000000003", "step-0000000004", "step-0000000005", "workload"]
 
 
 def test_a_killed_write_leaves_a_partial_directory_that_is_skipped_and_reported(
@@ -123,7 +123,7 @@ def test_a_deletion_cut_short_leaves_nothing_that_looks_like_a_checkpoint(tmp_pa
     assert [info.step for info in store.committed()] == [1] and store.latest_complete().step == 1
     write(store, 2)
     store.settle()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["signal", "step-0000000002"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["signal", "step-0000000002", "workload"]
 
 
 def test_stale_partial_directories_are_deleted_recent_ones_kept(tmp_path: Path) -> None:

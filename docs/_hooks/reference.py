@@ -96,7 +96,7 @@ def worker_exit_codes() -> str:
     rows = [
         (worker.CHECKPOINTED_EXIT_CODE, "stopped as asked (SIGTERM: preemption, drain, deletion) after saving its state; restarted, never a failure"),
         (worker.RESTART_EXIT_CODE, "cannot go on for a reason outside the training code (a non-elastic group lost a peer, no membership came): restart it, after it saved what it holds"),
-        (worker.CHECKPOINTS_UNUSABLE_EXIT_CODE, "the job's checkpoints cannot be used (a refused directory, or only damaged checkpoints without HOTSWAP_ALLOW_FRESH_START): the workload fails"),
+        (worker.CHECKPOINTS_UNUSABLE_EXIT_CODE, "the job's checkpoints cannot be used (a refused directory, only damaged checkpoints without HOTSWAP_ALLOW_FRESH_START, or a final save that failed): the workload fails"),
     ]
     return "| Exit code | Meaning |\n|---:|---|\n" + "\n".join(f"| {code} | {meaning} |" for code, meaning in rows)
 

@@ -26,6 +26,11 @@ RESUME_AUTO = "auto"
 # RUN_RESUME: never from a finished or failed run.
 RUN_SIGNAL_FILE = "signal"
 RUN_OUTCOME_FILE = "outcome"
+# Beside the signal, the workers write the name of the workload the run belongs to (its
+# writer). Several workloads may share one checkpoint root (--checkpoint-dir): a new run takes
+# over only its own workload's runs; another's (or one that names no writer: an earlier
+# release's) is resumed only when the user names it (--resume-from).
+RUN_OWNER_FILE = "workload"
 RUN_RESUME = "resume"
 RUN_RUNNING = "running"
 RUN_DONE = "done"
@@ -59,9 +64,24 @@ def predecessor(states: Mapping[str, str | None]) -> tuple[str, str] | None:
 
 def pending_migration(states: Mapping[str, str | None]) -> str | None:
     """The run whose migration checkpoint a new run resumes from, given each earlier run's state
-    (:func:`run_state`): the newest run that got to start, if it says resume."""
+    (:func:`run_state`) of its own workload (:func:`own_runs`): the newest run that got to
+    start, if it says resume."""
     newest = predecessor(states)
     return newest[0] if newest is not None and newest[1] == RUN_RESUME else None
+
+
+def own_runs(states: Mapping[str, str | None], writers: Mapping[str, str | None], workload: str) -> dict[str, str | None]:
+    """The runs among ``states`` that ``workload`` wrote (``writers``: each run's owner file,
+    None where it has none); the resume rule looks at no other."""
+    return {run: state for run, state in states.items() if writers.get(run) == workload}
+
+
+def foreign_migration(states: Mapping[str, str | None], writers: Mapping[str, str | None], workload: str) -> str | None:
+    """The pending migration under the root that another workload (or an earlier release,
+    naming none) left, newest first: passed over by ``workload``'s new run, which says so."""
+    others = {writers.get(run) for run in states} - {workload}
+    pending = (pending_migration({run: state for run, state in states.items() if writers.get(run) == other}) for other in others)
+    return max((run for run in pending if run), default=None)
 
 
 # Why a worker generation started: its first start, a restart after a node failure (onto other

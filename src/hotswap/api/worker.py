@@ -89,7 +89,8 @@ CHECKPOINTED_EXIT_CODE = 143
 # codes, and hotswap's. The worker saves what it holds first.
 RESTART_EXIT_CODE = 42
 # The job's checkpoints cannot be used: a refused checkpoint directory (another user's, or
-# writable by others), or only damaged checkpoints and no HOTSWAP_ALLOW_FRESH_START. A workload
+# writable by others), only damaged checkpoints and no HOTSWAP_ALLOW_FRESH_START, or the final
+# checkpoint, after the last step, could not be written (the steps would be lost). A workload
 # error, not an infrastructure one: it is outside the default restart codes (sysexits' EX_DATAERR),
 # so the workload fails with it instead of restarting into the same refusal.
 CHECKPOINTS_UNUSABLE_EXIT_CODE = 65

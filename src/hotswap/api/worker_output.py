@@ -72,7 +72,8 @@ EVENT_CHECKPOINT_RESTORE = "checkpoint_restore"  # {"step", "duration_s", "sourc
 # lost peer was noticed only when a collective timed out (a hang) rather than by its connections.
 EVENT_ELASTIC = "elastic"
 EVENT_STOP = "stop"  # the worker leaves: {"step", "reason", "exit_code"}; reasons: complete,
-# terminated, removed, peer_lost, no_membership, rendezvous_failed, checkpoints_unusable.
+# terminated, removed, peer_lost, no_membership, rendezvous_failed, checkpoints_unusable,
+# final_save_failed (the last step is done, its checkpoint could not be written: a non-zero exit).
 # checkpoint_save reasons: periodic, termination, final, recovery (only the writing rank records
 # saves).
 # The saves a worker writes on its way out (after its last step; on SIGTERM): hang detection

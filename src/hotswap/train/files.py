@@ -71,6 +71,22 @@ def set_aside(path: Path, why: str) -> Path | None:
     return target
 
 
+def not_a_directory(path: Path) -> str | None:
+    """Why a checkpoint step's name is no directory of its own (a symbolic link: its contents
+    would be read from, and saved to, wherever it points), or None (a directory, or nothing)."""
+    try:
+        status = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(status.st_mode):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        return f"it is a symbolic link (to {target[:120]}), not a directory of its own"
+    return None if stat.S_ISDIR(status.st_mode) else "it is not a directory"
+
+
 def damaged_checkpoints(root: Path) -> list[Path]:
     """What :func:`set_aside` moved out of the checkpoint directory ``root``, by name."""
     try:
@@ -91,6 +107,11 @@ def fresh_start_refusal(roots: list[Path], allowed: bool) -> FreshStartRefused |
         "their steps: repair or restore a checkpoint, or set HOTSWAP_ALLOW_FRESH_START=1 "
         "(workload create --env HOTSWAP_ALLOW_FRESH_START=1) to start over"
     )
+
+
+class FinalSaveFailed(Exception):
+    """The checkpoint after the last step could not be written: the run's steps would be lost
+    while it exited 0. One line; the worker exits with CHECKPOINTS_UNUSABLE_EXIT_CODE."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -61,7 +61,8 @@ class ReplicaState(Protocol):
     def save_periodic(self) -> None: ...
 
     def save_last(self, reason: str) -> bool:
-        """The last save of this process (every rank calls it); True on the rank that reports it."""
+        """The last save of this process (every rank calls it); True on the rank that reports it.
+        A ``final`` save that fails raises :class:`~hotswap.train.files.FinalSaveFailed`."""
         ...
 
     def save_own(self, reason: str) -> None:

@@ -5,6 +5,9 @@ whom to meet (:class:`GroupSpec`) and how meeting fails (:class:`RendezvousFaile
 from __future__ import annotations
 
 import dataclasses
+import errno
+import ipaddress
+import socket
 
 
 class RendezvousFailed(Exception):
@@ -31,3 +34,34 @@ def timed_out(error: BaseException) -> bool:
     "Connection closed by peer")."""
     text = str(error).lower()
     return any(word in text for word in ("timed out", "timeout", "deadline_exceeded", "deadline exceeded"))
+
+
+def listen_host(master_addr: str) -> str:
+    """The address rank 0 listens on for its generation, whose members reach it at
+    MASTER_ADDR: that address itself when it is one of this host's (127.0.0.1 on a local
+    cluster: nothing outside this machine can connect). Otherwise (a service address in front
+    of rank 0) every interface of this network namespace, said in one line: on Kubernetes a
+    pod's own, which is the pod network (the peers are other pods) and the pod's loopback.
+    socket.gaierror while the name does not resolve (a pod's DNS name is published as it starts)."""
+    family, _, _, _, where = socket.getaddrinfo(master_addr, 0, type=socket.SOCK_STREAM)[0]
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((where[0], 0))
+        except OSError as error:
+            if error.errno != errno.EADDRNOTAVAIL:
+                raise
+            print(f"hotswap: {master_addr} is not an address of this host; the rendezvous listens on every interface", flush=True)
+            return "::" if family == socket.AF_INET6 else "0.0.0.0"
+    return str(where[0])
+
+
+def on_loopback(master_addr: str) -> bool:
+    """Whether every address MASTER_ADDR resolves to is loopback: all ranks run on this
+    machine (a local cluster), so every socket of the group can stay on the loopback interface."""
+    try:
+        return all(
+            ipaddress.ip_address(info[4][0]).is_loopback
+            for info in socket.getaddrinfo(master_addr, None, type=socket.SOCK_STREAM)
+        )
+    except (OSError, ValueError):
+        return False

@@ -15,8 +15,8 @@ import uuid
 from pathlib import Path
 
 from hotswap.api.runs import (
-    RESUME_AUTO, RUN_FAILED, RUN_OUTCOME_FILE, RUN_RUNNING, RUN_SIGNAL_FILE, pending_migration, run_signal_after,
-    run_state,
+    RESUME_AUTO, RUN_FAILED, RUN_OUTCOME_FILE, RUN_OWNER_FILE, RUN_RUNNING, RUN_SIGNAL_FILE, foreign_migration, own_runs,
+    pending_migration, run_signal_after, run_state,
 )
 from hotswap.api.worker import WorkerEnv
 from hotswap.train.files import write_file_durably
@@ -26,13 +26,20 @@ _MAX_SIGNAL_BYTES = 64
 
 
 def mark(run_dir: Path, state: str) -> None:
-    """Replace the run's signal atomically (a reader sees the old or the new one, whole)."""
-    temporary = run_dir / f".{RUN_SIGNAL_FILE}.{uuid.uuid4().hex[:8]}"
+    """Replace the run's signal atomically (a reader sees the old or the new one, whole), its
+    writer's name beside it the first time (:data:`~hotswap.api.runs.RUN_OWNER_FILE`)."""
+    if not os.path.lexists(run_dir / RUN_OWNER_FILE):
+        _replace(run_dir, RUN_OWNER_FILE, WorkerEnv.from_environ(os.environ).workload)
+    _replace(run_dir, RUN_SIGNAL_FILE, state)
+
+
+def _replace(run_dir: Path, name: str, value: str) -> None:
+    temporary = run_dir / f".{name}.{uuid.uuid4().hex[:8]}"
     try:
-        write_file_durably(temporary, f"{state}\n".encode())
-        os.replace(temporary, run_dir / RUN_SIGNAL_FILE)
+        write_file_durably(temporary, f"{value}\n".encode())
+        os.replace(temporary, run_dir / name)
     except OSError as error:  # the checkpoint itself is saved; say why the signal is not
-        log.warning("hotswap: cannot write %s: %s", run_dir / RUN_SIGNAL_FILE, error.strerror or error)
+        log.warning("hotswap: cannot write %s: %s", run_dir / name, error.strerror or error)
         with contextlib.suppress(OSError):
             temporary.unlink()
 
@@ -55,6 +62,11 @@ def read_signal(run_dir: Path, name: str = RUN_SIGNAL_FILE) -> str | None:
         return None
 
 
+def read_writer(run_dir: Path) -> str | None:
+    """The workload that wrote the run (None: it names none, an earlier release's run)."""
+    return read_signal(run_dir, RUN_OWNER_FILE)
+
+
 def read_state(run_dir: Path) -> str | None:
     """The run as the resume rule reads it: its signal, or failed if its backend said so."""
     return run_state(read_signal(run_dir), read_signal(run_dir, RUN_OUTCOME_FILE))
@@ -75,6 +87,17 @@ def resume_source(env: WorkerEnv) -> Path | None:
     except OSError:
         return None
     failed = set(env.failed_runs)  # ended FAILED as the backend saw it (Kubernetes: no outcome file)
-    states = {entry.name: read_state(entry) for entry in siblings}
-    run = pending_migration({name: run_state(state, RUN_FAILED) if name in failed else state for name, state in states.items()})
+    states = {entry.name: run_state(read_state(entry), RUN_FAILED) if entry.name in failed else read_state(entry) for entry in siblings}
+    writers = {entry.name: read_writer(entry) for entry in siblings}
+    run = pending_migration(own_runs(states, writers, env.workload))
+    foreign = foreign_migration(states, writers, env.workload) if run is None else None
+    if foreign is not None:
+        log.warning(
+            "hotswap: starting fresh: run %s under %s is %s, not workload %s's (--resume-from %s resumes it)",
+            foreign, own.parent, _whose(writers.get(foreign)), env.workload, foreign,
+        )
     return own.parent / run if run else None
+
+
+def _whose(writer: str | None) -> str:
+    return f"workload {writer}'s" if writer else "an earlier release's, naming no workload"

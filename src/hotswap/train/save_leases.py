@@ -166,6 +166,22 @@ class SaveLeases:
             return None
 
 
+def saver_may_be_live(directory: Path | str, host: str, pid: int) -> bool:
+    """Whether process ``pid`` of ``host`` may still be writing in the checkpoint directory
+    ``directory``: false only for one of this host that no longer runs here and holds no lease
+    written from another PID namespace of this host name (a pod's). Another host's processes
+    cannot be seen from here: they may be. A killed save's leftovers are removed only when this
+    is false (:meth:`CheckpointStore.prune`)."""
+    if host != socket.gethostname() or _alive_here(pid):
+        return True
+    try:
+        entries = list(os.scandir(Path(directory) / LEASES_DIR))
+    except OSError:
+        return False
+    here = _namespace()
+    return any(_parse(entry.name)[1:] == (host, pid) and _recorded(entry.path)[0] not in ("", here) for entry in entries)
+
+
 def _namespace() -> str:
     """This kernel's boot and this process's PID namespace ("" without /proc): where a pid
     names the same process."""

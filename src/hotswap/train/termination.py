@@ -16,9 +16,10 @@ import threading
 import time
 from typing import TYPE_CHECKING, NoReturn
 
-from hotswap.api.worker import CHECKPOINTED_EXIT_CODE
+from hotswap.api.worker import CHECKPOINTED_EXIT_CODE, CHECKPOINTS_UNUSABLE_EXIT_CODE
 from hotswap.api.worker_output import EVENT_STOP
 from hotswap.train.events import EventLog, say
+from hotswap.train.files import FinalSaveFailed
 from hotswap.train.progress import Progress
 
 if TYPE_CHECKING:
@@ -98,8 +99,12 @@ class Termination:
         self.exit(CHECKPOINTED_EXIT_CODE, "terminated")
 
     def finish(self) -> None:
-        """After the last step: the final checkpoint, unless that step is on disk already."""
-        self.state.save_last("final")
+        """After the last step: the final checkpoint, unless that step is on disk already; if it
+        cannot be written, a non-zero exit (a run that exits 0 has its last step saved)."""
+        try:
+            self.state.save_last("final")
+        except FinalSaveFailed as failure:
+            self.exit(CHECKPOINTS_UNUSABLE_EXIT_CODE, "final_save_failed", str(failure))
         self.events.record(EVENT_STOP, step=self.progress.step, reason="complete", exit_code=0)
 
     def exit(self, code: int, reason: str, message: str | None = None) -> NoReturn:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -29,7 +30,7 @@ import orbax.checkpoint as ocp
 from hotswap.api.worker_output import EVENT_CHECKPOINT_SAVE
 from hotswap.train import runs
 from hotswap.train.events import EventLog
-from hotswap.train.files import prepare_directory, set_aside
+from hotswap.train.files import not_a_directory, prepare_directory, set_aside
 from hotswap.train.jax import step_reader
 from hotswap.train.jax.survivor_saves import SurvivorSaves
 from hotswap.train.jax.trees import StateMismatchError, first_mismatch, leaves_with_paths
@@ -193,7 +194,9 @@ class OrbaxCheckpoints:
         """The newest step that restores; the damaged ones newer than it are set aside (and
         the manager told, so that a later save of their step is not refused)."""
         expected = leaves_with_paths(template)
-        moved = False
+        moved = _set_aside_links(directory)
+        if moved:
+            manager.reload()  # its list of steps still names them
         try:
             for step in sorted(manager.all_steps(), reverse=True):
                 where = f"checkpoint {directory}/{step}"
@@ -233,6 +236,20 @@ def _set_aside(directory: str, step: int, why: str) -> bool:
         return False
     set_aside(path, why)
     return not path.exists()  # moved, here or by another process
+
+
+def _set_aside_links(directory: str) -> bool:
+    """Set aside every step whose name is no directory of its own (a symbolic link): damaged,
+    as a tampered step is; whether one was."""
+    try:
+        entries = [Path(entry.path) for entry in os.scandir(directory) if entry.name.isdigit()]
+    except OSError:
+        return False
+    problems = [(path, not_a_directory(path)) for path in entries]
+    for path, problem in problems:
+        if problem:
+            set_aside(path, problem)
+    return any(problem for _, problem in problems)
 
 
 def _one_line(error: Exception) -> str:

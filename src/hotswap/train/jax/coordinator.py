@@ -23,7 +23,9 @@ while it still trains in the previous one (:class:`~hotswap.train.jax.runtime.Ja
 ``prepare_service``), and its next program adopts it (:class:`Adopted`): the new group forms
 without waiting for a Python process to start and load jaxlib.
 
-Run as ``python -m hotswap.train.jax.coordinator PORT PROCESSES HEARTBEAT_S PARENT_PID``.
+Run as ``python -m hotswap.train.jax.coordinator HOST PORT PROCESSES HEARTBEAT_S PARENT_PID``.
+It listens on HOST, the generation's MASTER_ADDR, only (:func:`~hotswap.train.rendezvous.listen_host`):
+127.0.0.1 on a local cluster, so no other machine can reach the unauthenticated service.
 
 **Every generation, outside the workers** (``--every-generation MEMBERSHIP_FILE HEARTBEAT_S``):
 on Kubernetes a process that rank 0 starts lives in rank 0's pod, on rank 0's node, and dies
@@ -31,7 +33,9 @@ with it. There the backend runs this mode in a pod of its own (an elastic JobSet
 ``coordinator`` replicated job, on no slice's node) and tells the workers so
 (:data:`~hotswap.api.worker.HOTSWAP_JAX_COORDINATOR`): it reads the membership file as the
 workers do and, for each newer generation, starts that generation's service on its
-``master_port`` for its ``world_size`` processes (:func:`serve_every_generation`). A superseded
+``master_port`` for its ``world_size`` processes (:func:`serve_every_generation`), on every
+interface of its pod: the workers are other pods, and a pod's network namespace holds only
+the pod network's interface and its own loopback (this pod does not use the host's network). A superseded
 generation's service stays until nobody is connected to it (its members have left through it,
 as they do from rank 0's own), at most :data:`ORPHAN_LIFETIME_S`, as an orphaned one above.
 """
@@ -47,15 +51,16 @@ from typing import Any
 
 from hotswap.api.worker import HOTSWAP_MEMBERSHIP_FILE
 from hotswap.train.membership import MembershipWatcher
+from hotswap.train.rendezvous import listen_host
 
 ORPHAN_LIFETIME_S = 30.0  # how long the service outlives rank 0's process
 _POLL_S = 0.2
 
 
-def start(port: int, processes: int, heartbeat_s: int) -> subprocess.Popen[bytes]:
-    """Start the service of a generation of ``processes`` on ``port`` (all interfaces)."""
+def start(master_addr: str, port: int, processes: int, heartbeat_s: int) -> subprocess.Popen[bytes]:
+    """Start the service of a generation of ``processes`` on ``master_addr:port`` (see the module)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "hotswap.train.jax.coordinator", str(port), str(processes), str(heartbeat_s), str(os.getpid())],
+        [sys.executable, "-m", "hotswap.train.jax.coordinator", master_addr, str(port), str(processes), str(heartbeat_s), str(os.getpid())],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         start_new_session=True,  # not in rank 0's process group: a lost worker's group is killed whole
@@ -124,7 +129,29 @@ def stop(process: Service | None) -> None:
         process.kill()
 
 
-def _service(port: int, processes: int, heartbeat_s: int) -> object:
+# Every interface of this network namespace: the Kubernetes coordinator pod's (see the module).
+EVERY_INTERFACE = "::"
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _listen_host(master_addr: str) -> str:
+    """Where rank 0's service listens: MASTER_ADDR only, if it is this host's; on Kubernetes,
+    while rank 0's DNS name is not published yet, its pod's interfaces (the pod network)."""
+    deadline = time.monotonic() + 5.0
+    while True:
+        try:
+            return listen_host(master_addr)
+        except OSError:
+            if time.monotonic() > deadline:
+                print(f"hotswap: {master_addr} does not resolve; the coordination service listens on every interface of this pod", flush=True)
+                return EVERY_INTERFACE
+            time.sleep(_POLL_S)
+
+
+def _service(host: str, port: int, processes: int, heartbeat_s: int) -> object:
     try:
         from jaxlib import _jax  # the runtime alone: the service needs no JAX backend
     except ImportError:  # pragma: no cover - older layouts
@@ -133,7 +160,7 @@ def _service(port: int, processes: int, heartbeat_s: int) -> object:
     while True:
         try:
             return _jax.get_distributed_runtime_service(
-                f"[::]:{port}", processes, heartbeat_timeout=heartbeat_s, shutdown_timeout=60, recoverable=True
+                _address(host, port), processes, heartbeat_timeout=heartbeat_s, shutdown_timeout=60, recoverable=True
             )
         except Exception:
             if time.monotonic() > deadline:
@@ -173,7 +200,7 @@ def serve_every_generation(path: str, heartbeat_s: int, polls: int | None = None
             for generation in serving:
                 superseded.setdefault(generation, (time.monotonic(), 0))
             try:
-                service = _service(membership.master_port, membership.world_size, heartbeat_s)
+                service = _service(EVERY_INTERFACE, membership.master_port, membership.world_size, heartbeat_s)
             except ImportError:  # a PyTorch workload's image: its workers need no service
                 print("hotswap: no jaxlib in this image: no JAX coordination service to run", flush=True)
                 jax_installed = False
@@ -195,11 +222,11 @@ def main(argv: list[str]) -> int:
     if argv and argv[0] == "--every-generation":
         signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
         return serve_every_generation(argv[1], int(argv[2]))
-    port, processes, heartbeat_s, parent = (int(value) for value in argv)
+    port, processes, heartbeat_s, parent = (int(value) for value in argv[1:])
     released = []
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     signal.signal(signal.SIGUSR1, lambda *_: released.append(True))
-    service = _service(port, processes, heartbeat_s)  # noqa: F841  (serves while referenced)
+    service = _service(_listen_host(argv[0]), port, processes, heartbeat_s)  # noqa: F841  (serves while referenced)
     membership = os.environ.get(HOTSWAP_MEMBERSHIP_FILE)
     orphaned: float | None = None
     idle = 0  # polls in a row with nobody connected, once orphaned

@@ -109,7 +109,7 @@ class RestartingFormation(GroupFormation):
             return
         rank = latest.rank_of(self.env.slice_name, self.env.host_index)
         if rank == 0:
-            self.jax_group.prepare_service(latest.master_port, latest.world_size)
+            self.jax_group.prepare_service(latest.master_addr, latest.master_port, latest.world_size)
         if rank is None:
             return
         mark = latest.joined_mark(self.env.slice_name, self.env.host_index, self.env.local_rank)

@@ -17,6 +17,7 @@ once when a peer's sockets close) instead of making the coordination service end
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import subprocess
@@ -32,7 +33,7 @@ from jax.experimental import multihost_utils
 from hotswap.api.worker import HOTSWAP_JAX_COORDINATOR
 from hotswap.train.jax import coordinator
 from hotswap.train.jax.compile_cache import write_every_process_cpu_entries
-from hotswap.train.rendezvous import GroupSpec, RendezvousFailed, first_line
+from hotswap.train.rendezvous import GroupSpec, RendezvousFailed, first_line, on_loopback
 
 log = logging.getLogger("hotswap.train")
 
@@ -102,6 +103,17 @@ def is_peer_failure(error: BaseException) -> bool:
         return False
     message = str(error).lower()
     return any(mark in message for mark in _PEER_FAILURE_MARKS)
+
+
+def _keep_gloo_on(host: str) -> None:
+    """JAX's CPU collectives (gloo) listen on the address this host's name resolves to (a LAN
+    address on most machines), and JAX offers no setting for it; when every process meets at
+    a loopback MASTER_ADDR (a local cluster) they listen on that address instead."""
+    from jax._src.lib import _jax
+
+    make = _jax.make_gloo_tcp_collectives
+    if not isinstance(make, functools.partial):  # once per process
+        _jax.make_gloo_tcp_collectives = functools.partial(make, hostname=host)
 
 
 class JaxGroup:
@@ -177,8 +189,10 @@ class JaxGroup:
             coordinator.stop(prepared[1])  # started for a generation that did not come
             prepared = None
         if spec.rank == 0 and not external:
-            self._coordinator = prepared[1] if prepared else coordinator.start(spec.master_port, spec.world_size, heartbeat)
+            self._coordinator = prepared[1] if prepared else coordinator.start(spec.master_addr, spec.master_port, spec.world_size, heartbeat)
         address = f"{external or spec.master_addr}:{spec.master_port}"
+        if not external and on_loopback(spec.master_addr):
+            _keep_gloo_on(spec.master_addr)
         state = distributed.global_state
         state.client = _jax.get_distributed_runtime_client(
             address,
@@ -190,9 +204,9 @@ class JaxGroup:
         state.client.connect()
         state.coordinator_address, state.num_processes, state.process_id = address, spec.world_size, spec.rank
 
-    def prepare_service(self, port: int, processes: int) -> None:
+    def prepare_service(self, master_addr: str, port: int, processes: int) -> None:
         """Start the coordination service of the generation this process will be rank 0 of,
-        on ``port``, ahead of forming it (see :mod:`.coordinator`)."""
+        on ``master_addr:port``, ahead of forming it (see :mod:`.coordinator`)."""
         if os.environ.get(HOTSWAP_JAX_COORDINATOR):  # the backend runs every generation's service
             return
         with self._preparing:  # the step loop and the watchdog both look for new generations
@@ -200,7 +214,7 @@ class JaxGroup:
                 return
             if self._prepared is not None:
                 coordinator.stop(self._prepared[1])
-            self._prepared = (port, coordinator.start(port, processes, max(1, int(self.heartbeat_timeout_s))))
+            self._prepared = (port, coordinator.start(master_addr, port, processes, max(1, int(self.heartbeat_timeout_s))))
 
     def prepared_service(self) -> tuple[int, int] | None:
         """(port, pid) of the service started ahead, for this process's next program."""

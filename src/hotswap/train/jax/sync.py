@@ -22,7 +22,7 @@ import jax
 from hotswap.api.worker_output import restore_source
 from hotswap.train import runs
 from hotswap.train.events import EventLog, announce_restore
-from hotswap.train.files import fresh_start_refusal
+from hotswap.train.files import FinalSaveFailed, fresh_start_refusal
 from hotswap.train.jax.handoff import Handoff, MembershipChange
 from hotswap.train.jax.objects import ObjectRegistry
 from hotswap.train.jax.runtime import JaxGroup
@@ -230,7 +230,14 @@ class JaxStateSync:
             return False
         self.checkpoints.wait()
         if self.checkpoints.latest_step() != self.progress.step:
-            self._save(reason, wait=True)
+            try:
+                failure = self._save(reason, wait=True)
+            except Exception as error:  # orbax's (tensorstore's) storage errors are not OSErrors
+                if reason != "final":
+                    raise
+                failure = first_line(error)
+            if failure and reason == "final":
+                raise FinalSaveFailed(f"hotswap: the final checkpoint of step {self.progress.step} could not be saved: {failure}")
         return self.group.rank == 0
 
     def save_own(self, reason: str) -> None:
@@ -268,7 +275,8 @@ class JaxStateSync:
 
     # Inside ---------------------------------------------------------------------------------
 
-    def _save(self, reason: str, wait: bool) -> None:
+    def _save(self, reason: str, wait: bool) -> str | None:
+        """Save (``wait``: to the end); why it failed (said in a warning), or None."""
         assert self.checkpoints is not None
         try:
             self.checkpoints.save(
@@ -276,6 +284,8 @@ class JaxStateSync:
             )
         except OSError as error:
             log.warning("hotswap: %s checkpoint of step %d failed: %s", reason, self.progress.step, error)
+            return str(error)
+        return None
 
     def _take_handoff(self) -> None:
         handoff, self._handoff = self._handoff, None

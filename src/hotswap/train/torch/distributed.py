@@ -13,9 +13,7 @@ emulated one, whatever ``torch.cuda.is_available()`` says on the machine.
 
 from __future__ import annotations
 
-import errno
 import gc
-import ipaddress
 import logging
 import os
 import socket
@@ -29,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from hotswap.api.worker import WorkerEnv
-from hotswap.train.rendezvous import GroupSpec, RendezvousFailed, first_line
+from hotswap.train.rendezvous import GroupSpec, RendezvousFailed, first_line, listen_host, on_loopback
 from hotswap.train.torch.snapshot import join_tensors, split_tensors
 
 log = logging.getLogger("hotswap.train")
@@ -142,8 +140,7 @@ class ProcessGroup:
             if time.monotonic() >= deadline:
                 raise RendezvousFailed(f"timed out after {self.rendezvous_timeout_s:g}s {what}")
 
-        if self.backend == "gloo":
-            keep_gloo_on_loopback(spec.master_addr)
+        keep_on_loopback(spec.master_addr)
         _import_before_a_group_exists()
         store = self._connect(spec, check)
         try:
@@ -316,39 +313,26 @@ class ProcessGroup:
             time.sleep(_POLL_S)
 
 
-def keep_gloo_on_loopback(master_addr: str) -> None:
+def keep_on_loopback(master_addr: str) -> None:
     """Gloo listens on the address this host's name resolves to (a LAN address on most
-    machines); when every rank meets at a loopback MASTER_ADDR they all run here, so gloo is
-    kept on the loopback interface too (unless the user chose one with GLOO_SOCKET_IFNAME)."""
-    if os.environ.get("GLOO_SOCKET_IFNAME"):
-        return
-    try:
-        loopback = all(
-            ipaddress.ip_address(info[4][0]).is_loopback
-            for info in socket.getaddrinfo(master_addr, None, type=socket.SOCK_STREAM)
-        )
-    except (OSError, ValueError):
-        return
-    if loopback:
-        os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    machines), NCCL's bootstrap on the first interface it finds that is not loopback; when
+    every rank meets at a loopback MASTER_ADDR they all run here, so both are kept on the
+    loopback interface (unless the user chose one with GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME)."""
+    if on_loopback(master_addr):
+        for variable in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+            if not os.environ.get(variable):
+                os.environ[variable] = "lo"
 
 
 def listen_on(address: str, port: int) -> socket.socket:
-    """A listening socket for rank 0's store on ``address`` (MASTER_ADDR) only: left to
-    itself, TCPStore listens on every interface, although its peers reach it at MASTER_ADDR
-    (127.0.0.1 on a local cluster). If MASTER_ADDR is not an address of this host (a service
-    address in front of rank 0), it listens on every interface, and says so."""
-    family, kind, proto, _, where = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)[0]
-    listener = socket.socket(family, kind, proto)
+    """A listening socket for rank 0's store on ``address`` (MASTER_ADDR) only, as
+    :func:`~hotswap.train.rendezvous.listen_host` says: left to itself, TCPStore listens on
+    every interface, although its peers reach it at MASTER_ADDR."""
+    host = listen_host(address)
+    listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        try:
-            listener.bind(where)
-        except OSError as error:
-            if error.errno != errno.EADDRNOTAVAIL:
-                raise
-            print(f"hotswap: {address} is not an address of this host; the rendezvous listens on every interface", flush=True)
-            listener.bind(("::" if family == socket.AF_INET6 else "0.0.0.0", port))
+        listener.bind((host, port))
         listener.listen(1024)
     except BaseException:
         listener.close()

@@ -6,6 +6,7 @@ Layout under ``HOTSWAP_CHECKPOINT_DIR``::
         index.json, tensors-*.bin    the data (written by the caller; see tensorfiles.py)
         COMMIT                  JSON marker, written last: step, reason, each file's size and CRC-32
     step-0000000140.partial-<host>-<pid>-<nonce>/    a write in progress, or one that was killed
+                                (removed after the next commit once its writer is gone)
     signal                      seed 004's: resume (last saved on SIGTERM), running, done (see runs.py)
     damaged/step-0000000100-<nonce>/    a committed checkpoint found damaged (a malformed or
                                 linked marker, a missing, changed or foreign file), moved out
@@ -47,11 +48,13 @@ from hotswap.train.files import (
     FileDigest,
     crc32,
     file_problem,
+    not_a_directory,
     open_no_follow,
     prepare_directory,
     set_aside,
     write_file_durably,
 )
+from hotswap.train.save_leases import saver_may_be_live
 
 log = logging.getLogger("hotswap.train")
 
@@ -163,9 +166,10 @@ class CheckpointStore:
                 os.rename(partial, final)
                 break
             except OSError as error:
-                if error.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                if error.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR):
+                    shutil.rmtree(partial, ignore_errors=True)
                     raise
-                existing = self._read_marker(final)
+                existing = not_a_directory(final) or self._read_marker(final)  # a link: planted in the way
                 problem = existing if isinstance(existing, str) else self._files_problem(existing)
                 if problem is None or attempt:
                     shutil.rmtree(partial, ignore_errors=True)
@@ -223,7 +227,7 @@ class CheckpointStore:
                 age = now - path.stat().st_mtime
             except FileNotFoundError:
                 continue
-            if age > STALE_PARTIAL_S:
+            if age > STALE_PARTIAL_S or _writer_gone(self.root, path.name):
                 shutil.rmtree(path, ignore_errors=True)
 
     # Reading -------------------------------------------------------------------------------
@@ -246,7 +250,12 @@ class CheckpointStore:
         """Committed checkpoints whose files are all there, with the sizes and owner their
         marker and this directory require, newest first; their checksums are for the reader
         to check (:meth:`report` what it finds). Anything newer than a yielded checkpoint that
-        is not whole (a killed write, a torn copy) is skipped with a warning naming it."""
+        is not whole (a killed write, a torn copy) is skipped with a warning naming it; a step's
+        name that is not a directory of its own (a symbolic link) is damaged."""
+        for _, path in self._scan(_COMMITTED, directories=False):
+            problem = not_a_directory(path)
+            if problem:
+                set_aside(path, problem)
         partial = self._partial_dirs()
         for step, path in self._committed_dirs():
             self._report_partial_newer_than(step, partial)
@@ -313,7 +322,9 @@ class CheckpointStore:
             if partial_step > step:
                 self.report(path, "it was never committed (its writer stopped mid-write)")
 
-    def _scan(self, pattern: re.Pattern[str]) -> list[tuple[int, Path]]:
+    def _scan(self, pattern: re.Pattern[str], directories: bool = True) -> list[tuple[int, Path]]:
+        """Entries named by ``pattern``, newest step first: only real directories, or (not
+        ``directories``) only what is anything else under such a name."""
         try:
             entries = list(os.scandir(self.root))
         except FileNotFoundError:
@@ -321,7 +332,7 @@ class CheckpointStore:
         found = []
         for entry in entries:
             match = pattern.match(entry.name)
-            if match and entry.is_dir(follow_symlinks=False):
+            if match and entry.is_dir(follow_symlinks=False) == directories:
                 found.append((int(match.group(1)), Path(entry.path)))
         return sorted(found, reverse=True)
 
@@ -383,6 +394,15 @@ def _info(path: Path, marker: dict[str, Any]) -> CheckpointInfo:
     if path.name != _step_dir_name(step):
         raise ValueError(f"it is of step {step}, but its directory is {path.name}")
     return CheckpointInfo(step, path, reason, digests, float(marker["created"]), version)
+
+
+def _writer_gone(root: Path, partial: str) -> bool:
+    """Whether the writer of the partial checkpoint ``step-N.partial-<host>-<pid>-<nonce>`` is
+    gone (a killed save's leftover), never this process (its next save may be under way)."""
+    host, _, pid = partial.partition(".partial-")[2].rpartition("-")[0].rpartition("-")
+    if not (host and pid.isdigit()) or (host, int(pid)) == (socket.gethostname(), os.getpid()):
+        return False
+    return not saver_may_be_live(root, host, int(pid))
 
 
 def _brief(value: Any) -> str:

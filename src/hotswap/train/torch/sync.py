@@ -21,7 +21,7 @@ from hotswap.train import runs
 from hotswap.train.torch.checkpointer import Checkpointer
 from hotswap.train.torch.distributed import ProcessGroup
 from hotswap.train.events import EventLog, announce_restore
-from hotswap.train.files import FreshStartRefused
+from hotswap.train.files import FinalSaveFailed, FreshStartRefused
 from hotswap.train.progress import Progress, plan_peer_copy
 from hotswap.train.save_leases import SaveLeases
 from hotswap.train.torch.state import StateRegistry, build_tree, derived_rng_state, rng_state, set_rng_state
@@ -196,7 +196,9 @@ class StateSync:
             return False
         self.checkpointer.wait()
         if self.checkpointer.store.latest_step() != self.progress.step:
-            self._save_now(reason, rngs)
+            failure = self._save_now(reason, rngs)
+            if failure and reason == "final":
+                raise FinalSaveFailed(f"hotswap: the final checkpoint of step {self.progress.step} could not be saved: {failure}")
         elif reason == "termination":
             self.checkpointer.store.set_reason(self.progress.step, reason)  # same state, already on disk
         return True
@@ -243,13 +245,16 @@ class StateSync:
         controller's hang detection must know (``checkpoint_save`` or a step ends it)."""
         self.events.record(EVENT_CHECKPOINT_BEGIN, step=self.progress.step, reason=reason)
 
-    def _save_now(self, reason: str, rngs: list[dict[str, Any]]) -> None:
+    def _save_now(self, reason: str, rngs: list[dict[str, Any]]) -> str | None:
+        """Save now; why it failed (said in a warning), or None."""
         assert self.checkpointer is not None
         self._announce_save(reason)
         try:
             self.checkpointer.save(self.progress.step, self._tree(rngs), reason)
-        except OSError as error:
+        except (OSError, RuntimeError) as error:  # RuntimeError: its step is taken by a damaged one
             log.warning("hotswap: %s checkpoint of step %d failed: %s", reason, self.progress.step, error)
+            return str(error)
+        return None
 
     def _before_optimizer_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if self.checkpointer is not None:

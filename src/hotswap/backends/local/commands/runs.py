@@ -2,7 +2,8 @@
 launch record (so ``workload describe`` and the workers agree, whatever happens later).
 
 The rule is the worker contract's (:func:`hotswap.api.runs.pending_migration`): the
-predecessor's migration checkpoint, only if it left one on SIGTERM and its controller did not
+predecessor's migration checkpoint (a run of the same workload: several may share a
+``--checkpoint-dir`` root), only if it left one on SIGTERM and its controller did not
 end it failed (a hang kill is a SIGTERM too: the outcome file says what the workers cannot);
 ``--resume-from`` names a run or a directory; ``--fresh`` takes nothing. The checkpoints are on this machine, so the CLI
 reads the runs' signal files itself (on Kubernetes only the pods see the volume, and the
@@ -18,7 +19,10 @@ from typing import TYPE_CHECKING
 
 from hotswap.api.errors import InvalidInputError
 from hotswap.api.launch import RUN_FRESH, RUN_FROM, Launch, Run
-from hotswap.api.runs import RUN_FAILED, RUN_OUTCOME_FILE, RUN_RESUME, RUN_SIGNAL_FILE, is_run_id, predecessor, run_state
+from hotswap.api.runs import (
+    RUN_FAILED, RUN_OUTCOME_FILE, RUN_OWNER_FILE, RUN_RESUME, RUN_SIGNAL_FILE, foreign_migration, is_run_id, own_runs, predecessor,
+    run_state,
+)
 from hotswap.store.paths import ClusterPaths, check_private
 from hotswap.backends.local.tables import LIVE_WORKER_STATES, LocalStore
 
@@ -42,11 +46,11 @@ def resolve_new(paths: ClusterPaths, spec: WorkloadSpec, launch: Launch) -> Run:
 
     wait_s = spec.termination_grace_period_s + PREDECESSOR_EXIT_SLACK_S
     assert launch.run is not None
-    return resolve(launch.run, Path(launch.checkpoint_dir).parent, predecessor_stopped, wait_s)
+    return resolve(launch.run, Path(launch.checkpoint_dir).parent, predecessor_stopped, wait_s, spec.name)
 
 
-def resolve(run: Run, root: Path, predecessor_stopped: Callable[[], bool], wait_s: float) -> Run:
-    """``run`` (from ``new_run``) with ``resume_from`` (the directory its workers restore from
+def resolve(run: Run, root: Path, predecessor_stopped: Callable[[], bool], wait_s: float, workload: str) -> Run:
+    """``run`` (from ``new_run``) of ``workload`` with ``resume_from`` (the directory its workers restore from
     while they have no checkpoint of their own, "" for none) and ``resumed_from`` (for people:
     run, path, kind; None for a fresh start). ``predecessor_stopped`` says whether the workers
     of the last workload of this name have all exited; a migration save ends with their exit,
@@ -68,16 +72,20 @@ def resolve(run: Run, root: Path, predecessor_stopped: Callable[[], bool], wait_
     deadline = time.monotonic() + wait_s
     while not predecessor_stopped() and time.monotonic() < deadline:
         time.sleep(0.1)
-    newest = predecessor(_states(root, exclude=run.id))
-    if newest is None:
-        return run.resolved("", None)
-    name, state = newest
+    states = _states(root, exclude=run.id)
+    writers = {name: _read(root / name / RUN_OWNER_FILE) for name in states}
+    newest = predecessor(own_runs(states, writers, workload))
+    name, state = newest if newest is not None else ("", None)
     path = root / name
     if state == RUN_FAILED:  # its workers' SIGTERM save says resume; its controller knows better
         return run.resolved("", None, not_resumed={"run": name, "path": str(path), "reason": "failed"})
-    if state != RUN_RESUME:
-        return run.resolved("", None)
-    return run.resolved(str(path), {"run": name, "path": str(path), "kind": "migration"})
+    if state == RUN_RESUME:
+        return run.resolved(str(path), {"run": name, "path": str(path), "kind": "migration"})
+    foreign = foreign_migration(states, writers, workload)
+    if foreign is not None:  # another workload's under a shared root: it is not this one's to take
+        reason = f"is workload {writers[foreign]}'s" if writers[foreign] else "names no workload (an earlier release's)"
+        return run.resolved("", None, not_resumed={"run": foreign, "path": str(root / foreign), "reason": reason})
+    return run.resolved("", None)
 
 
 def _states(root: Path, exclude: str) -> dict[str, str | None]:
