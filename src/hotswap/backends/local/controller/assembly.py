@@ -28,6 +28,7 @@ from hotswap.backends.local.claim import AlreadyClaimed, Claim
 from hotswap.backends.local.controller.enactment import Launcher
 from hotswap.backends.local.controller.gpu_health import GpuHealthMonitor, Record
 from hotswap.backends.local.controller.hangs import HangWatch
+from hotswap.backends.local.controller.host_loss import HostLoss, Liveness, Predecessor
 from hotswap.backends.local.controller.loop import LocalController
 from hotswap.backends.local.controller.recovery import recover
 from hotswap.backends.local.controller.rounds import RoundRunner
@@ -69,6 +70,7 @@ def open_controller(paths: ClusterPaths, metrics: ControllerMetrics | None = Non
         closing.callback(claim.release)
         store = LocalStore.open(paths.database)
         closing.callback(store.close)
+        predecessor = Predecessor.read(store, paths.root)  # before this controller's record replaces it
         claim.announce(store)
         state = ClusterState(store.cluster(), store.load_snapshot(time.time()), deleting=store.deleted())
         inbox = Inbox(state)
@@ -88,12 +90,13 @@ def open_controller(paths: ClusterPaths, metrics: ControllerMetrics | None = Non
         rounds = RoundRunner(store, claim, state, inbox, workers, launcher, server, health, figures)
         serving = RequestServing(store, state, inbox, rounds, server, workers, health)
         server.open()
-        recover(workers)
+        recover(workers, HostLoss(predecessor))
         health.watch(None if state.deleting else state.backing)
         if state.deleting:  # a controller stopped half-way through `cluster delete`: finish it
             workers.stop_everything(time.time())
         return LocalController(
-            claim, selector, state, inbox, server, workers, hangs, health, serving, closing.pop_all(), figures
+            claim, selector, state, inbox, server, workers, hangs, health, serving, closing.pop_all(), figures,
+            Liveness(paths.root),
         )
 
 

@@ -43,6 +43,7 @@ from hotswap.backends.kit.figures import RecoveryFigures
 from hotswap.backends.local.claim import Claim
 from hotswap.backends.local.controller.gpu_health import GpuHealthMonitor
 from hotswap.backends.local.controller.hangs import HangWatch
+from hotswap.backends.local.controller.host_loss import Liveness
 from hotswap.backends.local.controller.server import RequestServer
 from hotswap.backends.local.controller.serving import RETRY_S, RequestServing
 from hotswap.backends.local.controller.state import ClusterState, Inbox
@@ -70,6 +71,7 @@ class LocalController:
         serving: RequestServing,
         closing: contextlib.ExitStack,
         figures: RecoveryFigures | None = None,
+        liveness: Liveness | None = None,
     ) -> None:
         self.claim = claim
         self.selector = selector  # each registration's data is its callback
@@ -82,6 +84,7 @@ class LocalController:
         self.serving = serving
         self.closing = closing
         self.figures = figures  # Prometheus, when served
+        self.liveness = liveness  # beaten every second, also while idle (see host_loss.py)
         self.stopped = False
         self.retry_at: float | None = None
         self.wake: tuple[socket.socket, socket.socket] | None = None  # see _wake_on_signals
@@ -93,9 +96,15 @@ class LocalController:
         self.wake = _wake_on_signals(self.selector, self._stop_loop)
         self.step()  # what was queued while no controller ran
         while not self.stopped:
-            for key, _ in self.selector.select(self._sleep_s()):
+            sleep_s = self._sleep_s()
+            beat_s = self.liveness.due_in(time.time()) if self.liveness is not None else None
+            only_to_beat = beat_s is not None and (sleep_s is None or beat_s < sleep_s)
+            ready = self.selector.select(beat_s if only_to_beat else sleep_s)
+            if self.liveness is not None:
+                self.liveness.beat(time.time())
+            for key, _ in ready:
                 key.data(key.fileobj)
-            if not self.stopped:
+            if not self.stopped and (ready or not only_to_beat):
                 self.step()
 
     def step(self) -> None:
