@@ -19,6 +19,10 @@ The points, in the order a start goes through them:
   the child until it has become the shim).
 - ``with-child-running``: as ``with-child``, once the child's command runs.
 - ``spawned``: the started workers' pids are committed, they are not watched yet.
+
+Not a moment of every start (so not in :data:`POINTS`): ``staged``, inside a round's transaction,
+once an elastic workload's new membership generation is written beside its file, before the
+commit (``tests/test_drain_crash_drill.py``).
 """
 
 from __future__ import annotations

@@ -90,6 +90,7 @@ def open_controller(paths: ClusterPaths, metrics: ControllerMetrics | None = Non
         rounds = RoundRunner(store, claim, state, inbox, workers, launcher, server, health, figures)
         serving = RequestServing(store, state, inbox, rounds, server, workers, health)
         server.open()
+        launcher.publish_committed(state.snapshot.workloads.values())  # its predecessor may have died before
         recover(workers, HostLoss(predecessor))
         health.watch(None if state.deleting else state.backing)
         if state.deleting:  # a controller stopped half-way through `cluster delete`: finish it
