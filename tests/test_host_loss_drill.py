@@ -9,7 +9,7 @@ What still is the job's: a worker killed while the rest of the cluster lives on 
 worker that outlived its controller (it did not die with it).
 
 ``HOTSWAP_HOST_LOSS_ROUNDS`` sets how many losses each drill takes (default 2; the issue's 50:
-``benchmarks/bench_host_loss.py``).
+``benchmarks/bench_infra_faults.py``).
 """
 
 from __future__ import annotations
