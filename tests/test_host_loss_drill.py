@@ -27,6 +27,9 @@ from hardening_helpers import controllers, freeze_and_kill
 from local_helpers import alive, live_workers, query, wait_until, workloads
 from test_controller_crash_drill import Drill
 
+from hotswap.backends.local.controller.host_loss import HostLoss, Predecessor
+from hotswap.backends.local.tables import WorkerIdentity, WorkerRow
+
 ROUNDS = int(os.environ.get("HOTSWAP_HOST_LOSS_ROUNDS", "2"))
 LOST_WITH_HOST = "was lost with the host"
 
@@ -155,3 +158,38 @@ def forge_controller_record(drill: Drill, **fields: object) -> None:
     connection.execute("UPDATE meta SET value = ? WHERE key = 'controller'", (json.dumps({**json.loads(value), **fields}),))
     connection.commit()
     connection.close()
+
+
+# ---------------------------------------------------------------------- the rule, on its own
+
+
+def dead_worker(directory: Path, written_at: float) -> WorkerRow:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "started").write_text("")
+    os.utime(directory / "started", (written_at, written_at))
+    os.utime(directory, (written_at, written_at))
+    return WorkerRow(1, WorkerIdentity("w", 0, 1, "s0", 0, 0, "s0-0"), str(directory), 4242, 1, "running", None, 0.0, None, None, None)
+
+
+@pytest.mark.parametrize(
+    ("boot_before", "everything_died", "beat_age_s", "written_age_s", "lost"),
+    [
+        ("old-boot", False, None, 0, "machine restarted"),  # a reboot: whatever else is known
+        ("this-boot", True, 5, 5, "killed at once"),  # died with its controller
+        ("this-boot", True, 100, 90, "killed at once"),  # wrote within the margin after the last beat
+        ("this-boot", True, 600, 0, None),  # wrote long after its controller's last beat: outlived it
+        ("this-boot", False, 5, 5, None),  # something of the cluster lives: no machine loss
+        ("this-boot", True, None, 5, None),  # a predecessor that kept no liveness record
+        (None, True, None, 5, None),  # nothing recorded at all
+    ],
+)
+def test_what_the_records_prove(
+    tmp_path: Path, boot_before: str | None, everything_died: bool, beat_age_s: float | None, written_age_s: float, lost: str | None
+) -> None:
+    now = time.time()
+    beat = None if beat_age_s is None else now - beat_age_s
+    loss = HostLoss(Predecessor(boot_before, beat), this_boot="this-boot")
+    loss.everything_died = everything_died
+    reason = loss.reason(dead_worker(tmp_path / "w", now - written_age_s))
+    assert (reason is None) == (lost is None) and (lost is None or lost in reason), reason
+    assert reason is None or reason.endswith("(not the workload's fault)")

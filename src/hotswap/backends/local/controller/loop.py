@@ -95,17 +95,23 @@ class LocalController:
             self.figures.metrics.observed(self.state.snapshot)
         self.wake = _wake_on_signals(self.selector, self._stop_loop)
         self.step()  # what was queued while no controller ran
+        due_at: float | None = None  # when the next step is due if nothing happens before
         while not self.stopped:
-            sleep_s = self._sleep_s()
-            beat_s = self.liveness.due_in(time.time()) if self.liveness is not None else None
-            only_to_beat = beat_s is not None and (sleep_s is None or beat_s < sleep_s)
-            ready = self.selector.select(beat_s if only_to_beat else sleep_s)
+            now = time.time()
+            if due_at is None:
+                sleep_s = self._sleep_s()
+                due_at = now + sleep_s if sleep_s is not None else now + MAX_SLEEP_S
+            timeout = max(0.0, due_at - now)
+            if self.liveness is not None:  # a beat is due every second, also while idle
+                timeout = min(timeout, self.liveness.due_in(now))
+            ready = self.selector.select(timeout)
             if self.liveness is not None:
                 self.liveness.beat(time.time())
             for key, _ in ready:
                 key.data(key.fileobj)
-            if not self.stopped and (ready or not only_to_beat):
+            if not self.stopped and (ready or time.time() >= due_at):
                 self.step()
+                due_at = None
 
     def step(self) -> None:
         """One wake-up: everything that is due, after checking that the cluster is still ours."""
