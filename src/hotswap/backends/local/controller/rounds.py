@@ -81,7 +81,7 @@ class RoundRunner:
         events = self.inbox.events + inputs.events
         old, settings, hit = self.state.snapshot, inputs.settings, inputs.hit
         config = scheduler_config(settings) if settings is not None else self.state.config
-        self.launcher.publish_committed()  # (what a round that rolled back staged is dropped)
+        self.launcher.publish_committed()  # drops what a round that rolled back had staged
         decision = decide(old, events, now, config)
         new = decision.snapshot
         decided = effects_of(decision.actions)  # once per action: the timeline, the workers and the figures read it
