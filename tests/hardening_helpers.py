@@ -179,3 +179,47 @@ def unprivileged(command: list[str]) -> list[str]:
 
 def hotswap_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "hotswap", *args]
+
+
+def cluster_processes(root: Path) -> set[int]:
+    """Every live process of the cluster at ``root``: those whose command line names it (the
+    controller, shims, spares, the zygote), their descendants, and the members of the sessions
+    they lead (a worker's command, reparented to a subreaper or to init)."""
+    table: dict[int, tuple[int, int, bytes]] = {}  # pid -> (parent, session, command line)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            command = (entry / "cmdline").read_bytes()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z":
+            table[int(entry.name)] = (int(fields[1]), int(fields[4]), command)
+    found = {pid for pid, (_, _, command) in table.items() if os.fsencode(root) in command and pid != os.getpid()}
+    while True:
+        more = {pid for pid, (parent, session, _) in table.items() if parent in found or session in found} - found
+        if not more:
+            return found
+        found |= more
+
+
+def freeze_and_kill(root: Path) -> int:
+    """What a power loss, a reboot or the OOM killer does to a cluster: every process of it stops
+    at once (SIGSTOP, until no new one appears: a fork in flight is frozen too), then all are
+    killed with SIGKILL, none able to record anything. Returns how many were killed."""
+    import signal
+
+    frozen: set[int] = set()
+    while True:
+        new = cluster_processes(root) - frozen
+        if not new:
+            break
+        for pid in new:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        frozen |= new
+    for pid in frozen:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return len(frozen)

@@ -4,6 +4,7 @@ environment the local launcher derives from the contract."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 from pathlib import Path
@@ -17,7 +18,7 @@ from hotswap.api.spec import workload_spec
 from hotswap.backends.local import timeline
 from hotswap.backends.local.controller import enactment as effects
 from hotswap.backends.local.controller.enactment import Launcher, WorkerPlan
-from hotswap.backends.local.workload_files import membership_path
+from hotswap.backends.local.workload_files import membership_path, staged_membership_path
 from hotswap.backends.local.workers.environment import worker_environment
 from hotswap.backends.local.workers.supervisor import WorkerLaunch
 from hotswap.core import actions as act
@@ -171,8 +172,12 @@ def test_the_launcher_starts_a_plan_with_the_contract_environment(tmp_path: Path
         store.launches.add("w", workload_to_json(elastic), launch)
         survivor = WorkerRow(1, WorkerIdentity("w", 4, 2, "s2", 0, 0, "s2-0"), "/w/1", 101, 1, "running", None, 0.0, None, None, None)
         plan = effects.plan(effect_of(act.ScaleUp("w", ("s0",), ("s2", "s0"), 3, ("s2", "s0"))), elastic, (survivor,))
-        launches = Launcher(store, paths).launches(elastic, plan, snapshot())
+        launcher = Launcher(store, paths)
+        launches = launcher.launches(elastic, plan, snapshot())
         generation, port = store.launches.membership("w")
+        # Staged only: the workers see a generation once its round has committed.
+        assert not membership_path(paths.workload_dir("w", 4)).exists()
+        launcher.publish_committed()
     assert [(x.identity.slice, x.identity.replica, x.identity.host, x.identity.node) for x in launches] == [
         ("s0", 1, 0, "s0-0"), ("s0", 1, 1, "s0-1"),
     ]
@@ -180,6 +185,25 @@ def test_the_launcher_starts_a_plan_with_the_contract_environment(tmp_path: Path
     assert all(x.env[contract.MASTER_PORT] == str(port) and x.env["U"] == "1" for x in launches)
     membership = Membership.from_json(membership_path(paths.workload_dir("w", 4)).read_text())
     assert generation == 1 and (membership.generation, membership.slices, membership.master_port) == (1, ("s2", "s0"), port)
+
+
+def test_a_generation_staged_by_a_round_that_rolled_back_is_never_published(tmp_path: Path) -> None:
+    """A controller killed inside a round's transaction leaves the generation it staged; the
+    database still holds the one before. Published, it would make a drained worker leave (exit
+    143, judged a failure) for a drain that was never committed."""
+    paths = ClusterPaths("c", tmp_path / "c")
+    elastic = workload(min_slices=1, slices=("s2", "s0"))
+    directory = paths.workload_dir("w", 4)
+    with LocalStore.open(paths.database, create=True) as store:
+        store.init_cluster(ClusterRecord("c", "local", "v5p-16", 0.0))
+        store.launches.add("w", workload_to_json(elastic), Launch(environ={}, cwd="/", checkpoint_dir=str(tmp_path / "ck")))
+        plan = effects.plan(effect_of(act.ScaleUp("w", ("s0",), ("s2", "s0"), 3, ("s2", "s0"))), elastic, ())
+        with contextlib.suppress(RuntimeError), store.transaction():
+            Launcher(store, paths).launches(elastic, plan, snapshot())
+            raise RuntimeError("the controller dies before the commit")
+        assert store.launches.membership("w")[0] == 0 and staged_membership_path(directory).exists()
+        Launcher(store, paths).publish_committed([elastic])  # what the next controller does first
+    assert not staged_membership_path(directory).exists() and not membership_path(directory).exists()
 
 
 def test_why_held_back_workers_start_survives_a_controller_restart(tmp_path: Path) -> None:

@@ -125,11 +125,21 @@ class Store:
     def deleted(self) -> bool:
         return self._meta("deleted") == "1"
 
-    def set_controller(self, pid: int, start_ticks: int | None) -> None:
+    def set_controller(self, pid: int, start_ticks: int | None, boot_id: str | None = None) -> None:
         """Record the controller that holds the cluster now (the database cannot be deleted
-        from under it, unlike a pid file; the CLI wakes it through this record)."""
+        from under it, unlike a pid file; the CLI wakes it through this record), and the boot
+        of the machine it runs in (its successor tells a restarted machine by it)."""
         with self.transaction():
-            self._set_meta("controller", json.dumps({"pid": pid, "start_ticks": start_ticks}))
+            self._set_meta("controller", json.dumps({"pid": pid, "start_ticks": start_ticks, "boot_id": boot_id}))
+
+    def controller_boot_id(self) -> str | None:
+        """The boot id recorded with the last controller (None: unknown, an older record)."""
+        value = self._meta("controller")
+        try:
+            boot_id = (json_object(value) or {}).get("boot_id") if value is not None else None
+        except (TypeError, ValueError):
+            return None
+        return boot_id if isinstance(boot_id, str) else None
 
     def controller(self) -> tuple[int, int | None] | None:
         """(pid, kernel start time) of the last controller that held the cluster."""

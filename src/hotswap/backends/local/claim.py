@@ -19,7 +19,7 @@ import os
 import signal
 import time
 
-from hotswap.backends.local.proc import start_ticks
+from hotswap.backends.local.proc import boot_id, start_ticks
 from hotswap.store.paths import ClusterPaths, write_private
 from hotswap.store.state import Store
 
@@ -82,7 +82,7 @@ class Claim:
         """Record this process as the cluster's controller: in the database (which the CLI
         reads to wake it) and in the pid file (which people and scripts read)."""
         pid = os.getpid()
-        store.set_controller(pid, start_ticks(pid))
+        store.set_controller(pid, start_ticks(pid), boot_id())
         write_private(self.paths.pid_file, f"{pid}\n")
 
     def keep_pid_file(self) -> None:

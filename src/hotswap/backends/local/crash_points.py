@@ -28,6 +28,10 @@ And of a warm spare's start and of ``cluster delete`` (issue 36):
 - ``deletion-committed``: the deletion is committed; ``cluster delete`` is not answered.
 - ``deletion-answered``: it is answered; no worker or spare is signalled yet.
 - ``deletion-signalled``: every worker and spare is signalled; none is seen gone yet.
+
+Not a moment of every start (so not in :data:`POINTS`): ``staged``, inside a round's transaction,
+once an elastic workload's new membership generation is written beside its file, before the
+commit (``tests/test_drain_crash_drill.py``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """What ``/proc`` says of a process: whether a pid is still the process it was (its kernel start
-time), for the controller's claim, the supervisor, the zygote and ``cluster delete`` alike."""
+time), for the controller's claim, the supervisor, the zygote and ``cluster delete`` alike; and
+which boot of the machine this is (a pid and its start ticks mean something only within one)."""
 
 from __future__ import annotations
 
@@ -14,3 +15,15 @@ def start_ticks(pid: int) -> int | None:
     if fields and fields[0] == b"Z":
         return None  # a zombie has ended; only its exit status is left
     return int(fields[19])
+
+
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+
+
+def boot_id() -> str | None:
+    """The kernel's id of this boot of the machine (a new one after every restart), if readable."""
+    try:
+        with open(BOOT_ID) as source:
+            return source.read().strip() or None
+    except OSError:
+        return None

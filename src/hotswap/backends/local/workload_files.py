@@ -46,9 +46,37 @@ def membership_path(workload_dir: Path) -> Path:
     return workload_dir / "membership.json"
 
 
-def publish_membership(workload_dir: Path, membership: Membership) -> Path:
-    """Replace the membership file atomically (workers may read it at any moment)."""
-    target = membership_path(workload_dir)
+def staged_membership_path(workload_dir: Path) -> Path:
+    """A generation a round decided, not yet committed: workers never read it."""
+    return workload_dir / "membership.json.next"
+
+
+def stage_membership(workload_dir: Path, membership: Membership) -> Path:
+    """Write a round's new generation beside the membership file, for :func:`publish_staged_membership`
+    once the round has committed: a worker acting on a generation whose round rolled back (its
+    controller killed before the commit) would leave or re-form for a decision never made."""
+    return publish_membership(workload_dir, membership, staged_membership_path(workload_dir))
+
+
+def publish_staged_membership(workload_dir: Path, committed_generation: int) -> None:
+    """Publish the staged generation if it is the one the database committed; drop it if not
+    (its round rolled back). After every commit, and by a restarted controller."""
+    staged = staged_membership_path(workload_dir)
+    try:
+        generation: int | None = Membership.from_json(staged.read_text()).generation
+    except FileNotFoundError:
+        return
+    except (ValueError, KeyError, TypeError):
+        generation = None
+    if generation == committed_generation:
+        os.replace(staged, membership_path(workload_dir))
+    else:
+        staged.unlink(missing_ok=True)
+
+
+def publish_membership(workload_dir: Path, membership: Membership, target: Path | None = None) -> Path:
+    """Replace the membership file (or ``target``) atomically (workers may read it at any moment)."""
+    target = target or membership_path(workload_dir)
     new_dirs_private(target.parent)
     temporary = target.with_suffix(".tmp")
     with os.fdopen(open_private(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as handle:

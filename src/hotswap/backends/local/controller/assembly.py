@@ -29,6 +29,7 @@ from hotswap.backends.local.claim import AlreadyClaimed, Claim
 from hotswap.backends.local.controller.enactment import Launcher
 from hotswap.backends.local.controller.gpu_health import GpuHealthMonitor, Record
 from hotswap.backends.local.controller.hangs import HangWatch
+from hotswap.backends.local.controller.host_loss import HostLoss, Liveness, Predecessor
 from hotswap.backends.local.controller.loop import LocalController
 from hotswap.backends.local.controller.recovery import recover
 from hotswap.backends.local.controller.rounds import RoundRunner
@@ -75,6 +76,7 @@ def open_controller(paths: ClusterPaths, served_metrics: Callable[[], Controller
             closing.callback(metrics.close)
         store = LocalStore.open(paths.database)
         closing.callback(store.close)
+        predecessor = Predecessor.read(store, paths.root)  # before this controller's record replaces it
         claim.announce(store)
         state = ClusterState(store.cluster(), store.load_snapshot(time.time()), deleting=store.deleted())
         inbox = Inbox(state)
@@ -94,12 +96,14 @@ def open_controller(paths: ClusterPaths, served_metrics: Callable[[], Controller
         rounds = RoundRunner(store, claim, state, inbox, workers, launcher, server, health, figures)
         serving = RequestServing(store, state, inbox, rounds, server, workers, health)
         server.open()
-        recover(workers)
+        launcher.publish_committed(state.snapshot.workloads.values())  # its predecessor may have died before
+        recover(workers, HostLoss(predecessor))
         health.watch(None if state.deleting else state.backing)
         if state.deleting:  # a controller stopped half-way through `cluster delete`: finish it
             workers.stop_everything(time.time())
         return LocalController(
-            claim, selector, state, inbox, server, workers, hangs, health, serving, closing.pop_all(), figures
+            claim, selector, state, inbox, server, workers, hangs, health, serving, closing.pop_all(), figures,
+            Liveness(paths.root),
         )
 
 

@@ -5,15 +5,16 @@ backend's plan and enactment.
 rows give a :class:`WorkerPlan` (rows to stop, a new membership generation, workers to start as
 the replica indexes the core assigned them).
 :class:`Launcher` turns a plan's starts into :class:`WorkerLaunch` es inside the round's
-transaction (it publishes the generation, with a fresh rendezvous port, first). The controller
-commits both before any process is signalled or started (see ``workers/lifecycle.py``).
+transaction (it stages the generation, with a fresh rendezvous port, first). The controller
+commits both before any process is signalled or started (see ``workers/lifecycle.py``), and
+only then publishes the staged generation to the workers (:meth:`Launcher.publish_committed`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from hotswap.api import worker as contract
@@ -21,6 +22,7 @@ from hotswap.api.launch import HeldStart, Launch, Run
 from hotswap.api.membership import Membership
 from hotswap.api.catalog import AcceleratorKind, get_device_type
 from hotswap.backends.local import workload_files
+from hotswap.backends.local.crash_points import crash_at
 from hotswap.backends.local.gpu.backing import Backing
 from hotswap.backends.local.workers import environment
 from hotswap.backends.local.workers.supervisor import LocalProcess, WorkerLaunch
@@ -81,6 +83,16 @@ class Launcher:
         self.store = store
         self.paths = paths
         self.backing = backing
+        self.staged: dict[str, Path] = {}  # workload -> its directory, with a generation staged
+
+    def publish_committed(self, workloads: Iterable[Workload] = ()) -> None:
+        """Publish the generations staged for ``workloads`` and by the last round, where the
+        database committed them; drop those whose round rolled back (see
+        :func:`~hotswap.backends.local.workload_files.stage_membership`)."""
+        staged = {**self.staged, **{w.name: self.paths.workload_dir(w.name, w.seq) for w in workloads}}
+        self.staged = {}
+        for name, directory in staged.items():
+            workload_files.publish_staged_membership(directory, self.store.launches.membership(name)[0])
 
     def launches(self, workload: Workload, plan: WorkerPlan, snapshot: Snapshot) -> list[WorkerLaunch]:
         if plan.generation is not None:
@@ -169,10 +181,12 @@ class Launcher:
             directory = self.paths.workload_dir(workload.name, workload.seq)
             joined = directory / "joined"  # joiners' readiness marks (see Membership.joined_dir)
             new_dirs_private(joined)
-            workload_files.publish_membership(
+            workload_files.stage_membership(
                 directory,
                 Membership(generation, tuple(slices), hosts, environment.MASTER_ADDR, port, per_host, str(joined)),
             )
+            self.staged[workload.name] = directory
+            crash_at("staged")  # (test-only: see crash_points.py)
 
 
 def _held_cause(launch: Launch, attempt: int) -> str | None:

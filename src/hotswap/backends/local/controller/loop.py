@@ -43,6 +43,7 @@ from hotswap.backends.kit.figures import RecoveryFigures
 from hotswap.backends.local.claim import Claim
 from hotswap.backends.local.controller.gpu_health import GpuHealthMonitor
 from hotswap.backends.local.controller.hangs import HangWatch
+from hotswap.backends.local.controller.host_loss import Liveness
 from hotswap.backends.local.controller.server import RequestServer
 from hotswap.backends.local.controller.serving import RETRY_S, RequestServing
 from hotswap.backends.local.controller.state import ClusterState, Inbox
@@ -70,6 +71,7 @@ class LocalController:
         serving: RequestServing,
         closing: contextlib.ExitStack,
         figures: RecoveryFigures | None = None,
+        liveness: Liveness | None = None,
     ) -> None:
         self.claim = claim
         self.selector = selector  # each registration's data is its callback
@@ -82,6 +84,7 @@ class LocalController:
         self.serving = serving
         self.closing = closing
         self.figures = figures  # Prometheus, when served
+        self.liveness = liveness  # beaten every second, also while idle (see host_loss.py)
         self.stopped = False
         self.retry_at: float | None = None
         self.wake: tuple[socket.socket, socket.socket] | None = None  # see _wake_on_signals
@@ -92,11 +95,23 @@ class LocalController:
             self.figures.metrics.observed(self.state.snapshot)
         self.wake = _wake_on_signals(self.selector, self._stop_loop)
         self.step()  # what was queued while no controller ran
+        due_at: float | None = None  # when the next step is due if nothing happens before
         while not self.stopped:
-            for key, _ in self.selector.select(self._sleep_s()):
+            now = time.time()
+            if due_at is None:
+                sleep_s = self._sleep_s()
+                due_at = now + sleep_s if sleep_s is not None else now + MAX_SLEEP_S
+            timeout = max(0.0, due_at - now)
+            if self.liveness is not None:  # a beat is due every second, also while idle
+                timeout = min(timeout, self.liveness.due_in(now))
+            ready = self.selector.select(timeout)
+            if self.liveness is not None:
+                self.liveness.beat(time.time())
+            for key, _ in ready:
                 key.data(key.fileobj)
-            if not self.stopped:
+            if not self.stopped and (ready or time.time() >= due_at):
                 self.step()
+                due_at = None
 
     def step(self) -> None:
         """One wake-up: everything that is due, after checking that the cluster is still ours."""

@@ -8,19 +8,23 @@ the shim) is recognised by its start lock and adopted once its pid file appears:
 started a second time. A worker that died of the crash (its shim killed before its command ran:
 the kill hit the process the controller had just forked) is started again, and one whose shim
 died under a running command is reported lost: neither counts against the workload's restarts.
+Nor does a worker killed with its shim when the whole host was lost with the controller (a
+reboot, or every process of the cluster killed at once): see ``host_loss.py``.
 """
 
 from __future__ import annotations
 
 import time
 
+from hotswap.backends.local.controller.host_loss import HostLoss
 from hotswap.backends.local.workers.supervisor import Supervisor
 from hotswap.backends.local.workers.lifecycle import Workers
 from hotswap.backends.local.tables import LIVE_WORKER_STATES, LocalStore, WorkerRow
 
 
-def recover(workers: Workers) -> None:
+def recover(workers: Workers, host_loss: HostLoss) -> None:
     store, supervisor, spares = workers.store, workers.supervisor, workers.spares
+    host_loss.look(store, supervisor)  # before anything new starts
     for row in store.worker_rows.select(LIVE_WORKER_STATES):
         if row.pid is None:  # its start was not recorded: handed to a spare, or started, or neither
             row = _adopt_from_pid_file(store, spares.adopt_after_crash(row))
@@ -31,7 +35,7 @@ def recover(workers: Workers) -> None:
             continue
         pidfd = supervisor.pidfd(row)
         if pidfd is None:
-            workers.ended(row)  # judged, started again, or lost: see Workers.ended
+            workers.ended(row, host_loss.reason(row))  # judged, started again, or lost: see Workers.ended
             continue
         workers.watch(pidfd, row.id)
         if row.state == "starting":

@@ -81,6 +81,7 @@ class RoundRunner:
         events = self.inbox.events + inputs.events
         old, settings, hit = self.state.snapshot, inputs.settings, inputs.hit
         config = scheduler_config(settings) if settings is not None else self.state.config
+        self.launcher.publish_committed()  # drops what a round that rolled back had staged
         decision = decide(old, events, now, config)
         new = decision.snapshot
         decided = effects_of(decision.actions)  # once per action: the timeline, the workers and the figures read it
@@ -122,6 +123,7 @@ class RoundRunner:
         self.inbox.decided()
         backing = self.state.backing
         self.state.committed(new, settings)
+        self.launcher.publish_committed()  # the new generations, to the workers, before any signal
         if self.state.backing != backing:  # a resize changed the GPUs behind the slices
             self.health.watch(self.state.backing)
         if request is not None:

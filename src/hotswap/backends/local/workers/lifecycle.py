@@ -349,15 +349,19 @@ class Workers:
             return
         self.ended(row)
 
-    def ended(self, row: WorkerRow) -> None:
+    def ended(self, row: WorkerRow, host_lost: str | None = None) -> None:
         """A worker's process is gone (seen by this controller or found by recovery). Only its
         command's exit is the workload's to answer for: a start whose shim was killed before
         the command ran is made again (it never counts), and a worker whose shim was killed
         while the command ran on is reported lost, which restarts the workload without
-        charging it (see :class:`~hotswap.backends.local.workers.supervisor.Ending`)."""
+        charging it (see :class:`~hotswap.backends.local.workers.supervisor.Ending`), as is
+        one killed with its shim when recovery found the host lost with it (``host_lost``
+        says why: see ``controller/host_loss.py``)."""
         code, how = self.supervisor.ending(row)
         if row.state == "stopping" or row.identity.is_spare:
             self.stops.exited(row, code)  # told to stop: how it ended is never judged
+        elif how is Ending.KILLED and host_lost is not None:
+            self.stops.exited(row, code, host_lost)
         elif how is Ending.NEVER_RAN and self.started_again.get(row.id, 0) < MAX_START_AGAIN:
             self.started_again[row.id] = self.started_again.get(row.id, 0) + 1
             with self.store.transaction():  # a start committed without a pid again (see recovery)
