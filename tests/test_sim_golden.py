@@ -47,8 +47,8 @@ def run_case(nodes: int, days: float, seed: int, monkeypatch: pytest.MonkeyPatch
     for policy in config.policies:
         decisions = hashlib.sha256()
 
-        def recording_decide(snapshot, events, now, config=scheduler.DEFAULT_CONFIG):  # noqa: ANN001, ANN202
-            decision = scheduler.decide(snapshot, events, now, config)
+        def recording_decide(snapshot, events, now, config=scheduler.DEFAULT_CONFIG, **options):  # noqa: ANN001, ANN003, ANN202
+            decision = scheduler.decide(snapshot, events, now, config, **options)
             decisions.update(repr((now, decision.actions)).encode())
             return decision
 

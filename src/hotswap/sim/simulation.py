@@ -211,7 +211,8 @@ class PolicySimulation:
             events.append(stopped)
         events = self.later_events + events
         self.later_events = []
-        decision = decide(self.snapshot, events, self.now, self.scheduler)
+        # The simulation never looks back at an older snapshot: the round may change it in place.
+        decision = decide(self.snapshot, events, self.now, self.scheduler, consume=True)
         self.counts.decisions += 1
         self.snapshot = decision.snapshot
         respond = self.response.enact
