@@ -281,6 +281,23 @@ class SortedPerKey(Generic[K]):
         keys.extend(k for k, v in copies.items() if v)
         return keys
 
+    def least_from(self, keys: Iterable[K], probe: Any) -> tuple[K, Any] | None:
+        """The least item at or after ``probe`` under any of ``keys``, with its key (the first
+        key's on a tie), or None. (The demand queue asks this at every admission: one call for
+        all the keys of a priority level.)"""
+        copies, original = self._copies.get, self._original.get
+        bisect_left = bisect.bisect_left
+        best_key: Any = None
+        best: Any = None
+        for key in keys:
+            items = copies(key)
+            if items is None:
+                items = original(key, ())
+            at = bisect_left(items, probe)
+            if at < len(items) and (best is None or items[at] < best):
+                best_key, best = key, items[at]
+        return None if best is None else (best_key, best)
+
     def _writable(self, key: K) -> list:
         found = self._copies.get(key)
         if found is None:
