@@ -239,7 +239,15 @@ class Owned(dict):
     @classmethod
     def of(cls, original: Mapping) -> Owned:
         """``original`` itself if it is already owned (the last round's), else a copy of it once."""
-        return original if type(original) is cls else cls(original.items())
+        if type(original) is cls:
+            return original
+        if isinstance(original, Layered):  # (its parts, without a lookup per key)
+            owned = cls(original._base)
+            for key in original._gone:
+                del owned[key]
+            owned.update(original._delta)
+            return owned
+        return cls(original.items())
 
     def set_all(self, keys: Iterable, value: Any) -> None:
         """``self[key] = value`` for each key."""
