@@ -20,8 +20,8 @@ A caller that never reads a snapshot again once it has the next one (the simulat
 up to the round (``decide(..., consume=True)``): then :class:`Owned` and :class:`OwnedSortedPerKey`
 take the place of the copy-on-write views and change the snapshot's mappings in place. The
 round reads and writes the same entries either way, so it decides the same; it only skips the
-copies (the profile of a simulated month at 65,536 nodes: copying deltas and sorted tuples, and
-freeing the old versions, was about a sixth of a round).
+copies (copying deltas and sorted tuples, and freeing the old versions: a simulated month at
+65,536 nodes takes 0.86x the CPU time without them).
 """
 
 from __future__ import annotations
