@@ -15,16 +15,29 @@ The core's cost should follow what a round changes, not the cluster: 100,000 sli
 no more than 3x 10,000.
 
     python benchmarks/bench_scheduler.py --json
+    python benchmarks/bench_scheduler.py --json --sizes 10000,100000 --baseline 31f8424
+
+``--baseline`` (another version's src directory, or a git revision of this repository) measures
+that version too, each size in a fresh process per version, alternating, and reports the ratios
+of CPU per admission and of the decisions' CPU p99 (this one / baseline), and whether both
+versions decided alike (``actions_digest``: every action of every measured round). The
+admission round is timed ``--admission-rounds`` times on the same snapshot; the least CPU counts.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
 import itertools
 import json
+import os
+import pathlib
 import random
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 
 from hotswap.api.catalog import get_device_type
@@ -82,7 +95,9 @@ def full_cluster(slices: int, workloads: int, rng: random.Random) -> Snapshot:
     return Snapshot.build(3600.0, slice_records, node_records, records)
 
 
-def bench_hotswap(slices: int, workloads: int, repeats: int, rng: random.Random) -> tuple[list[float], list[float], int]:
+def bench_hotswap(
+    slices: int, workloads: int, repeats: int, rng: random.Random, digest: hashlib._Hash
+) -> tuple[list[float], list[float], int]:
     """Wall and CPU seconds of each decision, and how many restarted the failed workload."""
     snapshot = full_cluster(slices, workloads, rng)
     # The snapshot lives for the whole run, as a controller's does: keep the collector from
@@ -100,14 +115,18 @@ def bench_hotswap(slices: int, workloads: int, repeats: int, rng: random.Random)
         decision = decide(snapshot, [ev.NodeFailed(failed)], 3700.0)
         cpu.append(time.process_time() - started_cpu)
         wall.append(time.perf_counter() - started)
+        digest.update(repr(decision.actions).encode())
         if any(isinstance(a, act.Restart) and a.workload == victim.name for a in decision.actions):
             replaced += 1
     gc.unfreeze()
     return wall, cpu, replaced
 
 
-def bench_admission(slices: int, queued: int, rng: random.Random) -> tuple[float, float, int]:
-    """Wall and CPU seconds of the round that admits the queue, and how many it admitted."""
+def bench_admission(
+    slices: int, queued: int, rng: random.Random, rounds: int, digest: hashlib._Hash
+) -> tuple[float, float, int]:
+    """Wall and CPU seconds of the round that admits the queue (the least of ``rounds`` on the
+    same snapshot), and how many it admitted."""
     slice_records, node_records = cluster(slices)
     records = []
     for i in range(queued):
@@ -117,13 +136,16 @@ def bench_admission(slices: int, queued: int, rng: random.Random) -> tuple[float
         )
         records.append(Workload(spec=spec, seq=i, created_at=0.0))
     snapshot = Snapshot.build(0.0, slice_records, node_records, records)
-    gc.collect()
     # A new slice starts a scheduling round over the whole queue.
     added = ev.SliceAdded("extra", DEVICE, ("extra-0", "extra-1", "extra-2", "extra-3"))
-    started, started_cpu = time.perf_counter(), time.process_time()
-    decision = decide(snapshot, [added], 1.0)
-    cpu = time.process_time() - started_cpu
-    elapsed = time.perf_counter() - started
+    elapsed = cpu = float("inf")
+    for _ in range(max(1, rounds)):
+        gc.collect()
+        started, started_cpu = time.perf_counter(), time.process_time()
+        decision = decide(snapshot, [added], 1.0)
+        cpu = min(cpu, time.process_time() - started_cpu)
+        elapsed = min(elapsed, time.perf_counter() - started)
+    digest.update(repr(decision.actions).encode())
     admitted = sum(1 for a in decision.actions if isinstance(a, act.Admit))
     return elapsed, cpu, admitted
 
@@ -136,10 +158,11 @@ def _percentiles(seconds: list[float]) -> dict[str, float]:
     }
 
 
-def measure(slices: int, repeats: int, rng: random.Random) -> dict:
+def measure(slices: int, repeats: int, rng: random.Random, rounds: int = 5) -> dict:
     workloads, queued = slices // 5, slices // 10
-    wall, cpu, replaced = bench_hotswap(slices, workloads, repeats, rng)
-    elapsed, cpu_s, admitted = bench_admission(slices, queued, rng)
+    digest = hashlib.sha256()
+    wall, cpu, replaced = bench_hotswap(slices, workloads, repeats, rng, digest)
+    elapsed, cpu_s, admitted = bench_admission(slices, queued, rng, rounds, digest)
     return {
         "slices": slices,
         "workloads": workloads,
@@ -155,6 +178,8 @@ def measure(slices: int, repeats: int, rng: random.Random) -> dict:
         "admission_round_cpu_ms": round(cpu_s * 1000.0, 3),
         "admissions_per_s": round(admitted / elapsed, 1),
         "admissions_per_cpu_s": round(admitted / cpu_s, 1),
+        "actions_digest": digest.hexdigest()[:16],
+        "admissions_per_cpu_s": round(admitted / cpu_s, 1),
     }
 
 
@@ -163,12 +188,40 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000,10000,100000", help="slice counts, comma-separated")
     parser.add_argument("--repeats", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--admission-rounds", type=int, default=5, help="timings of the admission round; the least counts")
     parser.add_argument("--json", action="store_true", help="print only the JSON result")
+    parser.add_argument("--baseline", help="another version to measure alongside: its src/ directory or a git revision")
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    rng = random.Random(args.seed)
+    if args.child is not None:
+        rng = random.Random(f"{args.seed}:{args.child}")
+        print(json.dumps(measure(args.child, args.repeats, rng, args.admission_rounds)))
+        return
+    from bench_simulate import baseline_source  # (this directory's: the same export of a revision)
+
+    temporary: list[tempfile.TemporaryDirectory] = []
+    baseline, baseline_name = baseline_source(args.baseline, temporary) if args.baseline else (None, None)
+    ours = str(pathlib.Path(__file__).resolve().parents[1] / "src")
+
+    def run(slices: int, source: str) -> dict:
+        command = [sys.executable, __file__, "--child", str(slices), "--repeats", str(args.repeats), "--seed",
+                   str(args.seed), "--admission-rounds", str(args.admission_rounds)]
+        env = dict(os.environ, PYTHONPATH=source)
+        return json.loads(subprocess.run(command, capture_output=True, text=True, check=True, env=env).stdout)
+
     results = []
     for slices in (int(s) for s in args.sizes.split(",")):
-        result = measure(slices, args.repeats, rng)
+        result = run(slices, ours)
+        if baseline is not None:
+            base = run(slices, baseline)
+            result["baseline"] = {key: base[key] for key in (
+                "hotswap_decision_ms", "hotswap_decision_cpu_ms", "admission_round_cpu_ms", "admissions_per_cpu_s",
+                "actions_digest")}
+            result["admissions_per_cpu_s_ratio_to_baseline"] = round(
+                result["admissions_per_cpu_s"] / base["admissions_per_cpu_s"], 3)
+            result["hotswap_cpu_p99_ratio_to_baseline"] = round(
+                result["hotswap_decision_cpu_ms"]["p99"] / base["hotswap_decision_cpu_ms"]["p99"], 3)
+            result["same_decisions_as_baseline"] = result["actions_digest"] == base["actions_digest"]
         results.append(result)
         if not args.json:
             print(
@@ -190,7 +243,10 @@ def main() -> None:
         }
         for a, b in itertools.pairwise(results)
     ]
-    print(json.dumps({"runs": results, "ratios": ratios}))
+    document = {"load_average": [round(x, 2) for x in os.getloadavg()], "runs": results, "ratios": ratios}
+    if baseline_name is not None:
+        document["baseline"] = baseline_name
+    print(json.dumps(document))
 
 
 if __name__ == "__main__":

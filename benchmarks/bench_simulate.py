@@ -11,11 +11,18 @@ cost is linear in events takes about 4x the time for 4x the nodes.
     python benchmarks/bench_simulate.py --json                 # --jobs: as hotswap simulate
     python benchmarks/bench_simulate.py --json --jobs 1        # one process, policies in turn
     python benchmarks/bench_simulate.py --json --repeat 3 --baseline /path/to/older/checkout/src
+    python benchmarks/bench_simulate.py --json --sizes 65536 --baseline 31f8424   # a git revision
+    python benchmarks/bench_simulate.py --json --sizes 16384 --seeds 5 --baseline 31f8424  # --compare
 
-``--baseline`` runs every size with a second source tree too (another version's ``src``), its
-runs alternating with this version's, and reports the ratio of CPU times (this one / baseline):
-on a shared machine the ratio of two versions measured side by side is the figure to trust.
-With ``--repeat K`` each size runs K times per tree and the run with the least CPU time counts.
+``--baseline`` runs every size with a second source tree too, its runs alternating with this
+version's, and reports the ratio of CPU times (this one / baseline): on a shared machine the
+ratio of two versions measured side by side is the figure to trust. It is another version's
+``src`` directory, or a git revision of this repository, exported (``git archive``) into a
+temporary directory for the run. With ``--repeat K`` each size runs K times per tree and the run
+with the least CPU time counts. ``--seeds N`` runs ``hotswap simulate --compare`` (every policy
+on N seeds of each size) instead of one seed. CPU time is the processes' own
+(``resource.getrusage``), so other work on the machine does not count; ``cpu_us_per_node_day``
+is what one simulated node-day cost (all policies and seeds together).
 """
 
 from __future__ import annotations
@@ -28,34 +35,73 @@ import pathlib
 import resource
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 
 
-def child(nodes: int, days: float, jobs: int | None) -> dict:
+def child(nodes: int, days: float, jobs: int | None, seeds: int | None) -> dict:
     from hotswap.sim.config import SimConfig
     from hotswap.sim.runner import compare, default_jobs
 
     config = SimConfig(nodes=nodes, days=days)
     started, cpu = time.perf_counter(), time.process_time()
-    comparison = compare(config, jobs)
+    if seeds is None:
+        runs = compare(config, jobs).runs
+    else:
+        from hotswap.sim.sweep import sweep
+
+        runs = sweep(config, [nodes], seeds, jobs).runs
     wall = time.perf_counter() - started
-    events = sum(run.counts.events for run in comparison.runs)
+    cpu_s = time.process_time() - cpu + resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
+    events = sum(run.counts.events for run in runs)
     return {
         "nodes": nodes,
         "days": days,
-        "jobs": jobs if jobs is not None else default_jobs(len(config.policies)),
+        "seeds": 1 if seeds is None else seeds,
+        "jobs": jobs if jobs is not None else default_jobs(len(runs)),
         "wall_s": round(wall, 2),
         # CPU seconds of this process and of its worker processes: what the simulation cost,
         # whatever else the machine was running at the time.
-        "cpu_s": round(time.process_time() - cpu + resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime, 2),
+        "cpu_s": round(cpu_s, 2),
+        "cpu_us_per_node_day": round(cpu_s / (nodes * days * (1 if seeds is None else seeds)) * 1e6, 2),
         "events": events,
         "events_per_s": round(events / wall),
-        "decisions": sum(run.counts.decisions for run in comparison.runs),
-        "failures": comparison.runs[0].counts.failures,
+        "decisions": sum(run.counts.decisions for run in runs),
+        "failures": runs[0].counts.failures,
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "peak_rss_worker_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
-        "main_goodput": {run.policy: round(run.main_goodput, 4) for run in comparison.runs},
+        # Every figure of every run, unrounded: two versions that simulate alike print the same.
+        "results_digest": _digest(runs),
+        "main_goodput": {f"{run.policy}/{run.seed}": round(run.main_goodput, 4) for run in runs},
     }
+
+
+def _digest(runs: list) -> str:
+    import dataclasses
+    import hashlib
+
+    figures = [
+        (r.policy, r.nodes, r.seed, r.goodput_by_priority, r.badput_by_priority, r.main_goodput, r.low_goodput,
+         r.spare_used, r.mttr_s, dataclasses.asdict(r.counts))
+        for r in runs
+    ]
+    return hashlib.sha256(repr(figures).encode()).hexdigest()[:16]
+
+
+def baseline_source(given: str, keep: list[tempfile.TemporaryDirectory]) -> tuple[str, str]:
+    """(the baseline's src directory, what it is): a directory as given, or a git revision of this
+    repository exported into a temporary directory (kept until the run ends)."""
+    if pathlib.Path(given).is_dir():
+        return str(pathlib.Path(given).resolve()), given
+    repo = pathlib.Path(__file__).resolve().parents[1]
+    commit = subprocess.run(["git", "rev-parse", "--short", given], cwd=repo, capture_output=True, text=True, check=True)
+    temp = tempfile.TemporaryDirectory(prefix="bench-simulate-baseline-")
+    keep.append(temp)
+    archive = subprocess.run(["git", "archive", given, "src"], cwd=repo, capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=__import__("io").BytesIO(archive)) as tar:
+        tar.extractall(temp.name, filter="data")
+    return str(pathlib.Path(temp.name) / "src"), f"git {commit.stdout.strip()}"
 
 
 def main() -> None:
@@ -64,18 +110,24 @@ def main() -> None:
     parser.add_argument("--days", type=float, default=30.0)
     parser.add_argument("--jobs", type=int, default=None, help="worker processes (default: as hotswap simulate)")
     parser.add_argument("--json", action="store_true", help="print only the JSON result")
-    parser.add_argument("--baseline", help="another version's source directory (its src/) to run alongside")
+    parser.add_argument("--seeds", type=int, help="run simulate --compare with this many seeds per size")
+    parser.add_argument(
+        "--baseline", help="another version to run alongside: its src/ directory, or a git revision of this repository"
+    )
     parser.add_argument("--repeat", type=int, default=1, help="runs per size and tree; the least CPU time counts")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
-        print(json.dumps(child(args.child, args.days, args.jobs)))
+        print(json.dumps(child(args.child, args.days, args.jobs, args.seeds)))
         return
     ours = str(pathlib.Path(__file__).resolve().parents[1] / "src")
+    temporary: list[tempfile.TemporaryDirectory] = []
+    baseline, baseline_name = baseline_source(args.baseline, temporary) if args.baseline else (None, None)
 
     def run(nodes: int, source: str) -> dict:
         command = [sys.executable, __file__, "--child", str(nodes), "--days", str(args.days)]
         command += ["--jobs", str(args.jobs)] if args.jobs is not None else []
+        command += ["--seeds", str(args.seeds)] if args.seeds is not None else []
         env = dict(os.environ, PYTHONPATH=source)
         return json.loads(subprocess.run(command, capture_output=True, text=True, check=True, env=env).stdout)
 
@@ -84,13 +136,19 @@ def main() -> None:
         mine, theirs = [], []
         for _ in range(max(1, args.repeat)):
             mine.append(run(nodes, ours))
-            if args.baseline is not None:
-                theirs.append(run(nodes, str(pathlib.Path(args.baseline).resolve())))
+            if baseline is not None:
+                theirs.append(run(nodes, baseline))
         best = min(mine, key=lambda r: r["cpu_s"])
         if theirs:
             base = min(theirs, key=lambda r: r["cpu_s"])
-            best["baseline"] = {key: base[key] for key in ("wall_s", "cpu_s", "events", "decisions", "main_goodput")}
+            best["baseline"] = {
+                key: base[key]
+                for key in ("wall_s", "cpu_s", "cpu_us_per_node_day", "events", "decisions", "peak_rss_mb",
+                            "peak_rss_worker_mb", "results_digest", "main_goodput")
+            }
             best["cpu_ratio_to_baseline"] = round(best["cpu_s"] / base["cpu_s"], 3)
+            best["wall_ratio_to_baseline"] = round(best["wall_s"] / base["wall_s"], 3)
+            best["same_results_as_baseline"] = best["results_digest"] == base["results_digest"]
         runs.append(best)
         if not args.json:
             print(f"{nodes:>6} nodes: {best['wall_s']:6.2f} s (CPU {best['cpu_s']} s),"
@@ -102,7 +160,11 @@ def main() -> None:
          "cpu": round(b["cpu_s"] / a["cpu_s"], 2), "events": round(b["events"] / a["events"], 2)}
         for a, b in itertools.pairwise(runs)
     ]
-    print(json.dumps({"machine_cpus": os.cpu_count(), "runs": runs, "ratios": ratios}))
+    document = {"machine_cpus": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()], "runs": runs,
+                "ratios": ratios}
+    if baseline_name is not None:
+        document["baseline"] = baseline_name
+    print(json.dumps(document))
 
 
 if __name__ == "__main__":

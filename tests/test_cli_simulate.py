@@ -95,3 +95,36 @@ def test_user_errors_are_one_line_and_non_zero(tmp_path: Path, args: tuple[str, 
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], (args, result.stderr)
+
+
+def test_compare_draws_its_progress_bar_on_a_terminal_stderr_and_keeps_json_stdout_clean() -> None:
+    """The bar goes to stderr only when stderr is a terminal (a log file or a pipe would fill with
+    redraws); stdout holds only the JSON document either way."""
+    import os
+    import pty
+
+    args = [sys.executable, "-m", "hotswap", "simulate", "--compare", "--nodes", "128", "--sizes", "64,128",
+            "--seeds", "2", "--days", "1", "--jobs", "1", "--json"]
+    main, terminal = pty.openpty()
+    try:
+        env = dict(os.environ, COLUMNS="100", TERM="xterm")
+        process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=terminal, env=env)
+        os.close(terminal)
+        drawn = b""
+        while True:
+            try:
+                chunk = os.read(main, 65536)
+            except OSError:  # the terminal's other end closed: the command exited
+                break
+            if not chunk:
+                break
+            drawn += chunk
+        stdout = process.stdout.read() if process.stdout else b""
+        assert process.wait(timeout=600) == 0, drawn.decode(errors="replace")
+    finally:
+        os.close(main)
+    assert json.loads(stdout)["sizes"] == [64, 128]
+    assert b"simulating" in drawn and b"runs" in drawn, drawn[-500:]
+    piped = hotswap(*args[3:])
+    assert piped.returncode == 0 and "simulating" not in piped.stderr, piped.stderr
+    assert json.loads(piped.stdout)["sizes"] == [64, 128]

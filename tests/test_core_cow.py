@@ -99,3 +99,14 @@ def test_taking_from_the_end_hands_out_the_last_items_first() -> None:
     assert sorted_.take_last("x", 5) == [2, 1]  # fewer than asked: all there is
     assert sorted_.take_last("x", 1) == [] and list(sorted_.view("x")) == []
     assert sorted_.freeze() == {}
+
+
+def test_an_owned_copy_of_a_layered_mapping_holds_what_it_holds() -> None:
+    """``Owned.of`` (a round that consumes its snapshot) copies a Layered mapping from its parts:
+    base, changes and deletions, as the mapping reads."""
+    from hotswap.core.cow import Owned
+
+    layered = Layered.adopt({"a": 1, "b": 2, "c": 3}).derive({"d": 4, "b": 20}, {"a"}).derive({"a": 10}, {"c"})
+    owned = Owned.of(layered)
+    assert owned == dict(layered) == {"a": 10, "b": 20, "d": 4}
+    assert Owned.of(owned) is owned  # the last round's: taken as it is

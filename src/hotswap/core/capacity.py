@@ -16,7 +16,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 
 from hotswap.api.cluster import NodeState
-from hotswap.core.cow import Overlay, SortedPerKey
+from hotswap.core.cow import Overlay, Owned, OwnedSortedPerKey, SortedPerKey
 from hotswap.core.index import Indexes, Level
 from hotswap.core.model import Node, Slice, Snapshot
 from hotswap.core.workload import Workload
@@ -30,19 +30,23 @@ class Capacity:
     """The mutable capacity indexes of one round. The class is the cache's whole bookkeeping:
     every index it keeps must change together with the others, so they live in one place."""
 
-    def __init__(self, snapshot: Snapshot, workloads: Mapping[str, Workload] | Overlay) -> None:
+    def __init__(
+        self, snapshot: Snapshot, workloads: Mapping[str, Workload] | Overlay | Owned, consume: bool = False
+    ) -> None:
         # The round's live workloads: read to find the level of a slice's holder.
         self.workloads = workloads
-        self.slices: Overlay[str, Slice] = Overlay(snapshot.slices)
-        self.nodes: Overlay[str, Node] = Overlay(snapshot.nodes)
-        self.holders: Overlay[str, str] = Overlay(snapshot.holders)
+        # consume: the caller gave the snapshot up; its mappings change in place (hotswap.core.cow).
+        view = Owned.of if consume else Overlay
+        self.slices: Overlay[str, Slice] | Owned = view(snapshot.slices)
+        self.nodes: Overlay[str, Node] | Owned = view(snapshot.nodes)
+        self.holders: Overlay[str, str] | Owned = view(snapshot.holders)
         self._by_type_original = snapshot.slices_by_type
         self._by_type: dict[str, set[str]] = {}
         self.next_ordinal = snapshot.next_ordinal
         self.unhealthy: set[str] = set(snapshot.unhealthy)
         self.removed: set[str] = set()  # slices leaving the cluster; dropped by drop_removed()
         self.held: dict[Level, int] = dict(snapshot.held_by_level)
-        self._free = SortedPerKey(snapshot.free_by_type)
+        self._free = (OwnedSortedPerKey if consume else SortedPerKey)(snapshot.free_by_type)
         # admissible() per device type and priority, valid while nothing is held, released or
         # freed (the demand queue asks for several levels, and again after every grant).
         self._admissible: dict[str, dict[int, int]] = {}

@@ -15,6 +15,13 @@ whole mappings. Three containers make that cheap:
 
 Iteration over a :class:`Layered` follows its base's order, with entries added later at the end;
 nothing in the core depends on that order.
+
+A caller that never reads a snapshot again once it has the next one (the simulator) may give it
+up to the round (``decide(..., consume=True)``): then :class:`Owned` and :class:`OwnedSortedPerKey`
+take the place of the copy-on-write views and change the snapshot's mappings in place. The
+round reads and writes the same entries either way, so it decides the same; it only skips the
+copies (copying deltas and sorted tuples, and freeing the old versions: a simulated month at
+65,536 nodes takes 0.86x the CPU time without them).
 """
 
 from __future__ import annotations
@@ -222,6 +229,35 @@ class Overlay(Generic[K, V]):
         return original if derived is layered else derived
 
 
+class Owned(dict):
+    """A mapping the round owns and changes in place: the snapshot given up to it
+    (``decide(..., consume=True)``), with :class:`Overlay`'s writing methods. A round's reads are
+    the dict's own."""
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, original: Mapping) -> Owned:
+        """``original`` itself if it is already owned (the last round's), else a copy of it once."""
+        if type(original) is cls:
+            return original
+        if isinstance(original, Layered):  # (its parts, without a lookup per key)
+            owned = cls(original._base)
+            for key in original._gone:
+                del owned[key]
+            owned.update(original._delta)
+            return owned
+        return cls(original.items())
+
+    def set_all(self, keys: Iterable, value: Any) -> None:
+        """``self[key] = value`` for each key."""
+        for key in keys:
+            self[key] = value
+
+    def freeze(self) -> Owned:
+        return self
+
+
 class SortedPerKey(Generic[K]):
     """Sorted tuples of items per key, copied into a list the first time the round changes one.
 
@@ -252,6 +288,23 @@ class SortedPerKey(Generic[K]):
         keys = [k for k, v in self._original.items() if v and k not in copies]
         keys.extend(k for k, v in copies.items() if v)
         return keys
+
+    def least_from(self, keys: Iterable[K], probe: Any) -> tuple[K, Any] | None:
+        """The least item at or after ``probe`` under any of ``keys``, with its key (the first
+        key's on a tie), or None. (The demand queue asks this at every admission: one call for
+        all the keys of a priority level.)"""
+        copies, original = self._copies.get, self._original.get
+        bisect_left = bisect.bisect_left
+        best_key: Any = None
+        best: Any = None
+        for key in keys:
+            items = copies(key)
+            if items is None:
+                items = original(key, ())
+            at = bisect_left(items, probe)
+            if at < len(items) and (best is None or items[at] < best):
+                best_key, best = key, items[at]
+        return None if best is None else (best_key, best)
 
     def _writable(self, key: K) -> list:
         found = self._copies.get(key)
@@ -309,3 +362,24 @@ class SortedPerKey(Generic[K]):
             else:
                 merged.pop(key, None)
         return merged
+
+
+class OwnedSortedPerKey(SortedPerKey[K]):
+    """:class:`SortedPerKey` over lists the round owns (the snapshot given up to it): they change
+    in place, as if every key had been copied already, and :meth:`freeze` hands them on."""
+
+    __slots__ = ()
+
+    def __init__(self, original: Mapping[K, tuple | list]) -> None:
+        if type(original) is Owned:
+            copies = original
+        else:
+            copies = Owned({key: list(items) for key, items in original.items()})
+        super().__init__({})
+        self._copies = copies
+
+    def freeze(self) -> Mapping[K, tuple | list]:
+        copies = self._copies
+        for key in [key for key, items in copies.items() if not items]:
+            del copies[key]
+        return copies

@@ -36,6 +36,7 @@ from hotswap.core.ordering import DemandKind, demand_order
 
 _Order = tuple[int, int, int]
 _FLOOR = operator.itemgetter(3)  # of a queue key
+_SIZE = operator.itemgetter(2)  # of a queue key
 _ADMIT, _GROW = DemandKind.ADMIT, DemandKind.GROW  # (as constants: see hotswap.core.admission)
 
 
@@ -167,19 +168,13 @@ class DemandQueue:
                     return seq, Demand(name, _GROW, 0, 1)
             return None
         room_now = room.admissible(device_type, priority)
-        best: tuple[int, Demand] | None = None
-        queued = room.index.queued
-        elastic = self._elastic
-        for key in self._groups.get(bucket.level, ()):
-            _, _, num, floor = key
-            need = floor if elastic else num
-            if need > room_now:
-                continue
-            entries = queued.view(key)
-            at = bisect.bisect_left(entries, (start,))
-            if at < len(entries) and (best is None or entries[at][0] < best[0]):
-                best = entries[at][0], Demand(entries[at][1], _ADMIT, num, need)
-        return best
+        need_of = _FLOOR if self._elastic else _SIZE
+        fitting = [key for key in self._groups.get(bucket.level, ()) if need_of(key) <= room_now]
+        found = room.index.queued.least_from(fitting, (start,))
+        if found is None:
+            return None
+        key, (seq, name) = found
+        return seq, Demand(name, _ADMIT, key[2], need_of(key))
 
     @contextlib.contextmanager
     def deferred_wakes(self) -> Iterator[None]:

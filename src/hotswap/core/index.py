@@ -34,7 +34,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from hotswap.api.phases import WorkloadPhase
-from hotswap.core.cow import SortedPerKey
+from hotswap.core.cow import OwnedSortedPerKey, SortedPerKey
 from hotswap.core.workload import Workload
 
 QUEUED = WorkloadPhase.QUEUED
@@ -137,11 +137,13 @@ class Indexes:
 class WorkloadIndex:
     """The indexes during one round: copy-on-write over a snapshot's :class:`Indexes`."""
 
-    def __init__(self, frozen: Indexes) -> None:
-        self.queued = SortedPerKey(frozen.queued)
-        self.queue_levels = SortedPerKey(frozen.queue_levels)
-        self.growable = SortedPerKey(frozen.growable)
-        self.ranked = SortedPerKey(frozen.ranked)
+    def __init__(self, frozen: Indexes, consume: bool = False) -> None:
+        """``consume``: the caller gave ``frozen`` up; its tuples change in place (hotswap.core.cow)."""
+        sorted_per_key = OwnedSortedPerKey if consume else SortedPerKey
+        self.queued = sorted_per_key(frozen.queued)
+        self.queue_levels = sorted_per_key(frozen.queue_levels)
+        self.growable = sorted_per_key(frozen.growable)
+        self.ranked = sorted_per_key(frozen.ranked)
         self._restarting_original = frozen.restarting
         self._restarting: set[str] | None = None
         self._shrinkable_original = frozen.shrinkable

@@ -14,7 +14,7 @@ from hotswap.api.phases import check_transition
 from hotswap.api.spec import RestartStrategy
 from hotswap.core import actions as act
 from hotswap.core.capacity import Capacity
-from hotswap.core.cow import Overlay
+from hotswap.core.cow import Overlay, Owned
 from hotswap.core.demands import Demand, DemandQueue
 from hotswap.core.index import QUEUED, RESTARTING, RUNNING, WorkloadIndex
 from hotswap.core.model import Snapshot
@@ -35,15 +35,16 @@ _UNINDEXED = frozenset(
 class RoundState:
     """Mutable state of one round; frozen into the next Snapshot at the end."""
 
-    def __init__(self, snapshot: Snapshot, now: float, config: SchedulerConfig) -> None:
+    def __init__(self, snapshot: Snapshot, now: float, config: SchedulerConfig, consume: bool = False) -> None:
         self.now = now
         self.config = config
         self.actions: list[act.Action] = []
         self.needs_scheduling = False
-        self.workloads: Overlay[str, Workload] = Overlay(snapshot.workloads)
-        self.index = WorkloadIndex(snapshot.index)
+        # consume: the caller gave the snapshot up, the round changes it in place (see decide).
+        self.workloads: Overlay[str, Workload] | Owned = (Owned.of if consume else Overlay)(snapshot.workloads)
+        self.index = WorkloadIndex(snapshot.index, consume)
         self.next_seq = snapshot.next_seq
-        self.capacity = Capacity(snapshot, self.workloads)
+        self.capacity = Capacity(snapshot, self.workloads, consume)
         # What demands can get (demands.Room): the capacity's own answers, asked thousands of
         # times per round (bound here rather than wrapped).
         self.admissible = self.capacity.admissible

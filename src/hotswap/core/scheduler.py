@@ -49,9 +49,15 @@ def decide(
     events: Iterable[ev.Event],
     now: float,
     config: SchedulerConfig = DEFAULT_CONFIG,
+    consume: bool = False,
 ) -> Decision:
-    """Apply ``events`` to ``snapshot`` at time ``now`` and decide what to do."""
-    state = RoundState(snapshot, now, config)
+    """Apply ``events`` to ``snapshot`` at time ``now`` and decide what to do.
+
+    ``consume``: the caller gives ``snapshot`` up, and never reads it (or a snapshot decided
+    from it without ``consume``) again; the round then changes its mappings in place instead of
+    copying them (:mod:`hotswap.core.cow`), and the same actions come out. The simulator does
+    this; a backend, which keeps its last snapshot if a round fails, does not."""
+    state = RoundState(snapshot, now, config, consume)
     apply_events(state, list(events))
     if state.needs_scheduling:
         handle_losses(state)

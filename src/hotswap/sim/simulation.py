@@ -107,7 +107,7 @@ class PolicySimulation:
         self.mttr: list[tuple[str, float]] = []
         self.counts = Counts(failures=len(failures))
         slices = [ev.SliceAdded(s, config.device_type, mix.nodes_of(s, config)) for s in mix.slice_names(config)]
-        self.snapshot = decide(Snapshot.build(), slices, 0.0, scheduler).snapshot
+        self.snapshot = decide(Snapshot.build(), slices, 0.0, scheduler, consume=True).snapshot
         # Failures enter the heap one at a time (each brings its repair and the next failure):
         # a heap of the few live timers instead of every failure of the run.
         self._failures = iter(failures)
@@ -211,7 +211,8 @@ class PolicySimulation:
             events.append(stopped)
         events = self.later_events + events
         self.later_events = []
-        decision = decide(self.snapshot, events, self.now, self.scheduler)
+        # The simulation never looks back at an older snapshot: the round may change it in place.
+        decision = decide(self.snapshot, events, self.now, self.scheduler, consume=True)
         self.counts.decisions += 1
         self.snapshot = decision.snapshot
         respond = self.response.enact
