@@ -144,7 +144,11 @@ class WorkerStops:
 
 
 class Workers:
-    """The workers of one cluster: starting them (and their warm spares), watching them end."""
+    """The workers of one cluster: starting them (and their warm spares), watching them end.
+
+    Size: each start path (spare, zygote, cold, an already running shim adopted) and each end
+    (exit, lost, lost with the host) keep their steps together here, where a crash between
+    two of them is reasoned about; the stops are :class:`WorkerStops`'."""
 
     def __init__(
         self,
