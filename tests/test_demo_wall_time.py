@@ -32,7 +32,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture
 def started_long_ago(monkeypatch: pytest.MonkeyPatch) -> float:
     t = time.time() - LONG_AGO_S
-    monkeypatch.setattr(started, "_process_start", lambda: t)
+    monkeypatch.setattr(started, "started_at", lambda: t)
     return t
 
 
@@ -49,7 +49,7 @@ class _QuickDrill(Drill):
 
 
 def test_the_process_started_before_the_cli_was_imported() -> None:
-    begun = started._process_start()
+    begun = started.started_at()
     assert begun is not None  # Linux: from /proc
     assert begun <= started._IMPORTED_AT <= time.time()
     assert started.command_started_at() == pytest.approx(begun, abs=0.05)  # computed again: the clocks read anew

@@ -8,6 +8,7 @@ import threading
 import time
 from typing import TextIO
 
+from hotswap.api.processes import started_at
 from hotswap.api.worker import HOTSWAP_HANDED_OVER_AT
 from hotswap.api.worker_output import EVENT_CHECKPOINT_RESTORE, event_record, restored_line
 
@@ -35,14 +36,7 @@ def process_started_at() -> float | None:
             return float(handed)
         except ValueError:
             pass
-    try:
-        with open("/proc/self/stat") as stat:
-            ticks = int(stat.read().rpartition(")")[2].split()[19])  # field 22: starttime, in clock ticks after boot
-        with open("/proc/uptime") as uptime:  # (btime in /proc/stat is whole seconds: too coarse)
-            up = float(uptime.read().split()[0])
-        return time.time() - (up - ticks / os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError):
-        return None
+    return started_at()
 
 
 def say(line: str) -> None:

@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from hotswap.api.processes import boot_id, start_ticks
 from hotswap.train.events import say
 
 log = logging.getLogger("hotswap.train")
@@ -48,19 +49,15 @@ _POLL_S = 0.05
 
 def _alive_here(pid: int) -> bool:
     """Whether a process of this host still runs (a zombie has ended: it only waits to be reaped)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError, IndexError):
+    if os.path.isdir("/proc/self"):
+        return start_ticks(pid) is not None
+    try:  # no /proc: ask the kernel
+        os.kill(pid, 0)
+    except ProcessLookupError:
         return False
-    except OSError:  # no /proc: ask the kernel
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
+    except PermissionError:
         return True
+    return True
 
 
 class SaveLeases:
@@ -185,20 +182,17 @@ def saver_may_be_live(directory: Path | str, host: str, pid: int) -> bool:
 def _namespace() -> str:
     """This kernel's boot and this process's PID namespace ("" without /proc): where a pid
     names the same process."""
+    boot = boot_id()
     try:
-        with open("/proc/sys/kernel/random/boot_id") as boot:
-            return f"{boot.read().strip()}:{os.stat('/proc/self/ns/pid').st_ino}"
+        return f"{boot}:{os.stat('/proc/self/ns/pid').st_ino}" if boot else ""
     except OSError:
         return ""
 
 
 def _start_ticks(pid: int) -> str:
     """When process ``pid`` started, in clock ticks after boot ("" where unknown)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return ""
+    ticks = start_ticks(pid)
+    return "" if ticks is None else str(ticks)
 
 
 def _recorded(path: str) -> tuple[str, str]:
