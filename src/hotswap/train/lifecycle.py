@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import gc
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -19,6 +20,7 @@ from hotswap.api.worker import CHECKPOINTS_UNUSABLE_EXIT_CODE, WorkerEnv
 from hotswap.api.worker_output import EVENT_START
 from hotswap.train.boundary import StepBoundary
 from hotswap.train.events import EventLog, process_started_at
+from hotswap.train.report_channel import ReportChannel
 from hotswap.train.files import CheckpointDirectoryRefused, FreshStartRefused
 from hotswap.train.rendezvous import timed_out
 from hotswap.train.front import RunFront
@@ -63,7 +65,7 @@ class RunLifecycle(RunFront):
     def _open(self, env: WorkerEnv) -> TerminationRequest:
         """The first thing a run does: its event log, and the SIGTERM flag set at once."""
         self.env = env
-        self.events = EventLog(env.events_file)
+        self.events = EventLog(env.events_file, ReportChannel.from_environ(os.environ))
         request = TerminationRequest(env.grace_period_s)
         request.install()
         return request

@@ -28,8 +28,8 @@ from hotswap.backends.kubernetes.client.connection import ForbiddenError
 from hotswap.backends.kubernetes.live_objects import LiveJobSet, container_of, read_jobset, read_pod, worker_env_value
 from hotswap.backends.kubernetes.render import render_image_cache, render_jobset
 from hotswap.backends.kubernetes.settings import KubeSettings
+from hotswap.backends.kubernetes.worker_reports import goodput_view, progress_view, reports_by_workload
 from hotswap.backends.kubernetes.views import (
-    goodput_view,
     kueue_status,
     placement_view,
     slice_holders,
@@ -231,7 +231,12 @@ class KubernetesBackend:
             view["timeline"] = timeline_view(client.list_events("JobSet", name), job.uid)
         except ForbiddenError as error:  # describe still shows the rest to who may not read Events
             view["timeline"] = [{"time": None, "event": "(not readable)", "message": error.message}]
-        view["goodput"] = goodput_view(job, time.time())
+        try:
+            reports = reports_by_workload(client.list_report_leases(name)).get(name, {})
+        except ForbiddenError:
+            reports = {}
+        view["goodput"] = goodput_view(job, reports, time.time())
+        view["progress"] = progress_view(job.record.failures if job.record is not None else (), reports)
         return view
 
     def logs(

@@ -1,0 +1,232 @@
+"""Issue 35 item 3: the workers' own records reach the Kubernetes controller, one Lease per replica
+written by its first process (hotswap.train.report_channel, the real code, against the world's
+API server), and the controller books goodput, MTTR and hangs from them as the local backend
+does from its events files."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from k8s_fixtures.scenario import make_controller, make_world, run_until, running, submit
+from k8s_fixtures.world.apiserver import Fault
+from k8s_fixtures.world.store import LEASES
+
+from hotswap.api.worker_report import REPORT_ANNOTATION, WorkerReport, decode_report, report_name
+from hotswap.backends.kit.metrics import ControllerMetrics
+from hotswap.backends.kubernetes import labels
+from hotswap.backends.kubernetes.live_objects import read_jobset
+from hotswap.backends.kubernetes.worker_reports import goodput_view, progress_view, reports_by_workload
+from hotswap.train.report_channel import ReportChannel
+from test_kubernetes_metrics import sample
+
+
+def _lease(world: Any, workload: str, replica: int) -> None:
+    """The replica's Lease, as ``workload create`` makes it."""
+    world.store.create(LEASES, {"metadata": {"name": report_name(workload, replica), "namespace": world.namespace,
+                                             "labels": {labels.WORKLOAD_LABEL: workload}}, "spec": {}})
+
+
+def _channel(world: Any, workload: str, replica: int, attempt: int) -> ReportChannel:
+    url = f"{world.api.url}/apis/coordination.k8s.io/v1/namespaces/{world.namespace}/leases/{report_name(workload, replica)}"
+    return ReportChannel(url, attempt, replica, None, None, clock=lambda: world.clock.now, background=False)
+
+
+def _steps(channel: ReportChannel, first: int, count: int, t0: float, slices: int = 1, duration: float = 1.0) -> float:
+    t = t0
+    for step in range(first, first + count):
+        t += duration
+        channel.record({"t": t, "kind": "step", "step": step, "duration_s": duration, "slices": slices})
+    return t
+
+
+def _stored(world: Any, workload: str, replica: int = 0) -> WorkerReport:
+    lease = world.store.get(LEASES, world.namespace, report_name(workload, replica))
+    report = decode_report(lease["metadata"]["annotations"][REPORT_ANNOTATION])
+    assert report is not None
+    return report
+
+
+def test_goodput_from_the_records_books_the_local_categories() -> None:
+    """Startup, restore, productive, save; a restart that restores an earlier step wastes the
+    steps after it; time on fewer slices is degraded; no step at all is unknown."""
+    report = WorkerReport(replica=0)
+    report.fold({"t": 100.0, "kind": "start", "process_t": 98.0}, 1)
+    t = 100.0
+    for step in range(1, 11):
+        t += 1.0
+        report.fold({"t": t, "kind": "step", "step": step, "duration_s": 1.0, "slices": 2}, 1)
+        if step == 5:
+            report.fold({"t": t + 0.5, "kind": "checkpoint_save", "step": 5, "blocking_s": 0.5}, 1)
+            t += 0.5
+    report.fold({"t": 120.0, "kind": "start", "process_t": 119.0}, 2)
+    report.fold({"t": 121.0, "kind": "checkpoint_restore", "step": 5, "duration_s": 1.0, "source": "checkpoint"}, 2)
+    report.fold({"t": 123.0, "kind": "step", "step": 6, "duration_s": 1.0, "slices": 2}, 2)
+    report.fold({"t": 125.0, "kind": "elastic", "slices": 1, "duration_s": 1.0}, 2)
+    report.fold({"t": 130.0, "kind": "step", "step": 7, "duration_s": 1.0, "slices": 1}, 2)
+    report.published_at = 130.0
+    assert decode_report(report.encode()) == report  # the Lease's text reads back as written
+
+    from hotswap.backends.kubernetes.state_annotation import StateRecord
+    from hotswap.core.workload import Workload
+    from hotswap.api.phases import WorkloadPhase
+    from hotswap.api.spec import workload_spec
+
+    spec = workload_spec(name="w", command="python3 train.py", device_type="v6e-16", num_slices=2, min_slices=1)
+    record = StateRecord(Workload(spec=spec, seq=1, created_at=90.0, phase=WorkloadPhase.RUNNING, slices=("a", "b"), attempt=2),
+                         phase_seconds={"QUEUED": 5.0}, phase_since=95.0)
+    obj = {"metadata": {"name": "w", "uid": "u", "creationTimestamp": "1970-01-01T00:01:30Z",
+                        "annotations": {labels.SPEC_ANNOTATION: spec.model_dump_json(), labels.STATE_ANNOTATION: record.encode()}},
+           "spec": {}, "status": {}}
+    job = read_jobset(obj)
+    view = goodput_view(job, {0: report}, now=500.0)
+    seconds = view["slice_seconds"]
+    assert view["source"] == "workers" and view["as_of"] == 130.0  # as of the records, not the controller's look
+    assert seconds["queued"] == pytest.approx(10.0)
+    assert seconds["wasted_progress"] == pytest.approx(2 * 5.0)  # steps 6-10 of attempt 1, re-done after the restore of step 5
+    assert seconds["productive"] == pytest.approx(2 * 5.0 + 2 * 1.0 + 1 * 1.0)
+    assert seconds["checkpoint_save"] == pytest.approx(2 * 0.5)
+    assert seconds["checkpoint_restore"] == pytest.approx(2 * 1.0)
+    assert seconds["degraded"] >= 5.0  # the stretch on one slice of two
+    assert seconds["elastic"] == pytest.approx(1.0)
+    assert sum(seconds.values()) == pytest.approx(2 * (130.0 - 90.0))  # every slice-second booked once
+    assert 0 < view["goodput"] < 1
+    unknown = goodput_view(job, {}, now=500.0)
+    assert unknown["goodput"] is None and unknown["reason"].startswith("no step was reported")
+
+
+def test_the_recovery_ends_at_the_first_step_after_it_not_when_pods_run() -> None:
+    """hotswap_recovery_seconds and describe's MTTR: failure -> the first productive step after
+    it, from the records (the old metric stopped at all pods Running). The controller reads the
+    record rounds after it was written (a watch delay): the figure is the records', unchanged."""
+    world = make_world()
+    try:
+        metrics = ControllerMetrics()
+        controller = make_controller(world, metrics=metrics)
+        submit(world, "w", "high", 1)
+        _lease(world, "w", 0)
+        run_until(world, controller, lambda: running(world, "w") == 4)
+        first = _channel(world, "w", 0, attempt=1)
+        first.record({"t": world.clock.now, "kind": "start"})
+        _steps(first, 1, 5, world.clock.now)
+        first.publish()
+        world.fail_node(world.nodes_of_pool(world.pools_of("w")[0])[0])
+        run_until(world, controller, lambda: running(world, "w", attempt=2) == 4)
+        world.advance(20, controller)
+        assert sample(metrics.exposition(), "hotswap_recovery_seconds_count") == 0  # pods run; no step yet
+        second = _channel(world, "w", 0, attempt=2)
+        second.record({"t": world.clock.now, "kind": "start"})
+        stepped = _steps(second, 6, 3, world.clock.now, duration=2.0) - 4.0  # the first step's end
+        second.publish()
+        world.advance(40, controller)  # read on a later round (watch delay, resync)
+        failures = world.state("w")["failures"]
+        assert [attempt for _, attempt in failures] == [1]
+        text = metrics.exposition()
+        assert sample(text, "hotswap_recovery_seconds_count") == 1
+        assert sample(text, "hotswap_recovery_seconds_sum") == pytest.approx(stepped - failures[0][0], abs=1e-3)
+        reports = reports_by_workload(world.store.list(LEASES))["w"]
+        progress = progress_view([tuple(f) for f in failures], reports)
+        assert progress["mttr_s"] == pytest.approx(stepped - failures[0][0], abs=1e-3)  # describe says the same
+        assert [a.attempt for a in _stored(world, "w").attempts] == [1, 2]
+    finally:
+        world.close()
+
+
+def test_two_pods_of_one_replica_write_its_record_without_losing_each_others_attempts() -> None:
+    """The old attempt's pod, terminating, records its save while the new one steps: the API
+    server refuses the stale resourceVersion (409); the channel reads, keeps the other's attempt
+    and writes again."""
+    world = make_world()
+    try:
+        _lease(world, "w", 0)
+        old, new = _channel(world, "w", 0, attempt=1), _channel(world, "w", 0, attempt=2)
+        old.record({"t": 10.0, "kind": "start"})
+        _steps(old, 1, 3, 10.0)
+        old.publish()
+        new.record({"t": 20.0, "kind": "start"})
+        _steps(new, 4, 2, 20.0)
+        new.publish()
+        old.record({"t": 21.0, "kind": "stop", "reason": "terminated"})
+        conflicts = len([r for r in world.api.requests if r.status == 409])
+        old.publish()
+        assert len([r for r in world.api.requests if r.status == 409]) == conflicts + 1
+        stored = _stored(world, "w")
+        assert [a.attempt for a in stored.attempts] == [1, 2]
+        assert stored.attempts[0].stop == "terminated" and stored.attempts[1].steps == 2
+        assert stored.progress.last_step == 5  # the newer attempt's progress is the replica's
+    finally:
+        world.close()
+
+
+def test_a_pod_the_rbac_refuses_says_so_once_and_trains_on(capsys: pytest.CaptureFixture[str]) -> None:
+    """403 (the workload's Role does not name this Lease): one line, no more writes, nothing
+    raised into training; the controller shows goodput unknown with the reason."""
+    world = make_world()
+    try:
+        _lease(world, "w", 0)
+        world.api.faults.append(Fault("PUT", f"/apis/coordination.k8s.io/v1/namespaces/{world.namespace}/leases/", 403, "Forbidden",
+                                      'leases.coordination.k8s.io "w-report-0" is forbidden'))
+        channel = _channel(world, "w", 0, attempt=1)
+        _steps(channel, 1, 3, 10.0)
+        channel.publish()
+        channel.publish()
+        assert channel.refused
+        assert capsys.readouterr().err.count("not published (403") == 1
+        assert len([r for r in world.api.requests if r.method == "PUT"]) == 1
+        assert reports_by_workload(world.store.list(LEASES)) == {}
+    finally:
+        world.close()
+
+
+def _hung_world(hang_timeout: float | None = None) -> tuple[Any, Any, ReportChannel]:
+    world = make_world()
+    controller = make_controller(world)
+    submit(world, "w", "high", 1, max_restarts=3, **({"hang_timeout_s": hang_timeout} if hang_timeout else {}))
+    _lease(world, "w", 0)
+    run_until(world, controller, lambda: running(world, "w") == 4)
+    channel = _channel(world, "w", 0, attempt=1)
+    channel.record({"t": world.clock.now, "kind": "start"})
+    return world, controller, channel
+
+
+def _heartbeats(world: Any, controller: Any, channel: ReportChannel, seconds: float, every: float = 10.0) -> None:
+    for _ in range(int(seconds / every)):
+        world.advance(every, controller)
+        channel.publish()
+
+
+def test_a_replica_that_stops_stepping_is_hung_by_its_own_heartbeat() -> None:
+    world, controller, channel = _hung_world()
+    try:
+        _steps(channel, 1, 10, world.clock.now)
+        channel.publish()
+        _heartbeats(world, controller, channel, 90)
+        world.advance(5, controller)
+        assert world.state("w")["attempt"] == 2  # restarted, charged, as locally
+        assert world.state("w")["restarts"] == 1
+    finally:
+        world.close()
+
+
+@pytest.mark.parametrize("case", ["stale_heartbeat", "stopped", "long_first_step", "saving"])
+def test_what_is_never_a_hang(case: str) -> None:
+    """A controller that looks late (the last heartbeat is old: a loaded host, a slow API
+    server), a worker that recorded its stop, a first step that takes long, an announced save:
+    never hung."""
+    world, controller, channel = _hung_world()
+    try:
+        if case != "long_first_step":
+            _steps(channel, 1, 10, world.clock.now)
+        if case == "stopped":
+            channel.record({"t": world.clock.now + 11, "kind": "stop", "reason": "complete"})
+        if case == "saving":
+            channel.record({"t": world.clock.now + 11, "kind": "checkpoint_begin", "step": 10, "reason": "periodic"})
+        channel.publish()
+        if case == "stale_heartbeat":
+            world.advance(300, controller)  # no heartbeat for 300 s: the controller judges only what was written
+        else:
+            _heartbeats(world, controller, channel, 300 if case != "saving" else 200)
+        world.advance(5, controller)
+        assert world.state("w")["attempt"] == 1
+    finally:
+        world.close()
