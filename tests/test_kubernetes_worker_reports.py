@@ -5,31 +5,54 @@ does from its events files."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 from k8s_fixtures.scenario import make_controller, make_world, run_until, running, submit
-from k8s_fixtures.world.apiserver import Fault
-from k8s_fixtures.world.store import LEASES
+from k8s_fixtures.world.rbac import RBAC_RESOURCES, token_of
+from k8s_fixtures.world.store import JOBSETS, LEASES
 
+from hotswap.backends.kubernetes.client.connection import ForbiddenError
+from hotswap.api.spec import workload_spec
 from hotswap.api.worker_report import REPORT_ANNOTATION, WorkerReport, decode_report, report_name
 from hotswap.backends.kit.metrics import ControllerMetrics
 from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes.live_objects import read_jobset
+from hotswap.backends.kubernetes.render.reports import report_access, report_leases, worker_service_account
 from hotswap.backends.kubernetes.worker_reports import goodput_view, progress_view, reports_by_workload
 from hotswap.train.report_channel import ReportChannel
 from test_kubernetes_metrics import sample
 
 
+def _create(world: Any, name: str, slices: int = 1, **fields: Any) -> dict[str, Any]:
+    """What ``workload create`` makes (backend.create_workload): the workers' ServiceAccount,
+    Role and RoleBinding, the JobSet, then the same owned by it, and the replicas' Leases."""
+    spec = workload_spec(name=name, command="python3 train.py", device_type="v6e-16", num_slices=slices, priority="high", **fields)
+    for obj in report_access(spec, world.namespace):
+        world.apply(obj)
+    jobset = submit(world, name, "high", slices, **fields)
+    for obj in report_access(spec, world.namespace, owner=jobset) + report_leases(spec, world.namespace, jobset):
+        world.apply(obj)
+    return jobset
+
+
 def _lease(world: Any, workload: str, replica: int) -> None:
-    """The replica's Lease, as ``workload create`` makes it."""
+    """The replica's Lease alone, as ``workload create`` makes it (for a channel tested without its JobSet)."""
     world.store.create(LEASES, {"metadata": {"name": report_name(workload, replica), "namespace": world.namespace,
                                              "labels": {labels.WORKLOAD_LABEL: workload}}, "spec": {}})
 
 
-def _channel(world: Any, workload: str, replica: int, attempt: int) -> ReportChannel:
-    url = f"{world.api.url}/apis/coordination.k8s.io/v1/namespaces/{world.namespace}/leases/{report_name(workload, replica)}"
-    return ReportChannel(url, attempt, replica, None, None, clock=lambda: world.clock.now, background=False)
+def _channel(world: Any, workload: str, replica: int, attempt: int, token: Path | None = None, lease: str | None = None) -> ReportChannel:
+    """The channel of a replica's first process; ``token``: the pod's ServiceAccount token (none: the admin)."""
+    url = f"{world.api.url}/apis/coordination.k8s.io/v1/namespaces/{world.namespace}/leases/{lease or report_name(workload, replica)}"
+    return ReportChannel(url, attempt, replica, str(token) if token else None, None, clock=lambda: world.clock.now, background=False)
+
+
+def _token(tmp_path: Path, world: Any, workload: str) -> Path:
+    path = tmp_path / f"token-{workload}"
+    path.write_text(token_of(world.namespace, worker_service_account(workload)))
+    return path
 
 
 def _steps(channel: ReportChannel, first: int, count: int, t0: float, slices: int = 1, duration: float = 1.0) -> float:
@@ -103,8 +126,7 @@ def test_the_recovery_ends_at_the_first_step_after_it_not_when_pods_run() -> Non
     try:
         metrics = ControllerMetrics()
         controller = make_controller(world, metrics=metrics)
-        submit(world, "w", "high", 1)
-        _lease(world, "w", 0)
+        _create(world, "w", 1)
         run_until(world, controller, lambda: running(world, "w") == 4)
         first = _channel(world, "w", 0, attempt=1)
         first.record({"t": world.clock.now, "kind": "start"})
@@ -158,21 +180,52 @@ def test_two_pods_of_one_replica_write_its_record_without_losing_each_others_att
         world.close()
 
 
-def test_a_pod_the_rbac_refuses_says_so_once_and_trains_on(capsys: pytest.CaptureFixture[str]) -> None:
-    """403 (the workload's Role does not name this Lease): one line, no more writes, nothing
-    raised into training; the controller shows goodput unknown with the reason."""
+def test_a_pod_may_write_its_own_records_and_nothing_else(tmp_path: Path) -> None:
+    """The workload's ServiceAccount (RBAC as the API server authorizes it): get and update its
+    replicas' Leases; another workload's record, a JobSet, a new Lease: 403. Deleting the JobSet
+    takes its records and its workers' access with it."""
+    world = make_world()
+    try:
+        _create(world, "w", 2)
+        _create(world, "other", 1)
+        token = _token(tmp_path, world, "w")
+        for replica in (0, 1):
+            mine = _channel(world, "w", replica, attempt=1, token=token)
+            _steps(mine, 1, 2, 10.0)
+            mine.publish()
+            assert not mine.refused and _stored(world, "w", replica).attempts[0].steps == 2
+        theirs = _channel(world, "w", 0, attempt=1, token=token, lease=report_name("other", 0))
+        _steps(theirs, 1, 2, 10.0)
+        theirs.publish()
+        assert theirs.refused and reports_by_workload(world.store.list(LEASES)).get("other") is None
+        client = world.client()
+        client.api_client.set_default_header("Authorization", f"Bearer {token.read_text()}")  # as the pod's ServiceAccount
+        client.sleep = lambda _: None  # (its retries of a 403 while RBAC caches fill)
+        with pytest.raises(ForbiddenError, match='cannot patch resource "jobsets"'):
+            client.patch_jobset("w", {"metadata": {"annotations": {"x": "y"}}})
+        with pytest.raises(ForbiddenError, match='cannot create resource "leases"'):
+            client.create_lease({"metadata": {"name": "w-report-9"}})
+        world.store.delete(JOBSETS, world.namespace, "w")
+        world.settle()
+        assert not [o for r in (LEASES, *RBAC_RESOURCES) for o in world.store.items(r)
+                    if o["metadata"].get("labels", {}).get(labels.WORKLOAD_LABEL) == "w"]
+    finally:
+        world.close()
+
+
+def test_a_pod_the_rbac_refuses_says_so_once_and_trains_on(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """403 (a pod whose ServiceAccount has no Role, as a workload created by an earlier release):
+    one line, no more writes, nothing raised into training; goodput unknown with the reason."""
     world = make_world()
     try:
         _lease(world, "w", 0)
-        world.api.faults.append(Fault("PUT", f"/apis/coordination.k8s.io/v1/namespaces/{world.namespace}/leases/", 403, "Forbidden",
-                                      'leases.coordination.k8s.io "w-report-0" is forbidden'))
-        channel = _channel(world, "w", 0, attempt=1)
+        channel = _channel(world, "w", 0, attempt=1, token=_token(tmp_path, world, "w"))
         _steps(channel, 1, 3, 10.0)
         channel.publish()
         channel.publish()
         assert channel.refused
         assert capsys.readouterr().err.count("not published (403") == 1
-        assert len([r for r in world.api.requests if r.method == "PUT"]) == 1
+        assert len([r for r in world.api.requests if r.path.endswith("/leases/w-report-0")]) == 1  # refused once, never asked again
         assert reports_by_workload(world.store.list(LEASES)) == {}
     finally:
         world.close()
@@ -181,8 +234,7 @@ def test_a_pod_the_rbac_refuses_says_so_once_and_trains_on(capsys: pytest.Captur
 def _hung_world(hang_timeout: float | None = None) -> tuple[Any, Any, ReportChannel]:
     world = make_world()
     controller = make_controller(world)
-    submit(world, "w", "high", 1, max_restarts=3, **({"hang_timeout_s": hang_timeout} if hang_timeout else {}))
-    _lease(world, "w", 0)
+    _create(world, "w", 1, max_restarts=3, **({"hang_timeout_s": hang_timeout} if hang_timeout else {}))
     run_until(world, controller, lambda: running(world, "w") == 4)
     channel = _channel(world, "w", 0, attempt=1)
     channel.record({"t": world.clock.now, "kind": "start"})

@@ -32,6 +32,7 @@ from hotswap.api.worker_output import (
 )
 
 REPORT_ANNOTATION = "hotswap.dev/report"  # the record's JSON, on its Lease
+IN_CLUSTER = "in-cluster"  # HOTSWAP_REPORT_LEASES in a pod: the Leases of its own namespace, on the API server it reaches
 REPORT_VERSION = 1
 # How often a replica's record is written at most while nothing but steps happens (a heartbeat:
 # kubelet's node Lease renews every 10 s too). A restore, a first step, a save, a re-formation or

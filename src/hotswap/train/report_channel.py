@@ -28,10 +28,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from hotswap.api.worker import HOTSWAP_ATTEMPT, HOTSWAP_REPORT_LEASES, HOTSWAP_WORKLOAD, JOB_COMPLETION_INDEX, JOB_INDEX, LOCAL_RANK, MEGASCALE_SLICE_ID
-from hotswap.api.worker_report import MIN_PUBLISH_GAP_S, PUBLISH_INTERVAL_S, REPORT_ANNOTATION, WorkerReport, decode_report, report_name
+from hotswap.api.worker_report import IN_CLUSTER, MIN_PUBLISH_GAP_S, PUBLISH_INTERVAL_S, REPORT_ANNOTATION, WorkerReport, decode_report, report_name
 
 SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
-IN_CLUSTER = "in-cluster"  # HOTSWAP_REPORT_LEASES' value in a pod: the API server and namespace the pod was given
 
 
 def in_cluster_leases(env: Mapping[str, str]) -> str | None:

@@ -28,6 +28,7 @@ from hotswap.backends.kubernetes.client.connection import ForbiddenError
 from hotswap.backends.kubernetes.live_objects import LiveJobSet, container_of, read_jobset, read_pod, worker_env_value
 from hotswap.backends.kubernetes.render import render_image_cache, render_jobset
 from hotswap.backends.kubernetes.settings import KubeSettings
+from hotswap.backends.kubernetes.render.reports import report_access, report_leases
 from hotswap.backends.kubernetes.worker_reports import goodput_view, progress_view, reports_by_workload
 from hotswap.backends.kubernetes.views import (
     kueue_status,
@@ -176,7 +177,16 @@ class KubernetesBackend:
             raise CapacityError(f"workload {spec.name} rejected: {never}")
         if client.get_jobset(spec.name) is not None:
             raise ConflictError(f"a workload named {spec.name} already exists in namespace {settings.namespace}")
+        # Its pods run as the workload's ServiceAccount: it exists before them (render/reports.py).
+        try:
+            default_account = client.get_service_account("default")
+        except ForbiddenError:
+            default_account = None
+        for obj in report_access(spec, settings.namespace, default_account):
+            client.apply(obj)
         applied = client.apply(manifest)
+        for obj in report_access(spec, settings.namespace, default_account, owner=applied) + report_leases(spec, settings.namespace, applied):
+            client.apply(obj)
         return view_of(read_jobset(applied), {})
 
     def delete_workload(self, cluster: str, name: str) -> None:

@@ -104,3 +104,9 @@ class Reads(ApiCalls):
         selector = f"{labels.WORKLOAD_LABEL}={workload}" if workload else labels.WORKLOAD_LABEL
         answer = self._call("list Leases", self.coordination.list_namespaced_lease, self.namespace, label_selector=selector)
         return answer.get("items", [])
+
+    def get_service_account(self, name: str) -> dict[str, Any] | None:
+        try:
+            return self._call(f"read ServiceAccount {name}", self.core.read_namespaced_service_account, name, self.namespace)
+        except NotFoundError:
+            return None
