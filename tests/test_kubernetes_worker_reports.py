@@ -118,11 +118,17 @@ def test_goodput_from_the_records_books_the_local_categories() -> None:
     assert unknown["goodput"] is None and unknown["reason"].startswith("no step was reported")
 
 
-def test_the_recovery_ends_at_the_first_step_after_it_not_when_pods_run() -> None:
+def test_the_recovery_ends_at_the_first_step_after_it_not_when_pods_run(monkeypatch: pytest.MonkeyPatch) -> None:
     """hotswap_recovery_seconds and describe's MTTR: failure -> the first productive step after
     it, from the records (the old metric stopped at all pods Running). The controller reads the
     record rounds after it was written (a watch delay): the figure is the records', unchanged."""
+    from k8s_fixtures.scenario import CLUSTER, settings_of
+
+    from hotswap.backends.kubernetes import backend as kube_backend
+
     world = make_world()
+    monkeypatch.setattr(kube_backend, "settings_of", lambda cluster: settings_of(world))
+    monkeypatch.setattr(kube_backend.KubernetesBackend, "_client", lambda self, settings: world.client(settings))
     try:
         metrics = ControllerMetrics()
         controller = make_controller(world, metrics=metrics)
@@ -148,7 +154,11 @@ def test_the_recovery_ends_at_the_first_step_after_it_not_when_pods_run() -> Non
         assert sample(text, "hotswap_recovery_seconds_sum") == pytest.approx(stepped - failures[0][0], abs=1e-3)
         reports = reports_by_workload(world.store.list(LEASES))["w"]
         progress = progress_view([tuple(f) for f in failures], reports)
-        assert progress["mttr_s"] == pytest.approx(stepped - failures[0][0], abs=1e-3)  # describe says the same
+        assert progress["mttr_s"] == pytest.approx(stepped - failures[0][0], abs=1e-3)
+        described = kube_backend.KubernetesBackend().describe_workload(CLUSTER, "w")  # says the same
+        assert described["progress"]["mttr_s"] == progress["mttr_s"]
+        assert described["goodput"]["source"] == "workers" and 0 < described["goodput"]["goodput"] < 1
+        assert described["goodput"]["slice_seconds"]["recovery"] > 0  # from the failure to the new attempt's start
         assert [a.attempt for a in _stored(world, "w").attempts] == [1, 2]
     finally:
         world.close()
@@ -280,5 +290,31 @@ def test_what_is_never_a_hang(case: str) -> None:
             _heartbeats(world, controller, channel, 300 if case != "saving" else 200)
         world.advance(5, controller)
         assert world.state("w")["attempt"] == 1
+    finally:
+        world.close()
+
+
+def test_a_real_pytorch_run_writes_its_replicas_record(tmp_path: Path) -> None:
+    """The SDK end to end (examples/train.py, PyTorch on CPU): the replica's first process
+    writes its record to its Lease as the pod would (the world's API server standing for the
+    pod's), its steps, saves and stop included, the last at its exit."""
+    from train_harness import TRAIN_EXAMPLE, Workers, free_port, worker_env
+
+    world = make_world()
+    try:
+        _create(world, "w", 1)
+        leases = f"{world.api.url}/apis/coordination.k8s.io/v1/namespaces/{world.namespace}/leases"
+        env = worker_env(rank=0, world_size=1, port=free_port(), checkpoint_dir=tmp_path / "ckpt")
+        env.update({"HOTSWAP_WORKLOAD": "w", "HOTSWAP_REPORT_LEASES": leases, "JOB_COMPLETION_INDEX": 0})
+        with Workers(tmp_path) as workers:
+            worker = workers.start("w", TRAIN_EXAMPLE, ["--steps", "30", "--checkpoint-every", "10"], env)
+            assert worker.process.wait(timeout=300) == 0, worker.errors.read_text()
+        report = _stored(world, "w")
+        (attempt,) = report.attempts
+        assert attempt.steps == 30 and attempt.last_step == 30 and attempt.first_step is not None
+        assert [step for step, _ in attempt.saves][-1] == 30 and attempt.stop == "complete"
+        assert report.progress.leaving
+        writes = [r for r in world.api.requests if r.method == "PUT" and r.path.endswith("/w-report-0")]
+        assert 2 <= len(writes) <= 30  # bounded: not one per step
     finally:
         world.close()

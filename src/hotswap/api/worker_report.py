@@ -79,6 +79,8 @@ class AttemptReport:
     productive_s: float = 0.0  # slice-seconds of steps so far
     saves: list[tuple[int, float]] = dataclasses.field(default_factory=list)  # (step, productive_s then)
     restored: int | None = None
+    restored_at: float | None = None
+    restored_from: str | None = None  # RESTORE_SOURCES
     restore_s: float = 0.0
     stop: str | None = None  # the stop record's reason
     stopped_at: float | None = None
@@ -143,7 +145,8 @@ class WorkerReport:
             self.progress.longest_save_s = max(self.progress.longest_save_s or 0.0, held)
             self.progress.saving_since, self.progress.save_ended_at = None, t
         elif kind == EVENT_CHECKPOINT_RESTORE:
-            run.restored = int(record.get("step", 0))
+            run.restored, run.restored_at = int(record.get("step", 0)), t
+            run.restored_from = str(record.get("source") or "") or None
             run.restore_s += float(record.get("duration_s", 0.0))
         elif kind == EVENT_ELASTIC:
             slices = record.get("slices")
@@ -227,7 +230,9 @@ def decode_report(text: str | None) -> WorkerReport | None:
                 steps=int(a.get("steps", 0)), last_step=_int(a.get("last_step")),
                 productive_s=float(a.get("productive_s", 0.0)),
                 saves=[(int(s[0]), float(s[1])) for s in a.get("saves", [])][-MAX_SAVES:],
-                restored=_int(a.get("restored")), restore_s=float(a.get("restore_s", 0.0)),
+                restored=_int(a.get("restored")), restored_at=_num(a.get("restored_at")),
+                restored_from=a.get("restored_from") if isinstance(a.get("restored_from"), str) else None,
+                restore_s=float(a.get("restore_s", 0.0)),
                 stop=a.get("stop") if isinstance(a.get("stop"), str) else None, stopped_at=_num(a.get("stopped_at")),
             )
             for a in data["attempts"][-MAX_ATTEMPTS:]

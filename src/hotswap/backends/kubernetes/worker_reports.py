@@ -146,7 +146,8 @@ def progress_view(failures: Iterable[tuple[float, int]], reports: Reports) -> di
         "recoveries": [{"failed_at": round(r.failed_at, 3),
                         "recovered_at": None if r.recovered_at is None else round(r.recovered_at, 3),
                         "seconds": None if r.seconds is None else round(r.seconds, 3)} for r in found],
-        "restores": [{"step": a.restored, "attempt": a.attempt} for a in (reporter.attempts if reporter else []) if a.restored is not None],
+        "restores": [{"t": round(a.restored_at, 3), "step": a.restored, "source": a.restored_from or "", "attempt": a.attempt}
+                     for a in (reporter.attempts if reporter else []) if a.restored is not None and a.restored_at is not None],
         "reported_at": {str(replica): round(r.published_at, 3) for replica, r in sorted(reports.items())},
     }
 
