@@ -207,7 +207,10 @@ class WorkerReport:
     # The record's text -------------------------------------------------------------------
 
     def to_json(self) -> dict[str, Any]:
-        return {"v": REPORT_VERSION, **dataclasses.asdict(self)}
+        data = {"v": REPORT_VERSION, **dataclasses.asdict(self)}
+        intervals = data["progress"]["intervals"]
+        data["progress"]["intervals"] = [max(intervals)] if intervals else []  # only the longest is judged: a small record
+        return data
 
     def encode(self) -> str:
         return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))

@@ -177,17 +177,7 @@ class KubernetesBackend:
             raise CapacityError(f"workload {spec.name} rejected: {never}")
         if client.get_jobset(spec.name) is not None:
             raise ConflictError(f"a workload named {spec.name} already exists in namespace {settings.namespace}")
-        # Its pods run as the workload's ServiceAccount: it exists before them (render/reports.py).
-        try:
-            default_account = client.get_service_account("default")
-        except ForbiddenError:
-            default_account = None
-        for obj in report_access(spec, settings.namespace, default_account):
-            client.apply(obj)
-        applied = client.apply(manifest)
-        for obj in report_access(spec, settings.namespace, default_account, owner=applied) + report_leases(spec, settings.namespace, applied):
-            client.apply(obj)
-        return view_of(read_jobset(applied), {})
+        return view_of(read_jobset(_apply_with_reports(client, spec, settings.namespace, manifest)), {})
 
     def delete_workload(self, cluster: str, name: str) -> None:
         """Delete the JobSet, first keeping its workers' log tails (see :mod:`.log_archive`)."""
@@ -368,3 +358,19 @@ def _existing_jobset(client: Any, cluster: str, name: str) -> LiveJobSet:
     if obj is None:
         raise NotFoundError(f"no workload named {name} in cluster {cluster}")
     return read_jobset(obj)
+
+
+def _apply_with_reports(client: Any, spec: WorkloadSpec, namespace: str, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Apply the JobSet with what its workers need to write their records (render/reports.py):
+    its pods run as the workload's ServiceAccount, so that exists before them; then everything
+    owned by the JobSet. Returns the JobSet applied."""
+    try:
+        default_account = client.get_service_account("default")
+    except ForbiddenError:
+        default_account = None
+    for obj in report_access(spec, namespace, default_account):
+        client.apply(obj)
+    applied: dict[str, Any] = client.apply(manifest)
+    for obj in report_access(spec, namespace, default_account, owner=applied) + report_leases(spec, namespace, applied):
+        client.apply(obj)
+    return applied

@@ -31,16 +31,28 @@ NO_STEPS_REASON = "no step was reported: the command does not use hotswap.train 
 NO_REPORT_REASON = "no step was reported: no replica wrote its record (its pods never ran hotswap.train, or could not write)"
 
 
-def reports_by_workload(leases: Iterable[dict[str, Any]]) -> dict[str, dict[int, WorkerReport]]:
+def reports_by_workload(
+    leases: Iterable[dict[str, Any]], parsed: dict[tuple[str, str], WorkerReport | None] | None = None,
+) -> dict[str, dict[int, WorkerReport]]:
     """The records in the listed Leases, by workload and replica; a Lease anyone edited into
-    something else reads as no record."""
+    something else reads as no record. ``parsed``: the records read before, by (name,
+    resourceVersion): a Lease that did not change is not parsed again (kept to what was listed)."""
     found: dict[str, dict[int, WorkerReport]] = {}
+    seen: dict[tuple[str, str], WorkerReport | None] = {}
     for lease in leases:
         meta = lease.get("metadata") or {}
         workload = (meta.get("labels") or {}).get(labels.WORKLOAD_LABEL)
-        report = decode_report((meta.get("annotations") or {}).get(REPORT_ANNOTATION))
+        key = (str(meta.get("name")), str(meta.get("resourceVersion") or ""))
+        if parsed is not None and key[1] and key in parsed:
+            report = parsed[key]
+        else:
+            report = decode_report((meta.get("annotations") or {}).get(REPORT_ANNOTATION))
+        seen[key] = report
         if workload and report is not None and report.attempts:
             found.setdefault(workload, {})[report.replica] = report
+    if parsed is not None:
+        parsed.clear()
+        parsed.update(seen)
     return found
 
 

@@ -27,12 +27,13 @@ class TrainingRecords:
     def __init__(self, list_leases: Callable[[], list[dict]]) -> None:
         self.list_leases = list_leases
         self.reports: dict[str, dict[int, object]] = {}
+        self.parsed: dict[tuple[str, str], object] = {}  # by (Lease, resourceVersion): an unchanged one is not parsed again
         self.reported: set[tuple[str, int]] = set()  # (workload, attempt) already judged hung
         self.wake_at: float | None = None
 
     def read(self, observation: Observation) -> list[ev.Event]:
         """This round's records; the hangs found in them (as events for the round's decision)."""
-        self.reports = reports_by_workload(self.list_leases())
+        self.reports = reports_by_workload(self.list_leases(), self.parsed)  # type: ignore[arg-type]
         hangs: list[ev.Event] = []
         wakes: list[float] = []
         for name, workload in observation.snapshot.workloads.items():
