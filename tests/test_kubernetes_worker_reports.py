@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from k8s_fixtures.scenario import make_controller, make_world, run_until, running, submit
+from k8s_fixtures.world.apiserver import Fault
 from k8s_fixtures.world.rbac import RBAC_RESOURCES, token_of
 from k8s_fixtures.world.store import JOBSETS, LEASES
 
@@ -270,15 +271,20 @@ def test_a_replica_that_stops_stepping_is_hung_by_its_own_heartbeat() -> None:
         world.close()
 
 
-@pytest.mark.parametrize("case", ["stale_heartbeat", "stopped", "long_first_step", "saving"])
+@pytest.mark.parametrize("case", ["stale_heartbeat", "stopped", "long_first_step", "saving", "evaluation_pause"])
 def test_what_is_never_a_hang(case: str) -> None:
     """A controller that looks late (the last heartbeat is old: a loaded host, a slow API
-    server), a worker that recorded its stop, a first step that takes long, an announced save:
-    never hung."""
+    server), a worker that recorded its stop, a first step that takes long, an announced save,
+    an evaluation pause within the timeout: never hung."""
     world, controller, channel = _hung_world()
     try:
         if case != "long_first_step":
             _steps(channel, 1, 10, world.clock.now)
+        if case == "evaluation_pause":  # 50 s without a step, then training goes on, 5 times
+            for round_ in range(5):
+                channel.publish()
+                _heartbeats(world, controller, channel, 50)
+                _steps(channel, 11 + 10 * round_, 10, world.clock.now - 10)
         if case == "stopped":
             channel.record({"t": world.clock.now + 11, "kind": "stop", "reason": "complete"})
         if case == "saving":
@@ -286,7 +292,7 @@ def test_what_is_never_a_hang(case: str) -> None:
         channel.publish()
         if case == "stale_heartbeat":
             world.advance(300, controller)  # no heartbeat for 300 s: the controller judges only what was written
-        else:
+        elif case != "evaluation_pause":
             _heartbeats(world, controller, channel, 300 if case != "saving" else 200)
         world.advance(5, controller)
         assert world.state("w")["attempt"] == 1
@@ -316,5 +322,22 @@ def test_a_real_pytorch_run_writes_its_replicas_record(tmp_path: Path) -> None:
         assert report.progress.leaving
         writes = [r for r in world.api.requests if r.method == "PUT" and r.path.endswith("/w-report-0")]
         assert 2 <= len(writes) <= 30  # bounded: not one per step
+    finally:
+        world.close()
+
+
+def test_a_controller_whose_role_cannot_list_leases_goes_on_without_the_records() -> None:
+    """A controller deployed with an earlier release's Role: one warning, and every round still
+    decides and acts (the workload is admitted and runs); no hang, no figure from records."""
+    world = make_world()
+    try:
+        world.api.faults.append(Fault("GET", f"/apis/coordination.k8s.io/v1/namespaces/{world.namespace}/leases", 403, "Forbidden",
+                                      'leases.coordination.k8s.io is forbidden: User "hotswap" cannot list resource "leases"', watch=False))
+        controller = make_controller(world)
+        controller.client.sleep = lambda _: None
+        _create(world, "w", 1)
+        run_until(world, controller, lambda: running(world, "w") == 4)
+        warnings = [line for line in controller.logs if "cannot list resource \"leases\"" in line]
+        assert len(warnings) == 1 and "apply `hotswap controller manifests` again" in warnings[0]
     finally:
         world.close()

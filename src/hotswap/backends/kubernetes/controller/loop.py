@@ -67,7 +67,7 @@ class KubeController:
         self.log = log
         self.wake_at: float | None = None  # the last round asked to be run again by then
         self.figures = RecoveryFigures(metrics) if metrics is not None else None
-        self.training = TrainingRecords(client.list_report_leases)  # the workers' own records
+        self.training = TrainingRecords(client.list_report_leases, log)  # the workers' own records
 
     def observe(self) -> Observation:
         client = self.client

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from hotswap.api.phases import WorkloadPhase
+from hotswap.backends.kubernetes.client import ForbiddenError
 from hotswap.backends.kubernetes.observation import Observation
 from hotswap.backends.kubernetes.worker_reports import Reports, first_step_after, rank_progress, reports_by_workload
 from hotswap.core import events as ev
@@ -24,8 +25,10 @@ from hotswap.core.hang import HangLimits, judge, next_deadline
 class TrainingRecords:
     """Reads the records once per round and keeps them for the round's figures."""
 
-    def __init__(self, list_leases: Callable[[], list[dict]]) -> None:
+    def __init__(self, list_leases: Callable[[], list[dict]], log: Callable[[str], None] = lambda line: None) -> None:
         self.list_leases = list_leases
+        self.log = log
+        self.refused = False  # said once: the controller's Role cannot list Leases
         self.reports: dict[str, dict[int, object]] = {}
         self.parsed: dict[tuple[str, str], object] = {}  # by (Lease, resourceVersion): an unchanged one is not parsed again
         self.reported: set[tuple[str, int]] = set()  # (workload, attempt) already judged hung
@@ -33,7 +36,17 @@ class TrainingRecords:
 
     def read(self, observation: Observation) -> list[ev.Event]:
         """This round's records; the hangs found in them (as events for the round's decision)."""
-        self.reports = reports_by_workload(self.list_leases(), self.parsed)  # type: ignore[arg-type]
+        try:
+            leases = self.list_leases()
+        except ForbiddenError as error:  # a Role of an earlier release: everything else goes on
+            if not self.refused:
+                self.log(f"warning: {error}; goodput, MTTR and hangs wait for the workers' records "
+                         "(apply `hotswap controller manifests` again)")
+            self.refused = True
+            leases = []
+        else:
+            self.refused = False
+        self.reports = reports_by_workload(leases, self.parsed)  # type: ignore[arg-type]
         hangs: list[ev.Event] = []
         wakes: list[float] = []
         for name, workload in observation.snapshot.workloads.items():
