@@ -57,8 +57,8 @@ def leases(jobsets: int, replicas: int) -> list[dict]:
 def read_and_judge(items: list[dict], parsed: dict | None = None) -> int:
     hung = 0
     for reports in reports_by_workload(items, parsed).values():
-        ranks, written = rank_progress(reports, 1)
-        hung += judge(ranks, 0.0, written or NOW, HangLimits()) is not None
+        for rank, written in rank_progress(reports, 1):
+            hung += judge([rank], 0.0, written, HangLimits()) is not None
     return hung
 
 

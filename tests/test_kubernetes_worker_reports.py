@@ -341,3 +341,34 @@ def test_a_controller_whose_role_cannot_list_leases_goes_on_without_the_records(
         assert len(warnings) == 1 and "apply `hotswap controller manifests` again" in warnings[0]
     finally:
         world.close()
+
+
+def test_a_replica_lost_to_an_elastic_shrink_is_not_hung_by_its_silence() -> None:
+    """The lost replica's record stops where its pod died; the survivors re-form and train on,
+    writing theirs. Each replica is judged as of its own last write, and a parked replica not
+    at all: no hang."""
+    world = make_world()
+    try:
+        controller = make_controller(world)
+        _create(world, "el", 3, min_slices=2, max_restarts=3)
+        run_until(world, controller, lambda: running(world, "el") == 12)
+        channels = [_channel(world, "el", replica, attempt=1) for replica in range(3)]
+        for channel in channels:
+            channel.record({"t": world.clock.now, "kind": "start"})
+            _steps(channel, 1, 10, world.clock.now - 10, slices=3)
+            channel.publish()
+        world.fail_node(world.nodes_of_pool(world.pools_of("el")[2])[0])
+        run_until(world, controller, lambda: world.state("el")["membership"] == 1)
+        survivors = channels[:2]
+        for channel in survivors:
+            channel.record({"t": world.clock.now, "kind": "elastic", "slices": 2, "duration_s": 1.0})
+        step = 11
+        for _ in range(20):  # 200 s of training on two slices
+            world.advance(10, controller)
+            for channel in survivors:
+                _steps(channel, step, 10, world.clock.now - 10, slices=2)
+                channel.publish()
+            step += 10
+        assert world.state("el")["attempt"] == 1 and world.state("el")["phase"] == "RUNNING"
+    finally:
+        world.close()

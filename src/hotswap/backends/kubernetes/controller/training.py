@@ -17,6 +17,7 @@ from collections.abc import Callable
 from hotswap.api.phases import WorkloadPhase
 from hotswap.backends.kubernetes.client import ForbiddenError
 from hotswap.backends.kubernetes.observation import Observation
+from hotswap.backends.kubernetes.state_annotation import replica_slots
 from hotswap.backends.kubernetes.worker_reports import Reports, first_step_after, rank_progress, reports_by_workload
 from hotswap.core import events as ev
 from hotswap.core.hang import HangLimits, judge, next_deadline
@@ -51,21 +52,19 @@ class TrainingRecords:
         wakes: list[float] = []
         for name, workload in observation.snapshot.workloads.items():
             reports = self.reports.get(name)
-            if workload.phase is not WorkloadPhase.RUNNING or not reports:
+            if workload.phase is not WorkloadPhase.RUNNING or not reports or (name, workload.attempt) in self.reported:
                 continue
             limits = HangLimits(limit_s=workload.spec.hang_timeout_s)
-            ranks, written = rank_progress(reports, workload.attempt)  # type: ignore[arg-type]
-            if not ranks or written is None or (name, workload.attempt) in self.reported:
-                continue
-            since = min((r.last_step_at for r in ranks if r.last_step_at is not None), default=written)
-            hang = judge(ranks, since, written, limits)
-            if hang is not None:
-                self.reported.add((name, workload.attempt))
-                hangs.append(ev.WorkloadHung(name, workload.attempt, hang.reason))
-                continue
-            due = next_deadline(ranks, since, limits)
-            if due is not None:  # its heartbeat past that time is what can show the hang
-                wakes.append(observation.now + max(0.0, due - written))
+            active = [index for index, slice_name in enumerate(replica_slots(workload)) if slice_name]
+            for rank, written in rank_progress(reports, workload.attempt, active):  # type: ignore[arg-type]
+                hang = judge([rank], rank.last_step_at or written, written, limits)
+                if hang is not None:
+                    self.reported.add((name, workload.attempt))
+                    hangs.append(ev.WorkloadHung(name, workload.attempt, hang.reason))
+                    break
+                due = next_deadline([rank], rank.last_step_at or written, limits)
+                if due is not None:  # its heartbeat past that time is what can show the hang
+                    wakes.append(observation.now + max(0.0, due - written))
         self.wake_at = min(wakes) if wakes else None
         return hangs
 
