@@ -6,11 +6,13 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from hotswap.api.worker import HOTSWAP_HANDED_OVER_AT
 from hotswap.api.worker_output import EVENT_CHECKPOINT_RESTORE, event_record, restored_line
-from hotswap.train.report_channel import ReportChannel
+
+if TYPE_CHECKING:
+    from hotswap.train.report_channel import ReportChannel
 
 
 def announce_restore(
