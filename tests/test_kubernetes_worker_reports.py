@@ -258,15 +258,25 @@ def _heartbeats(world: Any, controller: Any, channel: ReportChannel, seconds: fl
         channel.publish()
 
 
-def test_a_replica_that_stops_stepping_is_hung_by_its_own_heartbeat() -> None:
+@pytest.mark.parametrize("refused", [False, True])
+def test_a_replica_that_stops_stepping_is_hung_by_its_own_heartbeat(refused: bool) -> None:
+    """Judged as locally; a round whose record of the decision is refused (409) decided nothing,
+    so the next round finds the hang again."""
     world, controller, channel = _hung_world()
     try:
         _steps(channel, 1, 10, world.clock.now)
         channel.publish()
-        _heartbeats(world, controller, channel, 90)
+        _heartbeats(world, controller, channel, 40)
+        assert world.state("w")["attempt"] == 1
+        if refused:  # the first write to the JobSet from now on (steady until then): the hang's decision
+            world.api.faults.append(Fault("PATCH", f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{world.namespace}/jobsets/w", 409,
+                                          "Conflict", "the object has been modified", times=1))
+        _heartbeats(world, controller, channel, 50)
         world.advance(5, controller)
         assert world.state("w")["attempt"] == 2  # restarted, charged, as locally
         assert world.state("w")["restarts"] == 1
+        assert len([line for line in controller.logs if "hung" in line and "changed meanwhile" not in line]) >= 1
+        assert not refused or any("changed meanwhile" in line for line in controller.logs)
     finally:
         world.close()
 

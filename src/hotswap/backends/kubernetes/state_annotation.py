@@ -23,7 +23,8 @@ map of the slices).
 
 Versions, by shape: every release so far wrote the same record and only added keys, each of
 them optional on read (the first release: the workload, ``replicas``, ``phase_seconds`` and
-``phase_since``; then ``released_jobs``, then ``start_cause``, then ``retiring``; since the
+``phase_since``; then ``released_jobs``, then ``start_cause``, then ``retiring``, then
+``failures``: each failure under the workload, ``[loss began, attempt]``, for MTTR; since the
 core decides the replica map, ``replicas`` is its map, in the same form). So one reader reads
 every release's record (``tests/test_kubernetes_state_record.py`` holds one of each, as it
 wrote it), and this release writes the text the previous one did: an upgrade rewrites no

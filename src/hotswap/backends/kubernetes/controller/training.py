@@ -7,7 +7,10 @@ A hang is judged as of the newest time the workload's workers wrote (their heart
 the controller's clock: a record that arrives late, or a controller that looked late, cannot
 make a hang. What is never a hang is :mod:`hotswap.core.hang`'s list, plus: a workload not
 RUNNING, an attempt no record speaks of yet, a replica whose record is of an earlier attempt
-(its new pods have not stepped yet), a stopped worker. One report per attempt.
+(its new pods have not stepped yet), a replica the workload does not run (parked), a stopped
+worker. Each replica is judged as of its own last write. A hang is reported once per attempt:
+the round that decides on it records the next attempt (a refused record: the next round judges
+again).
 """
 
 from __future__ import annotations
@@ -32,7 +35,6 @@ class TrainingRecords:
         self.refused = False  # said once: the controller's Role cannot list Leases
         self.reports: dict[str, dict[int, object]] = {}
         self.parsed: dict[tuple[str, str], object] = {}  # by (Lease, resourceVersion): an unchanged one is not parsed again
-        self.reported: set[tuple[str, int]] = set()  # (workload, attempt) already judged hung
         self.wake_at: float | None = None
 
     def read(self, observation: Observation) -> list[ev.Event]:
@@ -52,14 +54,13 @@ class TrainingRecords:
         wakes: list[float] = []
         for name, workload in observation.snapshot.workloads.items():
             reports = self.reports.get(name)
-            if workload.phase is not WorkloadPhase.RUNNING or not reports or (name, workload.attempt) in self.reported:
+            if workload.phase is not WorkloadPhase.RUNNING or not reports:
                 continue
             limits = HangLimits(limit_s=workload.spec.hang_timeout_s)
             active = [index for index, slice_name in enumerate(replica_slots(workload)) if slice_name]
             for rank, written in rank_progress(reports, workload.attempt, active):  # type: ignore[arg-type]
                 hang = judge([rank], rank.last_step_at or written, written, limits)
-                if hang is not None:
-                    self.reported.add((name, workload.attempt))
+                if hang is not None:  # (again next round only if this round's record was refused)
                     hangs.append(ev.WorkloadHung(name, workload.attempt, hang.reason))
                     break
                 due = next_deadline([rank], rank.last_step_at or written, limits)
