@@ -11,7 +11,14 @@ workload per two pools (two pools left spare). Measured, wall time:
 * ``api_ms``: the five list calls of a reconcile against the world's API server, for scale
   only (a Python test server on this machine, not GKE's);
 * ``steady_writes``: write calls of a steady reconcile (must be 0);
-* ``hotswap_reconcile_ms``: the whole reconcile that sees a failed node and restarts a workload.
+* ``hotswap_reconcile_ms``: the whole reconcile that sees a failed node and restarts a workload;
+* ``round_peak_mib``: the memory one steady round allocates at its peak (tracemalloc: the listed
+  objects, the snapshot, the decision, the plan, and the replicas' records);
+* with the workers' records (issue 35; skipped on a tree without them): one report Lease per
+  replica, each holding a realistic record (500 steps, 5 saves, a restore), listed and read into
+  hang judgements every round (``report_leases``, included in the times above), and the steady
+  write rate of the workers' heartbeats, one per replica per ``PUBLISH_INTERVAL_S``
+  (``worker_writes_per_s``; the controller's own stays 0).
 
     python benchmarks/bench_kube_reconcile.py --json [--pools 16 64 256] [--rounds 30]
 """
@@ -24,6 +31,7 @@ import json
 import statistics
 import sys
 import time
+import tracemalloc
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -36,6 +44,12 @@ from hotswap.backends.kubernetes.observation import observe  # noqa: E402
 from hotswap.backends.kubernetes.planning import plan  # noqa: E402
 from hotswap.core.effects import effects_of  # noqa: E402
 from hotswap.core.scheduler import decide  # noqa: E402
+
+try:  # the workers' records (issue 35 item 3): absent from a tree before them
+    from hotswap.api.worker_report import PUBLISH_INTERVAL_S, WorkerReport, report_name  # noqa: E402
+    from hotswap.backends.kubernetes.controller.training import TrainingRecords  # noqa: E402
+except ImportError:
+    TrainingRecords = None  # type: ignore[assignment,misc]
 
 
 def _p99(values: list[float]) -> float:
@@ -66,6 +80,8 @@ def measure(pool_count: int, rounds: int) -> dict:
         while sum(running(world, f"w{i:04d}") for i in range(workloads)) < workloads * 8 and world.clock.now < deadline:
             world.advance(1, controller)
         world.advance(5, controller)
+        if TrainingRecords is not None:
+            _report_leases(world, workloads)
         client = controller.client
         started = time.perf_counter()
         lists = {
@@ -74,18 +90,30 @@ def measure(pool_count: int, rounds: int) -> dict:
             "jobs": client.list_jobs(),
             "pods": client.list_pods(labels.WORKLOAD_LABEL),
             "others": client.list_unfinished_pods(),
+            "leases": client.list_report_leases() if TrainingRecords is not None else [],
         }
         api_s = time.perf_counter() - started
         own, decide_s = [], []
-        for _ in range(rounds):
+        peak = 0
+        for index in range(rounds):
+            if index == 0:
+                tracemalloc.start()
             started = time.perf_counter()
             observation = observe(lists["nodes"], lists["jobsets"], lists["jobs"], lists["pods"], controller.settings, "c",
                                   world.clock.now, others=lists["others"])
+            if TrainingRecords is not None:
+                hangs = TrainingRecords(lambda: lists["leases"]).read(observation)
+                assert hangs == [], hangs
             before_decide = time.perf_counter()
             decision = decide(observation.snapshot, observation.events, observation.now, controller.config)
             decide_s.append(time.perf_counter() - before_decide)
             operations = plan(observation, decision, effects_of(decision.actions))
             own.append(time.perf_counter() - started)
+            if index == 0:
+                peak = tracemalloc.get_traced_memory()[1]
+                tracemalloc.stop()
+                own.pop()  # (tracing slows it: not a timing)
+                decide_s.pop()
             assert operations == [], operations
         mark = len(world.api.requests)
         controller.reconcile()
@@ -106,9 +134,35 @@ def measure(pool_count: int, rounds: int) -> dict:
             "steady_writes": steady_writes,
             "hotswap_reconcile_ms": round(1000 * hotswap_s, 1),
             "hotswap_operations": len(operations),
+            "round_peak_mib": round(peak / 2**20, 1),
+            "report_leases": len(lists["leases"]),
+            "worker_writes_per_s": round(len(lists["leases"]) / PUBLISH_INTERVAL_S, 1) if TrainingRecords is not None else 0,
         }
     finally:
         world.close()
+
+
+def _report_leases(world, workloads: int) -> None:
+    """One Lease per replica with a record as a long run leaves it (written into the world's
+    store directly: what is measured is the controller's list and read)."""
+    from k8s_fixtures.world.store import LEASES
+
+    for index in range(workloads):
+        name = f"w{index:04d}"
+        for replica in range(2):
+            report = WorkerReport(replica=replica)
+            t = world.clock.now - 510  # its last step a few seconds before its last write
+            report.fold({"t": t, "kind": "start", "process_t": t - 2}, 1)
+            report.fold({"t": t + 1, "kind": "checkpoint_restore", "step": 0, "duration_s": 0.5}, 1)
+            for step in range(1, 501):
+                t += 1.0
+                report.fold({"t": t, "kind": "step", "step": step, "duration_s": 0.9, "slices": 2}, 1)
+                if step % 100 == 0:
+                    report.fold({"t": t + 0.1, "kind": "checkpoint_save", "step": step, "blocking_s": 0.1}, 1)
+            report.published_at = world.clock.now
+            world.store.create(LEASES, {"metadata": {
+                "name": report_name(name, replica), "namespace": world.namespace, "labels": {labels.WORKLOAD_LABEL: name},
+                "annotations": {"hotswap.dev/report": report.encode()}}, "spec": {}})
 
 
 def main() -> None:

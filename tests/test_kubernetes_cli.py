@@ -129,6 +129,9 @@ class ClusterApi:
         self.applied: list[str] = []
         self.pods: list[dict[str, Any]] = []
         self.logs: dict[str, str] = {}  # pod name -> its log; a pod without one answers 400
+        self.objects: dict[str, dict[str, Any]] = {}  # the workers' access and records, by path, as applied
+        self.default_account = {"metadata": {"name": "default", "annotations": {"iam.gke.io/gcp-service-account": "ckpt@p.iam.gserviceaccount.com"}},
+                                "imagePullSecrets": [{"name": "registry"}]}
 
     def route(self, method: str, path: str, query: dict[str, list[str]], body: Any) -> tuple[int, Any]:
         from test_kubernetes_client import APIS, status
@@ -151,6 +154,13 @@ class ClusterApi:
             return 200, self.logs[pod]
         if path.startswith("/apis/scheduling.k8s.io/v1/priorityclasses/"):
             self.applied.append(path.rsplit("/", 1)[1])
+            return 200, body
+        if path == "/api/v1/namespaces/default/serviceaccounts/default":
+            return 200, self.default_account
+        if path == "/apis/coordination.k8s.io/v1/namespaces/default/leases":
+            return 200, {"kind": "LeaseList", "items": [o for p, o in self.objects.items() if "/leases/" in p]}
+        if method == "PATCH" and any(kind in path for kind in ("/serviceaccounts/", "/roles/", "/rolebindings/", "/leases/")):
+            self.objects[path] = body
             return 200, body
         if path == jobsets:
             return 200, {"kind": "JobSetList", "items": list(self.jobsets.values())}
@@ -192,6 +202,20 @@ def test_cluster_and_workload_commands_against_a_fake_api_server(tmp_path: Path)
         queued = hotswap(tmp_path, "workload", "logs", "--cluster", "trillium", "--workload", "high", env=env)
         assert queued.returncode == 3 and "it is QUEUED and has not started yet" in queued.stderr
         assert state.jobsets["high"]["metadata"]["namespace"] == "default"
+        # Its pods may write their replicas' records and nothing else (issue 35 item 3), as the
+        # namespace's default ServiceAccount's Workload Identity and pull secrets.
+        objects = {(o["kind"], o["metadata"]["name"]): o for o in state.objects.values()}
+        assert set(objects) == {("ServiceAccount", "hotswap-worker-high"), ("Role", "hotswap-worker-high"),
+                                ("RoleBinding", "hotswap-worker-high"), ("Lease", "high-report-0"), ("Lease", "high-report-1")}
+        assert objects[("Role", "hotswap-worker-high")]["rules"] == [{
+            "apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["high-report-0", "high-report-1"],
+            "verbs": ["get", "update"]}]
+        assert all(o["metadata"]["ownerReferences"][0]["uid"] == "u1" for o in objects.values())
+        account = objects[("ServiceAccount", "hotswap-worker-high")]
+        assert account["metadata"]["annotations"] == state.default_account["metadata"]["annotations"]
+        assert account["imagePullSecrets"] == [{"name": "registry"}]
+        pod_spec = state.jobsets["high"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        assert pod_spec["serviceAccountName"] == "hotswap-worker-high"
 
         again = hotswap(tmp_path, "workload", "create", "--cluster", "trillium", "--workload", "high", "--command", "x", env=env)
         assert again.returncode == 4 and again.stderr.strip() == "error: a workload named high already exists in namespace default"

@@ -38,10 +38,10 @@ def test_a_hotswap_is_counted_with_its_recovery_time_and_the_writes_it_took() ->
         text = metrics.exposition()
         assert sample(text, "hotswap_hotswaps_total") == 1
         assert sample(text, "hotswap_preemptions_total") == 1
-        assert sample(text, "hotswap_recovery_seconds_count") == 1
-        # From the node's NotReady transition (its Ready condition) to the 8 new workers running.
-        recovery = sample(text, "hotswap_recovery_seconds_sum")
-        assert 0 < recovery < 120
+        # A recovery ends at the first productive step after the failure, from the workers'
+        # records (issue 35 item 3): these pods run no trainer, so none has ended, running or
+        # not (tests/test_kubernetes_worker_reports.py times one that does).
+        assert sample(text, "hotswap_recovery_seconds_count") == 0
         reconciles = sample(text, "hotswap_reconcile_duration_seconds_count")
         assert reconciles == sample(text, "hotswap_reconcile_writes_count") > 5
         assert sample(text, 'hotswap_reconcile_writes_bucket{le="0.0"}') >= 1  # reconciles with nothing to do

@@ -21,7 +21,8 @@ from hotswap.backends.kubernetes.child_jobs import ReplacedJobs
 from hotswap.backends.kubernetes.planning import elastic_membership, enacted, plan, replaced_jobs
 from hotswap.backends.kubernetes.settings import KubeSettings
 from hotswap.backends.kubernetes.state_annotation import StateRecord, decode_state, replica_slots, state_of
-from hotswap.backends.kubernetes.views import goodput_view, view_of
+from hotswap.backends.kubernetes.views import view_of
+from hotswap.backends.kubernetes.worker_reports import goodput_view
 from hotswap.core import actions as act
 from hotswap.core.effects import effect_of, effects_of
 from hotswap.core.workload import Workload
@@ -149,7 +150,7 @@ def test_a_state_annotation_that_is_not_a_record_never_breaks_a_reconcile(kueue:
     plan(observation, decision, effects_of(decision.actions))
     view = view_of(read_jobset(job), {})
     assert view["name"] == "w" and view["restarts"] == 2
-    goodput_view(read_jobset(job), 200.0)
+    goodput_view(read_jobset(job), {}, 200.0)
 
 
 # ---------------------------------------------------------------------- planning
@@ -259,11 +260,12 @@ def test_settings_validate_a_checkpoint_volume_without_the_renderer() -> None:
 
 def test_goodput_is_never_the_controllers_running_time() -> None:
     """A JobSet preempted before its first step spent time RUNNING (pods up, no step): that is not
-    goodput. The controller sees no step reports, so goodput is unknown with the reason (issue 25
-    item 5; issue 34 item 4: not a 0 nobody measured)."""
+    goodput. No replica recorded a step, so goodput is unknown with the reason (issue 25 item 5;
+    issue 34 item 4: not a 0 nobody measured), and none of it is booked as a badput."""
     state = StateRecord(Workload(spec=SPEC, seq=4, created_at=100.0), phase_since=150.0, phase_seconds={"QUEUED": 10.0, "RUNNING": 40.0})
     job = read_jobset(jobset({labels.STATE_ANNOTATION: state.encode()}, suspend=True))
-    view = goodput_view(job, 200.0)
+    view = goodput_view(job, {}, 200.0)
     assert view["goodput"] is None
+    assert view["reason"].startswith("no step was reported") and "no replica wrote its record" in view["reason"]
     assert view["running_share"] == pytest.approx(40 / 100)
-    assert view["reason"].startswith("no step was reported") and "step reports stay in their pods" in view["reason"]
+    assert view["badput"]["recovery"] == 0 and view["badput"]["startup"] == 0

@@ -73,6 +73,10 @@ HOTSWAP_MEMBERSHIP_FILE = "HOTSWAP_MEMBERSHIP_FILE"  # elastic workloads only
 # connects there and never starts a service itself; unset: the generation's rank 0 starts one.
 HOTSWAP_JAX_COORDINATOR = "HOTSWAP_JAX_COORDINATOR"
 HOTSWAP_EVENTS_FILE = "HOTSWAP_EVENTS_FILE"  # JSON lines of goodput events, one file per worker
+# Kubernetes: where each replica's first process (host 0, local rank 0) writes its replica's
+# record for the controller (goodput, MTTR, hangs): `in-cluster` (the Leases of the pod's
+# namespace, on the API server it reaches) or a Leases collection URL; unset: no record
+HOTSWAP_REPORT_LEASES = "HOTSWAP_REPORT_LEASES"
 HOTSWAP_TERMINATION_GRACE_S = "HOTSWAP_TERMINATION_GRACE_S"  # seconds from SIGTERM to SIGKILL: the time to save
 # Set only in a worker that a warm spare runs (backends/local/workers/warm.py, which runs by path and
 # spells it out): when the spare took the assignment, in Unix seconds: the restart's "spawn".

@@ -6,11 +6,14 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from hotswap.api.processes import started_at
 from hotswap.api.worker import HOTSWAP_HANDED_OVER_AT
 from hotswap.api.worker_output import EVENT_CHECKPOINT_RESTORE, event_record, restored_line
+
+if TYPE_CHECKING:
+    from hotswap.train.report_channel import ReportChannel
 
 
 def announce_restore(
@@ -55,20 +58,29 @@ class EventLog:
     worker killed at any moment leaves every event before that moment on disk. Without a file
     (a run outside hotswap) recording does nothing."""
 
-    def __init__(self, path: str | None) -> None:
+    def __init__(self, path: str | None, channel: ReportChannel | None = None) -> None:
+        """``channel``: where the replica's record goes too (Kubernetes: its Lease)."""
         self.path = path
         self._handle: TextIO | None = _open_private(path) if path else None
+        self._channel = channel
         self._lock = threading.Lock()  # the checkpoint writer thread records too
 
     def record(self, kind: str, t: float | None = None, **fields: object) -> None:
-        if self._handle is None:
+        if self._handle is None and self._channel is None:
             return
-        line = event_record(kind, time.time() if t is None else t, **fields)
+        at = time.time() if t is None else t
+        line = event_record(kind, at, **fields)
+        if self._channel is not None:
+            self._channel.record({"t": at, "kind": kind, **fields})
         with self._lock:
-            self._handle.write(line + "\n")
-            self._handle.flush()
+            if self._handle is not None:
+                self._handle.write(line + "\n")
+                self._handle.flush()
 
     def close(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
         with self._lock:
             if self._handle is not None:
                 self._handle.close()

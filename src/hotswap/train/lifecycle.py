@@ -10,12 +10,13 @@ from __future__ import annotations
 import atexit
 import gc
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, NoReturn
 
-from hotswap.api.worker import CHECKPOINTS_UNUSABLE_EXIT_CODE, WorkerEnv
+from hotswap.api.worker import CHECKPOINTS_UNUSABLE_EXIT_CODE, HOTSWAP_REPORT_LEASES, WorkerEnv
 from hotswap.api.worker_output import EVENT_START
 from hotswap.train.boundary import StepBoundary
 from hotswap.train.events import EventLog, process_started_at
@@ -27,6 +28,7 @@ from hotswap.train.termination import Termination, TerminationRequest
 if TYPE_CHECKING:
     from hotswap.train.formation import GroupFormation
     from hotswap.train.protocols import Group, ReplicaState
+    from hotswap.train.report_channel import ReportChannel
 
 log = logging.getLogger("hotswap.train")
 
@@ -48,6 +50,16 @@ def warn_no_checkpoint_directory() -> None:
     log.warning("hotswap: no checkpoint directory (HOTSWAP_CHECKPOINT_DIR is not set): state is not saved")
 
 
+def _report_channel() -> ReportChannel | None:
+    """On Kubernetes, where this process writes its replica's record (imported only there: the
+    HTTP client costs a local worker's start nothing)."""
+    if not os.environ.get(HOTSWAP_REPORT_LEASES):
+        return None
+    from hotswap.train.report_channel import ReportChannel
+
+    return ReportChannel.from_environ(os.environ)
+
+
 class RunLifecycle(RunFront):
     """What a run does between its creation and its end; the subclass sets ``group`` and
     ``progress`` and calls :meth:`_open`, :meth:`_assemble` and :meth:`_started` in turn."""
@@ -63,7 +75,7 @@ class RunLifecycle(RunFront):
     def _open(self, env: WorkerEnv) -> TerminationRequest:
         """The first thing a run does: its event log, and the SIGTERM flag set at once."""
         self.env = env
-        self.events = EventLog(env.events_file)
+        self.events = EventLog(env.events_file, _report_channel())
         request = TerminationRequest(env.grace_period_s)
         request.install()
         return request

@@ -25,6 +25,7 @@ from urllib.parse import parse_qs, urlparse
 
 import yaml
 
+from k8s_fixtures.world.rbac import authorize
 from k8s_fixtures.world.store import CRDS, EVENTS, LEASES, PODS, ApiError, Obj, Resource, Store, merge_patch, not_found
 
 Admission = Callable[[str, Resource, Obj, Obj | None], None]  # (operation, resource, new, old) -> raise ApiError
@@ -154,6 +155,7 @@ class ApiServer:
                 request.status = 200
                 self._watch(handler, url.path, query)
                 return
+            self._authorize(handler.headers.get("Authorization"), handler.command, url.path, watching)
             if request.write:
                 for hook in list(self.before_write):
                     hook(request)
@@ -258,6 +260,12 @@ class ApiServer:
             remaining = self.store.delete(resource, ns, name, propagation, None if grace is None else int(grace))
             return 200, remaining or before  # the object, as the API server answers a delete
         raise ApiError(405, "MethodNotAllowed", f"{method} is not supported here")
+
+    def _authorize(self, authorization: str | None, method: str, path: str, watching: bool) -> None:
+        if not authorization or path.rstrip("/") in ("/api", "/apis"):
+            return
+        resource, namespace, name, _ = self._parse(path)
+        authorize(self.store, authorization, method, resource, namespace, name, watching)
 
     def _discovery(self) -> dict[str, Any]:
         groups: dict[str, list[str]] = {}

@@ -25,6 +25,7 @@ import yaml
 from k8s_fixtures.world.admission import JOBSET_NAME, Admission
 from k8s_fixtures.world.apiserver import ApiServer, load_crd_schemas
 from k8s_fixtures.world.gc import GarbageCollector
+from k8s_fixtures.world.rbac import RBAC_RESOURCES
 from k8s_fixtures.world.job_controller import JobController
 from k8s_fixtures.world.jobset_controller import JobSetController, condition
 from k8s_fixtures.world.kueue import Kueue
@@ -40,6 +41,7 @@ from k8s_fixtures.world.store import (
     JOBSETS,
     KUEUE_RESOURCES,
     KUEUE_WORKLOADS,
+    LEASES,
     NODES,
     PODS,
     PRIORITY_CLASSES,
@@ -151,7 +153,7 @@ class World:
         waits for a resync instead of a wake-up time)."""
         self.clock = Clock()
         self.namespace = namespace
-        resources: list[Resource] = [*BUILTIN]
+        resources: list[Resource] = [*BUILTIN, *RBAC_RESOURCES]
         crds: list[Obj] = []
         if jobset_version is not None:
             resources += JOBSET_RESOURCES
@@ -169,7 +171,8 @@ class World:
         self.jobs = JobController(self.store, self.clock, lambda pod: self.admission("CREATE", PODS, pod, None))
         self.scheduler = Scheduler(self.store, self.clock)
         self.nodes = Nodes(self.store, self.clock)
-        self.gc = GarbageCollector(self.store, (JOBSETS, JOBS, PODS, KUEUE_WORKLOADS) if kueue else (JOBSETS, JOBS, PODS))
+        owned = (JOBSETS, JOBS, PODS, LEASES, *RBAC_RESOURCES)  # a workload's records and its workers' access go with it
+        self.gc = GarbageCollector(self.store, (*owned, KUEUE_WORKLOADS) if kueue else owned)
         self.kueue = Kueue(self.store, self.clock) if kueue else None
         self.installed_jobset = jobset_version is not None
         for node in nodes:

@@ -5,7 +5,9 @@ are :mod:`hotswap.backends.kit.metrics`'s):
 - a *preemption*: one more in a workload's preemption count than was recorded before the round
   (the core's preemptions and, under Kueue, Kueue's evictions alike);
 - a *recovery*: from the loss that caused a hotswap (or the hotswap, when the loss's time is
-  not known) until every worker of the workload's attempt runs: :func:`expected_workers`.
+  not known) until the first productive step after it where the workers' records reach the
+  controller (Kubernetes: :mod:`hotswap.core.recovery`'s MTTR), else until every worker of the
+  workload's attempt runs (the local controller: :func:`expected_workers`).
 """
 
 from __future__ import annotations
@@ -83,15 +85,27 @@ class RecoveryFigures:
         if preempted:
             self.metrics.preempted(preempted)
 
-    def check_recoveries(self, workloads: Mapping[str, Workload], running: Callable[[Workload], int], now: float) -> None:
+    def check_recoveries(
+        self, workloads: Mapping[str, Workload], running: Callable[[Workload], int], now: float,
+        first_step: Callable[[str, int, float], float | None] | None = None,
+    ) -> None:
         """End the recoveries whose workloads now run all their workers (``running(workload)``:
-        how many workers of the workload's current attempt run)."""
+        how many workers of the workload's current attempt run); with ``first_step`` (the
+        workers' records: when the first productive step after a failure at a time, restarted
+        into an attempt, was made, or None), at that step instead, timed by its record
+        (:mod:`hotswap.core.recovery`'s definition)."""
         for name, (began, attempt) in list(self.recovering.items()):
             workload = workloads.get(name)
             if workload is None or workload.phase.terminal:
                 del self.recovering[name]
                 continue
             if workload.attempt < attempt:
+                continue
+            if first_step is not None:
+                stepped = first_step(name, attempt, began)
+                if stepped is not None:
+                    del self.recovering[name]
+                    self.metrics.recovered(max(0.0, stepped - began))
                 continue
             expected = expected_workers(workload)
             if expected and running(workload) >= expected:

@@ -15,7 +15,9 @@ name                                      kind       what
 ``hotswap_preemptions_total``             counter    workloads preempted whole for higher-priority
                                                      work (by hotswap or, under Kueue, by Kueue)
 ``hotswap_recovery_seconds``              histogram  from a node failure under a running workload
-                                                     to all its restarted workers running
+                                                     to its first productive step after it
+                                                     (Kubernetes, from the workers' records), or to
+                                                     all its restarted workers running (local)
 ``hotswap_leader``                        gauge      1 while this controller holds the Lease
 ``hotswap_workloads{status}``             gauge      workloads by status (QUEUED, RUNNING, ...)
 ``hotswap_slices{state}``                 gauge      slices by state: held, spare, unhealthy
@@ -58,7 +60,7 @@ HOTSWAPS = MetricSpec("hotswap_hotswaps_total", "counter", "Workloads restarted 
 PREEMPTIONS = MetricSpec("hotswap_preemptions_total", "counter", "Workloads preempted whole for higher-priority work.")
 RECOVERY = MetricSpec(
     "hotswap_recovery_seconds", "histogram",
-    "From a node failure under a running workload to all of its restarted workers running.",
+    "From a node failure under a running workload to its first productive step after it (Kubernetes) or to all of its restarted workers running (local).",
     (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200),
 )
 LEADER = MetricSpec("hotswap_leader", "gauge", "1 while this controller holds the leader Lease, else 0.")

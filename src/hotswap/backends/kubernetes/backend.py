@@ -28,8 +28,9 @@ from hotswap.backends.kubernetes.client.connection import ForbiddenError
 from hotswap.backends.kubernetes.live_objects import LiveJobSet, container_of, read_jobset, read_pod, worker_env_value
 from hotswap.backends.kubernetes.render import render_image_cache, render_jobset
 from hotswap.backends.kubernetes.settings import KubeSettings
+from hotswap.backends.kubernetes.render.reports import report_access, report_leases
+from hotswap.backends.kubernetes.worker_reports import goodput_view, progress_view, reports_by_workload
 from hotswap.backends.kubernetes.views import (
-    goodput_view,
     kueue_status,
     placement_view,
     slice_holders,
@@ -176,8 +177,7 @@ class KubernetesBackend:
             raise CapacityError(f"workload {spec.name} rejected: {never}")
         if client.get_jobset(spec.name) is not None:
             raise ConflictError(f"a workload named {spec.name} already exists in namespace {settings.namespace}")
-        applied = client.apply(manifest)
-        return view_of(read_jobset(applied), {})
+        return view_of(read_jobset(_apply_with_reports(client, spec, settings.namespace, manifest)), {})
 
     def delete_workload(self, cluster: str, name: str) -> None:
         """Delete the JobSet, first keeping its workers' log tails (see :mod:`.log_archive`)."""
@@ -231,7 +231,12 @@ class KubernetesBackend:
             view["timeline"] = timeline_view(client.list_events("JobSet", name), job.uid)
         except ForbiddenError as error:  # describe still shows the rest to who may not read Events
             view["timeline"] = [{"time": None, "event": "(not readable)", "message": error.message}]
-        view["goodput"] = goodput_view(job, time.time())
+        try:
+            reports = reports_by_workload(client.list_report_leases(name)).get(name, {})
+        except ForbiddenError:
+            reports = {}
+        view["goodput"] = goodput_view(job, reports, time.time())
+        view["progress"] = progress_view(job.record.failures if job.record is not None else (), reports)
         return view
 
     def logs(
@@ -353,3 +358,19 @@ def _existing_jobset(client: Any, cluster: str, name: str) -> LiveJobSet:
     if obj is None:
         raise NotFoundError(f"no workload named {name} in cluster {cluster}")
     return read_jobset(obj)
+
+
+def _apply_with_reports(client: Any, spec: WorkloadSpec, namespace: str, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Apply the JobSet with what its workers need to write their records (render/reports.py):
+    its pods run as the workload's ServiceAccount, so that exists before them; then everything
+    owned by the JobSet. Returns the JobSet applied."""
+    try:
+        default_account = client.get_service_account("default")
+    except ForbiddenError:
+        default_account = None
+    for obj in report_access(spec, namespace, default_account):
+        client.apply(obj)
+    applied: dict[str, Any] = client.apply(manifest)
+    for obj in report_access(spec, namespace, default_account, owner=applied) + report_leases(spec, namespace, applied):
+        client.apply(obj)
+    return applied

@@ -144,7 +144,7 @@ def _jobset_patch(
     if workload is not None:
         record = state_of(
             workload, job.record, observation.now, _released(observation, job, workload, effects),
-            start_cause(effects, job.record), retiring,
+            start_cause(effects, job.record), retiring, observation.loss_since.get(job.name),
         )
         if not record.written_as(job.record):
             annotations[labels.STATE_ANNOTATION] = record.encode()

@@ -23,7 +23,8 @@ map of the slices).
 
 Versions, by shape: every release so far wrote the same record and only added keys, each of
 them optional on read (the first release: the workload, ``replicas``, ``phase_seconds`` and
-``phase_since``; then ``released_jobs``, then ``start_cause``, then ``retiring``; since the
+``phase_since``; then ``released_jobs``, then ``start_cause``, then ``retiring``, then
+``failures``: each failure under the workload, ``[loss began, attempt]``, for MTTR; since the
 core decides the replica map, ``replicas`` is its map, in the same form). So one reader reads
 every release's record (``tests/test_kubernetes_state_record.py`` holds one of each, as it
 wrote it), and this release writes the text the previous one did: an upgrade rewrites no
@@ -61,6 +62,7 @@ class StateRecord:
     released: Released = dataclasses.field(default_factory=dict)  # never an empty set of indexes
     start_cause: str | None = None  # one of START_CAUSES
     retiring: Retiring = dataclasses.field(default_factory=dict)
+    failures: tuple[tuple[float, int], ...] = ()  # (loss began, attempt running then), the last MAX_FAILURES
 
     def to_json(self) -> dict[str, Any]:
         """The annotation's JSON object."""
@@ -72,6 +74,8 @@ class StateRecord:
             record["released_jobs"] = {uid: _ranges(sorted(hosts)) for uid, hosts in sorted(self.released.items())}
         if self.retiring:
             record["retiring"] = dict(sorted(self.retiring.items()))
+        if self.failures:
+            record["failures"] = [[t, attempt] for t, attempt in self.failures]
         record["phase_seconds"] = dict(self.phase_seconds)
         if self.phase_since is not None:
             record["phase_since"] = self.phase_since
@@ -109,16 +113,20 @@ def decode_state(text: str, spec: WorkloadSpec) -> StateRecord | None:
         released=_released(data.get("released_jobs")),
         start_cause=_start_cause(data.get("start_cause")),
         retiring=_retiring(data.get("retiring")),
+        failures=_failures(data.get("failures")),
     )
 
 
 def state_of(
     workload: Workload, previous: StateRecord | None, now: float,
     released: Released | None = None, start_cause: str | None = None, retiring: Retiring | None = None,
+    loss_began: float | None = None,
 ) -> StateRecord:
     """The record of a workload after a round: the core's decided workload, and the seconds
     spent in each phase so far (closed at every phase change, so the annotation is rewritten
-    only when something happens)."""
+    only when something happens); a failure under it (a restart for a loss or a worker's
+    failure, or an elastic shrink) is kept with when the loss began (``loss_began``, else now):
+    MTTR runs from it to the workers' first step after it."""
     ledger = dict(previous.phase_seconds) if previous is not None else {}
     since = previous.phase_since if previous is not None and previous.phase_since is not None else now
     if previous is not None and previous.workload.phase is not workload.phase:
@@ -132,7 +140,30 @@ def state_of(
         released={uid: frozenset(hosts) for uid, hosts in (released or {}).items() if hosts},
         start_cause=start_cause or None,
         retiring=dict(retiring or {}),
+        failures=_failures_after(workload, previous, now if loss_began is None else min(loss_began, now), start_cause),
     )
+
+
+MAX_FAILURES = 16
+
+
+def _failures_after(workload: Workload, previous: StateRecord | None, began: float, cause: str | None) -> tuple[tuple[float, int], ...]:
+    if previous is None:
+        return ()
+    before = previous.workload
+    restarted = workload.attempt > before.attempt and before.phase.holds_slices and cause in ("hotswap", "failure")
+    shrunk = workload.attempt == before.attempt and len(workload.slices) < len(before.slices) and workload.phase is before.phase
+    if not (restarted or shrunk):
+        return previous.failures
+    return (previous.failures + ((round(began, 6), before.attempt),))[-MAX_FAILURES:]
+
+
+def _failures(value: object) -> tuple[tuple[float, int], ...]:
+    if not isinstance(value, list):
+        return ()
+    found = [(float(f[0]), int(f[1])) for f in value
+             if isinstance(f, list) and len(f) == 2 and isinstance(f[0], (int, float)) and isinstance(f[1], int)]
+    return tuple(found[-MAX_FAILURES:])
 
 
 def replica_slots(workload: Workload) -> list[str | None]:

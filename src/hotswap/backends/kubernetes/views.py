@@ -12,7 +12,7 @@ from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes.discovery import Discovery
 from hotswap.backends.kubernetes.kueue_mode import kueue_views
 from hotswap.backends.kubernetes.live_objects import LiveJobSet, LivePod, read_jobset
-from hotswap.backends.views import FINISHED, GoodputView, PlacementRow, TimelineEntry, WorkerView, WorkloadRow, iso
+from hotswap.backends.views import FINISHED, PlacementRow, TimelineEntry, WorkerView, WorkloadRow, iso
 
 
 def kueue_status(workloads: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
@@ -80,29 +80,6 @@ def _status(job: LiveJobSet, kueue: dict[str, tuple[str, str]]) -> tuple[str, st
     if workload is None:
         return "QUEUED", "waiting for the hotswap controller (`hotswap controller run`)", job.created
     return workload.phase.value, workload.status_message, since
-
-
-def goodput_view(job: LiveJobSet, now: float) -> GoodputView:
-    """Where the workload's time went, as the controller saw its phases. Goodput counts only
-    steps the workers reported, and their goodput events stay in their pods: the controller
-    cannot tell a training job from one that never completed a step, so goodput is unknown
-    (``None``) with the reason, and the time in RUNNING is ``running_share`` (never goodput)."""
-    record = job.record
-    seconds = dict(record.phase_seconds) if record is not None else {}
-    if record is not None:
-        since = record.phase_since if record.phase_since is not None else now
-        phase = record.workload.phase.value
-        seconds[phase] = seconds.get(phase, 0.0) + max(0.0, now - since)
-    wall = sum(seconds.values())
-    share = {key: (value / wall if wall else 0.0) for key, value in seconds.items()}
-    return {
-        "goodput": None,
-        "wall_s": wall,
-        "source": "controller phase times",
-        "badput": {"queued": share.get("QUEUED", 0.0), "recovery": share.get("RESTARTING", 0.0)},
-        "reason": "no step was reported to the controller: the workers' step reports stay in their pods",
-        "running_share": share.get("RUNNING", 0.0),
-    }
 
 
 def slice_holders(views: list[WorkloadRow]) -> dict[str, str]:

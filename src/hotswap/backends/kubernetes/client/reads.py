@@ -97,3 +97,16 @@ class Reads(ApiCalls):
     def list_pods_on_node(self, node: str) -> list[dict[str, Any]]:
         answer = self._call(f"list pods on node {node}", self.core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={node}")
         return answer.get("items", [])
+
+    def list_report_leases(self, workload: str | None = None) -> list[dict[str, Any]]:
+        """The replicas' records (:mod:`hotswap.api.worker_report`): the Leases of hotswap's
+        workloads (of one, when named)."""
+        selector = f"{labels.WORKLOAD_LABEL}={workload}" if workload else labels.WORKLOAD_LABEL
+        answer = self._call("list Leases", self.coordination.list_namespaced_lease, self.namespace, label_selector=selector)
+        return answer.get("items", [])
+
+    def get_service_account(self, name: str) -> dict[str, Any] | None:
+        try:
+            return self._call(f"read ServiceAccount {name}", self.core.read_namespaced_service_account, name, self.namespace)
+        except NotFoundError:
+            return None

@@ -13,6 +13,14 @@ from hotswap.backends.kubernetes.client.calls import APPLY, MERGE, client_module
 from hotswap.backends.kubernetes.client.reads import Reads
 
 
+_CORE_KINDS = {
+    "ServiceAccount": ("CoreV1Api", "patch_namespaced_service_account"),
+    "Role": ("RbacAuthorizationV1Api", "patch_namespaced_role"),
+    "RoleBinding": ("RbacAuthorizationV1Api", "patch_namespaced_role_binding"),
+    "Lease": ("CoordinationV1Api", "patch_namespaced_lease"),
+}
+
+
 class Writes(Reads):
     """Built on :class:`Reads`."""
 
@@ -41,6 +49,10 @@ class Writes(Reads):
         doing = f"apply {kind} {name}"
         if kind == "PriorityClass":
             return self._call(doing, self.scheduling.patch_priority_class, name, body, **common)
+        if kind in _CORE_KINDS:  # a workload's workers' access and records (render/reports.py)
+            api_name, method = _CORE_KINDS[kind]
+            api = getattr(client_module(), api_name)(self.api_client)
+            return self._call(doing, getattr(api, method), name, manifest["metadata"]["namespace"], body, **common)
         if kind == "DaemonSet":
             apps = client_module().AppsV1Api(self.api_client)
             return self._call(doing, apps.patch_namespaced_daemon_set, name, manifest["metadata"]["namespace"], body, **common)

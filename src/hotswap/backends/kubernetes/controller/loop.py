@@ -32,6 +32,7 @@ from hotswap.backends.kubernetes import operations as ops
 from hotswap.backends.kubernetes.client import KubeClient, UnreachableError
 from hotswap.backends.kubernetes.controller.enactment import Enactment
 from hotswap.backends.kubernetes.controller.leader import LeaderElector, log_line
+from hotswap.backends.kubernetes.controller.training import TrainingRecords
 from hotswap.backends.kubernetes.lease import RETRY_PERIOD_S
 from hotswap.backends.kubernetes.observation import Observation
 from hotswap.backends.kubernetes.observation import observe as observe_cluster
@@ -67,6 +68,7 @@ class KubeController:
         self.log = log
         self.wake_at: float | None = None  # the last round asked to be run again by then
         self.figures = RecoveryFigures(metrics) if metrics is not None else None
+        self.training = TrainingRecords(client.list_report_leases, log)  # the workers' own records
 
     def observe(self) -> Observation:
         client = self.client
@@ -89,13 +91,14 @@ class KubeController:
         started = time.perf_counter()
         writes = self.client.writes
         observation = self.observe()
+        observation.events.extend(self.training.read(observation))  # hangs, judged from the workers' records
         decision = decide(observation.snapshot, observation.events, observation.now, self.config)
         effects = effects_of(decision.actions)  # once per action: the plan and the figures read it
         operations = plan(observation, decision, effects)
         for line in ops.decisions_summary(operations):
             self.log(line)
         refused = self.enact(operations, observation)
-        self.wake_at = observation.wake_at
+        self.wake_at = min((t for t in (observation.wake_at, self.training.wake_at) if t is not None), default=None)
         self._account(observation, decision, effects, refused, time.perf_counter() - started, self.client.writes - writes)
         return operations
 
@@ -146,7 +149,7 @@ class KubeController:
             """How many pods of the workload's current attempt run."""
             return sum(1 for p in observation.pods_of(workload.name) if p.running and p.attempt == workload.attempt)
 
-        self.figures.check_recoveries(managed, running, observation.now)
+        self.figures.check_recoveries(managed, running, observation.now, self.training.first_step)
 
     # ------------------------------------------------------------------ the loop
 

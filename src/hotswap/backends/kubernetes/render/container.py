@@ -8,6 +8,7 @@ import shlex
 from typing import Any
 
 from hotswap.api import worker as contract
+from hotswap.api.worker_report import IN_CLUSTER
 from hotswap.api.catalog import AcceleratorKind, DeviceType
 from hotswap.api.launch import Run
 from hotswap.api.runs import RESUME_AUTO
@@ -76,6 +77,9 @@ def worker_env(
         (contract.HOTSWAP_RESTART_COUNT, _field(f"metadata.annotations['{labels.RESTART_COUNT_ANNOTATION}']")),
         (contract.HOTSWAP_SLICE, _field(f"metadata.annotations['{labels.SLICE_ANNOTATION}']")),
         (contract.HOTSWAP_START_CAUSE, _field(f"metadata.annotations['{labels.START_CAUSE_ANNOTATION}']")),
+        # Where each replica's first process writes its record: the pod's own API server and
+        # namespace (train/report_channel.py), as its ServiceAccount may (render/reports.py).
+        (contract.HOTSWAP_REPORT_LEASES, IN_CLUSTER),
     ]
     if spec.debug_dump_gcs:
         user_flags = spec.env.get(contract.XLA_FLAGS)

@@ -27,7 +27,8 @@ def controller_rules(settings: KubeSettings) -> tuple[list[dict[str, Any]], list
         {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch", "patch", "delete"]},  # patch: touch a Job that creates no pods
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch", "delete"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
-        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        # list: the replicas' records (their Leases, written by the workloads' own pods)
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create", "list"]},
         {
             "apiGroups": ["coordination.k8s.io"],
             "resources": ["leases"],

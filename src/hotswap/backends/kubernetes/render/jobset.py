@@ -63,6 +63,7 @@ from hotswap.api.spec import WorkloadSpec
 from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes.checkpoint_volume import CheckpointVolume, checkpoint_dir, resumed_from
 from hotswap.backends.kubernetes.render import coordination
+from hotswap.backends.kubernetes.render.reports import worker_service_account
 from hotswap.backends.kubernetes.render.container import container_name, membership_volume, worker_container, worker_volumes
 from hotswap.backends.kubernetes.settings import KubeSettings
 
@@ -135,6 +136,8 @@ def render_jobset(
         "nodeSelector": node_selector(device, settings),
     }
     pod_spec["schedulingGates"] = [{"name": labels.PLACEMENT_GATE}]
+    # It may write its replicas' records and nothing else (render/reports.py).
+    pod_spec["serviceAccountName"] = worker_service_account(spec.name)
     if device.kind is AcceleratorKind.TPU:
         # Multislice TPU traffic (DCN) goes through the host network, as in xpk and GKE's docs.
         pod_spec["hostNetwork"] = True
