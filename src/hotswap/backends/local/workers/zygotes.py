@@ -30,7 +30,8 @@ from hotswap.backends.local.workers.supervisor import WorkerLaunch
 from hotswap.store.paths import new_dirs_private, open_private, write_private
 
 ZYGOTE = Path(__file__).with_name("zygote.py")
-REPLY_TIMEOUT_S = 5.0
+GO = b"go\n"  # zygote.GO: the forked shim may run
+REPLY_TIMEOUT_S = 1.0  # then the worker starts cold (safe: a shim forked later never runs)
 STARTED = "started"  # every zygote started for the cluster and not known ended: "pid ticks" lines
 
 
@@ -149,11 +150,14 @@ class Zygote:
                     if not more:
                         break
                     data += more
-            reply = json.loads(data)
+                reply = json.loads(data)
+                if "error" in reply:
+                    raise ZygoteUnusable(f"the zygote refused: {reply['error']}")
+                # The forked shim runs only once told so: given up on (the timeout above, or
+                # this controller dies), it exits before it records or starts anything.
+                channel.sendall(GO)
         except (OSError, ValueError) as error:
             raise ZygoteUnusable(f"the zygote did not answer: {error}") from error
-        if "error" in reply:
-            raise ZygoteUnusable(f"the zygote refused: {reply['error']}")
         return int(reply["pid"]), reply.get("ticks")
 
     def say_once(self, reason: str) -> None:
