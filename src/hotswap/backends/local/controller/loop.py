@@ -126,6 +126,7 @@ class LocalController:
             self.health.tick(now)
             if self.unrecorded is not None:
                 self.unrecorded.check()
+            self.workers.finish_dying()
             self.workers.expire_grace_periods()
             self.workers.start_waiting()
             if not self.state.deleting:
