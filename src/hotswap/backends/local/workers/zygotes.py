@@ -22,6 +22,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from hotswap.backends.local.crash_points import crash_at
@@ -32,6 +33,7 @@ from hotswap.store.paths import new_dirs_private, open_private, write_private
 ZYGOTE = Path(__file__).with_name("zygote.py")
 GO = b"go\n"  # zygote.GO: the forked shim may run
 REPLY_TIMEOUT_S = 1.0  # then the worker starts cold (safe: a shim forked later never runs)
+UNANSWERED_PAUSE_S = 10.0  # after a fork unanswered, start cold this long: one wait, not one per fork
 STARTED = "started"  # every zygote started for the cluster and not known ended: "pid ticks" lines
 
 
@@ -47,6 +49,7 @@ class Zygote:
         self.environment = environment
         self.process: subprocess.Popen[bytes] | None = None
         self.said: set[str] = set()  # reasons for a cold start already logged
+        self.unanswered_at: float | None = None  # (monotonic) when a fork last went unanswered
 
     def start(self) -> None:
         """Start the zygote, or adopt the one that runs with these modules (a controller killed
@@ -89,8 +92,9 @@ class Zygote:
         return self.info() is None
 
     def stop(self) -> None:
-        """Stop the zygote (it ends when its ready file is gone; SIGTERM makes that at once,
-        also while it still imports and has written no ready file to remove)."""
+        """Stop the zygote (it ends when its ready file is gone; SIGKILL makes that at once,
+        also while it still imports, or is stopped: it has nothing to save, and the wait
+        below must not hold the controller)."""
         info = self.info()
         (self.dir / "ready").unlink(missing_ok=True)
         pids = {int(info["pid"])} if info is not None else set()
@@ -98,7 +102,7 @@ class Zygote:
             pids.add(self.process.pid)  # ours, perhaps still importing: waited for below
         for pid in pids:
             try:
-                os.kill(pid, signal.SIGTERM)
+                os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
         if self.process is not None:
@@ -138,6 +142,8 @@ class Zygote:
             raise ZygoteUnusable("the zygote is not running (or still importing)")
         if info.get("problem"):
             raise ZygoteUnusable(f"the zygote cannot fork: {info['problem']}")
+        if self.unanswered_at is not None and time.monotonic() - self.unanswered_at < UNANSWERED_PAUSE_S:
+            raise ZygoteUnusable("the zygote did not answer a moment ago")
         request = {"dir": str(launch.dir), "log": str(launch.log), "env": launch.env, "cwd": launch.cwd, **what}
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as channel:
@@ -157,6 +163,7 @@ class Zygote:
                 # this controller dies), it exits before it records or starts anything.
                 channel.sendall(GO)
         except (OSError, ValueError) as error:
+            self.unanswered_at = time.monotonic()
             raise ZygoteUnusable(f"the zygote did not answer: {error}") from error
         return int(reply["pid"]), reply.get("ticks")
 
