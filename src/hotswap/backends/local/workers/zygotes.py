@@ -9,8 +9,9 @@ call. One process per cluster, not per slice: a fork is milliseconds, so a secon
 buy nothing but its memory.
 
 When the zygote cannot serve (not started yet, still importing, dead, refusing to fork: see
-``zygote.fork_problem``), the caller starts the process cold, as before; the reason is said
-once in the controller's log (each new reason once).
+``zygote.fork_problem``; or not answering within :data:`REPLY_TIMEOUT_S`), the caller starts
+the process cold, as before; the reason is said once in the controller's log (each new reason
+once). A shim forked for a request given up on never runs (``zygote.py``: it waits for ``go``).
 """
 
 from __future__ import annotations
