@@ -7,6 +7,7 @@ parent is (the zygote, or the controller for a cold start)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -235,7 +236,10 @@ def test_a_fork_the_controller_gave_up_on_never_runs(tmp_path: Path, monkeypatch
     try:
         zygote = zygotes.Zygote(tmp_path, [], {})
         launch = WorkerLaunch(dataclasses.replace(SPARE), spare_dir, spare_dir / "log", "", str(spare_dir), {"PATH": os.environ["PATH"]})
-        with pytest.raises(zygotes.ZygoteUnusable, match="did not answer"):
+        with pytest.raises(zygotes.ZygoteUnusable, match="did not answer: timed out"):
+            zygote.fork(launch, lock, {"spare": str(spare_dir)})
+        # The next starts go cold at once rather than wait on it again, each of them.
+        with pytest.raises(zygotes.ZygoteUnusable, match="did not answer a moment ago"):
             zygote.fork(launch, lock, {"spare": str(spare_dir)})
     finally:
         os.close(lock)
@@ -259,3 +263,27 @@ def test_a_fork_the_controller_gave_up_on_never_runs(tmp_path: Path, monkeypatch
     finally:
         process.kill()
         process.wait()
+
+
+def test_a_stopped_zygote_is_stopped_without_holding_the_controller(tmp_path: Path) -> None:
+    """The controller stopped the zygote with SIGTERM and waited for it: a zygote stopped with
+    SIGSTOP (a debugger, a frozen cgroup) never acted on it, and `cluster delete` hung."""
+    import threading
+
+    from hotswap.backends.local.workers.zygotes import Zygote
+
+    zygote = Zygote(tmp_path, [], dict(os.environ))
+    zygote.start()
+    wait_until(lambda: zygote.info() is not None, timeout=60, what="the zygote to be ready")
+    assert zygote.process is not None
+    pid = zygote.process.pid
+    os.kill(pid, signal.SIGSTOP)
+    stopping = threading.Thread(target=zygote.stop, daemon=True)
+    stopping.start()
+    stopping.join(timeout=60)  # a hang guard, not a measurement
+    try:
+        assert not stopping.is_alive(), "stopping a stopped zygote hangs"
+        assert not alive(pid)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
