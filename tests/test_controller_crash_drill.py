@@ -365,3 +365,49 @@ def test_random_kills_during_creates_hotswaps_and_preemptions(drill: Drill) -> N
 def _nodes(drill: Drill) -> dict[str, str]:
     """Each node's state (NodeState's values: "Ready", "Failed", ...)."""
     return {r["name"]: r["state"] for r in query(drill.home, "c", "SELECT name, state FROM nodes")}
+
+
+def test_a_request_made_while_a_start_is_still_unrecorded_is_answered_at_once(drill: Drill) -> None:
+    """Issue 36: recovery waited in place (up to 60 s) for the pid file of a shim a killed
+    controller had started, holding the cluster unanswered meanwhile. The state such a crash
+    leaves on a busy host (a row without a pid, its start lock held by a shim that has written
+    no pid file yet) is made here with a stand-in that holds the lock until the test lets go:
+    a request made meanwhile is answered while the start is still unrecorded, and the worker is
+    then started again (its shim ended without running anything), uncharged."""
+    drill.cluster(1)
+    drill.create("a")
+    drill.settle()
+    row = live_workers(drill.home, "c", "a")[0]
+    drill.kill_controllers()
+    os.killpg(row["pid"], signal.SIGKILL)
+    wait_until(lambda: not alive(row["pid"]), what="a's worker to die")
+    forge(drill, row, state="starting", pid=None, start_ticks=None)
+    for left in ("pid", "exit", "started"):
+        (Path(row["dir"]) / left).unlink(missing_ok=True)
+    release = drill.root.parent.parent.parent / "release-the-start-lock"
+    holding = textwrap.dedent(
+        f"""
+        import fcntl, os, time
+        lock = os.open({str(Path(row["dir"]) / "lock")!r}, os.O_RDWR)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        print("held", flush=True)
+        deadline = time.monotonic() + 240  # a hang guard: the test lets go long before
+        while not os.path.exists({str(release)!r}) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        """
+    )
+    shim = subprocess.Popen([sys.executable, "-c", holding], stdout=subprocess.PIPE, text=True)
+    try:
+        assert shim.stdout is not None and shim.stdout.readline().strip() == "held"
+        drill.cli(  # the CLI starts a controller, which recovers, and waits for its answer
+            "workload", "create", "--cluster", "c", "--workload", "b", "--command", drill.command,
+        )
+        assert shim.poll() is None, "the request was answered only once the unrecorded start ended"
+        assert query(drill.home, "c", "SELECT pid FROM workers WHERE id = ?", (row["id"],))[0]["pid"] is None
+        assert workloads(drill.home, "c")["b"]["phase"] == "QUEUED"  # served: queued behind a
+    finally:
+        release.touch()
+        shim.wait()
+    drill.settle()
+    drill.check()
+    assert workloads(drill.home, "c")["a"]["attempt"] == 1  # the same start, made again

@@ -7,6 +7,7 @@ parent is (the zygote, or the controller for a cold start)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -208,3 +209,81 @@ def zygote_processes() -> list[int]:
         except OSError:
             pass
     return found
+
+
+def test_a_fork_the_controller_gave_up_on_never_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A zygote that answers after the controller's timeout forked the shim anyway: the worker
+    (started cold meanwhile) ran twice, the late one recorded nowhere. Now the forked shim runs
+    only once the controller says so, and exits at once when it gave up."""
+    import dataclasses
+    import fcntl
+    import time
+
+    from spare_helpers import start_zygote
+
+    from hotswap.backends.local.tables import SPARE
+    from hotswap.backends.local.workers import zygotes
+    from hotswap.backends.local.workers.supervisor import WorkerLaunch
+    from hotswap.backends.local.workers.zygote import SLOW_FORK_VARIABLE
+
+    monkeypatch.setenv(SLOW_FORK_VARIABLE, "2")  # it forks 2 s after the request ...
+    monkeypatch.setattr(zygotes, "REPLY_TIMEOUT_S", 0.2)  # ... and is given up on long before
+    process, _ = start_zygote(tmp_path / "zygote", [])
+    spare_dir = tmp_path / "spare"
+    spare_dir.mkdir()
+    lock = os.open(spare_dir / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        zygote = zygotes.Zygote(tmp_path, [], {})
+        launch = WorkerLaunch(dataclasses.replace(SPARE), spare_dir, spare_dir / "log", "", str(spare_dir), {"PATH": os.environ["PATH"]})
+        with pytest.raises(zygotes.ZygoteUnusable, match="did not answer: timed out"):
+            zygote.fork(launch, lock, {"spare": str(spare_dir)})
+        # The next starts go cold at once rather than wait on it again, each of them.
+        with pytest.raises(zygotes.ZygoteUnusable, match="did not answer a moment ago"):
+            zygote.fork(launch, lock, {"spare": str(spare_dir)})
+    finally:
+        os.close(lock)
+
+    def lock_free() -> bool:  # the zygote and any shim it forked have let the start lock go
+        probe = os.open(spare_dir / "lock", os.O_RDWR)
+        try:
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            return False
+        finally:
+            os.close(probe)
+
+    try:
+        deadline = time.monotonic() + 120  # a hang guard, not a measurement
+        while not lock_free() and not (spare_dir / "pid").exists():
+            assert time.monotonic() < deadline, "the late fork neither ran nor ended"
+            time.sleep(0.05)
+        assert not (spare_dir / "pid").exists(), "the shim forked after the controller gave up runs"
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_a_stopped_zygote_is_stopped_without_holding_the_controller(tmp_path: Path) -> None:
+    """The controller stopped the zygote with SIGTERM and waited for it: a zygote stopped with
+    SIGSTOP (a debugger, a frozen cgroup) never acted on it, and `cluster delete` hung."""
+    import threading
+
+    from hotswap.backends.local.workers.zygotes import Zygote
+
+    zygote = Zygote(tmp_path, [], dict(os.environ))
+    zygote.start()
+    wait_until(lambda: zygote.info() is not None, timeout=60, what="the zygote to be ready")
+    assert zygote.process is not None
+    pid = zygote.process.pid
+    os.kill(pid, signal.SIGSTOP)
+    stopping = threading.Thread(target=zygote.stop, daemon=True)
+    stopping.start()
+    stopping.join(timeout=60)  # a hang guard, not a measurement
+    try:
+        assert not stopping.is_alive(), "stopping a stopped zygote hangs"
+        assert not alive(pid)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)

@@ -97,13 +97,13 @@ def open_controller(paths: ClusterPaths, served_metrics: Callable[[], Controller
         serving = RequestServing(store, state, inbox, rounds, server, workers, health)
         server.open()
         launcher.publish_committed(state.snapshot.workloads.values())  # its predecessor may have died before
-        recover(workers, HostLoss(predecessor))
+        unrecorded = recover(workers, HostLoss(predecessor))  # waits for nothing: see recovery.UnrecordedStarts
         health.watch(None if state.deleting else state.backing)
         if state.deleting:  # a controller stopped half-way through `cluster delete`: finish it
             workers.stop_everything(time.time())
         return LocalController(
             claim, selector, state, inbox, server, workers, hangs, health, serving, closing.pop_all(), figures,
-            Liveness(paths.root),
+            Liveness(paths.root), unrecorded,
         )
 
 

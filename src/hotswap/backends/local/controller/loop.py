@@ -43,6 +43,7 @@ from hotswap.backends.kit.figures import RecoveryFigures
 from hotswap.backends.local.claim import Claim
 from hotswap.backends.local.controller.gpu_health import GpuHealthMonitor
 from hotswap.backends.local.controller.hangs import HangWatch
+from hotswap.backends.local.controller.recovery import UnrecordedStarts
 from hotswap.backends.local.controller.host_loss import Liveness
 from hotswap.backends.local.controller.server import RequestServer
 from hotswap.backends.local.controller.serving import RETRY_S, RequestServing
@@ -72,6 +73,7 @@ class LocalController:
         closing: contextlib.ExitStack,
         figures: RecoveryFigures | None = None,
         liveness: Liveness | None = None,
+        unrecorded: UnrecordedStarts | None = None,
     ) -> None:
         self.claim = claim
         self.selector = selector  # each registration's data is its callback
@@ -85,6 +87,7 @@ class LocalController:
         self.closing = closing
         self.figures = figures  # Prometheus, when served
         self.liveness = liveness  # beaten every second, also while idle (see host_loss.py)
+        self.unrecorded = unrecorded  # starts recovery found without a pid yet (see recovery.py)
         self.stopped = False
         self.retry_at: float | None = None
         self.wake: tuple[socket.socket, socket.socket] | None = None  # see _wake_on_signals
@@ -121,6 +124,9 @@ class LocalController:
             self.server.ensure_listening()
             self.claim.keep_pid_file()
             self.health.tick(now)
+            if self.unrecorded is not None:
+                self.unrecorded.check()
+            self.workers.finish_dying()
             self.workers.expire_grace_periods()
             self.workers.start_waiting()
             if not self.state.deleting:
@@ -147,6 +153,7 @@ class LocalController:
                 self.workers.next_deadline(now),
                 None if self.state.deleting else self.hangs.next_deadline(self.state.snapshot, now),
                 self.health.next_deadline(now),
+                self.unrecorded.next_deadline() if self.unrecorded is not None else None,
             )
             deadline = min((d for d in due if d is not None), default=None)
         except Exception as error:

@@ -28,7 +28,6 @@ import contextlib
 import dataclasses
 import os
 import selectors
-import signal
 import time
 from collections.abc import Callable, Collection, Iterable
 
@@ -37,110 +36,15 @@ from hotswap.api.worker import HOTSWAP_EVENTS_FILE
 from hotswap.backends.local import workload_files
 from hotswap.backends.local.crash_points import crash_at, crash_at_spawn
 from hotswap.backends.local.workers.gpu_handover import GpuHandOver
+from hotswap.backends.local.workers.stops import CANNOT_START_EXIT_CODE, REAP_POLL_S, WorkerStops
 from hotswap.backends.local.workers.spares import SpareGone, SparePool, preload_modules, spare_environment, starts_like
 from hotswap.backends.local.workers.zygotes import Zygote, ZygoteUnusable
-from hotswap.backends.local.workers.supervisor import AlreadyStarted, Ending, Supervisor, WorkerLaunch
+from hotswap.backends.local.workers.supervisor import AlreadyStarted, Supervisor, WorkerLaunch
 from hotswap.store import faults
 from hotswap.store.paths import ClusterPaths, new_dirs_private, open_private
 from hotswap.backends.local.tables import LIVE_WORKER_STATES, LocalStore, WorkerRow
 
-CANNOT_START_EXIT_CODE = 127  # what a shell reports for a command it cannot run
-MAX_START_AGAIN = 3  # starts of one worker made again (its shim killed before its command ran)
 ZYGOTE_WAIT_S = 0.5  # a refill waits this long (again) while the zygote still imports
-LOST_REASON = "was lost: its shim was killed while the command ran (not the workload's fault)"
-
-
-class WorkerStops:
-    """Stopping workers, and holding their exits until the round that decides on them commits
-    them (see the module). Owned by :class:`Workers`, which hands it what it stops with."""
-
-    def __init__(
-        self,
-        store: LocalStore,
-        supervisor: Supervisor,
-        hand_over: GpuHandOver,
-        grace_s: Callable[[str], float],
-        on_exit: Callable[[WorkerRow, int, str | None, bool], None],
-    ) -> None:
-        self.store = store
-        self.supervisor = supervisor
-        self.hand_over = hand_over
-        self.grace_s = grace_s
-        self.on_exit = on_exit
-        # Exits seen but not yet committed: they are written in the transaction of the round
-        # that decides on them, so a crash in between is repaired by recovery (the worker is
-        # then found dead again) and no exit is ever decided on twice or never.
-        self.pending_exits: dict[int, tuple[int, float]] = {}  # worker id -> (code, ended at)
-
-    def live(self, workload: str, seq: int, attempt: int | None = None) -> list[WorkerRow]:
-        """The workload's workers that are, or may be, alive (and not seen ended)."""
-        return [
-            w
-            for w in self.store.worker_rows.select(LIVE_WORKER_STATES, workload)
-            if w.identity.seq == seq
-            and (attempt is None or w.identity.attempt == attempt)
-            and w.id not in self.pending_exits
-        ]
-
-    def mark_stopping(self, rows: Iterable[WorkerRow], now: float, grace_s: float | None = None) -> None:
-        """Record that the workers must stop, and their SIGKILL deadline: their workload's grace
-        period, or ``grace_s`` (0 for a failed node's workers). In the caller's transaction;
-        :meth:`terminate` (or :meth:`kill`) them once it is committed."""
-        for row in rows:
-            grace = self.grace_s(row.identity.workload) if grace_s is None else grace_s
-            self.store.worker_rows.update(row.id, state="stopping", stop_requested_at=now, kill_at=now + grace)
-
-    def terminate(self, rows: Iterable[WorkerRow]) -> None:
-        for row in rows:
-            if self._never_started(row):
-                continue
-            self.supervisor.signal(row, signal.SIGTERM)
-            self.supervisor.signal(row, signal.SIGCONT)  # a stopped (SIGSTOP, hung) process acts on it
-
-    def stop(self, rows: list[WorkerRow], now: float) -> None:
-        """Stop workers gracefully, outside a round: mark them, commit, SIGTERM."""
-        with self.store.transaction():
-            self.mark_stopping(rows, now)
-        self.terminate(rows)
-
-    def kill(self, rows: Iterable[WorkerRow]) -> None:
-        for row in rows:
-            if not self._never_started(row):
-                self.supervisor.signal(row, signal.SIGKILL)
-
-    def _never_started(self, row: WorkerRow) -> bool:
-        """A waiting worker told to stop ends without having run (its exit is never judged)."""
-        if not self.hand_over.release(row.id):
-            return False
-        self.exited(dataclasses.replace(row, state="stopping"), 0)
-        return True
-
-    def expire_grace_periods(self) -> None:
-        now = time.time()
-        for row in self.store.worker_rows.select(("stopping",)):
-            if row.kill_at is not None and row.kill_at <= now:
-                self.supervisor.signal(row, signal.SIGKILL)
-                with self.store.transaction():
-                    self.store.worker_rows.update(row.id, kill_at=None)
-
-    def exited(self, row: WorkerRow, code: int, lost: str | None = None) -> None:
-        """A worker has ended: hold its exit for the next round, and tell the controller (and
-        whether its attempt has no live worker left)."""
-        self.pending_exits[row.id] = (code, time.time())
-        who = row.identity
-        self.on_exit(row, code, lost, not self.live(who.workload, who.seq, who.attempt))
-
-    def commit_exits(self) -> list[int]:
-        """Write the pending exits (inside the caller's transaction); returns the workers to
-        hand to :meth:`exits_committed` once that transaction has committed (an exit whose
-        write was rolled back stays pending)."""
-        for worker_id, (code, ended_at) in self.pending_exits.items():
-            self.store.worker_rows.update(worker_id, state="exited", exit_code=code, ended_at=ended_at)
-        return list(self.pending_exits)
-
-    def exits_committed(self, worker_ids: Iterable[int]) -> None:
-        for worker_id in worker_ids:
-            self.pending_exits.pop(worker_id, None)
 
 
 class Workers:
@@ -175,7 +79,6 @@ class Workers:
         self.stops = WorkerStops(store, self.supervisor, self.hand_over, grace_s, on_exit)
         self.spares = SparePool(store, self.supervisor, paths.root, *spares)
         self.watched: dict[int, int] = {}  # pidfd -> worker id
-        self.started_again: dict[int, int] = {}  # worker id -> starts made again (see ended)
         self.zygote = None
         self.use_zygote(zygote)
 
@@ -215,6 +118,7 @@ class Workers:
         deadlines = [w.kill_at for w in self.store.worker_rows.select(("stopping",)) if w.kill_at is not None]
         if self.spares.refill_at is not None:
             deadlines.append(self.spares.refill_at)
+        deadlines += [now + REAP_POLL_S] if self.stops.dying else []
         return max(0.0, min(deadlines) - now) if deadlines else None
 
     # ------------------------------------------------------------------ starting
@@ -354,27 +258,12 @@ class Workers:
         self.ended(row)
 
     def ended(self, row: WorkerRow, host_lost: str | None = None) -> None:
-        """A worker's process is gone (seen by this controller or found by recovery). Only its
-        command's exit is the workload's to answer for: a start whose shim was killed before
-        the command ran is made again (it never counts), and a worker whose shim was killed
-        while the command ran on is reported lost, which restarts the workload without
-        charging it (see :class:`~hotswap.backends.local.workers.supervisor.Ending`), as is
-        one killed with its shim when recovery found the host lost with it (``host_lost``
-        says why: see ``controller/host_loss.py``)."""
-        code, how = self.supervisor.ending(row)
-        if row.state == "stopping" or row.identity.is_spare:
-            self.stops.exited(row, code)  # told to stop: how it ended is never judged
-        elif how is Ending.KILLED and host_lost is not None:
-            self.stops.exited(row, code, host_lost)
-        elif how is Ending.NEVER_RAN and self.started_again.get(row.id, 0) < MAX_START_AGAIN:
-            self.started_again[row.id] = self.started_again.get(row.id, 0) + 1
-            with self.store.transaction():  # a start committed without a pid again (see recovery)
-                self.store.worker_rows.update(row.id, pid=None, start_ticks=None)
-            self.spawn([(dataclasses.replace(row, pid=None, start_ticks=None), None)])
-        elif how is Ending.NEVER_RAN:
-            self._cannot_start(row, None, RuntimeError(f"its start was interrupted {MAX_START_AGAIN} times"))
-        else:
-            self.stops.exited(row, code, LOST_REASON if how is Ending.ORPHANED else None)
+        """A worker's process is gone (seen by this controller or found by recovery): judged,
+        or started again (see :meth:`WorkerStops.ended`)."""
+        self.spawn([(again, None) for again in self.stops.ended(row, host_lost)])
+
+    def finish_dying(self) -> None:
+        self.spawn([(again, None) for again in self.stops.finish_dying()])
 
     # ------------------------------------------------------------------ warm spares
 

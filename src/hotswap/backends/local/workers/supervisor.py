@@ -22,7 +22,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -37,7 +36,6 @@ LOCAL_FILE = "local.json"  # the shim's list of the host's other processes
 START_LOCK_FILE = "lock"  # held by the worker's shim from before its birth to its end
 STARTED_FILE = "started"  # the shim's mark that the command runs: the start is complete
 EXIT_FILE = "exit"
-ORPHANS_KILL_WAIT_S = 5.0
 
 
 class Ending(enum.Enum):
@@ -201,7 +199,7 @@ class Supervisor:
     def ending(self, row: WorkerRow) -> tuple[int, Ending]:
         """The exit code of an ended worker and how it ended (:class:`Ending`). A shim killed
         before its start was complete or while its command ran on has what it left of the
-        command killed here (and waited for): nothing of the worker runs any more."""
+        command killed here (SIGKILL, not waited for: see :meth:`group_gone`)."""
         child = self.children.pop(row.id, None)
         if child is not None:
             code = child.wait()
@@ -218,6 +216,11 @@ class Supervisor:
             return KILLED_EXIT_CODE, Ending.NEVER_RAN
         return KILLED_EXIT_CODE, Ending.ORPHANED if left else Ending.KILLED
 
+    def group_gone(self, row: WorkerRow) -> bool:
+        """Whether nothing of the ended worker's process group lives any more (what its shim
+        left is killed by :meth:`ending`; on a busy host it may take a while to die)."""
+        return row.pid is None or start_ticks(row.pid) is not None or not _group_members(row.pid)
+
     def adopt(self, old_id: int, new_id: int) -> None:
         """A spare's process now serves another worker row (see spares.py)."""
         child = self.children.pop(old_id, None)
@@ -229,20 +232,15 @@ class Supervisor:
 
 
 def _kill_orphans(group: int) -> bool:
-    """SIGKILL what is left of the process group of a dead shim (its leader) and wait until it is
-    gone; whether anything was left. A group whose leader's pid lives again is someone else's."""
+    """SIGKILL what is left of the process group of a dead shim (its leader); whether anything
+    was left. A group whose leader's pid lives again is someone else's."""
     if start_ticks(group) is not None:
         return False
     members = _group_members(group)
     if not members:
         return False
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(group, signal.SIGKILL)
-    except ProcessLookupError:
-        return True
-    deadline = time.monotonic() + ORPHANS_KILL_WAIT_S
-    while _group_members(group) and time.monotonic() < deadline:
-        time.sleep(0.01)
     return True
 
 

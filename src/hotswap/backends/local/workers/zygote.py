@@ -17,6 +17,11 @@ waits as a warm spare on ``<spare>/assignment`` or becomes the ``assignment`` at
 (``warm.become``). The zygote answers ``{"pid", "ticks"}`` of the shim (or ``{"error"}``) and
 reaps its children.
 
+The child becomes the shim only once the controller, having read that answer, sends ``go`` on
+the same connection; an end of file instead (the controller gave up waiting and starts the
+worker cold, or died) makes it exit at once, before it writes any record: a zygote that forks
+late never leaves a second, unrecorded process of a worker or spare.
+
 Fork safety: before every fork the zygote checks that it runs one thread
 (``threading.active_count()`` and ``/proc/self/task``) and that CUDA is not initialised in
 it; otherwise it refuses (the controller then starts the worker cold). A forked worker gets
@@ -38,11 +43,14 @@ import signal
 import socket
 import sys
 import threading
+import time
 from pathlib import Path
 
 HERE = Path(__file__).parent
 ACCEPT_TICK_S = 1.0
 MAX_REQUEST = 1 << 22
+GO = b"go\n"  # the controller's word that it recorded this fork (see the module)
+SLOW_FORK_VARIABLE = "HOTSWAP_TEST_ZYGOTE_SLOW_S"  # test-only: seconds to wait before each fork
 
 
 def _sibling(name: str):  # type: ignore[no-untyped-def]
@@ -162,13 +170,17 @@ def serve(connection: socket.socket, server: socket.socket) -> None:
     # a worker's group, and a shim answered before its setsid() could not be signalled at all
     # (a spare forked just before a `cluster delete` then never stopped).
     in_session, said_so = os.pipe()
+    slow_s = float(os.environ.get(SLOW_FORK_VARIABLE) or 0)  # (test-only: a zygote that answers late)
+    if slow_s:
+        time.sleep(slow_s)
     pid = os.fork()
     if pid == 0:
         server.close()
-        connection.close()
         os.close(in_session)
         os.setsid()
         os.close(said_so)
+        if not told_to_go(connection):
+            os._exit(shim.CANNOT_RUN)  # nothing was recorded or started: the controller starts it cold
         try:  # (a BecomeWorker passes through: the worker's process unwinds to __main__)
             code = shim_child(request, lock)
         except Exception:  # the shim could not even start: as a command that cannot run
@@ -179,6 +191,23 @@ def serve(connection: socket.socket, server: socket.socket) -> None:
     os.close(in_session)
     os.close(lock)
     connection.sendall(json.dumps({"pid": pid, "ticks": shim.start_ticks(pid)}).encode() + b"\n")
+
+
+def told_to_go(connection: socket.socket) -> bool:
+    """Whether the controller took this fork (in the child, which then closes the connection:
+    the worker must not hold it)."""
+    connection.settimeout(None)  # the controller sends "go" or closes; a dead one closes too
+    received = b""
+    with connection:
+        while len(received) < len(GO):
+            try:
+                more = connection.recv(len(GO) - len(received))
+            except OSError:
+                return False
+            if not more:
+                return False
+            received += more
+    return received == GO
 
 
 def reap_children() -> None:

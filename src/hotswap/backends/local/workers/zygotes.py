@@ -9,8 +9,9 @@ call. One process per cluster, not per slice: a fork is milliseconds, so a secon
 buy nothing but its memory.
 
 When the zygote cannot serve (not started yet, still importing, dead, refusing to fork: see
-``zygote.fork_problem``), the caller starts the process cold, as before; the reason is said
-once in the controller's log (each new reason once).
+``zygote.fork_problem``; or not answering within :data:`REPLY_TIMEOUT_S`), the caller starts
+the process cold, as before; the reason is said once in the controller's log (each new reason
+once). A shim forked for a request given up on never runs (``zygote.py``: it waits for ``go``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from hotswap.backends.local.crash_points import crash_at
@@ -30,7 +32,9 @@ from hotswap.backends.local.workers.supervisor import WorkerLaunch
 from hotswap.store.paths import new_dirs_private, open_private, write_private
 
 ZYGOTE = Path(__file__).with_name("zygote.py")
-REPLY_TIMEOUT_S = 5.0
+GO = b"go\n"  # zygote.GO: the forked shim may run
+REPLY_TIMEOUT_S = 1.0  # then the worker starts cold (safe: a shim forked later never runs)
+UNANSWERED_PAUSE_S = 10.0  # after a fork unanswered, start cold this long: one wait, not one per fork
 STARTED = "started"  # every zygote started for the cluster and not known ended: "pid ticks" lines
 
 
@@ -46,6 +50,7 @@ class Zygote:
         self.environment = environment
         self.process: subprocess.Popen[bytes] | None = None
         self.said: set[str] = set()  # reasons for a cold start already logged
+        self.unanswered_at: float | None = None  # (monotonic) when a fork last went unanswered
 
     def start(self) -> None:
         """Start the zygote, or adopt the one that runs with these modules (a controller killed
@@ -88,8 +93,9 @@ class Zygote:
         return self.info() is None
 
     def stop(self) -> None:
-        """Stop the zygote (it ends when its ready file is gone; SIGTERM makes that at once,
-        also while it still imports and has written no ready file to remove)."""
+        """Stop the zygote (it ends when its ready file is gone; SIGKILL makes that at once,
+        also while it still imports, or is stopped: it has nothing to save, and the wait
+        below must not hold the controller)."""
         info = self.info()
         (self.dir / "ready").unlink(missing_ok=True)
         pids = {int(info["pid"])} if info is not None else set()
@@ -97,7 +103,7 @@ class Zygote:
             pids.add(self.process.pid)  # ours, perhaps still importing: waited for below
         for pid in pids:
             try:
-                os.kill(pid, signal.SIGTERM)
+                os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
         if self.process is not None:
@@ -137,6 +143,8 @@ class Zygote:
             raise ZygoteUnusable("the zygote is not running (or still importing)")
         if info.get("problem"):
             raise ZygoteUnusable(f"the zygote cannot fork: {info['problem']}")
+        if self.unanswered_at is not None and time.monotonic() - self.unanswered_at < UNANSWERED_PAUSE_S:
+            raise ZygoteUnusable("the zygote did not answer a moment ago")
         request = {"dir": str(launch.dir), "log": str(launch.log), "env": launch.env, "cwd": launch.cwd, **what}
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as channel:
@@ -149,11 +157,15 @@ class Zygote:
                     if not more:
                         break
                     data += more
-            reply = json.loads(data)
+                reply = json.loads(data)
+                if "error" in reply:
+                    raise ZygoteUnusable(f"the zygote refused: {reply['error']}")
+                # The forked shim runs only once told so: given up on (the timeout above, or
+                # this controller dies), it exits before it records or starts anything.
+                channel.sendall(GO)
         except (OSError, ValueError) as error:
+            self.unanswered_at = time.monotonic()
             raise ZygoteUnusable(f"the zygote did not answer: {error}") from error
-        if "error" in reply:
-            raise ZygoteUnusable(f"the zygote refused: {reply['error']}")
         return int(reply["pid"]), reply.get("ticks")
 
     def say_once(self, reason: str) -> None:
