@@ -48,11 +48,7 @@ ZYGOTE_WAIT_S = 0.5  # a refill waits this long (again) while the zygote still i
 
 
 class Workers:
-    """The workers of one cluster: starting them (and their warm spares), watching them end.
-
-    Size: each start path (spare, zygote, cold, an already running shim adopted) and each end
-    (exit, lost, lost with the host) keep their steps together here, where a crash between
-    two of them is reasoned about; the stops are :class:`WorkerStops`'."""
+    """The workers of one cluster: starting them (and their warm spares), watching them end."""
 
     def __init__(
         self,
