@@ -15,6 +15,7 @@ from collections.abc import Iterable
 
 from hotswap.api.runs import CAUSE_ELASTIC
 from hotswap.core import actions as act
+from hotswap.core.records import fast_init
 
 
 class Stop(enum.Enum):
@@ -45,6 +46,7 @@ class Outcome(enum.Enum):
     DELETED = "deleted"
 
 
+@fast_init
 @dataclasses.dataclass(frozen=True, slots=True)
 class ActionEffect:
     """What ``action`` does to its workload's workers (see :mod:`hotswap.core.actions`)."""
@@ -86,12 +88,13 @@ class ActionEffect:
 
 def effect_of(action: act.Action) -> ActionEffect:
     """What ``action`` does to its workload's workers."""
-    return act.dispatch(action, _EFFECTS)
+    return _EFFECT_OF[type(action)](action)
 
 
 def effects_of(actions: Iterable[act.Action]) -> list[ActionEffect]:
     """The effect of each action, in order: what a backend computes once per decision."""
-    return [act.dispatch(action, _EFFECTS) for action in actions]
+    effect_of_type = _EFFECT_OF
+    return [effect_of_type[type(action)](action) for action in actions]
 
 
 def admit_cause(attempt: int) -> str:
@@ -219,3 +222,4 @@ class _Messages:
 
 _EFFECTS = _Effects()
 _MESSAGES = _Messages()
+_EFFECT_OF = act.handler_table(_EFFECTS)

@@ -5,26 +5,32 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+from hotswap.core.records import fast_init
+
 if TYPE_CHECKING:  # pydantic is loaded only by those who build or validate specs (the CLI's reads stay fast)
     from hotswap.api.spec import WorkloadSpec
 
 
+@fast_init
 @dataclasses.dataclass(frozen=True, slots=True)
 class WorkloadCreated:
     spec: WorkloadSpec
 
 
+@fast_init
 @dataclasses.dataclass(frozen=True, slots=True)
 class WorkloadDeleted:
     workload: str
 
 
+@fast_init
 @dataclasses.dataclass(frozen=True, slots=True)
 class NodeFailed:
     node: str
     reason: str = ""  # what failed, when known (a GPU's XID, ECC errors, a lost GPU)
 
 
+@fast_init
 @dataclasses.dataclass(frozen=True, slots=True)
 class NodeCordoned:
     """Taken out of scheduling. ``reason``: why, when it was not a cordon (a backend that
@@ -34,6 +40,7 @@ class NodeCordoned:
     reason: str = ""
 
 
+@fast_init
 @dataclasses.dataclass(frozen=True, slots=True)
 class NodeDrained:
     """Cordon plus graceful eviction: the same decision as a cordon, recorded as a drain."""
@@ -41,6 +48,7 @@ class NodeDrained:
     node: str
 
 
+@fast_init
 @dataclasses.dataclass(frozen=True, slots=True)
 class NodeRepaired:
     """The node is Ready again (``node uncordon``, or repaired hardware)."""
@@ -48,6 +56,7 @@ class NodeRepaired:
     node: str
 
 
+@fast_init
 @dataclasses.dataclass(frozen=True, slots=True)
 class SliceAdded:
     name: str
@@ -55,6 +64,7 @@ class SliceAdded:
     nodes: tuple[str, ...]
 
 
+@fast_init
 @dataclasses.dataclass(frozen=True, slots=True)
 class SliceRemoved:
     """The slice leaves the cluster (resize). A holder is moved off it like after a cordon."""
@@ -62,6 +72,7 @@ class SliceRemoved:
     name: str
 
 
+@fast_init
 @dataclasses.dataclass(frozen=True, slots=True)
 class WorkerExited:
     """One worker process (one host of one slice) of ``attempt`` ended with ``code`` (0-255)."""
@@ -73,6 +84,7 @@ class WorkerExited:
     code: int
 
 
+@fast_init
 @dataclasses.dataclass(frozen=True, slots=True)
 class WorkerLost:
     """The backend lost one worker of ``attempt`` for a reason of its own, never the workload's
@@ -89,6 +101,7 @@ class WorkerLost:
     charged: bool = False
 
 
+@fast_init
 @dataclasses.dataclass(frozen=True, slots=True)
 class AttemptSucceeded:
     """Every worker of ``attempt`` exited 0 (JobSet's Completed): the same as a ``WorkerExited``
@@ -100,6 +113,7 @@ class AttemptSucceeded:
     attempt: int
 
 
+@fast_init
 @dataclasses.dataclass(frozen=True, slots=True)
 class WorkersStopped:
     """Every worker of ``attempt`` is gone (what BlockingRecreate waits for)."""
@@ -108,6 +122,7 @@ class WorkersStopped:
     attempt: int
 
 
+@fast_init
 @dataclasses.dataclass(frozen=True, slots=True)
 class WorkloadHung:
     """The ranks of ``attempt`` stopped completing steps (:mod:`hotswap.core.hang` decided):
@@ -118,6 +133,7 @@ class WorkloadHung:
     reason: str
 
 
+@fast_init
 @dataclasses.dataclass(frozen=True, slots=True)
 class CheckpointRecorded:
     """The workload saved a checkpoint of ``step`` at ``at``.

@@ -35,6 +35,7 @@ from collections.abc import Mapping
 
 from hotswap.api.phases import WorkloadPhase
 from hotswap.core.cow import OwnedSortedPerKey, SortedPerKey
+from hotswap.core.records import fast_init
 from hotswap.core.workload import Workload
 
 QUEUED = WorkloadPhase.QUEUED
@@ -104,6 +105,7 @@ def shrink_room(workload: Workload) -> int:
     return 0
 
 
+@fast_init
 @dataclasses.dataclass(frozen=True, slots=True)
 class Indexes:
     """The frozen indexes of a snapshot (see the module docstring)."""

@@ -20,9 +20,11 @@ from hotswap.api.cluster import NodeState
 from hotswap.api.phases import WorkloadPhase
 from hotswap.core.cow import Layered
 from hotswap.core.index import Indexes, Level
+from hotswap.core.records import fast_init
 from hotswap.core.workload import Workload
 
 
+@fast_init
 @dataclasses.dataclass(frozen=True, slots=True)
 class Node:
     name: str
@@ -31,6 +33,7 @@ class Node:
     state: NodeState = NodeState.READY
 
 
+@fast_init
 @dataclasses.dataclass(frozen=True, slots=True)
 class Slice:
     """A slice: a group of hosts that one workload replica owns whole."""
@@ -46,6 +49,7 @@ class Slice:
         return not self.down_nodes
 
 
+@fast_init
 @dataclasses.dataclass(frozen=True, slots=True)
 class Snapshot:
     now: float

@@ -35,9 +35,11 @@ from hotswap.core.apply_events import apply_events
 from hotswap.core.losses import handle_losses
 from hotswap.core.model import Snapshot
 from hotswap.core.policy import DEFAULT_CONFIG, SchedulerConfig
+from hotswap.core.records import fast_init
 from hotswap.core.round_state import RoundState
 
 
+@fast_init
 @dataclasses.dataclass(frozen=True, slots=True)
 class Decision:
     snapshot: Snapshot

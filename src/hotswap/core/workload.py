@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from hotswap.api.phases import WorkloadPhase
 from hotswap.api.priority import Priority
+from hotswap.core.records import fast_init
 
 if TYPE_CHECKING:  # pydantic is loaded only by those who build or validate specs (the CLI's reads stay fast)
     from hotswap.api.spec import WorkloadSpec
@@ -24,6 +25,7 @@ if TYPE_CHECKING:  # pydantic is loaded only by those who build or validate spec
 HOLDING = frozenset({WorkloadPhase.RUNNING, WorkloadPhase.RESTARTING})
 
 
+@fast_init
 @dataclasses.dataclass(frozen=True, slots=True)
 class Workload:
     """A workload's scheduling state: the slices it holds, and which replica index (JobSet's
