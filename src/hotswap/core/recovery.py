@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,3 +59,17 @@ def mean_seconds(found: Sequence[Recovery]) -> float | None:
     """MTTR: the mean of the recoveries that ended."""
     ended = [r.seconds for r in found if r.seconds is not None]
     return sum(ended) / len(ended) if ended else None
+
+
+def as_view(found: Sequence[Recovery]) -> dict[str, Any]:
+    """MTTR and each recovery, to the millisecond, as ``describe``'s ``progress`` shows them on
+    both backends."""
+    mttr = mean_seconds(found)
+
+    def ms(value: float | None) -> float | None:
+        return None if value is None else round(value, 3)
+
+    return {
+        "mttr_s": ms(mttr),
+        "recoveries": [{"failed_at": ms(r.failed_at), "recovered_at": ms(r.recovered_at), "seconds": ms(r.seconds)} for r in found],
+    }

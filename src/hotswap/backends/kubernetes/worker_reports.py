@@ -23,7 +23,7 @@ from hotswap.backends.kubernetes.live_objects import LiveJobSet
 from hotswap.backends.views import GoodputView
 from hotswap.core.goodput import Category, Ledger, Spent, Stretch, account_run
 from hotswap.core.hang import RankProgress
-from hotswap.core.recovery import Recovery, StepDone, mean_seconds, recoveries
+from hotswap.core.recovery import Recovery, StepDone, as_view, recoveries
 
 Reports = Mapping[int, WorkerReport]  # replica index -> its record
 
@@ -151,13 +151,9 @@ def recoveries_of(failures: Iterable[tuple[float, int]], reports: Reports) -> li
 def progress_view(failures: Iterable[tuple[float, int]], reports: Reports) -> dict[str, Any]:
     """``describe``'s ``progress`` on Kubernetes: recoveries and MTTR, restores, from the records."""
     found = recoveries_of(failures, reports)
-    mttr = mean_seconds(found)
     reporter = _reporter(reports)
     return {
-        "mttr_s": None if mttr is None else round(mttr, 3),
-        "recoveries": [{"failed_at": round(r.failed_at, 3),
-                        "recovered_at": None if r.recovered_at is None else round(r.recovered_at, 3),
-                        "seconds": None if r.seconds is None else round(r.seconds, 3)} for r in found],
+        **as_view(found),
         "restores": [{"t": round(a.restored_at, 3), "step": a.restored, "source": a.restored_from or "", "attempt": a.attempt}
                      for a in (reporter.attempts if reporter else []) if a.restored is not None and a.restored_at is not None],
         "reported_at": {str(replica): round(r.published_at, 3) for replica, r in sorted(reports.items())},

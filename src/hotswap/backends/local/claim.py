@@ -19,7 +19,7 @@ import os
 import signal
 import time
 
-from hotswap.backends.local.proc import boot_id, start_ticks
+from hotswap.api.processes import boot_id, start_ticks
 from hotswap.store.paths import ClusterPaths, write_private
 from hotswap.store.state import Store
 

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from hotswap.api.worker import HOTSWAP_EVENTS_FILE
-from hotswap.backends.local.proc import start_ticks
+from hotswap.api.processes import start_ticks
 
 GONE_WAIT_S = 10.0
 

@@ -31,7 +31,7 @@ from hotswap.backends.local import protocol
 from hotswap.backends.local import leftovers
 from hotswap.backends.local.claim import AlreadyClaimed, Claim, holder_pid
 from hotswap.backends.local.protocol import DONE
-from hotswap.backends.local.proc import start_ticks
+from hotswap.api.processes import start_ticks
 from hotswap.store import faults
 from hotswap.store.paths import ClusterPaths
 from hotswap.backends.local.tables import LIVE_WORKER_STATES, LocalStore

@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 
 from hotswap.api.worker import HOTSWAP_EVENTS_FILE
-from hotswap.backends.local.proc import boot_id
+from hotswap.api.processes import boot_id
 from hotswap.backends.local.tables import LIVE_WORKER_STATES, LocalStore, WorkerRow
 from hotswap.backends.local.workers.supervisor import Supervisor, WorkerLaunch
 

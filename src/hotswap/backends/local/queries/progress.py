@@ -13,7 +13,7 @@ from typing import Any
 
 from hotswap.api.worker_output import EVENT_CHECKPOINT_RESTORE, EVENT_CHECKPOINT_SAVE, EVENT_ELASTIC, EVENT_STEP
 from hotswap.backends.local.queries.worker_events import WorkerEvents
-from hotswap.core.recovery import StepDone, mean_seconds, recoveries
+from hotswap.core.recovery import StepDone, as_view, recoveries
 
 # Timeline rows that are a failure under the workload (``backends/local/timeline.py``).
 FAILURE_KINDS = frozenset({"node", "worker-exited", "worker-lost", "hung"})
@@ -59,12 +59,8 @@ def workload_progress(
         key = (s.attempt, s.step)
         first_report[key] = min(s.t, first_report.get(key, s.t))
     newest = sorted((round(t, 3), step) for (_, step), t in first_report.items())[-RECENT_STEPS:]
-    mttr = mean_seconds(found)
     return {
-        "mttr_s": None if mttr is None else round(mttr, 3),
-        "recoveries": [{"failed_at": round(r.failed_at, 3),
-                        "recovered_at": None if r.recovered_at is None else round(r.recovered_at, 3),
-                        "seconds": None if r.seconds is None else round(r.seconds, 3)} for r in found],
+        **as_view(found),
         "restores": sorted(restores, key=lambda r: r["t"]),
         "steps": [[t, step] for t, step in newest],
         "saves": sorted(saves)[-RECENT_STEPS:],

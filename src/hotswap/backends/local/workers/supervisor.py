@@ -25,7 +25,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from hotswap.backends.local.proc import start_ticks
+from hotswap.api.processes import start_ticks
 from hotswap.store.paths import write_private
 from hotswap.backends.local.tables import LocalStore, WorkerIdentity, WorkerRow
 

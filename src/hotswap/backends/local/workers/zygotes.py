@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from hotswap.backends.local.crash_points import crash_at
-from hotswap.backends.local.proc import start_ticks
+from hotswap.api.processes import start_ticks
 from hotswap.backends.local.workers.supervisor import WorkerLaunch
 from hotswap.store.paths import new_dirs_private, open_private, write_private
 
