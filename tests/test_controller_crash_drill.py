@@ -118,6 +118,15 @@ class Drill:
             os.kill(pid, signal.SIGTERM)
         wait_until(lambda: not controllers(self.root), what="the controller to stop")
 
+    def kill_controller_then_worker(self, workload: str) -> dict:  # type: ignore[type-arg]
+        """The controller killed, then the workload's first worker with its shim (its process
+        group), as a crash of both leaves it; the worker's row."""
+        row = live_workers(self.home, "c", workload)[0]
+        self.kill_controllers()
+        os.killpg(row["pid"], signal.SIGKILL)
+        wait_until(lambda: not alive(row["pid"]), what=f"{workload}'s worker to die")
+        return row
+
     def kill_controllers(self) -> int:
         """kill -9 of every process with the controller's command line."""
         found = controllers(self.root)
@@ -240,10 +249,7 @@ def test_a_shim_killed_after_its_pid_file_before_its_command_is_started_again_un
     drill.cluster(1)
     drill.create("a")
     drill.settle()
-    row = live_workers(drill.home, "c", "a")[0]
-    drill.kill_controllers()
-    os.killpg(row["pid"], signal.SIGKILL)
-    wait_until(lambda: not alive(row["pid"]), what="the shim to die")
+    row = drill.kill_controller_then_worker("a")
     forge(drill, row, state="starting", pid=None, start_ticks=None)
     (Path(row["dir"]) / "started").unlink(missing_ok=True)
     assert (Path(row["dir"]) / "pid").exists() and not (Path(row["dir"]) / "exit").exists()
@@ -275,10 +281,7 @@ def test_two_controllers_racing_over_rows_without_a_pid(drill: Drill) -> None:
     drill.create("a")
     drill.create("b")
     drill.settle()
-    row = live_workers(drill.home, "c", "b")[0]
-    drill.kill_controllers()
-    os.killpg(row["pid"], signal.SIGKILL)
-    wait_until(lambda: not alive(row["pid"]), what="b's worker to die")
+    row = drill.kill_controller_then_worker("b")
     forge(drill, row, state="starting", pid=None, start_ticks=None)
     for left in ("pid", "exit", "started"):
         (Path(row["dir"]) / left).unlink(missing_ok=True)
@@ -377,10 +380,7 @@ def test_a_request_made_while_a_start_is_still_unrecorded_is_answered_at_once(dr
     drill.cluster(1)
     drill.create("a")
     drill.settle()
-    row = live_workers(drill.home, "c", "a")[0]
-    drill.kill_controllers()
-    os.killpg(row["pid"], signal.SIGKILL)
-    wait_until(lambda: not alive(row["pid"]), what="a's worker to die")
+    row = drill.kill_controller_then_worker("a")
     forge(drill, row, state="starting", pid=None, start_ticks=None)
     for left in ("pid", "exit", "started"):
         (Path(row["dir"]) / left).unlink(missing_ok=True)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from hardening_helpers import controllers, freeze_and_kill
-from local_helpers import alive, live_workers, query, wait_until, workloads
+from local_helpers import live_workers, query, wait_until, workloads
 from test_controller_crash_drill import Drill
 
 from hotswap.backends.local.controller.host_loss import HostLoss, Predecessor
@@ -93,10 +93,7 @@ def test_a_reboot_is_told_by_the_boot_id(drill: Drill) -> None:
     drill.create("a")
     drill.create("b")
     drill.settle()
-    row = live_workers(drill.home, "c", "a")[0]
-    drill.kill_controllers()
-    os.killpg(row["pid"], signal.SIGKILL)
-    wait_until(lambda: not alive(row["pid"]), what="a's worker to die")
+    drill.kill_controller_then_worker("a")
     forge_controller_record(drill, boot_id="an-earlier-boot")
     drill.settle()
     record = workloads(drill.home, "c")["a"]
@@ -111,10 +108,7 @@ def test_a_worker_killed_while_the_cluster_lives_on_is_still_charged(drill: Dril
     drill.create("a")
     drill.create("b")
     drill.settle()
-    row = live_workers(drill.home, "c", "a")[0]
-    drill.kill_controllers()
-    os.killpg(row["pid"], signal.SIGKILL)
-    wait_until(lambda: not alive(row["pid"]), what="a's worker to die")
+    drill.kill_controller_then_worker("a")
     drill.settle()
     records = workloads(drill.home, "c")
     assert records["a"]["phase"] == "FAILED", records["a"]["status_message"]
