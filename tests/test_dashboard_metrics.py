@@ -75,6 +75,10 @@ def test_the_local_controller_serves_the_figures_of_a_hotswap(home: Path, tmp_pa
         hotswap(home, "node", "fail", "--cluster", "c", "--slice", high_slice, check=True)
         wait_until(lambda: figure(scrape(), "hotswap_recovery_seconds_count") == 1, timeout=60, what="the recovery")
         text = scrape()
+        # The metric's MTTR is describe's: the failure to high's first step after it, from the records.
+        progress = json.loads(hotswap(home, "workload", "describe", "--cluster", "c", "--workload", "high", "-o", "json", check=True).stdout)["progress"]
+        assert progress["mttr_s"] is not None
+        assert sample(text, "hotswap_recovery_seconds_sum") == pytest.approx(progress["mttr_s"], abs=0.002)
         assert sample(text, "hotswap_hotswaps_total") == 1
         assert sample(text, "hotswap_preemptions_total") == 1  # low made room for high
         assert sample(text, 'hotswap_slices{state="unhealthy"}') == 1 and sample(text, 'hotswap_slices{state="held"}') == 1

@@ -5,9 +5,9 @@ are :mod:`hotswap.backends.kit.metrics`'s):
 - a *preemption*: one more in a workload's preemption count than was recorded before the round
   (the core's preemptions and, under Kueue, Kueue's evictions alike);
 - a *recovery*: from the loss that caused a hotswap (or the hotswap, when the loss's time is
-  not known) until the first productive step after it where the workers' records reach the
-  controller (Kubernetes: :mod:`hotswap.core.recovery`'s MTTR), else until every worker of the
-  workload's attempt runs (the local controller: :func:`expected_workers`).
+  not known) until the first productive step after it, from the workers' records
+  (:mod:`hotswap.core.recovery`'s MTTR, on both backends); a controller that cannot read them
+  ends it when every worker of the workload's attempt runs (:func:`expected_workers`).
 """
 
 from __future__ import annotations

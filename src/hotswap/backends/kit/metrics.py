@@ -15,9 +15,8 @@ name                                      kind       what
 ``hotswap_preemptions_total``             counter    workloads preempted whole for higher-priority
                                                      work (by hotswap or, under Kueue, by Kueue)
 ``hotswap_recovery_seconds``              histogram  from a node failure under a running workload
-                                                     to its first productive step after it
-                                                     (Kubernetes, from the workers' records), or to
-                                                     all its restarted workers running (local)
+                                                     to its first productive step after it,
+                                                     from the workers' records (both backends)
 ``hotswap_leader``                        gauge      1 while this controller holds the Lease
 ``hotswap_workloads{status}``             gauge      workloads by status (QUEUED, RUNNING, ...)
 ``hotswap_slices{state}``                 gauge      slices by state: held, spare, unhealthy
@@ -60,7 +59,7 @@ HOTSWAPS = MetricSpec("hotswap_hotswaps_total", "counter", "Workloads restarted 
 PREEMPTIONS = MetricSpec("hotswap_preemptions_total", "counter", "Workloads preempted whole for higher-priority work.")
 RECOVERY = MetricSpec(
     "hotswap_recovery_seconds", "histogram",
-    "From a node failure under a running workload to its first productive step after it (Kubernetes) or to all of its restarted workers running (local).",
+    "From a node failure under a running workload to its first productive step after it, from the workers' records (a job that reports no step has none).",
     (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200),
 )
 LEADER = MetricSpec("hotswap_leader", "gauge", "1 while this controller holds the leader Lease, else 0.")

@@ -40,6 +40,7 @@ import time
 from collections.abc import Callable
 
 from hotswap.backends.kit.figures import RecoveryFigures
+from hotswap.backends.local.worker_events import first_step_after
 from hotswap.backends.local.claim import Claim
 from hotswap.backends.local.controller.gpu_health import GpuHealthMonitor
 from hotswap.backends.local.controller.hangs import HangWatch
@@ -53,6 +54,7 @@ from hotswap.core.workload import Workload
 from hotswap.store import faults
 
 MAX_SLEEP_S = 3600.0  # select() must never get a timeout it cannot hold
+RECOVERY_LOOK_S = 0.5  # while a recovery is open, how often the workers' records are read for its end
 
 
 class LocalController:
@@ -135,7 +137,7 @@ class LocalController:
             if self.serving.work():
                 self.stopped = True  # the deletion stopped every worker
             if self.figures is not None:
-                self.figures.check_recoveries(self.state.snapshot.workloads, self._running, time.time())
+                self.figures.check_recoveries(self.state.snapshot.workloads, self._running, time.time(), self._first_step)
             self.retry_at = None
         except Exception as error:
             if not faults.is_fault(error):
@@ -154,6 +156,7 @@ class LocalController:
                 None if self.state.deleting else self.hangs.next_deadline(self.state.snapshot, now),
                 self.health.next_deadline(now),
                 self.unrecorded.next_deadline() if self.unrecorded is not None else None,
+                RECOVERY_LOOK_S if self.figures is not None and self.figures.recovering else None,
             )
             deadline = min((d for d in due if d is not None), default=None)
         except Exception as error:
@@ -166,6 +169,14 @@ class LocalController:
 
     def _stop_loop(self) -> None:
         self.stopped = True
+
+    def _first_step(self, name: str, attempt: int, failed_at: float) -> float | None:
+        """The end of a recovery for the metrics: the first productive step after the failure,
+        from the workers' records (the MTTR ``describe`` and the dashboard show)."""
+        workload = self.state.snapshot.workloads.get(name)
+        if workload is None:
+            return None
+        return first_step_after(self.hangs.paths.workload_dir(name, workload.seq), attempt, failed_at)
 
     def _running(self, workload: Workload) -> int:
         """How many workers of the workload's current attempt run."""

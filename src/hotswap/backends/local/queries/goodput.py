@@ -31,7 +31,7 @@ from hotswap.api.worker_output import (
     EVENT_START,
     EVENT_STEP,
 )
-from hotswap.backends.local.queries.worker_events import WorkerEvents
+from hotswap.backends.local.worker_events import WorkerEvents
 from hotswap.core.goodput import Category, Ledger, Spent, Stretch, account_run
 
 _STARTS = {"admit", "restart", "startworkers"}

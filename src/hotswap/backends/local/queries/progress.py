@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hotswap.api.worker_output import EVENT_CHECKPOINT_RESTORE, EVENT_CHECKPOINT_SAVE, EVENT_ELASTIC, EVENT_STEP
-from hotswap.backends.local.queries.worker_events import WorkerEvents
-from hotswap.core.recovery import StepDone, as_view, recoveries
+from hotswap.api.worker_output import EVENT_CHECKPOINT_RESTORE, EVENT_CHECKPOINT_SAVE
+from hotswap.backends.local.worker_events import WorkerEvents
+from hotswap.core.recovery import as_view, recoveries
 
 # Timeline rows that are a failure under the workload (``backends/local/timeline.py``).
 FAILURE_KINDS = frozenset({"node", "worker-exited", "worker-lost", "hung"})
@@ -38,17 +38,13 @@ def workload_progress(
 ) -> dict[str, Any]:
     """``size``: the slices the workload asked for (a save blocks all of them, as goodput counts);
     ``worker_events``: its workers' events files, when the caller has read them already."""
-    steps: list[StepDone] = []
-    reforms: list[tuple[float, int]] = []
+    worker_events = worker_events or WorkerEvents.read(directory)
+    steps, reforms = worker_events.steps_and_reforms()
     restores: list[dict[str, Any]] = []
     saves: list[list[float]] = []  # [time, slice-seconds it blocked training]
-    for attempt, record in (worker_events or WorkerEvents.read(directory)).host_zero():
+    for attempt, record in worker_events.host_zero():
         kind, t = record.get("kind"), float(record.get("t", 0.0))
-        if kind == EVENT_STEP:
-            steps.append(StepDone(t, attempt, t - float(record.get("duration_s", 0.0)), int(record.get("step", 0))))
-        elif kind == EVENT_ELASTIC:
-            reforms.append((t, attempt))
-        elif kind == EVENT_CHECKPOINT_RESTORE:
+        if kind == EVENT_CHECKPOINT_RESTORE:
             restores.append({"t": round(t, 3), "step": int(record.get("step", 0)),
                              "source": str(record.get("source", "")), "attempt": attempt})
         elif kind == EVENT_CHECKPOINT_SAVE:

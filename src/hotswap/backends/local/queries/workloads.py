@@ -31,7 +31,7 @@ def list_workloads(cluster: str, status: str = "EVERYTHING", job_filter: str | N
 def describe_workload(cluster: str, name: str, timeline: bool = True) -> WorkloadDescription:
     from hotswap.backends.local.queries.goodput import workload_goodput
     from hotswap.backends.local.queries.progress import workload_progress
-    from hotswap.backends.local.queries.worker_events import WorkerEvents
+    from hotswap.backends.local.worker_events import WorkerEvents
 
     paths = existing(cluster)
     record, launch = workload_record(paths, name)
