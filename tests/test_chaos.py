@@ -187,10 +187,14 @@ class Drill:
         # The live processes: one workload per slice, each worker slot once, as the database says.
         holders: dict[str, set[str]] = collections.defaultdict(set)
         slots = collections.Counter()
-        for env in worker_shims(self.root):
+        shims = worker_shims(self.root)
+        for env in shims:
             holders[env["HOTSWAP_SLICE"]].add(env["HOTSWAP_WORKLOAD"])
             slots[(env["HOTSWAP_WORKLOAD"], env["JOB_INDEX"], env["JOB_COMPLETION_INDEX"])] += 1
-        assert all(len(names) == 1 for names in holders.values()), dict(holders)
+        rows = {r["dir"]: (r["state"], r["pid"]) for r in query(self.home, "c", "SELECT dir, state, pid FROM workers")}
+        seen = [(s["HOTSWAP_WORKLOAD"], s["HOTSWAP_SLICE"], s["pid"], s["dir"], rows.get(s["dir"], "no row")) for s in shims]
+        placed = {n: (r["phase"], r["slices"], r.get("attempt")) for n, r in records.items()}
+        assert all(len(names) == 1 for names in holders.values()), (dict(holders), seen, placed)
         assert all(count == 1 for count in slots.values()), slots
         database = {(r["workload"], str(r["replica"]), str(r["host"])) for r in live_workers(self.home, "c")}
         assert set(slots) == database, (set(slots), database)
