@@ -258,3 +258,28 @@ def test_a_scales_timeline_entry_carries_the_replica_map_after_it() -> None:
     assert shrunk.data is not None and (shrunk.data["replicas"], shrunk.data["parked"]) == (("s0", None, "s2"), (1,))
     grown = timeline.action_entry(effect_of(act.ScaleUp("w", ("s1",), ("s0", "s2", "s1"), 3, ("s0", "s1", "s2"))), state, state)
     assert grown.data is not None and grown.data["replicas"] == ("s0", "s1", "s2")
+
+
+def test_a_start_a_later_action_of_the_same_round_undid_is_not_made() -> None:
+    """A worker's exit restarts w into attempt 3 on s0 and s1; in the same round a higher
+    priority preempts it (chaos seed 1342838076: the queued workload's new worker ran on the
+    slice its preemptor held). Only a start the round's result still wants is made."""
+    from hotswap.api.phases import WorkloadPhase
+    from hotswap.backends.local.controller.rounds import still_wanted
+
+    def launch(attempt: int, slice_: str) -> WorkerLaunch:
+        identity = WorkerIdentity("w", 4, attempt, slice_, SLICES.index(slice_), 0, f"{slice_}-0")
+        return WorkerLaunch(identity, Path("/w"), Path("/w/log"), "python t.py", "/", {})
+
+    def result(record: Workload) -> Snapshot:
+        slices = [Slice(name, "v5p-16", (f"{name}-0", f"{name}-1"), i) for i, name in enumerate(SLICES)]
+        nodes = [Node(f"{name}-{h}", name, h) for name in SLICES for h in range(2)]
+        return Snapshot.build(0.0, slices, nodes, [record])
+
+    running = dataclasses.replace(workload(attempt=3), phase=WorkloadPhase.RUNNING)
+    assert still_wanted(launch(3, "s0"), result(running))
+    assert not still_wanted(launch(3, "s2"), result(running))  # moved off that slice
+    assert not still_wanted(launch(2, "s0"), result(running))  # restarted again since
+    queued = dataclasses.replace(workload(attempt=3, slices=()), phase=WorkloadPhase.QUEUED)
+    assert not still_wanted(launch(3, "s0"), result(queued))  # preempted after the restart
+    assert not still_wanted(launch(3, "s0"), result(dataclasses.replace(running, seq=5)))  # deleted, created again

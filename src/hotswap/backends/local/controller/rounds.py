@@ -114,7 +114,7 @@ class RoundRunner:
                 to_stop += plan.stop
                 to_start += self.launcher.launches(workload, plan, new)
             self.workers.mark_stopping(hit, now, grace_s=0.0 if inputs.kill else None)
-            started = [self.workers.add(launch, now) for launch in to_start]
+            started = [self.workers.add(launch, now) for launch in to_start if still_wanted(launch, new)]
             exits = self.workers.stops.commit_exits()
             if request is not None:
                 self.store.requests.finish(request.id, outcome.status, outcome.message)
@@ -169,3 +169,19 @@ class RoundRunner:
                 created = new.workloads[event.spec.name]
                 if old.workloads.get(event.spec.name) is not created:
                     self.store.launches.add(event.spec.name, workload_to_json(created), launch)
+
+
+def still_wanted(launch: WorkerLaunch, snapshot: Snapshot) -> bool:
+    """Whether a start a round planned still stands once the round's every action is applied
+    (``snapshot``: the round's result). A later action of the same round may have preempted,
+    restarted again or moved the workload (a worker's exit restarts it, then a higher priority
+    takes its slice), and that action's stops see only the workers already recorded, never the
+    starts planned before it: such a start would run a queued workload on a slice another holds."""
+    workload = snapshot.workloads.get(launch.identity.workload)
+    return (
+        workload is not None
+        and workload.seq == launch.identity.seq
+        and workload.attempt == launch.identity.attempt
+        and workload.phase.holds_slices
+        and launch.identity.slice in workload.slices
+    )
