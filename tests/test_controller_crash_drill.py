@@ -274,6 +274,14 @@ def test_a_shim_killed_under_its_running_command_restarts_the_workload_uncharged
     assert events and "not the workload's fault" in events[0]["message"]
 
 
+def forge_unrecorded_start(drill: Drill, row: dict) -> None:  # type: ignore[type-arg]
+    """The state a controller killed between a start's commit and its spawn leaves: the row
+    'starting' without a pid, and no pid, exit or started file."""
+    forge(drill, row, state="starting", pid=None, start_ticks=None)
+    for left in ("pid", "exit", "started"):
+        (Path(row["dir"]) / left).unlink(missing_ok=True)
+
+
 def test_two_controllers_racing_over_rows_without_a_pid(drill: Drill) -> None:
     """Two controllers start at once on a start committed without a pid (the controller died
     between commit and spawn); the one that wins is killed with the child it forked."""
@@ -282,9 +290,7 @@ def test_two_controllers_racing_over_rows_without_a_pid(drill: Drill) -> None:
     drill.create("b")
     drill.settle()
     row = drill.kill_controller_then_worker("b")
-    forge(drill, row, state="starting", pid=None, start_ticks=None)
-    for left in ("pid", "exit", "started"):
-        (Path(row["dir"]) / left).unlink(missing_ok=True)
+    forge_unrecorded_start(drill, row)
     second = drill.root.parent.parent.parent / "crashed-again"
     env = dict(os.environ, HOTSWAP_HOME=str(drill.home), HOTSWAP_TEST_CRASH_AT=f"with-child@{second}")
     entry = [sys.executable, "-m", "hotswap.backends.local.controller.entry", str(drill.root)]
@@ -381,9 +387,7 @@ def test_a_request_made_while_a_start_is_still_unrecorded_is_answered_at_once(dr
     drill.create("a")
     drill.settle()
     row = drill.kill_controller_then_worker("a")
-    forge(drill, row, state="starting", pid=None, start_ticks=None)
-    for left in ("pid", "exit", "started"):
-        (Path(row["dir"]) / left).unlink(missing_ok=True)
+    forge_unrecorded_start(drill, row)
     release = drill.root.parent.parent.parent / "release-the-start-lock"
     holding = textwrap.dedent(
         f"""
