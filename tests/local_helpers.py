@@ -58,6 +58,16 @@ def home(tmp_path: Path) -> Iterator[Path]:
     cleanup(state)
 
 
+@pytest.fixture
+def home_in_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """``home``, also set as this process's HOTSWAP_HOME: for tests whose own process starts a
+    cluster or reads its state (import it as ``home``)."""
+    state = tmp_path / "state"
+    monkeypatch.setenv("HOTSWAP_HOME", str(state))
+    yield state
+    cleanup(state)
+
+
 def write_sleeper(directory: Path) -> str:
     script = directory / "sleeper.py"
     script.write_text(SLEEPER)

@@ -10,20 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from local_helpers import cleanup, query, wait_until
+from local_helpers import home_in_env as home  # noqa: F401 (a fixture)
+from local_helpers import query, wait_until
 
 from hotswap.backends.local.settings import DEFAULT_PRELOAD
 from hotswap.store.paths import ClusterPaths
 
 HEAVY = ("torch", "jax", "jaxlib")
-
-
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    state = tmp_path / "state"
-    monkeypatch.setenv("HOTSWAP_HOME", str(state))
-    yield state
-    cleanup(state)
 
 
 def _mapped_packages(pid: int) -> set[str]:

@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from local_helpers import alive, cleanup, hotswap, query, wait_until, workloads
+from local_helpers import alive, hotswap, query, wait_until, workloads
+from local_helpers import home_in_env as home  # noqa: F401 (a fixture)
 
 # The worker: one JSON line of what it is, then (first attempt) death by SIGUSR1, else a sleep.
 JOB = """
@@ -32,14 +33,6 @@ if os.environ["HOTSWAP_ATTEMPT"] == "1":
     os.kill(os.getpid(), signal.SIGUSR1)
 time.sleep(600)
 """
-
-
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    state = tmp_path / "state"
-    monkeypatch.setenv("HOTSWAP_HOME", str(state))
-    yield state
-    cleanup(state)
 
 
 def zygote_pid(home: Path) -> int:
