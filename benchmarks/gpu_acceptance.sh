@@ -7,7 +7,8 @@
 #     PARTS="nvml drill bench-mttr" benchmarks/gpu_acceptance.sh   # some parts only
 #
 # Phase 1, in parallel (pass/fail checks; each with its own HOTSWAP_HOME):
-#   gpu-tests            python -m pytest -m gpu (the real-GPU tests)
+#   gpu-tests            python -m pytest -m gpu (the real-GPU tests; among them the GPT example's DDP
+#                        on NCCL, migrated mid-run, against its uninterrupted curve, bootstrap on lo)
 #   nvml                 python -m hotswap.backends.local.gpu.probe --once
 #   drill                hotswap demo gpu --backing gpu --json (>= 1 GB of state on the GPU)
 #   demo-hotswap         hotswap demo hotswap --json            (GPU visible; auto backing)
@@ -112,7 +113,8 @@ command_of() {
 
 timeout_of() {
     case "$1" in
-        gpu-tests|demo-*|drill) echo 150 ;;
+        gpu-tests) echo 210 ;;  # the GPT migration test trains three short runs
+        demo-*|drill) echo 150 ;;
         nvml) echo 30 ;;
         bench-checkpoint) echo 110 ;;  # 2 GB, 8 measurements x (warm-up + 3): about 90 s on an H200
         bench-jax) echo 70 ;;

@@ -110,3 +110,48 @@ def test_a_worker_forked_from_the_zygote_with_no_gpu_visible_trains_on_its_gpu(t
     finally:
         process.terminate()
         process.wait()
+
+
+def test_the_gpt_example_migrated_on_a_gpu_slice_trains_its_uninterrupted_curve(home: Path) -> None:
+    """The GPT example (DDP, so NCCL on the slice's own GPU; world size 1 on a one-GPU machine)
+    deleted mid-run and created again resumes at the step it stopped at and trains the curve of
+    an uninterrupted run of the same seed. The workers meet at a loopback MASTER_ADDR, so NCCL's
+    bootstrap must be on ``lo`` (train/torch/distributed.keep_on_loopback), as NCCL_DEBUG says.
+    Losses are compared to a tolerance: CUDA's embedding backward adds with atomics, so two runs
+    of one seed on a GPU may differ in the last bits."""
+    import shlex
+
+    from example_helpers import curves, steps_done
+
+    hotswap(home, "cluster", "create", "--cluster", "g", "--device-type", "local-gpu-1", "--gpus", "1", check=True)
+    command = shlex.join([PYTHON, str(ROOT / "examples" / "train_gpt.py"), "--max-iters", "60", "--eval-interval", "20",
+                          "--checkpoint-every", "10", "--step-sleep", "0.2"])
+
+    def create(name: str) -> None:
+        hotswap(home, "workload", "create", "--cluster", "g", "--workload", name, "--num-slices", "1", "--command", command,
+                "--env", "NCCL_DEBUG=INFO", check=True)
+
+    def ended(name: str) -> dict:  # type: ignore[type-arg]
+        return wait_until(lambda: (w := workloads(home, "g").get(name)) and w["phase"] in ("SUCCESSFUL", "FAILED") and w,
+                          timeout=400, what=f"{name} to end")
+
+    create("gpt")
+    wait_until(lambda: steps_done(home, "g", "gpt") >= 25, timeout=400, what="25 steps of the run to migrate")
+    hotswap(home, "workload", "delete", "--cluster", "g", "--workload", "gpt", "--force", check=True)
+    wait_until(lambda: "gpt" not in workloads(home, "g"), timeout=120, what="the deletion")
+    first = curves(home, "g", "gpt", replicas=1)[0][1]
+    create("gpt")
+    assert ended("gpt")["phase"] == "SUCCESSFUL"
+    second = curves(home, "g", "gpt", replicas=1)[0][1]
+    create("ref")  # after: steps_done reads the first workload's directory
+    assert ended("ref")["phase"] == "SUCCESSFUL"
+    reference = curves(home, "g", "ref", replicas=1)[0][1]
+    log = hotswap(home, "workload", "logs", "--cluster", "g", "--workload", "ref", "--slice", "0", check=True).stdout
+    bootstrap = [line for line in log.splitlines() if "NCCL INFO Bootstrap" in line and "Using" in line]
+    assert bootstrap and all(" lo:" in line or "Using lo" in line or "[0]lo" in line for line in bootstrap), log[-4000:]
+    assert min(second) == max(first) + 1, (sorted(first), sorted(second))  # 0 steps lost
+    trained = {**first, **second}
+    assert sorted(trained) == sorted(reference) == list(range(1, 61))
+    far = {step: (trained[step], reference[step]) for step in reference
+           if abs(float(trained[step]) - float(reference[step])) > 1e-3 * max(1.0, abs(float(reference[step])))}
+    assert not far, far
