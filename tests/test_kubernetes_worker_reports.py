@@ -300,8 +300,9 @@ def test_what_is_never_a_hang(case: str) -> None:
         if case == "saving":
             channel.record({"t": world.clock.now + 11, "kind": "checkpoint_begin", "step": 10, "reason": "periodic"})
         channel.publish()
-        if case == "stale_heartbeat":  # the controller does not run for 300 s (not leading, starved): what it did
-            world.advance(300)             # not watch is no silence of the worker's (issue 35: a silence it watched is)
+        if case == "stale_heartbeat":  # the controller saw the record, then did not run for 300 s (not leading,
+            controller.reconcile()         # starved): what it did not watch is no silence of the worker's (issue 35:
+            world.advance(300)             # a silence it watched is)
         elif case != "evaluation_pause":
             _heartbeats(world, controller, channel, 300 if case != "saving" else 200)
         world.advance(5, controller)
