@@ -18,7 +18,14 @@ from k8s_fixtures.world.store import LEASES
 from test_kubernetes_worker_reports import _channel, _steps, _stored, _token
 
 from hotswap.api.spec import workload_spec
-from hotswap.api.worker_report import HEARTBEATS_PER_S, heartbeat_interval, report_name
+from hotswap.api.worker_report import (
+    HEARTBEATS_PER_S,
+    INTERVAL_ANNOTATION,
+    MAX_PUBLISH_INTERVAL_S,
+    heartbeat_interval,
+    interval_of,
+    report_name,
+)
 from hotswap.backends.kubernetes.render.reports import report_access, report_leases, worker_service_account
 from hotswap.train.report_channel import ReportChannel
 
@@ -62,12 +69,20 @@ def _train(world: Any, controller: Any, channel: ReportChannel, seconds: float, 
             since_write = 0.0
 
 
-@pytest.mark.parametrize(("slices", "interval"), [(1, 10.0), (100, 10.0), (1_000, 10.0), (10_000, 100.0)])
+@pytest.mark.parametrize(("slices", "interval"), [(1, 10.0), (100, 10.0), (1_000, 10.0), (10_000, 100.0), (1_000_000, 600.0)])
 def test_the_heartbeat_interval_holds_the_clusters_write_rate(slices: int, interval: float) -> None:
     """10 s (as a node's Lease) up to 1,000 slices, then growing: all replicas' heartbeats stay
-    within HEARTBEATS_PER_S writes a second (10,000 single-host replicas: 100/s, not 1,000/s)."""
+    within HEARTBEATS_PER_S writes a second (10,000 single-host replicas: 100/s, not 1,000/s),
+    up to the longest interval (beyond 60,000 slices)."""
     assert heartbeat_interval(slices) == interval
-    assert slices / heartbeat_interval(slices) <= HEARTBEATS_PER_S
+    assert slices / heartbeat_interval(slices) <= HEARTBEATS_PER_S or interval == MAX_PUBLISH_INTERVAL_S
+
+
+@pytest.mark.parametrize(("asked", "kept"), [("100", 100.0), ("1", 10.0), ("1e9", 600.0), ("nan", 10.0), ("soon", 10.0), (None, 10.0)])
+def test_a_lease_asks_only_an_interval_within_the_bounds(asked: str | None, kept: float) -> None:
+    """Anyone who can write the Lease can write anything: a frozen worker is never left unseen
+    for longer than the longest interval allows."""
+    assert interval_of({INTERVAL_ANNOTATION: asked} if asked is not None else {}) == kept
 
 
 def test_the_lease_tells_the_worker_its_interval_and_the_record_tells_the_controller() -> None:

@@ -42,6 +42,7 @@ REPORT_VERSION = 1
 # step, a save, a re-formation or a stop is written at once (at most once a second) whatever the
 # interval.
 PUBLISH_INTERVAL_S = 10.0
+MAX_PUBLISH_INTERVAL_S = 600.0  # beyond 60,000 slices the rate grows rather than a frozen worker going unseen longer
 HEARTBEATS_PER_S = 100.0
 MIN_PUBLISH_GAP_S = 1.0
 INTERVAL_ANNOTATION = "hotswap.dev/report-interval-s"  # on the Lease: the heartbeat interval its writer keeps
@@ -56,16 +57,20 @@ def heartbeat_interval(slices: int) -> float:
     """The heartbeat interval of the replicas of a cluster of ``slices`` slices: each running
     replica holds a whole slice, so at most ``slices`` replicas write, together at most
     :data:`HEARTBEATS_PER_S` heartbeats a second (10 s up to 1,000 slices; 100 s at 10,000)."""
-    return max(PUBLISH_INTERVAL_S, float(math.ceil(max(0, slices) / HEARTBEATS_PER_S)))
+    return _bounded(float(math.ceil(max(0, slices) / HEARTBEATS_PER_S)))
 
 
 def interval_of(annotations: dict[str, Any] | None) -> float:
-    """The heartbeat interval a Lease asks its writer for (never shorter than the default)."""
+    """The heartbeat interval a Lease asks its writer for (within the bounds)."""
     try:
-        value = float((annotations or {}).get(INTERVAL_ANNOTATION) or PUBLISH_INTERVAL_S)
+        return _bounded(float((annotations or {}).get(INTERVAL_ANNOTATION) or PUBLISH_INTERVAL_S))
     except (TypeError, ValueError):
         return PUBLISH_INTERVAL_S
-    return max(PUBLISH_INTERVAL_S, value) if math.isfinite(value) else PUBLISH_INTERVAL_S
+
+
+def _bounded(interval: float) -> float:
+    """An interval between the default and the longest (anything else, as garbage: the default)."""
+    return min(MAX_PUBLISH_INTERVAL_S, max(PUBLISH_INTERVAL_S, interval)) if math.isfinite(interval) else PUBLISH_INTERVAL_S
 
 
 def report_name(workload: str, replica: int) -> str:
@@ -269,7 +274,7 @@ def decode_report(text: str | None) -> WorkerReport | None:
             [float(i) for i in p.get("intervals", [])][-WINDOW:], _num(p.get("saving_since")),
             _num(p.get("longest_save_s")), _num(p.get("save_ended_at")), bool(p.get("leaving", False)),
         )
-        interval = max(PUBLISH_INTERVAL_S, _num(data.get("interval_s")) or PUBLISH_INTERVAL_S)
+        interval = _bounded(_num(data.get("interval_s")) or PUBLISH_INTERVAL_S)
         return WorkerReport(int(data.get("replica", 0)), attempts, progress, float(data.get("published_at", 0.0)), interval)
     except (ValueError, KeyError, TypeError, IndexError, RecursionError):
         return None
