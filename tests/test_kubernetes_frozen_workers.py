@@ -162,3 +162,48 @@ def test_a_worker_refused_its_record_trains_on_and_is_not_hung(refusal: int, tmp
         assert len(warnings) == (1 if refusal == 403 else 0)
     finally:
         world.close()
+
+
+def test_an_elastic_replica_grown_back_is_not_hung_for_the_record_its_lost_pod_left() -> None:
+    """Replica 2's pod dies with its node (no stop recorded); the workload shrinks, trains on two
+    slices, and grows back once the node is repaired. The new pod runs long before its process
+    writes (imports, re-forming): the old record's silence is not its."""
+    world = make_world()
+    try:
+        controller = make_controller(world)
+        spec = workload_spec(name="el", command="python3 train.py", device_type="v6e-16", num_slices=3, priority="high",
+                             min_slices=2, max_restarts=3)
+        for obj in report_access(spec, world.namespace):
+            world.apply(obj)
+        jobset = submit(world, "el", "high", 3, min_slices=2, max_restarts=3)
+        for obj in report_access(spec, world.namespace, owner=jobset) + report_leases(spec, world.namespace, jobset):
+            world.apply(obj)
+        run_until(world, controller, lambda: running(world, "el") == 12)
+        channels = [_channel(world, "el", replica, attempt=1) for replica in range(3)]
+        for channel in channels:
+            channel.record({"t": world.clock.now, "kind": "start"})
+            _steps(channel, 1, 10, world.clock.now - 10, slices=3)
+            channel.publish()
+        dead = world.nodes_of_pool(world.pools_of("el")[2])[0]
+        world.fail_node(dead)
+        run_until(world, controller, lambda: world.state("el")["membership"] == 1)
+        survivors = channels[:2]
+        for channel in survivors:
+            channel.record({"t": world.clock.now, "kind": "elastic", "slices": 2, "duration_s": 1.0})
+        for _ in range(20):  # 200 s on two slices
+            world.advance(10, controller)
+            for channel in survivors:
+                _steps(channel, (channel.report.progress.last_step or 0) + 1, 10, world.clock.now - 10, slices=2)
+                channel.publish()
+        world.repair_node(dead)
+        run_until(world, controller, lambda: running(world, "el") == 12)
+        for _ in range(15):  # 150 s: the grown-back replica's process has not written yet
+            world.advance(10, controller)
+            for channel in survivors:
+                _steps(channel, (channel.report.progress.last_step or 0) + 1, 10, world.clock.now - 10, slices=3)
+                channel.publish()
+        state = world.state("el")
+        assert (state["attempt"], state["phase"], state["restarts"]) == (1, "RUNNING", 0)
+        assert not [line for line in controller.logs if "frozen" in line]
+    finally:
+        world.close()

@@ -18,6 +18,9 @@ No false hang, by construction:
   seen late, or written by a worker whose clock is off, only shortens it) to just before the
   current list. The Leases are listed from the API server itself (a consistent read, no watch
   cache), so two lists showing the same record prove nothing was written between them.
+- Only a record the replica's running pod wrote counts: one the controller saw before it saw
+  that pod run, or written before the pod was created, is an earlier pod's (an elastic replica
+  grown back), and a process that has not written yet has no step to be late with.
 - The controller's own absence suspends the measure: a round that failed on the API server
   (unreachable, 5xx: the workers may not have reached it either), a refused list, or more than
   :data:`MAX_READ_GAP_S` between two lists (a controller that was not leading, stopped, or
@@ -52,6 +55,7 @@ class Renewals:
     watching without a gap (see the module)."""
 
     seen: dict[tuple[str, int], tuple[float, float]] = dataclasses.field(default_factory=dict)  # -> (published_at, first seen)
+    pods: dict[tuple[str, int], tuple[str, float]] = dataclasses.field(default_factory=dict)  # -> (its first pod's uid, first seen running)
     watched_since: float | None = None
     listed_at: float | None = None  # when the last list was issued
 
@@ -70,10 +74,19 @@ class Renewals:
                 same = before is not None and before[0] == report.published_at
                 seen[(workload, replica)] = before if same and before is not None else (report.published_at, answered_at)
         self.seen, self.listed_at = seen, listed_at
+        self.pods = {key: pod for key, pod in self.pods.items() if key in seen}
 
-    def unrenewed_since(self, workload: str, replica: int) -> float | None:
-        """From when this controller has seen the replica's record unrenewed (None: not listed)."""
+    def unrenewed_since(self, workload: str, replica: int, pod_uid: str) -> float | None:
+        """From when this controller has seen the replica's record unrenewed while its first pod
+        ``pod_uid`` ran; None when not listed, or when the record was first seen before that pod
+        ran: it is an earlier pod's (an elastic replica grown back: the record its lost pod
+        left), and the pod's own process has yet to write."""
         found = self.seen.get((workload, replica))
-        if found is None or self.watched_since is None:
+        if found is None or self.watched_since is None or self.listed_at is None:
+            return None
+        pod = self.pods.get((workload, replica))
+        if pod is None or pod[0] != pod_uid:
+            pod = self.pods[(workload, replica)] = (pod_uid, self.listed_at)
+        if found[1] < pod[1]:
             return None
         return max(found[1], self.watched_since)

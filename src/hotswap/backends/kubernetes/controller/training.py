@@ -108,12 +108,15 @@ class TrainingRecords:
     ) -> tuple[str | None, float | None]:
         """The hang of a replica whose record this controller saw unrenewed too long while its
         first pod runs (:mod:`.silence`), or when to look again."""
-        since = self.renewals.unrenewed_since(workload.name, replica)
-        if since is None or self.read_access is None:
-            return None, None
-        if not any(p.running and p.replica == replica and p.host == 0 and p.attempt == workload.attempt
-                   for p in observation.pods_of(workload.name)):
+        pod = next((p for p in observation.pods_of(workload.name)
+                    if p.running and p.replica == replica and p.host == 0 and p.attempt == workload.attempt), None)
+        if pod is None or self.read_access is None:
             return None, None  # no pod to be frozen in: its end is the pod signals' to judge
+        if report.published_at < pod.created:
+            return None, None  # an earlier pod's record: this one's process has yet to write
+        since = self.renewals.unrenewed_since(workload.name, replica, pod.uid or pod.name)
+        if since is None:
+            return None, None
         allowed = allowance_s(report, deadline)
         silent = listed_at - since
         if silent <= allowed:
