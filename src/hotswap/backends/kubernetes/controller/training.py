@@ -51,8 +51,8 @@ class TrainingRecords:
         self.renewals = Renewals()
         self.unwritable: set[tuple[str, int, float]] = set()  # (workload, replica, record) whose writers were refused: said once
         self.refused = False  # said once: the controller's Role cannot list Leases
-        self.reports: dict[str, dict[int, object]] = {}
-        self.parsed: dict[tuple[str, str], object] = {}  # by (Lease, resourceVersion): an unchanged one is not parsed again
+        self.reports: dict[str, dict[int, WorkerReport]] = {}
+        self.parsed: dict[tuple[str, str], WorkerReport | None] = {}  # by (Lease, resourceVersion): an unchanged one is not parsed again
         self.wake_at: float | None = None
 
     def read(self, observation: Observation) -> list[ev.Event]:
@@ -69,9 +69,9 @@ class TrainingRecords:
             self.renewals.interrupted()
         else:
             self.refused = False
-        self.reports = reports_by_workload(leases, self.parsed)  # type: ignore[arg-type]
+        self.reports = reports_by_workload(leases, self.parsed)
         if not self.refused:
-            self.renewals.saw(self.reports, listed_at, self.clock())  # type: ignore[arg-type]
+            self.renewals.saw(self.reports, listed_at, self.clock())
         hangs: list[ev.Event] = []
         wakes: list[float] = []
         for name, workload in observation.snapshot.workloads.items():
@@ -80,7 +80,7 @@ class TrainingRecords:
                 continue
             limits = HangLimits(limit_s=workload.spec.hang_timeout_s)
             active = [index for index, slice_name in enumerate(replica_slots(workload)) if slice_name]
-            for replica, rank, report in rank_progress(reports, workload.attempt, active):  # type: ignore[arg-type]
+            for replica, rank, report in rank_progress(reports, workload.attempt, active):
                 written = report.published_at
                 hang = judge([rank], rank.last_step_at or written, written, limits)
                 if hang is not None:  # (again next round only if this round's record was refused)
@@ -142,5 +142,5 @@ class TrainingRecords:
     def first_step(self, workload: str, attempt: int, failed_at: float) -> float | None:
         """When the first productive step after a failure at ``failed_at`` (restarted into
         ``attempt``) was recorded; None while none was."""
-        reports: Reports | None = self.reports.get(workload)  # type: ignore[assignment]
+        reports: Reports | None = self.reports.get(workload)
         return first_step_after(reports, attempt, failed_at) if reports else None
