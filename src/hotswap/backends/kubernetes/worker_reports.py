@@ -6,7 +6,7 @@ it) and each replica's progress for hang detection (:mod:`hotswap.core.hang`). P
 the JobSet and the time are passed in.
 
 The figures are as of the records: a running workload is accounted up to the newest record's
-own time (its heartbeat, at most :data:`~hotswap.api.worker_report.PUBLISH_INTERVAL_S` old), never
+own time (its heartbeat, at most its ``interval_s`` old), never
 up to when the controller happened to look; and a hang is judged by the time the worker itself
 last wrote (``published_at``), so a late write, a slow API server or a loaded controller can
 delay a hang's detection but never make one.
