@@ -4,13 +4,15 @@ Prints JSON.
 Each replica's record as a long run leaves it (500 steps, 5 saves, a restore), one Lease per
 replica, as the controller lists them each round; measured, wall time, on this machine:
 
-* ``read_and_judge_ms_p50``: parse every record and judge every workload's hang (what
-  ``controller/training.py`` adds to a round when every Lease changed since the last one);
+* ``read_and_judge_ms_p50``: parse every record, note when each was renewed and judge every
+  workload's hang, a frozen worker's silence included (what ``controller/training.py`` adds to a
+  round when every Lease changed since the last one);
 * ``unchanged_read_ms``: the same when no Lease changed (parsed records are kept by
   resourceVersion);
 * ``peak_mib``: what that allocates at its peak (tracemalloc); ``list_bytes``: the Leases' JSON;
 * ``worker_writes_per_s_steady``: the workers' heartbeats, one per replica per
-  ``PUBLISH_INTERVAL_S`` (the controller itself writes nothing for them).
+  ``heartbeat_interval`` of a cluster with as many slices as records (the controller itself
+  writes nothing for them).
 
 Two shapes: 1,000 JobSets of 2 replicas (of v6e-16: 8,000 pods) and of 10 single-host
 replicas (10,000 pods, 10,000 records).
@@ -25,10 +27,11 @@ import json
 import time
 import tracemalloc
 
-from hotswap.api.worker_report import PUBLISH_INTERVAL_S, REPORT_ANNOTATION, WorkerReport, report_name
+from hotswap.api.worker_report import REPORT_ANNOTATION, WorkerReport, heartbeat_interval, report_name
 from hotswap.backends.kubernetes import labels
+from hotswap.backends.kubernetes.controller.silence import Renewals, allowance_s
 from hotswap.backends.kubernetes.worker_reports import rank_progress, reports_by_workload
-from hotswap.core.hang import HangLimits, judge
+from hotswap.core.hang import HangLimits, judge, next_deadline
 
 NOW = 1_000_000.0
 
@@ -54,11 +57,17 @@ def leases(jobsets: int, replicas: int) -> list[dict]:
     return found
 
 
-def read_and_judge(items: list[dict], parsed: dict | None = None) -> int:
+def read_and_judge(items: list[dict], parsed: dict | None = None, renewals: Renewals | None = None) -> int:
     hung = 0
-    for reports in reports_by_workload(items, parsed).values():
-        for rank, written in rank_progress(reports, 1):
-            hung += judge([rank], 0.0, written, HangLimits()) is not None
+    renewals = renewals or Renewals()
+    found = reports_by_workload(items, parsed)
+    renewals.saw(found, NOW, NOW)
+    for workload, reports in found.items():
+        for replica, rank, report in rank_progress(reports, 1):
+            hung += judge([rank], 0.0, report.published_at, HangLimits()) is not None
+            due = next_deadline([rank], rank.last_step_at or report.published_at, HangLimits())
+            since = renewals.unrenewed_since(workload, replica, f"{workload}-{replica}")
+            hung += due is not None and since is not None and NOW - since > allowance_s(report, due)
     return hung
 
 
@@ -74,14 +83,15 @@ def measure(jobsets: int, replicas: int, rounds: int) -> dict:
         read_and_judge(items)
         times.append(time.perf_counter() - started)
     parsed: dict = {}
-    read_and_judge(items, parsed)
+    renewals = Renewals()
+    read_and_judge(items, parsed, renewals)
     started = time.perf_counter()
-    read_and_judge(items, parsed)
+    read_and_judge(items, parsed, renewals)
     unchanged = time.perf_counter() - started
     return {
         "jobsets": jobsets, "records": len(items), "list_bytes": sum(len(json.dumps(i)) for i in items),
         "read_and_judge_ms_p50": round(1000 * sorted(times)[len(times) // 2], 1), "unchanged_read_ms": round(1000 * unchanged, 1),
-        "peak_mib": round(peak / 2**20, 1), "worker_writes_per_s_steady": round(len(items) / PUBLISH_INTERVAL_S, 1),
+        "peak_mib": round(peak / 2**20, 1), "worker_writes_per_s_steady": round(len(items) / heartbeat_interval(len(items)), 1),
     }
 
 

@@ -211,6 +211,8 @@ def test_cluster_and_workload_commands_against_a_fake_api_server(tmp_path: Path)
             "apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["high-report-0", "high-report-1"],
             "verbs": ["get", "update"]}]
         assert all(o["metadata"]["ownerReferences"][0]["uid"] == "u1" for o in objects.values())
+        # The heartbeat interval of a 3-slice cluster (issue 35: it grows with the cluster's slices).
+        assert {objects[("Lease", f"high-report-{r}")]["metadata"]["annotations"]["hotswap.dev/report-interval-s"] for r in (0, 1)} == {"10"}
         account = objects[("ServiceAccount", "hotswap-worker-high")]
         assert account["metadata"]["annotations"] == state.default_account["metadata"]["annotations"]
         assert account["imagePullSecrets"] == [{"name": "registry"}]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from typing import Any
 
 from hotswap.api.worker_output import (
@@ -34,16 +35,42 @@ from hotswap.api.worker_output import (
 REPORT_ANNOTATION = "hotswap.dev/report"  # the record's JSON, on its Lease
 IN_CLUSTER = "in-cluster"  # HOTSWAP_REPORT_LEASES in a pod: the Leases of its own namespace, on the API server it reaches
 REPORT_VERSION = 1
-# How often a replica's record is written at most while nothing but steps happens (a heartbeat:
-# kubelet's node Lease renews every 10 s too). A restore, a first step, a save, a re-formation or
-# a stop is written at once (at most once a second).
+# How often a replica's record is written at most while nothing but steps happens (a heartbeat):
+# every PUBLISH_INTERVAL_S (kubelet's node Lease renews every 10 s too) in a cluster of up to
+# HEARTBEATS_PER_S * PUBLISH_INTERVAL_S slices, longer in a larger one, so that all heartbeats
+# together stay within HEARTBEATS_PER_S writes a second (heartbeat_interval). A restore, a first
+# step, a save, a re-formation or a stop is written at once (at most once a second) whatever the
+# interval.
 PUBLISH_INTERVAL_S = 10.0
+MAX_PUBLISH_INTERVAL_S = 600.0  # beyond 60,000 slices the rate grows rather than a frozen worker going unseen longer
+HEARTBEATS_PER_S = 100.0
 MIN_PUBLISH_GAP_S = 1.0
+INTERVAL_ANNOTATION = "hotswap.dev/report-interval-s"  # on the Lease: the heartbeat interval its writer keeps
 MAX_ATTEMPTS = 16
 MAX_SAVES = 8
 MAX_REFORMS = 8
 WINDOW = 100  # step intervals the longest one is taken over (hang detection's window)
 CATEGORIES = ("productive", "startup", "checkpoint_save", "checkpoint_restore", "elastic")
+
+
+def heartbeat_interval(slices: int) -> float:
+    """The heartbeat interval of the replicas of a cluster of ``slices`` slices: each running
+    replica holds a whole slice, so at most ``slices`` replicas write, together at most
+    :data:`HEARTBEATS_PER_S` heartbeats a second (10 s up to 1,000 slices; 100 s at 10,000)."""
+    return _bounded(float(math.ceil(max(0, slices) / HEARTBEATS_PER_S)))
+
+
+def interval_of(annotations: dict[str, Any] | None) -> float:
+    """The heartbeat interval a Lease asks its writer for (within the bounds)."""
+    try:
+        return _bounded(float((annotations or {}).get(INTERVAL_ANNOTATION) or PUBLISH_INTERVAL_S))
+    except (TypeError, ValueError):
+        return PUBLISH_INTERVAL_S
+
+
+def _bounded(interval: float) -> float:
+    """An interval between the default and the longest (anything else, as garbage: the default)."""
+    return min(MAX_PUBLISH_INTERVAL_S, max(PUBLISH_INTERVAL_S, interval)) if math.isfinite(interval) else PUBLISH_INTERVAL_S
 
 
 def report_name(workload: str, replica: int) -> str:
@@ -116,6 +143,7 @@ class WorkerReport:
     attempts: list[AttemptReport] = dataclasses.field(default_factory=list)
     progress: Progress = dataclasses.field(default_factory=Progress)
     published_at: float = 0.0  # the worker's clock when this text was written (its heartbeat)
+    interval_s: float = PUBLISH_INTERVAL_S  # the heartbeat interval its writer keeps (the next write is due by then)
 
     @property
     def current(self) -> AttemptReport | None:
@@ -246,7 +274,8 @@ def decode_report(text: str | None) -> WorkerReport | None:
             [float(i) for i in p.get("intervals", [])][-WINDOW:], _num(p.get("saving_since")),
             _num(p.get("longest_save_s")), _num(p.get("save_ended_at")), bool(p.get("leaving", False)),
         )
-        return WorkerReport(int(data.get("replica", 0)), attempts, progress, float(data.get("published_at", 0.0)))
+        interval = _bounded(_num(data.get("interval_s")) or PUBLISH_INTERVAL_S)
+        return WorkerReport(int(data.get("replica", 0)), attempts, progress, float(data.get("published_at", 0.0)), interval)
     except (ValueError, KeyError, TypeError, IndexError, RecursionError):
         return None
 

@@ -7,8 +7,9 @@ create`` made beforehand and which the workload's ServiceAccount may only read a
 Written with the standard library (no Kubernetes client in the image): a PUT with the
 resourceVersion of the last write, as the API server's optimistic concurrency wants; a conflict
 (another writer: the previous attempt's pod, still saving as it terminates) reads the Lease,
-keeps the other writer's attempts, and writes again. At most one write every
-:data:`~hotswap.api.worker_report.PUBLISH_INTERVAL_S` while only steps happen (a heartbeat), at
+keeps the other writer's attempts, and writes again. At most one write every heartbeat interval
+while only steps happen (the interval the Lease asks for, :func:`~hotswap.api.worker_report.interval_of`,
+read from each answer: 10 s, longer in a large cluster; the record says which it keeps), at
 once (at most one a second) on anything else, and a last one when the worker ends. A refusal
 (403: the RBAC does not allow it; 404: no Lease, a workload of an earlier release) is said once
 on stderr and ends publishing: training never waits for, nor fails on, its report.
@@ -28,7 +29,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from hotswap.api.worker import HOTSWAP_ATTEMPT, HOTSWAP_REPORT_LEASES, HOTSWAP_WORKLOAD, JOB_COMPLETION_INDEX, JOB_INDEX, LOCAL_RANK, MEGASCALE_SLICE_ID
-from hotswap.api.worker_report import IN_CLUSTER, MIN_PUBLISH_GAP_S, PUBLISH_INTERVAL_S, REPORT_ANNOTATION, WorkerReport, decode_report, report_name
+from hotswap.api.worker_report import IN_CLUSTER, MIN_PUBLISH_GAP_S, REPORT_ANNOTATION, WorkerReport, decode_report, interval_of, report_name
 
 SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 
@@ -108,7 +109,7 @@ class ReportChannel:
 
     def _run(self) -> None:
         while not self.refused:
-            self.due.wait(PUBLISH_INTERVAL_S)
+            self.due.wait(self.report.interval_s)
             gap = self.written_at + MIN_PUBLISH_GAP_S - self.clock()
             if gap > 0 and not self.closed:
                 time.sleep(gap)
@@ -129,6 +130,7 @@ class ReportChannel:
             status, answer = self._call("PUT", body)
             if status == 200:
                 self.lease, self.written_at = answer, self.clock()
+                self._adopt_interval()
                 return
             if status == 409:
                 self.lease = None
@@ -157,9 +159,16 @@ class ReportChannel:
         status, answer = self._call("GET", None)
         if status == 200:
             self.lease = answer
+            self._adopt_interval()
             return True
         self._refuse(status, answer)
         return False
+
+    def _adopt_interval(self) -> None:
+        """Keep the heartbeat interval the Lease asks for (its next write says so)."""
+        annotations = ((self.lease or {}).get("metadata") or {}).get("annotations")
+        with self.lock:
+            self.report.interval_s = interval_of(annotations)
 
     def _refuse(self, status: int, answer: Any) -> None:
         if status in (403, 404, 401):

@@ -19,6 +19,7 @@ from hotswap.api.launch import Launch
 from hotswap.api.limits import check_text
 from hotswap.api.errors import CapacityError, ConflictError, InvalidInputError, NotFoundError, never_fits
 from hotswap.api.spec import WorkloadSpec
+from hotswap.api.worker_report import heartbeat_interval
 from hotswap.backends.features import Feature, require
 from hotswap.backends.kubernetes import labels, log_archive
 from hotswap.backends.kubernetes.checkpoint_volume import checkpoint_dir, parse_checkpoint_volume, run_directory
@@ -177,7 +178,8 @@ class KubernetesBackend:
             raise CapacityError(f"workload {spec.name} rejected: {never}")
         if client.get_jobset(spec.name) is not None:
             raise ConflictError(f"a workload named {spec.name} already exists in namespace {settings.namespace}")
-        return view_of(read_jobset(_apply_with_reports(client, spec, settings.namespace, manifest)), {})
+        interval = heartbeat_interval(sum(counts.values()))  # the cluster's slices bound the replicas that write
+        return view_of(read_jobset(_apply_with_reports(client, spec, settings.namespace, manifest, interval)), {})
 
     def delete_workload(self, cluster: str, name: str) -> None:
         """Delete the JobSet, first keeping its workers' log tails (see :mod:`.log_archive`)."""
@@ -360,7 +362,7 @@ def _existing_jobset(client: Any, cluster: str, name: str) -> LiveJobSet:
     return read_jobset(obj)
 
 
-def _apply_with_reports(client: Any, spec: WorkloadSpec, namespace: str, manifest: dict[str, Any]) -> dict[str, Any]:
+def _apply_with_reports(client: Any, spec: WorkloadSpec, namespace: str, manifest: dict[str, Any], interval_s: float) -> dict[str, Any]:
     """Apply the JobSet with what its workers need to write their records (render/reports.py):
     its pods run as the workload's ServiceAccount, so that exists before them; then everything
     owned by the JobSet. Returns the JobSet applied."""
@@ -371,6 +373,6 @@ def _apply_with_reports(client: Any, spec: WorkloadSpec, namespace: str, manifes
     for obj in report_access(spec, namespace, default_account):
         client.apply(obj)
     applied: dict[str, Any] = client.apply(manifest)
-    for obj in report_access(spec, namespace, default_account, owner=applied) + report_leases(spec, namespace, applied):
+    for obj in report_access(spec, namespace, default_account, owner=applied) + report_leases(spec, namespace, applied, interval_s):
         client.apply(obj)
     return applied

@@ -6,7 +6,7 @@ it) and each replica's progress for hang detection (:mod:`hotswap.core.hang`). P
 the JobSet and the time are passed in.
 
 The figures are as of the records: a running workload is accounted up to the newest record's
-own time (its heartbeat, at most :data:`~hotswap.api.worker_report.PUBLISH_INTERVAL_S` old), never
+own time (its heartbeat, at most its ``interval_s`` old), never
 up to when the controller happened to look; and a hang is judged by the time the worker itself
 last wrote (``published_at``), so a late write, a slow API server or a loaded controller can
 delay a hang's detection but never make one.
@@ -167,20 +167,21 @@ def first_step_after(reports: Reports, attempt: int, failed_at: float) -> float 
     return found[0].recovered_at if found else None
 
 
-def rank_progress(reports: Reports, attempt: int, active: Iterable[int] | None = None) -> list[tuple[RankProgress, float]]:
-    """Each active replica's reporting rank's progress in the current attempt, with the time its
-    worker last wrote (its stall is judged as of then: a replica that stopped writing, its pod
-    gone, never looks more stalled than it last said). ``active``: the replica indexes the
-    workload runs (an elastic workload's parked ones are left out; None: all)."""
+def rank_progress(reports: Reports, attempt: int, active: Iterable[int] | None = None) -> list[tuple[int, RankProgress, WorkerReport]]:
+    """Each active replica's reporting rank's progress in the current attempt, with its index and
+    record (its stall is judged as of the time its worker last wrote, ``published_at``: a
+    replica that stopped writing, its pod gone, never looks more stalled than it last said).
+    ``active``: the replica indexes the workload runs (an elastic workload's parked ones are left
+    out; None: all)."""
     wanted = None if active is None else set(active)
-    found: list[tuple[RankProgress, float]] = []
+    found: list[tuple[int, RankProgress, WorkerReport]] = []
     for replica, report in sorted(reports.items()):
         current = report.current
         if current is None or current.attempt != attempt or (wanted is not None and replica not in wanted):
             continue
         p = report.progress
-        found.append((RankProgress(
+        found.append((replica, RankProgress(
             f"replica {replica}/host 0", p.steps, p.last_step, p.last_step_at, max(p.intervals, default=0.0),
             p.saving_since, p.longest_save_s, p.save_ended_at, p.leaving or current.stop is not None,
-        ), report.published_at))
+        ), report))
     return found

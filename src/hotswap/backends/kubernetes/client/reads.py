@@ -105,6 +105,19 @@ class Reads(ApiCalls):
         answer = self._call("list Leases", self.coordination.list_namespaced_lease, self.namespace, label_selector=selector)
         return answer.get("items", [])
 
+    def get_worker_access(self, name: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """A workload's workers' Role and RoleBinding (render/reports.py), None where gone."""
+        from kubernetes import client
+
+        rbac = client.RbacAuthorizationV1Api(self.api_client)
+        found: list[dict[str, Any] | None] = []
+        for kind, read in (("Role", rbac.read_namespaced_role), ("RoleBinding", rbac.read_namespaced_role_binding)):
+            try:
+                found.append(self._call(f"read {kind} {name}", read, name, self.namespace))
+            except NotFoundError:
+                found.append(None)
+        return found[0], found[1]
+
     def get_service_account(self, name: str) -> dict[str, Any] | None:
         try:
             return self._call(f"read ServiceAccount {name}", self.core.read_namespaced_service_account, name, self.namespace)

@@ -29,7 +29,7 @@ from hotswap.backends.kit.figures import RecoveryFigures
 from hotswap.backends.kit.metrics import ControllerMetrics
 from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes import operations as ops
-from hotswap.backends.kubernetes.client import KubeClient, UnreachableError
+from hotswap.backends.kubernetes.client import KubeClient, KubernetesError, UnreachableError
 from hotswap.backends.kubernetes.controller.enactment import Enactment
 from hotswap.backends.kubernetes.controller.leader import LeaderElector, log_line
 from hotswap.backends.kubernetes.controller.training import TrainingRecords
@@ -68,7 +68,9 @@ class KubeController:
         self.log = log
         self.wake_at: float | None = None  # the last round asked to be run again by then
         self.figures = RecoveryFigures(metrics) if metrics is not None else None
-        self.training = TrainingRecords(client.list_report_leases, log)  # the workers' own records
+        self.training = TrainingRecords(  # the workers' own records
+            client.list_report_leases, log, clock, client.get_worker_access, client.namespace,
+        )
 
     def observe(self) -> Observation:
         client = self.client
@@ -90,6 +92,13 @@ class KubeController:
         """One round: observe, decide, enact. Returns what it did."""
         started = time.perf_counter()
         writes = self.client.writes
+        try:
+            return self._round(started, writes)
+        except HotswapError:
+            self.training.interrupted()  # the API server failed us: maybe the workers too
+            raise
+
+    def _round(self, started: float, writes: int) -> list[ops.Operation]:
         observation = self.observe()
         observation.events.extend(self.training.read(observation))  # hangs, judged from the workers' records
         decision = decide(observation.snapshot, observation.events, observation.now, self.config)
@@ -123,6 +132,8 @@ class KubeController:
                 what = getattr(op, "pod", None) or op.jobset
                 self.log(f"{what} changed meanwhile: its update was refused; the next round decides again")
             except HotswapError as error:
+                if type(error) is KubernetesError:  # the server's own failure (5xx, 429), not a refusal
+                    self.training.interrupted()
                 self.log(f"warning: {error}")
         return enactment.refused
 

@@ -29,6 +29,8 @@ def controller_rules(settings: KubeSettings) -> tuple[list[dict[str, Any]], list
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
         # list: the replicas' records (their Leases, written by the workloads' own pods)
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create", "list"]},
+        # get: before a replica's silent record is called a hang, its workers may still write it
+        {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings"], "verbs": ["get"]},
         {
             "apiGroups": ["coordination.k8s.io"],
             "resources": ["leases"],

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from hotswap.api.spec import WorkloadSpec
-from hotswap.api.worker_report import REPORT_ANNOTATION, report_name
+from hotswap.api.worker_report import INTERVAL_ANNOTATION, PUBLISH_INTERVAL_S, REPORT_ANNOTATION, report_name
 from hotswap.backends.kubernetes import labels
 
 Manifest = dict[str, Any]
@@ -72,13 +72,33 @@ def report_access(spec: WorkloadSpec, namespace: str, default_account: Manifest 
     return [account, role, binding]
 
 
-def report_leases(spec: WorkloadSpec, namespace: str, owner: Manifest) -> list[Manifest]:
-    """One Lease per replica, empty (a record left by a run of the same name is cleared)."""
+def report_leases(spec: WorkloadSpec, namespace: str, owner: Manifest, interval_s: float = PUBLISH_INTERVAL_S) -> list[Manifest]:
+    """One Lease per replica, empty (a record left by a run of the same name is cleared), asking
+    its writer for a heartbeat every ``interval_s`` (:func:`hotswap.api.worker_report.heartbeat_interval`
+    of the cluster's size)."""
+    annotations = {REPORT_ANNOTATION: "", INTERVAL_ANNOTATION: f"{interval_s:g}"}
     return [
         {
             "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-            "metadata": {**_meta(report_name(spec.name, replica), spec, namespace, owner), "annotations": {REPORT_ANNOTATION: ""}},
+            "metadata": {**_meta(report_name(spec.name, replica), spec, namespace, owner), "annotations": dict(annotations)},
             "spec": {"holderIdentity": f"{spec.name}/replica-{replica}"},
         }
         for replica in range(spec.num_slices)
     ]
+
+
+def grants_report_update(role: Manifest | None, binding: Manifest | None, workload: str, namespace: str, lease: str) -> bool:
+    """Whether the workload's workers may still write ``lease`` as :func:`report_access` made
+    them able to: its Role allows ``update`` on that Lease and its RoleBinding binds the Role to
+    their ServiceAccount (someone who edited or deleted either has the workers' writes refused)."""
+    account = worker_service_account(workload)
+    if role is None or binding is None or (binding.get("roleRef") or {}).get("name") != account:
+        return False
+    bound = any(s.get("kind") == "ServiceAccount" and s.get("name") == account and s.get("namespace", namespace) == namespace
+                for s in binding.get("subjects") or [])
+    allowed = any(
+        "coordination.k8s.io" in (rule.get("apiGroups") or []) and "leases" in (rule.get("resources") or [])
+        and "update" in (rule.get("verbs") or []) and lease in (rule.get("resourceNames") or [lease])
+        for rule in role.get("rules") or []
+    )
+    return bound and allowed
