@@ -20,7 +20,7 @@ from hotswap.api.limits import check_text
 from hotswap.api.errors import CapacityError, ConflictError, InvalidInputError, NotFoundError, never_fits
 from hotswap.api.spec import WorkloadSpec
 from hotswap.backends.features import Feature, require
-from hotswap.backends.kubernetes import labels, log_archive
+from hotswap.backends.kubernetes import failed_runs, labels, log_archive
 from hotswap.backends.kubernetes.checkpoint_volume import checkpoint_dir, parse_checkpoint_volume, run_directory
 from hotswap.backends.kubernetes.clusters import BACKEND, cluster_summary, create_cluster
 from hotswap.backends.kubernetes.discovery import discover
@@ -169,8 +169,11 @@ class KubernetesBackend:
 
     def create_workload(self, cluster: str, spec: WorkloadSpec, launch: Launch) -> WorkloadRow:
         settings = settings_of(cluster)
-        manifest = render_jobset(spec, cluster, settings, _volume(launch), launch.run, log_archive.failed_runs(cluster, spec.name))
         client = self._client(settings)
+        # The runs that failed, as this machine's archive and the cluster's record know them
+        # (a run failed or deleted from another machine is only in the latter).
+        failed = {*log_archive.failed_runs(cluster, spec.name), *failed_runs.runs_of(failed_runs.read(client, cluster), spec.name)}
+        manifest = render_jobset(spec, cluster, settings, _volume(launch), launch.run, tuple(sorted(failed)))
         counts = discover(client.list_nodes(), settings).slices_by_type()
         never = never_fits(spec.num_slices, spec.device_type, counts.get(spec.device_type, 0))
         if never is not None:
@@ -180,13 +183,18 @@ class KubernetesBackend:
         return view_of(read_jobset(_apply_with_reports(client, spec, settings.namespace, manifest)), {})
 
     def delete_workload(self, cluster: str, name: str) -> None:
-        """Delete the JobSet, first keeping its workers' log tails (see :mod:`.log_archive`)."""
+        """Delete the JobSet, first keeping its workers' log tails (see :mod:`.log_archive`)
+        and, if its run failed, the cluster's record of it (see :mod:`.failed_runs`)."""
         settings = settings_of(cluster)
         client = self._client(settings)
         obj = client.get_jobset(name)
         if obj is None:
             raise NotFoundError(f"no workload named {name} in cluster {cluster}")
-        view = view_of(read_jobset(obj), {})
+        job = read_jobset(obj)
+        view = view_of(job, {})
+        failed = failed_runs.entries_of([job], time.time())
+        if failed:  # before the JobSet goes: a controller that has not seen it fail never will
+            failed_runs.write(client, cluster, failed)
         if view["run_id"]:
             pods = [p for p in (read_pod(o) for o in client.list_pods(f"{labels.JOBSET_NAME_LABEL}={name}")) if p is not None]
             log_archive.archive(client, cluster, name, view["run_id"], log_archive.current_pods(pods), view["status"])
