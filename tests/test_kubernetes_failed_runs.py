@@ -37,12 +37,15 @@ def _machine(tmp_path: Path, world: Any, name: str) -> tuple[Path, dict[str, str
     return home, env
 
 
-def _controller_as_its_service_account(world: Any) -> KubeController:
-    """The controller with exactly the RBAC ``hotswap controller manifests`` gives it."""
+def _controller_as_its_service_account(world: Any, earlier_role: bool = False) -> KubeController:
+    """The controller with exactly the RBAC ``hotswap controller manifests`` gives it
+    (``earlier_role``: without the ConfigMap rules, as an earlier release rendered it)."""
     settings = KubeSettings(namespace=world.namespace)
     kinds = {"ServiceAccount": SERVICE_ACCOUNTS, "ClusterRole": CLUSTER_ROLES, "ClusterRoleBinding": CLUSTER_ROLE_BINDINGS,
              "Role": ROLES, "RoleBinding": ROLE_BINDINGS}
     for obj in render_controller_manifests(CLUSTER, settings, "hotswap:test"):
+        if obj["kind"] == "Role" and earlier_role:
+            obj["rules"] = [rule for rule in obj["rules"] if "configmaps" not in rule["resources"]]
         if obj["kind"] in kinds:
             world.store.create(kinds[obj["kind"]], obj)
     client = world.client(settings)
@@ -122,5 +125,24 @@ def test_workload_delete_records_a_failed_run_for_every_machine_without_a_contro
         home_b, env_b = _machine(tmp_path, world, "machine-b")
         assert hotswap(home_b, *CREATE, env=env_b).returncode == 0
         assert _worker_env(world)[contract.HOTSWAP_FAILED_RUNS] == ",".join(sorted(failed))
+    finally:
+        world.close()
+
+
+def test_a_controller_with_an_earlier_role_says_so_once_and_goes_on(tmp_path: Path) -> None:
+    """Its Role cannot read or write the record: one warning naming the fix, and the failure is
+    still judged and acted on (the workload FAILED, its pods gone); nothing is recorded."""
+    world = make_world()
+    try:
+        controller = _controller_as_its_service_account(world, earlier_role=True)
+        home, env = _machine(tmp_path, world, "machine-a")
+        assert hotswap(home, *CREATE, env=env).returncode == 0
+        run_until(world, controller, lambda: running(world, "job") == 4)
+        world.exit(world.running("job"), 1)
+        run_until(world, controller, lambda: world.state("job")["phase"] == "FAILED" and not world.pods_of("job"), limit_s=120)
+        world.advance(60, controller)
+        warnings = [line for line in controller.logs if "configmaps" in line]
+        assert len(warnings) == 1 and "apply `hotswap controller manifests` again" in warnings[0], controller.logs
+        assert _recorded(world) == {}
     finally:
         world.close()
