@@ -160,7 +160,8 @@ class KubernetesBackend:
         return PreparedWorkload(spec=spec, launch=launch, dry_run_cluster=request.cluster)
 
     def dry_run(self, cluster: str | None, spec: WorkloadSpec, launch: Launch) -> Any:
-        """The JobSet ``workload create`` would apply, exactly; no API server is needed."""
+        """The JobSet ``workload create`` would apply; no API server is needed, so its
+        HOTSWAP_FAILED_RUNS names the failed runs this machine knows, not the cluster's record's."""
         name = cluster or "cluster"
         found = registry.find(name) if cluster else None
         settings = KubeSettings.from_options(found.settings) if found and found.backend == BACKEND else KubeSettings()
@@ -170,10 +171,7 @@ class KubernetesBackend:
     def create_workload(self, cluster: str, spec: WorkloadSpec, launch: Launch) -> WorkloadRow:
         settings = settings_of(cluster)
         client = self._client(settings)
-        # The runs that failed, as this machine's archive and the cluster's record know them
-        # (a run failed or deleted from another machine is only in the latter).
-        failed = {*log_archive.failed_runs(cluster, spec.name), *failed_runs.runs_of(failed_runs.read(client, cluster), spec.name)}
-        manifest = render_jobset(spec, cluster, settings, _volume(launch), launch.run, tuple(sorted(failed)))
+        manifest = render_jobset(spec, cluster, settings, _volume(launch), launch.run, failed_runs.known(client, cluster, spec.name))
         counts = discover(client.list_nodes(), settings).slices_by_type()
         never = never_fits(spec.num_slices, spec.device_type, counts.get(spec.device_type, 0))
         if never is not None:

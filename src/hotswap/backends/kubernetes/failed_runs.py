@@ -12,7 +12,7 @@ failed_runs`, lives on one machine only). ``workload create`` reads it.
 Nothing removes it, not even ``cluster delete`` (which forgets the cluster on this machine
 only): a run id is never reused, so an entry never stops a new run; it only keeps ``auto`` from
 choosing that run. ``--fresh`` starts over; ``--resume-from RUN`` resumes a failed run on
-purpose. At about 200 bytes an entry, the ConfigMap's 1 MiB holds some 5,000 failed runs.
+purpose. At most about 350 bytes an entry, the ConfigMap's 1 MiB holds some 3,000 failed runs.
 """
 
 from __future__ import annotations
@@ -22,11 +22,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from hotswap.api.times import iso_utc
-from hotswap.backends.kubernetes import labels
+from hotswap.backends.kubernetes import labels, log_archive
 from hotswap.backends.kubernetes.live_objects import LiveJobSet
 from hotswap.backends.kubernetes.views import failed_run
 
 Entries = dict[str, str]  # ConfigMap data: key -> JSON of one failed run
+WHY_CHARS = 200  # of the status message kept: entries stay small (the ConfigMap holds at most 1 MiB)
 
 
 def record_name(cluster: str) -> str:
@@ -34,7 +35,7 @@ def record_name(cluster: str) -> str:
 
 
 def entry(workload: str, run_id: str, why: str, now: float) -> Entries:
-    value = {"workload": workload, "run_id": run_id, "why": why, "recorded_at": iso_utc(now)}
+    value = {"workload": workload, "run_id": run_id, "why": why[:WHY_CHARS], "recorded_at": iso_utc(now)}
     return {f"{workload}.{run_id}": json.dumps(value, sort_keys=True)}
 
 
@@ -65,6 +66,12 @@ def runs_of(entries: Entries, workload: str) -> tuple[str, ...]:
         if isinstance(value, dict) and value.get("workload") == workload and isinstance(value.get("run_id"), str):
             runs.add(value["run_id"])
     return tuple(sorted(runs))
+
+
+def known(client: Any, cluster: str, workload: str) -> tuple[str, ...]:
+    """The workload's failed runs as the cluster's record and this machine's log archive know
+    them (a run failed, or deleted, from another machine is only in the former)."""
+    return tuple(sorted({*runs_of(read(client, cluster), workload), *log_archive.failed_runs(cluster, workload)}))
 
 
 def write(client: Any, cluster: str, entries: Entries) -> None:
