@@ -207,7 +207,7 @@ def _print_summary(summary: dict[str, Any]) -> None:
     # Paths whole, on lines of their own (a table cell would cut them to the terminal's width).
     console.print(f"training log (rank 0): {summary.get('logs')}", soft_wrap=True, highlight=False)
     if summary.get("plot"):
-        built = ", building matplotlib's font cache first (first use only)" if summary.get("plot_font_cache") else ""
+        built = ", matplotlib's font cache built first: first use only" if summary.get("plot_font_cache") else ""
         console.print(f"timeline: {summary['plot']} (drawn in {summary['plot_s']:.1f} s{built})", soft_wrap=True, highlight=False)
     for check in summary["checks"]:
         mark = "[green]PASS[/green]" if check["passed"] else "[red]FAIL[/red]"
