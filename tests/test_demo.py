@@ -98,4 +98,5 @@ def test_shrink_drill(home: Path, tmp_path: Path) -> None:
     assert summary["low_slices"] == [3, 2, 3] and summary["mttr_s"] > 0
     assert [(old, new) for _, old, new in summary["slice_count_changes"]] == [(3, 2), (2, 3)]
     assert set(summary["goodput"]) == {"high", "low"}
+    assert 0 <= summary["plot_s"] <= summary["wall_s"] and "plot_font_cache" in summary  # the plot's share of the wall time
     assert chart.read_bytes()[:4] == b"\x89PNG"

@@ -30,6 +30,7 @@ NOT_RUN: tuple[tuple[str, str], ...] = (
     (r"^(python3? -m (pip|venv)|pip) |^\. \.venv/bin/activate", "installation: .ci/run installs the project on every CI machine"),
     (r"^python3? -m pytest|^lint-imports", "the suite itself: .ci/run runs it (the layer contracts in test_architecture.py)"),
     (r"^python3? benchmarks/", "a benchmark: it prints measurements for docs/performance.md, run by hand"),
+    (r"^python3? docs/check_links\.py --online", "needs the internet (CI reaches PyPI only): test_docs_links.py checks the list offline and the checker against a local server"),
     (r"--backend kubernetes|--cluster trillium|kubectl", "needs a Kubernetes API server (the CLI against a fake one: test_kubernetes_cli.py)"),
     (r"--gpus|--cluster gpu|demo gpu", "needs NVIDIA GPUs: benchmarks/gpu_acceptance.sh on a GPU machine"),
     (r"hotswap dashboard|--follow|--watch|demo --dashboard", "runs until interrupted (the dashboard's own tests serve it)"),

@@ -162,6 +162,18 @@ class ClusterApi:
         if method == "PATCH" and any(kind in path for kind in ("/serviceaccounts/", "/roles/", "/rolebindings/", "/leases/")):
             self.objects[path] = body
             return 200, body
+        config_maps = "/api/v1/namespaces/default/configmaps"
+        if path.startswith(config_maps):  # the cluster's record of failed runs (failed_runs.py)
+            name = body["metadata"]["name"] if method == "POST" else path.rsplit("/", 1)[1]
+            held = self.objects.get(f"{config_maps}/{name}")
+            if method == "POST":
+                self.objects[f"{config_maps}/{name}"] = body
+                return 201, body
+            if held is None:
+                return status(404, "NotFound", f'configmaps "{name}" not found', name, "configmaps")
+            if method == "PATCH":
+                held["data"] = {**held.get("data", {}), **body["data"]}
+            return 200, held
         if path == jobsets:
             return 200, {"kind": "JobSetList", "items": list(self.jobsets.values())}
         if path.startswith(jobsets + "/"):

@@ -58,8 +58,9 @@ HOTSWAP_RUN_ID = "HOTSWAP_RUN_ID"  # this run (one `workload create`); restarts 
 # pods see the volume), or empty/unset (a fresh start).
 HOTSWAP_RESUME_FROM = "HOTSWAP_RESUME_FROM"
 # With HOTSWAP_RESUME_FROM=auto: earlier runs of the workload the backend saw end FAILED (their
-# ids, comma-separated), never resumed automatically. Kubernetes sets it from what `workload
-# delete` recorded; the local controller writes each such run's outcome file instead.
+# ids, comma-separated), never resumed automatically. Kubernetes sets it from the cluster's
+# record (backends/kubernetes/failed_runs.py) and the CLI's log archive; the local controller
+# writes each such run's outcome file instead.
 HOTSWAP_FAILED_RUNS = "HOTSWAP_FAILED_RUNS"
 # Why this worker generation started (runs.START_CAUSES); what its `restored` line says happened.
 HOTSWAP_START_CAUSE = "HOTSWAP_START_CAUSE"

@@ -83,10 +83,14 @@ def demo(
         if board is not None:
             board.stop()
     if plot is not None:
+        from hotswap.cli.plotting import drawing
         from hotswap.demo.plot import plot_drill
 
-        plot_drill(summary, plot)
+        with drawing() as drawn:
+            plot_drill(summary, plot)
         summary["plot"] = str(plot)
+        summary["plot_s"] = round(drawn.seconds, 1)  # part of wall_s, said beside the path
+        summary["plot_font_cache"] = str(drawn.font_cache) if drawn.font_cache else None  # built first, in there
     summary["wall_s"] = round(seconds_since_start(), 1)  # the command's, from its start to here, its end
     public = {k: v for k, v in summary.items() if k not in ("timeline", "progress")}
     if as_json:
@@ -203,7 +207,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
     # Paths whole, on lines of their own (a table cell would cut them to the terminal's width).
     console.print(f"training log (rank 0): {summary.get('logs')}", soft_wrap=True, highlight=False)
     if summary.get("plot"):
-        console.print(f"timeline: {summary['plot']}", soft_wrap=True, highlight=False)
+        built = ", matplotlib's font cache built first: first use only" if summary.get("plot_font_cache") else ""
+        console.print(f"timeline: {summary['plot']} (drawn in {summary['plot_s']:.1f} s{built})", soft_wrap=True, highlight=False)
     for check in summary["checks"]:
         mark = "[green]PASS[/green]" if check["passed"] else "[red]FAIL[/red]"
         console.print(f"{mark} {check['name']}: {check['detail']}")

@@ -134,9 +134,11 @@ def _single(config: SimConfig, workers: int | None, as_json: bool, plot: Path | 
     with _ProgressBar(len(config.policies)) as update:
         comparison = compare(config, workers, update)
     if plot is not None:
+        from hotswap.cli.plotting import drawing
         from hotswap.sim.plot import plot_comparison
 
-        plot_comparison(comparison, plot)
+        with drawing():  # says so if matplotlib builds its font cache first
+            plot_comparison(comparison, plot)
     summary = comparison.to_dict()
     summary["wall_s"] = round(seconds_since_start(), 3)  # the command's, from its start (each run's own is its wall_s)
     if as_json:
@@ -155,9 +157,11 @@ def _compare(
     with _ProgressBar(len(sizes) * seeds * len(config.policies)) as update:
         result = sweep(config, sizes, seeds, workers, update)
     if plot is not None:
+        from hotswap.cli.plotting import drawing
         from hotswap.sim.plot import plot_sweep
 
-        plot_sweep(result, plot)
+        with drawing():  # says so if matplotlib builds its font cache first
+            plot_sweep(result, plot)
     document = result.to_dict()
     document["wall_s"] = round(seconds_since_start(), 3)  # the command's, from its start
     if as_json:

@@ -105,10 +105,14 @@ def plot_comparison(comparison: Comparison, path: str | Path) -> Path:
     mttr_ax.bar([x - 0.2 for x in xs], p50, 0.4, label="p50")
     mttr_ax.bar([x + 0.2 for x in xs], p99, 0.4, label="p99")
     mttr_ax.set_xticks(xs, policies, fontsize=8)
-    mttr_ax.set_yscale("log")
-    mttr_ax.set_ylabel("seconds (log)")
     mttr_ax.set_title("Recovery time of the very-high job")
-    mttr_ax.legend(fontsize=8)
+    if any(v > 0 for v in p50 + p99):
+        mttr_ax.set_yscale("log")
+        mttr_ax.set_ylabel("seconds (log)")
+        mttr_ax.legend(fontsize=8)
+    else:  # a log axis of nothing but zeros is matplotlib's warning on the user's terminal
+        mttr_ax.set_yticks([])
+        mttr_ax.text(0.5, 0.5, "no recovery of the very-high job in this run", transform=mttr_ax.transAxes, ha="center", va="center", fontsize=9)
 
     bottoms = [0.0] * len(policies)
     for category in ("wasted_progress", "recovery", "startup", "checkpoint_restore", "checkpoint_save", "elastic", "degraded"):

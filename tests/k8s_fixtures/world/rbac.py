@@ -1,6 +1,7 @@
 """RBAC as the API server authorizes a ServiceAccount's requests (kubernetes/kubernetes
 ``plugin/pkg/auth/authorizer/rbac/rbac.go``: ``RBACAuthorizer.Authorize`` visits the rules of
-every Role bound to the user in the request's namespace, ``RuleAllows``: verb, API group,
+every ClusterRole bound to the user by a ClusterRoleBinding (any request) and every Role or
+ClusterRole bound by a RoleBinding in the request's namespace, ``RuleAllows``: verb, API group,
 resource and, for a request that names its object, ``resourceNames``; a ``create``, ``list``
 or ``watch`` names none, so a rule with ``resourceNames`` never allows one).
 
@@ -19,7 +20,10 @@ from k8s_fixtures.world.store import ApiError, Resource, Store, _res
 SERVICE_ACCOUNTS = _res("", "v1", "serviceaccounts", "ServiceAccount")
 ROLES = _res("rbac.authorization.k8s.io", "v1", "roles", "Role")
 ROLE_BINDINGS = _res("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
-RBAC_RESOURCES = (SERVICE_ACCOUNTS, ROLES, ROLE_BINDINGS)
+CLUSTER_ROLES = _res("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False)
+CLUSTER_ROLE_BINDINGS = _res("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", namespaced=False)
+RBAC_RESOURCES = (SERVICE_ACCOUNTS, ROLES, ROLE_BINDINGS)  # a workload's workers' access (owned by its JobSet)
+CLUSTER_RBAC_RESOURCES = (CLUSTER_ROLES, CLUSTER_ROLE_BINDINGS)
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 
 
@@ -52,16 +56,25 @@ def authorize(store: Store, authorization: str | None, method: str, resource: Re
         return  # the admin
     sa_namespace, _, sa_name = token.removeprefix(SERVICE_ACCOUNT_PREFIX).partition(":")
     verb = verb_of(method, name, watching)
-    if namespace:
-        for binding in store.items(ROLE_BINDINGS, namespace):
-            subjects = binding.get("subjects") or []
-            if not any(s.get("kind") == "ServiceAccount" and s.get("name") == sa_name and s.get("namespace", namespace) == sa_namespace
-                       for s in subjects):
-                continue
-            ref = binding.get("roleRef") or {}
-            role = store.get(ROLES, namespace, ref.get("name", "")) if ref.get("kind") == "Role" else None
-            if role is not None and any(_rule_allows(rule, verb, resource, name) for rule in role.get("rules") or []):
-                return
+
+    def allowed_by(binding: dict[str, Any], binding_namespace: str | None) -> bool:
+        subjects = binding.get("subjects") or []
+        if not any(s.get("kind") == "ServiceAccount" and s.get("name") == sa_name and s.get("namespace", binding_namespace) == sa_namespace
+                   for s in subjects):
+            return False
+        ref = binding.get("roleRef") or {}
+        if ref.get("kind") == "ClusterRole":
+            role = store.get(CLUSTER_ROLES, "", ref.get("name", ""))
+        elif ref.get("kind") == "Role" and binding_namespace:
+            role = store.get(ROLES, binding_namespace, ref.get("name", ""))
+        else:
+            role = None
+        return role is not None and any(_rule_allows(rule, verb, resource, name) for rule in role.get("rules") or [])
+
+    if any(allowed_by(b, None) for b in store.items(CLUSTER_ROLE_BINDINGS)):
+        return
+    if namespace and any(allowed_by(b, namespace) for b in store.items(ROLE_BINDINGS, namespace)):
+        return
     group = f".{resource.group}" if resource.group else ""
     what = f'{resource.plural}{group} "{name}"' if name else f"{resource.plural}{group}"
     where = f' in the namespace "{namespace}"' if namespace else " at the cluster scope"

@@ -25,7 +25,7 @@ import yaml
 from k8s_fixtures.world.admission import JOBSET_NAME, Admission
 from k8s_fixtures.world.apiserver import ApiServer, load_crd_schemas
 from k8s_fixtures.world.gc import GarbageCollector
-from k8s_fixtures.world.rbac import RBAC_RESOURCES
+from k8s_fixtures.world.rbac import CLUSTER_RBAC_RESOURCES, RBAC_RESOURCES
 from k8s_fixtures.world.job_controller import JobController
 from k8s_fixtures.world.jobset_controller import JobSetController, condition
 from k8s_fixtures.world.kueue import Kueue
@@ -153,7 +153,7 @@ class World:
         waits for a resync instead of a wake-up time)."""
         self.clock = Clock()
         self.namespace = namespace
-        resources: list[Resource] = [*BUILTIN, *RBAC_RESOURCES]
+        resources: list[Resource] = [*BUILTIN, *RBAC_RESOURCES, *CLUSTER_RBAC_RESOURCES]
         crds: list[Obj] = []
         if jobset_version is not None:
             resources += JOBSET_RESOURCES

@@ -21,7 +21,7 @@ from hotswap.api.errors import CapacityError, ConflictError, InvalidInputError, 
 from hotswap.api.spec import WorkloadSpec
 from hotswap.api.worker_report import heartbeat_interval
 from hotswap.backends.features import Feature, require
-from hotswap.backends.kubernetes import labels, log_archive
+from hotswap.backends.kubernetes import failed_runs, labels, log_archive
 from hotswap.backends.kubernetes.checkpoint_volume import checkpoint_dir, parse_checkpoint_volume, run_directory
 from hotswap.backends.kubernetes.clusters import BACKEND, cluster_summary, create_cluster
 from hotswap.backends.kubernetes.discovery import discover
@@ -161,7 +161,8 @@ class KubernetesBackend:
         return PreparedWorkload(spec=spec, launch=launch, dry_run_cluster=request.cluster)
 
     def dry_run(self, cluster: str | None, spec: WorkloadSpec, launch: Launch) -> Any:
-        """The JobSet ``workload create`` would apply, exactly; no API server is needed."""
+        """The JobSet ``workload create`` would apply; no API server is needed, so its
+        HOTSWAP_FAILED_RUNS names the failed runs this machine knows, not the cluster's record's."""
         name = cluster or "cluster"
         found = registry.find(name) if cluster else None
         settings = KubeSettings.from_options(found.settings) if found and found.backend == BACKEND else KubeSettings()
@@ -170,8 +171,8 @@ class KubernetesBackend:
 
     def create_workload(self, cluster: str, spec: WorkloadSpec, launch: Launch) -> WorkloadRow:
         settings = settings_of(cluster)
-        manifest = render_jobset(spec, cluster, settings, _volume(launch), launch.run, log_archive.failed_runs(cluster, spec.name))
         client = self._client(settings)
+        manifest = render_jobset(spec, cluster, settings, _volume(launch), launch.run, failed_runs.known(client, cluster, spec.name))
         counts = discover(client.list_nodes(), settings).slices_by_type()
         never = never_fits(spec.num_slices, spec.device_type, counts.get(spec.device_type, 0))
         if never is not None:
@@ -182,13 +183,18 @@ class KubernetesBackend:
         return view_of(read_jobset(_apply_with_reports(client, spec, settings.namespace, manifest, interval)), {})
 
     def delete_workload(self, cluster: str, name: str) -> None:
-        """Delete the JobSet, first keeping its workers' log tails (see :mod:`.log_archive`)."""
+        """Delete the JobSet, first keeping its workers' log tails (see :mod:`.log_archive`)
+        and, if its run failed, the cluster's record of it (see :mod:`.failed_runs`)."""
         settings = settings_of(cluster)
         client = self._client(settings)
         obj = client.get_jobset(name)
         if obj is None:
             raise NotFoundError(f"no workload named {name} in cluster {cluster}")
-        view = view_of(read_jobset(obj), {})
+        job = read_jobset(obj)
+        view = view_of(job, {})
+        failed = failed_runs.entries_of([job], time.time())
+        if failed:  # before the JobSet goes: a controller that has not seen it fail never will
+            failed_runs.write(client, cluster, failed)
         if view["run_id"]:
             pods = [p for p in (read_pod(o) for o in client.list_pods(f"{labels.JOBSET_NAME_LABEL}={name}")) if p is not None]
             log_archive.archive(client, cluster, name, view["run_id"], log_archive.current_pods(pods), view["status"])

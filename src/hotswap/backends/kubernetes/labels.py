@@ -88,4 +88,5 @@ MEMBERSHIP_DIR = "/etc/hotswap"
 MEMBERSHIP_FILE = "membership.json"
 CHECKPOINT_MOUNT = "/checkpoints"
 CONTROLLER_NAME = "hotswap-controller"
+FAILED_RUNS_RECORD_PREFIX = "hotswap-failed-runs-"  # + the cluster: its ConfigMap of failed runs (failed_runs.py)
 DEFAULT_NAMESPACE = "default"

@@ -51,6 +51,14 @@ def view_of(job: LiveJobSet, kueue: dict[str, tuple[str, str]]) -> WorkloadRow:
     })
 
 
+def failed_run(job: LiveJobSet) -> tuple[str, str] | None:
+    """(run id, why) of a JobSet whose run ended FAILED as its row says (JobSet's Failed
+    condition, or hotswap's own judgement: a hang, restarts exhausted); None otherwise."""
+    status, message, _ = _status(job, {})
+    run_id = _run(job)["run_id"]
+    return (run_id, message) if status == "FAILED" and run_id else None
+
+
 def _run(job: LiveJobSet) -> dict[str, Any]:
     """``run_id`` and ``resumed_from`` from the JobSet's run annotation (None without one)."""
     try:

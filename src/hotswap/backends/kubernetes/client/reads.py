@@ -1,5 +1,5 @@
 """The reads hotswap makes: nodes, JobSets, Jobs, pods (hotswap's and every namespace's
-unfinished ones), Kueue Workloads, and pod logs."""
+unfinished ones), Kueue Workloads, ConfigMaps, and pod logs."""
 
 from __future__ import annotations
 
@@ -54,6 +54,12 @@ class Reads(ApiCalls):
         """The Events recorded on one object of this namespace (by hotswap, JobSet, Kueue)."""
         selector = f"involvedObject.kind={kind},involvedObject.name={name}"
         return self._call("list events", self.core.list_namespaced_event, self.namespace, field_selector=selector).get("items", [])
+
+    def get_config_map(self, name: str) -> dict[str, Any] | None:
+        try:
+            return self._call(f"read ConfigMap {name}", self.core.read_namespaced_config_map, name, self.namespace)
+        except NotFoundError:
+            return None
 
     def list_pods(self, selector: str) -> list[dict[str, Any]]:
         return self._call("list pods", self.core.list_namespaced_pod, self.namespace, label_selector=selector).get("items", [])

@@ -1,6 +1,6 @@
 """The writes hotswap makes: server-side apply of whole objects (field manager ``hotswap``),
 JSON merge patches of the few fields the controller changes, deletions, cordons, evictions,
-and Events on JobSets."""
+Events on JobSets, and keys added to a ConfigMap (the failed runs' record)."""
 
 from __future__ import annotations
 
@@ -132,6 +132,24 @@ class Writes(Reads):
 
     def patch_pod(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         return self._call(f"update pod {name}", self.core.patch_namespaced_pod, name, self.namespace, patch, _content_type=MERGE, write=True)
+
+    def add_to_config_map(self, name: str, data: dict[str, str], meta_labels: dict[str, str]) -> dict[str, Any]:
+        """Add keys to a ConfigMap by a merge patch (others' keys stay), creating it if missing."""
+        patch = {"data": data}
+
+        def merge() -> dict[str, Any]:
+            return self._call(f"update ConfigMap {name}", self.core.patch_namespaced_config_map, name, self.namespace, patch,
+                              _content_type=MERGE, write=True)
+
+        try:
+            return merge()
+        except NotFoundError:
+            pass
+        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": self.namespace, "labels": meta_labels}, "data": data}
+        try:
+            return self._call(f"create ConfigMap {name}", self.core.create_namespaced_config_map, self.namespace, body, write=True)
+        except ConflictError:
+            return merge()  # another writer created it meanwhile
 
     def set_unschedulable(self, node: str, unschedulable: bool) -> None:
         self._call(

@@ -29,10 +29,11 @@ from hotswap.backends.kit.figures import RecoveryFigures
 from hotswap.backends.kit.metrics import ControllerMetrics
 from hotswap.backends.kubernetes import labels
 from hotswap.backends.kubernetes import operations as ops
-from hotswap.backends.kubernetes.client import KubeClient, KubernetesError, UnreachableError
+from hotswap.backends.kubernetes.client import ForbiddenError, KubeClient, KubernetesError, UnreachableError
 from hotswap.backends.kubernetes.controller.enactment import Enactment
 from hotswap.backends.kubernetes.controller.leader import LeaderElector, log_line
 from hotswap.backends.kubernetes.controller.training import TrainingRecords
+from hotswap.backends.kubernetes.failed_runs import FailedRunRecorder
 from hotswap.backends.kubernetes.lease import RETRY_PERIOD_S
 from hotswap.backends.kubernetes.observation import Observation
 from hotswap.backends.kubernetes.observation import observe as observe_cluster
@@ -71,6 +72,7 @@ class KubeController:
         self.training = TrainingRecords(  # the workers' own records
             client.list_report_leases, log, clock, client.get_worker_access, client.namespace,
         )
+        self.failed_runs = FailedRunRecorder(client, cluster)  # the cluster's record of the runs that failed
 
     def observe(self) -> Observation:
         client = self.client
@@ -107,6 +109,7 @@ class KubeController:
         for line in ops.decisions_summary(operations):
             self.log(line)
         refused = self.enact(operations, observation)
+        self._record_failed_runs(observation)
         self.wake_at = min((t for t in (observation.wake_at, self.training.wake_at) if t is not None), default=None)
         self._account(observation, decision, effects, refused, time.perf_counter() - started, self.client.writes - writes)
         return operations
@@ -136,6 +139,26 @@ class KubeController:
                     self.training.interrupted()
                 self.log(f"warning: {error}")
         return enactment.refused
+
+    def _record_failed_runs(self, observation: Observation) -> None:
+        """Write down the runs seen ended FAILED, before anyone deletes their JobSets, so that no
+        machine's ``workload create`` resumes one (:mod:`~hotswap.backends.kubernetes.failed_runs`).
+        An error is a warning (a Role of an earlier release's: once); the next round tries again."""
+        if not self.may_act():
+            return
+        try:
+            for key in self.failed_runs.record(observation.jobsets.values(), observation.now):
+                self.log(f"recorded failed run {key} in ConfigMap {self.failed_runs.name}")
+        except UnreachableError:
+            raise
+        except ForbiddenError as error:
+            if not self.failed_runs.refused:
+                self.log(f"warning: {error}; failed runs are not recorded in the cluster (apply `hotswap controller manifests` again)")
+            self.failed_runs.refused = True
+        except HotswapError as error:
+            self.log(f"warning: {error}")
+        else:
+            self.failed_runs.refused = False
 
     def _account(
         self, observation: Observation, decision: Decision, effects: list[ActionEffect], refused: set[str], seconds: float,

@@ -15,7 +15,7 @@ SETTINGS_VARIABLE = "HOTSWAP_KUBERNETES_SETTINGS"
 METRICS_PORT = 8080  # Prometheus metrics (hotswap.backends.kit.metrics), scraped in the cluster
 
 
-def controller_rules(settings: KubeSettings) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def controller_rules(cluster: str, settings: KubeSettings) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Least-privilege RBAC of the controller: (cluster-wide rules, rules in its namespace)."""
     cluster_rules = [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
@@ -37,6 +37,10 @@ def controller_rules(settings: KubeSettings) -> tuple[list[dict[str, Any]], list
             "resourceNames": [labels.CONTROLLER_NAME],
             "verbs": ["get", "update"],
         },
+        # The cluster's record of failed runs (failed_runs.py): create names no object, so
+        # create is granted alone; reading and adding to it are granted on that one name.
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [labels.FAILED_RUNS_RECORD_PREFIX + cluster], "verbs": ["get", "patch"]},
     ]
     if settings.kueue:
         # patch: a workload hotswap fails is deactivated (spec.active), Kueue's way to stop it.
@@ -53,7 +57,7 @@ def render_controller_manifests(cluster: str, settings: KubeSettings, image: str
     name = labels.CONTROLLER_NAME
     namespace = settings.namespace
     meta_labels = {labels.MANAGED_BY_LABEL: labels.MANAGED_BY, "app.kubernetes.io/name": name, labels.CLUSTER_LABEL: cluster}
-    cluster_rules, namespaced_rules = controller_rules(settings)
+    cluster_rules, namespaced_rules = controller_rules(cluster, settings)
     binding_name = f"{name}-{namespace}"  # cluster-scoped: one per namespace it serves
     in_cluster = dataclasses.replace(settings, context=None)
     return [
