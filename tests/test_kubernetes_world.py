@@ -254,3 +254,40 @@ def test_kueue_admits_by_priority_and_preempts_within_the_cluster_queue() -> Non
         assert world.jobset("high")["spec"]["suspend"] is True and len(workers(world, "low")) == 8
     finally:
         world.close()
+
+
+def test_the_store_indexes_agree_with_a_scan_of_every_object() -> None:
+    """The indexes the world's controllers read through (each kind in name order, objects by
+    owner, pods by node, objects by label) stay those a scan finds, through placements,
+    a node failure and its hotswap, a Job recreated and a JobSet deleted in the foreground."""
+    from k8s_fixtures.scenario import make_controller, submit
+
+    world = make_world()
+    try:
+        controller = make_controller(world)
+        submit(world, "a", "high", 2)
+        submit(world, "b", "low", 1)
+        world.advance(20, controller)
+        world.fail_node(world.nodes_of_pool(world.pools_of("a")[0])[0])
+        world.advance(world.nodes.grace_s + 40, controller)
+        world.client().delete_jobset("b")
+        world.advance(40, controller)
+        everything = list(world.store.objects.items())
+        assert any(res is PODS and obj["spec"].get("nodeName") for (res, _, _), obj in everything)
+        for resource in {res for (res, _, _), _obj in everything}:
+            scanned = [obj for (res, ns, name), obj in sorted(everything, key=lambda i: i[0][1:]) if res is resource]
+            assert world.store.items(resource) == scanned, resource.plural
+            for obj in scanned:
+                meta = obj["metadata"]
+                for owner in meta.get("ownerReferences") or []:
+                    assert world.store.owned_by(resource, owner["uid"]) == [
+                        o for o in scanned if any(r["uid"] == owner["uid"] for r in o["metadata"].get("ownerReferences") or [])]
+                for key, value in (meta.get("labels") or {}).items():
+                    assert world.store.labelled(resource, key, value) == [o for o in scanned if (o["metadata"].get("labels") or {}).get(key) == value]
+        pods = [obj for (res, _, _), obj in sorted(everything, key=lambda i: i[0][1:]) if res is PODS]
+        for node in world.store.items(world.store.resource("v1", "nodes")):
+            name = node["metadata"]["name"]
+            assert world.store.pods_on(name) == [p for p in pods if p["spec"].get("nodeName") == name]
+        assert world.store.owned_by(JOBS, "no-such-uid") == [] and world.store.pods_on("no-such-node") == []
+    finally:
+        world.close()

@@ -143,8 +143,11 @@ class Admission:
         """pod_webhook.go, ``leaderPodForFollower``: the one live pod of index 0 of the same Job."""
         owner = next((o["uid"] for o in pod["metadata"].get("ownerReferences") or [] if o.get("controller")), None)
         labels = pod["metadata"].get("labels") or {}
+        namespace = pod["metadata"].get("namespace")
+        same_key = self.store.items(PODS, namespace) if labels.get(JOB_KEY) is None else [
+            p for p in self.store.labelled(PODS, JOB_KEY, labels[JOB_KEY]) if p["metadata"].get("namespace") == namespace]
         leaders = [
-            p for p in self.store.items(PODS, pod["metadata"].get("namespace"))
+            p for p in same_key
             if "deletionTimestamp" not in p["metadata"]
             and (p["metadata"].get("annotations") or {}).get(COMPLETION_INDEX) == "0"
             and (p["metadata"].get("labels") or {}).get(JOB_KEY) == labels.get(JOB_KEY)

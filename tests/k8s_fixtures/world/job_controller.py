@@ -133,7 +133,8 @@ class JobController:
         if job_done(job) or "deletionTimestamp" in job["metadata"]:
             return
         ledger = self.ledgers.setdefault(job["metadata"]["uid"], _Ledger())
-        pods = [p for p in self.store.items(PODS, job["metadata"]["namespace"]) if controller_uid(p) == job["metadata"]["uid"]]
+        pods = [p for p in self.store.owned_by(PODS, job["metadata"]["uid"])
+                if p["metadata"].get("namespace") == job["metadata"]["namespace"] and controller_uid(p) == job["metadata"]["uid"]]
         before = copy.deepcopy(job.get("status") or {})
         status = job.setdefault("status", {})
         if job["spec"].get("suspend"):

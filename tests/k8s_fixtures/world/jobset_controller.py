@@ -71,8 +71,8 @@ class JobSetController:
     def _versions(self, js: Obj) -> tuple[Any, ...]:
         uid = js["metadata"]["uid"]
         jobs = sorted(
-            (job["metadata"]["uid"], job["metadata"].get("resourceVersion")) for job in self.store.items(JOBS, js["metadata"]["namespace"])
-            if any(o.get("uid") == uid for o in job["metadata"].get("ownerReferences") or [])
+            (job["metadata"]["uid"], job["metadata"].get("resourceVersion")) for job in self.store.owned_by(JOBS, uid)
+            if job["metadata"].get("namespace") == js["metadata"]["namespace"] and any(o.get("uid") == uid for o in job["metadata"].get("ownerReferences") or [])
         )
         return (js["metadata"].get("resourceVersion"), *jobs)
 
@@ -121,8 +121,8 @@ class JobSetController:
         uid = js["metadata"]["uid"]
         restarts = js["status"].get("restarts", 0)
         owned: dict[str, list[Obj]] = {"active": [], "successful": [], "failed": [], "previous": []}
-        for job in self.store.items(JOBS, js["metadata"]["namespace"]):
-            if not any(o.get("uid") == uid and o.get("controller") for o in job["metadata"].get("ownerReferences") or []):
+        for job in self.store.owned_by(JOBS, uid):
+            if job["metadata"].get("namespace") != js["metadata"]["namespace"] or not any(o.get("uid") == uid and o.get("controller") for o in job["metadata"].get("ownerReferences") or []):
                 continue
             if int(job["metadata"]["labels"].get(RESTART_ATTEMPT, "0")) < restarts:
                 owned["previous"].append(job)

@@ -77,7 +77,7 @@ class Nodes:
         self._pod_gc()
 
     def _pods_on(self, node: str) -> list[Obj]:
-        return [p for p in self.store.items(PODS) if p["spec"].get("nodeName") == node]
+        return self.store.pods_on(node)
 
     def _kubelets(self) -> None:
         """The kubelet of every live node (pkg/kubelet: ``syncPod`` / ``SyncTerminatingPod``)."""

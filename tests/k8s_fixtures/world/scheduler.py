@@ -84,10 +84,19 @@ def priority(pod: Obj) -> int:
     return int(pod["spec"].get("priority") or 0)
 
 
+def _anti_terms(pod: Obj) -> list[dict[str, Any]]:
+    return ((pod["spec"].get("affinity") or {}).get("podAntiAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or []
+
+
 class Scheduler:
     def __init__(self, store: Store, clock: Clock) -> None:
         self.store = store
         self.clock = clock
+        # Per scheduling cycle (nodes do not change within one): nodes by name, each topology
+        # key's nodes by domain, the topology keys of the bound pods' anti-affinity terms.
+        self._nodes: dict[str, Obj] = {}
+        self._domains: dict[str, dict[str | None, list[str]]] = {}
+        self._anti_keys: set[str] = set()
 
     def schedule_all(self) -> None:
         """One scheduling cycle per pending pod, highest priority first, then oldest
@@ -97,21 +106,32 @@ class Scheduler:
             if not p["spec"].get("nodeName") and not p["spec"].get("schedulingGates")
             and "deletionTimestamp" not in p["metadata"] and not is_terminal(p)
         ]
+        if not pending:
+            return
         pending.sort(key=lambda p: (-priority(p), p["metadata"]["creationTimestamp"], p["metadata"]["name"]))
-        for pod in pending:
-            self._schedule(pod)
-
-    def _schedule(self, pod: Obj) -> None:
         nodes = self.store.items(NODES)
-        bound = [p for p in self.store.items(PODS) if p["spec"].get("nodeName") and not is_terminal(p)]
+        self._nodes = {n["metadata"]["name"]: n for n in nodes}
+        self._domains = {}
+        self._anti_keys = {term["topologyKey"] for p in self._bound() for term in _anti_terms(p)}
+        for pod in pending:
+            self._schedule(pod, nodes)
+
+    def _bound_on(self, node_name: str, without: set[str]) -> list[Obj]:
+        return [p for p in self.store.pods_on(node_name) if not is_terminal(p) and p["metadata"]["uid"] not in without]
+
+    def _bound(self) -> list[Obj]:
+        return [p for p in self.store.items(PODS) if p["spec"].get("nodeName") and not is_terminal(p)]
+
+    def _schedule(self, pod: Obj, nodes: list[Obj]) -> None:
         reasons: dict[str, int] = {}
         for node in nodes:
-            why = self.filter(pod, node, bound)
+            why = self.filter(pod, node)
             if why is None:
                 pod["spec"]["nodeName"] = node["metadata"]["name"]
                 pod["status"].pop("nominatedNodeName", None)
                 add_condition(pod, "PodScheduled", "True", "", "", self.clock)
                 self.store.write(PODS, pod)
+                self._anti_keys |= {term["topologyKey"] for term in _anti_terms(pod)}
                 return
             reasons[why] = reasons.get(why, 0) + 1
         detail = ", ".join(f"{count} {why}" for why, count in sorted(reasons.items()))
@@ -121,7 +141,7 @@ class Scheduler:
         for found in pod["status"]["conditions"]:
             if found["type"] == "PodScheduled":
                 found["message"] = message  # the message follows the cluster; the transition time does not
-        nominated = self._preempt(pod, nodes, bound)
+        nominated = self._preempt(pod, nodes)
         if nominated is not None:
             pod["status"]["nominatedNodeName"] = nominated
         if pod["status"] != before:
@@ -129,7 +149,7 @@ class Scheduler:
 
     # ------------------------------------------------------------------ filters
 
-    def filter(self, pod: Obj, node: Obj, bound: list[Obj], without: set[str] = frozenset()) -> str | None:  # type: ignore[assignment]
+    def filter(self, pod: Obj, node: Obj, without: set[str] = frozenset()) -> str | None:  # type: ignore[assignment]
         """Why ``pod`` cannot go on ``node`` (None: it can), with the pods named in ``without``
         taken away (preemption's dry run)."""
         spec = pod["spec"]
@@ -145,52 +165,67 @@ class Scheduler:
         required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
         if required and not any(all(_matches_expression(labels, e) for e in term.get("matchExpressions") or []) for term in required["nodeSelectorTerms"]):
             return "node(s) didn't match Pod's node affinity/selector"
-        others = [p for p in bound if p["metadata"]["uid"] not in without]
-        here = [p for p in others if p["spec"]["nodeName"] == node["metadata"]["name"]]
         allocatable = (node.get("status") or {}).get("allocatable") or {}
         used: dict[str, float] = {}
-        for other in here:
+        for other in self._bound_on(node["metadata"]["name"], without):
             for name, value in requests(other).items():
                 used[name] = used.get(name, 0.0) + value
         for name, value in requests(pod).items():
             if value and used.get(name, 0.0) + value > quantity(allocatable.get(name, 0)):
                 return f"Insufficient {name}"
-        return self._inter_pod_affinity(pod, node, others)
+        return self._inter_pod_affinity(pod, node, without)
 
-    def _inter_pod_affinity(self, pod: Obj, node: Obj, others: list[Obj]) -> str | None:
+    def _in_domain(self, node: Obj, key: str, without: set[str]) -> list[Obj]:
+        """The bound pods on the nodes of ``node``'s topology domain for ``key`` (none when the
+        node has no such label: a term never matches there)."""
+        value = (node["metadata"].get("labels") or {}).get(key)
+        if value is None:
+            return []
+        if key not in self._domains:
+            index: dict[str | None, list[str]] = {}
+            for name, other in self._nodes.items():
+                index.setdefault((other["metadata"].get("labels") or {}).get(key), []).append(name)
+            self._domains[key] = index
+        return [p for name in self._domains[key].get(value, []) for p in self._bound_on(name, without)]
+
+    def _matching_anywhere(self, term: dict[str, Any], pod: Obj, without: set[str]) -> bool:
+        """Whether any bound pod in the term's scope matches its selector (candidates by the
+        selector's first ``In`` expression when it has one, all bound pods otherwise)."""
+        selector = term.get("labelSelector") or {}
+        first = next((e for e in selector.get("matchExpressions") or [] if e.get("operator") == "In"), None)
+        if first is not None:
+            candidates = [p for value in first.get("values") or [] for p in self.store.labelled(PODS, first["key"], value)
+                          if p["spec"].get("nodeName") and not is_terminal(p)]
+        else:
+            candidates = self._bound()
+        return any(p["metadata"]["uid"] not in without and self._in_scope(term, pod, p)
+                   and selector_matches(selector, p["metadata"].get("labels") or {}) for p in candidates)
+
+    def _inter_pod_affinity(self, pod: Obj, node: Obj, without: set[str]) -> str | None:
         """interpodaffinity/filtering.go, ``Filter``: ``satisfyPodAffinity`` (a pod matching its
         own term may start a group no pod matches yet), ``satisfyPodAntiAffinity`` and
-        ``satisfyExistingPodsAntiAffinity``."""
-        nodes = {n["metadata"]["name"]: n for n in self.store.items(NODES)}
-
-        def domain(node_name: str, key: str) -> str | None:
-            found = nodes.get(node_name)
-            return ((found or {}).get("metadata", {}).get("labels") or {}).get(key)
-
-        node_labels = node["metadata"].get("labels") or {}
+        ``satisfyExistingPodsAntiAffinity``. A term's topology domain is the node's value of its
+        key; only the pods bound in that domain can match there (the plugin's PreFilter counts
+        pods per domain for the same reason)."""
         pod_labels = pod["metadata"].get("labels") or {}
         affinity = pod["spec"].get("affinity") or {}
         for term in (affinity.get("podAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or []:
-            key = term["topologyKey"]
-            matching = [p for p in others if self._in_scope(term, pod, p) and selector_matches(term.get("labelSelector"), p["metadata"].get("labels") or {})]
-            if any(domain(p["spec"]["nodeName"], key) == node_labels.get(key) for p in matching):
+            if any(self._in_scope(term, pod, p) and selector_matches(term.get("labelSelector"), p["metadata"].get("labels") or {})
+                   for p in self._in_domain(node, term["topologyKey"], without)):
                 continue
-            if not matching and selector_matches(term.get("labelSelector"), pod_labels):
+            if selector_matches(term.get("labelSelector"), pod_labels) and not self._matching_anywhere(term, pod, without):
                 continue
             return "node(s) didn't match pod affinity rules"
         for term in (affinity.get("podAntiAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or []:
-            key = term["topologyKey"]
-            for other in others:
-                if (self._in_scope(term, pod, other) and selector_matches(term.get("labelSelector"), other["metadata"].get("labels") or {})
-                        and node_labels.get(key) is not None and domain(other["spec"]["nodeName"], key) == node_labels.get(key)):
+            for other in self._in_domain(node, term["topologyKey"], without):
+                if self._in_scope(term, pod, other) and selector_matches(term.get("labelSelector"), other["metadata"].get("labels") or {}):
                     return "node(s) didn't match pod anti-affinity rules"
-        for other in others:
-            terms = ((other["spec"].get("affinity") or {}).get("podAntiAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or []
-            for term in terms:
-                key = term["topologyKey"]
-                if (self._in_scope(term, other, pod) and selector_matches(term.get("labelSelector"), pod_labels)
-                        and node_labels.get(key) is not None and domain(other["spec"]["nodeName"], key) == node_labels.get(key)):
-                    return "node(s) didn't satisfy existing pods anti-affinity rules"
+        for key in sorted(self._anti_keys):
+            for other in self._in_domain(node, key, without):
+                for term in _anti_terms(other):
+                    if (term["topologyKey"] == key and self._in_scope(term, other, pod)
+                            and selector_matches(term.get("labelSelector"), pod_labels)):
+                        return "node(s) didn't satisfy existing pods anti-affinity rules"
         return None
 
     @staticmethod
@@ -204,7 +239,7 @@ class Scheduler:
 
     # ------------------------------------------------------------------ preemption
 
-    def _preempt(self, pod: Obj, nodes: list[Obj], bound: list[Obj]) -> str | None:
+    def _preempt(self, pod: Obj, nodes: list[Obj]) -> str | None:
         """defaultpreemption/default_preemption.go, ``SelectVictimsOnNode``, and
         ``preemption.go`` ``pickOneNodeForPreemption``: on a node where evicting lower-priority
         pods lets the pod fit, the fewest and least important victims (all lower-priority pods
@@ -212,21 +247,21 @@ class Scheduler:
         the DisruptionTarget condition (PreemptionByScheduler) and are deleted gracefully; the
         pod is nominated and binds once they are gone."""
         nominated = pod["status"].get("nominatedNodeName")
-        if nominated and any(p["spec"]["nodeName"] == nominated and "deletionTimestamp" in p["metadata"] for p in bound):
+        if nominated and any("deletionTimestamp" in p["metadata"] for p in self._bound_on(nominated, set())):
             return nominated  # its victims are still terminating
         mine = priority(pod)
         best: tuple[tuple[int, int, str], str, list[Obj]] | None = None
         for node in nodes:
             name = node["metadata"]["name"]
-            lower = [p for p in bound if p["spec"]["nodeName"] == name and priority(p) < mine]
+            lower = [p for p in self._bound_on(name, set()) if priority(p) < mine]
             if not lower:
                 continue
             removed = {p["metadata"]["uid"] for p in lower}
-            if self.filter(pod, node, bound, removed) is not None:
+            if self.filter(pod, node, removed) is not None:
                 continue
             for candidate in sorted(lower, key=lambda p: -priority(p)):
                 trial = removed - {candidate["metadata"]["uid"]}
-                if self.filter(pod, node, bound, trial) is None:
+                if self.filter(pod, node, trial) is None:
                     removed = trial
             victims = [p for p in lower if p["metadata"]["uid"] in removed]
             key = (max(priority(v) for v in victims), len(victims), name)

@@ -209,6 +209,18 @@ class Store:
         self.changed = threading.Condition(self.lock)
         self.resources: dict[tuple[str, str], Resource] = {}
         self.objects: dict[tuple[Resource, str, str], Obj] = {}
+        # Indexes kept by every recorded change (as the API server's watch cache and the
+        # informers' indexers do), so that the world's controllers stay linear at 10,000 pods:
+        # each kind's objects, their keys in name order, the objects each owner UID owns, the
+        # pods bound to each node.
+        self._kinds: dict[Resource, dict[tuple[str, str], Obj]] = {}
+        self._ordered: dict[Resource, list[tuple[str, str]]] = {}
+        self._owned: dict[str, dict[tuple[Resource, str, str], Obj]] = {}
+        self._owners_of: dict[tuple[Resource, str, str], tuple[str, ...]] = {}
+        self._on_node: dict[str, dict[tuple[str, str], Obj]] = {}
+        self._node_of: dict[tuple[str, str], str] = {}
+        self._labelled: dict[tuple[Resource, str, str], dict[tuple[str, str], Obj]] = {}
+        self._labels_of: dict[tuple[Resource, str, str], tuple[tuple[str, str], ...]] = {}
         self.revision = 1000
         self.history: list[WatchEvent] = []
         self.compacted = 0  # revisions at or below this are no longer replayable
@@ -241,24 +253,72 @@ class Store:
         self, resource: Resource, namespace: str | None = None, labels: str | None = None, fields: str | None = None
     ) -> list[Obj]:
         with self.lock:
-            return [
-                copy.deepcopy(obj)
-                for (res, ns, _), obj in sorted(self.objects.items(), key=lambda item: (item[0][1], item[0][2]))
-                if res == resource and (namespace is None or ns == namespace) and matches_labels(obj, labels) and matches_fields(obj, fields)
-            ]
+            return [copy.deepcopy(obj) for obj in self.items(resource, namespace) if matches_labels(obj, labels) and matches_fields(obj, fields)]
 
     def items(self, resource: Resource, namespace: str | None = None) -> list[Obj]:
         """Stored objects of a kind, in name order, for the world's controllers (not copies)."""
-        return [
-            obj
-            for (res, ns, _), obj in sorted(self.objects.items(), key=lambda item: (item[0][1], item[0][2]))
-            if res == resource and (namespace is None or ns == namespace)
-        ]
+        with self.lock:
+            kind = self._kinds.get(resource) or {}
+            order = self._ordered.get(resource)
+            if order is None:
+                order = self._ordered[resource] = sorted(kind)
+            return [kind[key] for key in order if namespace is None or key[0] == namespace]
+
+    def owned_by(self, resource: Resource, uid: str) -> list[Obj]:
+        """Stored objects of a kind with an owner reference to ``uid``, in name order."""
+        with self.lock:
+            found = [(key, obj) for key, obj in (self._owned.get(uid) or {}).items() if key[0] == resource]
+            return [obj for _, obj in sorted(found, key=lambda item: item[0][1:])]
+
+    def labelled(self, resource: Resource, key: str, value: str) -> list[Obj]:
+        """Stored objects of a kind whose label ``key`` is ``value``, in name order."""
+        with self.lock:
+            return [obj for _, obj in sorted((self._labelled.get((resource, key, value)) or {}).items())]
+
+    def pods_on(self, node: str) -> list[Obj]:
+        """Stored pods bound to ``node`` (``spec.nodeName``), in name order."""
+        with self.lock:
+            return [obj for _, obj in sorted((self._on_node.get(node) or {}).items())]
+
+    def _index(self, resource: Resource, type_: str, obj: Obj) -> None:
+        meta = obj["metadata"]
+        key = (meta.get("namespace", "") if resource.namespaced else "", meta["name"])
+        kind = self._kinds.setdefault(resource, {})
+        full = (resource, *key)
+        for uid in self._owners_of.pop(full, ()):
+            self._owned[uid].pop(full, None)
+        for label in self._labels_of.pop(full, ()):
+            self._labelled[(resource, *label)].pop(key, None)
+        node = self._node_of.pop(key, None) if resource is PODS else None
+        if node is not None:
+            self._on_node[node].pop(key, None)
+        if type_ == "DELETED":
+            if kind.pop(key, None) is not None:
+                self._ordered.pop(resource, None)
+            return
+        if key not in kind:
+            self._ordered.pop(resource, None)
+        kind[key] = obj
+        owners = tuple(o["uid"] for o in meta.get("ownerReferences") or [] if o.get("uid"))
+        if owners:
+            self._owners_of[full] = owners
+            for uid in owners:
+                self._owned.setdefault(uid, {})[full] = obj
+        labels = tuple((meta.get("labels") or {}).items())
+        if labels:
+            self._labels_of[full] = labels
+            for label in labels:
+                self._labelled.setdefault((resource, *label), {})[key] = obj
+        node = (obj.get("spec") or {}).get("nodeName") if resource is PODS else None
+        if node:
+            self._node_of[key] = node
+            self._on_node.setdefault(node, {})[key] = obj
 
     # ------------------------------------------------------------------ writes
 
     def _record(self, resource: Resource, type_: str, obj: Obj) -> None:
         self.revision += 1
+        self._index(resource, type_, obj)
         if type_ != "DELETED":
             obj["metadata"]["resourceVersion"] = str(self.revision)
         event = WatchEvent(self.revision, resource, type_, copy.deepcopy(obj))
