@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import pytest
 from k8s_fixtures.scenario import POOLS, make_controller, make_world, run_until, running
 from k8s_fixtures.world.apiserver import Fault
 from k8s_fixtures.world.store import LEASES, NODES
@@ -18,7 +17,6 @@ from test_kubernetes_worker_reports import _channel, _steps, _stored
 
 from hotswap.api.spec import workload_spec
 from hotswap.api.worker_report import INTERVAL_ANNOTATION, REPORT_ANNOTATION, heartbeat_interval, report_name
-from hotswap.backends.kubernetes.controller import report_intervals
 from hotswap.backends.kubernetes.render.controller import controller_rules
 from hotswap.backends.kubernetes.render.reports import report_leases
 from hotswap.backends.kubernetes.settings import KubeSettings
@@ -53,13 +51,13 @@ def _add_pool(world: Any, pool: str, like: str = POOLS[0]) -> None:
         world.store.create(NODES, node)
 
 
-def _grown_at(monkeypatch: pytest.MonkeyPatch, slices: int, interval_s: float) -> None:
+def _grown_at(controller: Any, slices: int, interval_s: float) -> None:
     """The interval of a cluster beyond ``slices`` slices is ``interval_s`` (the world's few slices
-    standing for a thousand)."""
-    monkeypatch.setattr(report_intervals, "heartbeat_interval", lambda n: interval_s if n > slices else heartbeat_interval(n))
+    standing for thousands)."""
+    controller.intervals.interval_of_cluster = lambda n: interval_s if n > slices else heartbeat_interval(n)
 
 
-def test_a_grown_cluster_raises_a_running_records_interval_with_one_patch(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_grown_cluster_raises_a_running_records_interval_with_one_patch() -> None:
     """A node pool is added while the workload runs: its Lease asks for the grown cluster's
     interval after one merge patch, and nothing is written after it. The worker keeps 10 s until
     its next write (a conflict: it reads the Lease again), then 100 s, which its record says; it
@@ -74,7 +72,7 @@ def test_a_grown_cluster_raises_a_running_records_interval_with_one_patch(monkey
         _steps(channel, 1, 10, world.clock.now - 10)
         channel.publish()
         assert channel.report.interval_s == 10.0
-        _grown_at(monkeypatch, _slices(controller), 100.0)
+        _grown_at(controller, _slices(controller), 100.0)
         since = len(world.api.requests)
         _add_pool(world, "tpu-v6e-np-9")
         world.advance(5, controller)
@@ -92,7 +90,7 @@ def test_a_grown_cluster_raises_a_running_records_interval_with_one_patch(monkey
         world.close()
 
 
-def test_a_worker_keeping_the_old_longer_interval_is_not_hung_while_it_switches(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_worker_keeping_the_old_longer_interval_is_not_hung_while_it_switches() -> None:
     """The cluster shrinks from 600 s's size: the Lease asks for 10 s at once, but the worker
     sleeps out its 600 s before its next write. The controller judges the silence by the record's
     600 s (by the Lease's 10 s, 600 s unrenewed would be far beyond the 110 s a frozen worker
@@ -100,7 +98,7 @@ def test_a_worker_keeping_the_old_longer_interval_is_not_hung_while_it_switches(
     world = make_world()
     controller = make_controller(world)
     try:
-        _grown_at(monkeypatch, 0, 600.0)
+        _grown_at(controller, 0, 600.0)
         _create(world, "w", 600.0)
         run_until(world, controller, lambda: running(world, "w") == 4)
         channel = _channel(world, "w", 0, attempt=1)
@@ -108,7 +106,7 @@ def test_a_worker_keeping_the_old_longer_interval_is_not_hung_while_it_switches(
         _steps(channel, 1, 10, world.clock.now - 10)
         channel.publish()
         assert channel.report.interval_s == 600.0
-        monkeypatch.setattr(report_intervals, "heartbeat_interval", heartbeat_interval)  # pools deleted: the world's size
+        controller.intervals.interval_of_cluster = heartbeat_interval  # pools deleted: the world's own size
         world.advance(2, controller)
         assert _asked(world, report_name("w", 0)) == "10"
         _train(world, controller, channel, 600, step_every=5.0, write_every=600.0)
@@ -120,7 +118,7 @@ def test_a_worker_keeping_the_old_longer_interval_is_not_hung_while_it_switches(
         world.close()
 
 
-def test_the_patches_keep_a_rate_and_a_refused_one_is_retried_next_round(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_patches_keep_a_rate_and_a_refused_one_is_retried_next_round() -> None:
     """120 records asking for 600 s in a cluster of 10 s's size: 50 patched a second (a round
     woken for each batch, not the resync), the refused one (a 500) patched the round after, each
     Lease patched once when accepted, and nothing written once all ask for 10 s."""

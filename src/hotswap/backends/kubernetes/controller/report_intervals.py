@@ -31,6 +31,7 @@ class ReportIntervals:
 
     def __init__(self, patch_lease: Callable[[str, dict[str, Any]], Any], log: Callable[[str], None]) -> None:
         self.patch_lease = patch_lease
+        self.interval_of_cluster: Callable[[int], float] = heartbeat_interval  # (tests: a small world standing for a large cluster)
         self.log = log
         self.tokens = PATCHES_PER_S
         self.filled_at: float | None = None
@@ -40,7 +41,7 @@ class ReportIntervals:
     def keep(self, leases: list[dict[str, Any]], slices: int, now: float) -> int:
         """Patch the Leases (as listed this round) to the interval of a cluster of ``slices``
         slices, as many as the rate allows; returns how many were patched."""
-        wanted = heartbeat_interval(slices)
+        wanted = self.interval_of_cluster(slices)
         stale = [lease for lease in leases if _differs(lease, wanted)]
         self._refill(now)
         if self.forbidden_until is not None and now < self.forbidden_until:
