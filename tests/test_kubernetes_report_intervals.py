@@ -154,3 +154,27 @@ def test_the_controller_may_patch_the_records_and_nothing_more_of_them() -> None
     lease_verbs = sorted(v for rule in namespaced if "leases" in rule["resources"] and not rule.get("resourceNames") for v in rule["verbs"])
     assert lease_verbs == ["create", "list", "patch"]
     assert REPORT_ANNOTATION  # the patch names only the interval annotation (report_intervals.py)
+
+
+def test_a_role_without_patch_is_said_once_and_tried_again_minutes_later() -> None:
+    """A controller under an earlier release's Role (no `patch` on Leases): one warning, no
+    refused write every round, and the interval kept once the Role allows it."""
+    world = make_world()
+    controller = make_controller(world)
+    controller.client.sleep = lambda seconds: None  # the client's own retries of a 403
+    try:
+        controller.intervals.interval_of_cluster = lambda slices: 600.0
+        _create(world, "w", 10.0)
+        forbidden = Fault("PATCH", _lease_path(world, report_name("w", 0)), 403, "Forbidden")
+        world.api.faults.append(forbidden)
+        run_until(world, controller, lambda: running(world, "w") == 4)
+        tried = len(_patches(world))
+        assert tried >= 1
+        world.advance(120, controller)
+        assert len(_patches(world)) == tried and _asked(world, report_name("w", 0)) == "10"
+        assert len([line for line in controller.logs if "heartbeat interval stays as created" in line]) == 1
+        world.api.faults.remove(forbidden)
+        world.advance(300, controller)
+        assert _asked(world, report_name("w", 0)) == "600"
+    finally:
+        world.close()

@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from hotswap.api.errors import HotswapError
-from hotswap.backends.kubernetes.client import ForbiddenError
+from hotswap.api.errors import HotswapError, NotFoundError
 from hotswap.api.worker_report import INTERVAL_ANNOTATION, REPORT_ANNOTATION, heartbeat_interval, interval_of
+from hotswap.backends.kubernetes.client import ForbiddenError, UnreachableError
 
 FORBIDDEN_PAUSE_S = 300.0  # a Role of an earlier release (no `patch` on Leases): said once, tried again this much later
 PATCHES_PER_S = 50.0  # the steady rate of these patches, and their burst (one second's worth): 2,000 Leases in 40 s
@@ -54,6 +54,10 @@ class ReportIntervals:
             name = lease["metadata"]["name"]
             try:
                 self.patch_lease(name, {"metadata": {"annotations": {INTERVAL_ANNOTATION: f"{wanted:g}"}}})
+            except UnreachableError:
+                raise  # the round fails, retried with backoff
+            except NotFoundError:
+                continue  # its workload was deleted meanwhile
             except ForbiddenError as error:
                 if self.forbidden_until is None:
                     self.log(f"warning: {error}; the records' heartbeat interval stays as created "
