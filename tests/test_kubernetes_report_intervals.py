@@ -85,6 +85,7 @@ def test_a_grown_cluster_raises_a_running_records_interval_with_one_patch() -> N
         since = len(world.api.requests)
         _train(world, controller, channel, 600, step_every=5.0, write_every=100.0)
         assert _patches(world, since) == []  # the steady state writes nothing
+        assert _asked(world, report_name("w", 0)) == "100"  # no write of the worker's put the old one back
         assert world.state("w")["attempt"] == 1 and not [line for line in controller.logs if "frozen" in line]
     finally:
         world.close()
