@@ -151,7 +151,7 @@ def test_the_patches_keep_a_rate_and_a_refused_one_is_retried_next_round() -> No
 
 def test_the_controller_may_patch_the_records_and_nothing_more_of_them() -> None:
     """Least privilege: `patch` on Leases (the records' names are the workloads'), not `update`."""
-    _, namespaced = controller_rules(KubeSettings())
+    _, namespaced = controller_rules("c", KubeSettings())
     lease_verbs = sorted(v for rule in namespaced if "leases" in rule["resources"] and not rule.get("resourceNames") for v in rule["verbs"])
     assert lease_verbs == ["create", "list", "patch"]
     assert REPORT_ANNOTATION  # the patch names only the interval annotation (report_intervals.py)
