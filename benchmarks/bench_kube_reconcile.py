@@ -130,7 +130,7 @@ def measure(jobsets: int, rounds: int, failures: int, window_s: float) -> dict:
         assert _running_slice_pods(world) == wanted, (_running_slice_pods(world), wanted)
         world.advance(5, controller)
         if TrainingRecords is not None:
-            _report_leases(world, jobsets)
+            _report_leases(world, jobsets, 2 * jobsets + 2)
         setup_s = time.perf_counter() - setup_started
         client = controller.client
         started = time.perf_counter()
@@ -237,15 +237,20 @@ def run_baseline(source: str, jobsets: int, args: argparse.Namespace) -> dict:
     return json.loads(done.stdout)["results"][0]
 
 
-def _report_leases(world, workloads: int) -> None:
+def _report_leases(world, workloads: int, slices: int) -> None:
     """One Lease per replica with a record as a long run leaves it (written into the world's
-    store directly: what is measured is the controller's list and read)."""
+    store directly: what is measured is the controller's list and read), asking for the heartbeat
+    interval of the cluster's ``slices`` slices as `workload create` would (a controller that
+    keeps the interval patches none of them in the steady state measured)."""
     from k8s_fixtures.world.store import LEASES
+
+    interval = _heartbeat_s(slices)
 
     for index in range(workloads):
         name = f"w{index:04d}"
         for replica in range(2):
             report = WorkerReport(replica=replica)
+            report.interval_s = interval
             t = world.clock.now - 510  # its last step a few seconds before its last write
             report.fold({"t": t, "kind": "start", "process_t": t - 2}, 1)
             report.fold({"t": t + 1, "kind": "checkpoint_restore", "step": 0, "duration_s": 0.5}, 1)
@@ -257,7 +262,7 @@ def _report_leases(world, workloads: int) -> None:
             report.published_at = world.clock.now
             world.store.create(LEASES, {"metadata": {
                 "name": report_name(name, replica), "namespace": world.namespace, "labels": {labels.WORKLOAD_LABEL: name},
-                "annotations": {"hotswap.dev/report": report.encode()}}, "spec": {}})
+                "annotations": {"hotswap.dev/report": report.encode(), "hotswap.dev/report-interval-s": f"{interval:g}"}}, "spec": {}})
 
 
 def main() -> None:

@@ -45,6 +45,7 @@ def _running_world(interval_s: float = 10.0, token_dir: Path | None = None) -> t
     as its pod's ServiceAccount, so the RBAC applies; else as the admin)."""
     world = make_world()
     controller = make_controller(world)
+    controller.intervals.interval_of_cluster = lambda slices: interval_s  # the world stands for a cluster of that interval's size
     _create(world, "w", interval_s)
     run_until(world, controller, lambda: running(world, "w") == 4)
     token = _token(token_dir, world, "w") if token_dir is not None else None

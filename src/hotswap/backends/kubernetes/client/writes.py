@@ -130,6 +130,10 @@ class Writes(Reads):
             return False
         return True
 
+    def patch_lease(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """A merge patch of a replica's record Lease (its heartbeat interval: controller/report_intervals.py)."""
+        return self._call(f"update Lease {name}", self.coordination.patch_namespaced_lease, name, self.namespace, patch, _content_type=MERGE, write=True)
+
     def patch_pod(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         return self._call(f"update pod {name}", self.core.patch_namespaced_pod, name, self.namespace, patch, _content_type=MERGE, write=True)
 

@@ -32,6 +32,7 @@ from hotswap.backends.kubernetes import operations as ops
 from hotswap.backends.kubernetes.client import ForbiddenError, KubeClient, KubernetesError, UnreachableError
 from hotswap.backends.kubernetes.controller.enactment import Enactment
 from hotswap.backends.kubernetes.controller.leader import LeaderElector, log_line
+from hotswap.backends.kubernetes.controller.report_intervals import ReportIntervals
 from hotswap.backends.kubernetes.controller.training import TrainingRecords
 from hotswap.backends.kubernetes.failed_runs import FailedRunRecorder
 from hotswap.backends.kubernetes.lease import RETRY_PERIOD_S
@@ -73,6 +74,7 @@ class KubeController:
             client.list_report_leases, log, clock, client.get_worker_access, client.namespace,
         )
         self.failed_runs = FailedRunRecorder(client, cluster)  # the cluster's record of the runs that failed
+        self.intervals = ReportIntervals(client.patch_lease, log)  # the records' heartbeat interval follows the cluster
 
     def observe(self) -> Observation:
         client = self.client
@@ -110,7 +112,10 @@ class KubeController:
             self.log(line)
         refused = self.enact(operations, observation)
         self._record_failed_runs(observation)
-        self.wake_at = min((t for t in (observation.wake_at, self.training.wake_at) if t is not None), default=None)
+        if self.may_act():
+            self.intervals.keep(self.training.leases, len(observation.discovery.slices), observation.now)
+        wakes = (observation.wake_at, self.training.wake_at, self.intervals.wake_at)
+        self.wake_at = min((t for t in wakes if t is not None), default=None)
         self._account(observation, decision, effects, refused, time.perf_counter() - started, self.client.writes - writes)
         return operations
 

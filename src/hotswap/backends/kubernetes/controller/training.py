@@ -52,6 +52,7 @@ class TrainingRecords:
         self.unwritable: set[tuple[str, int, float]] = set()  # (workload, replica, record) whose writers were refused: said once
         self.refused = False  # said once: the controller's Role cannot list Leases
         self.reports: dict[str, dict[int, WorkerReport]] = {}
+        self.leases: list[dict[str, Any]] = []  # this round's record Leases, as listed
         self.parsed: dict[tuple[str, str], WorkerReport | None] = {}  # by (Lease, resourceVersion): an unchanged one is not parsed again
         self.wake_at: float | None = None
 
@@ -69,6 +70,7 @@ class TrainingRecords:
             self.renewals.interrupted()
         else:
             self.refused = False
+        self.leases = leases
         self.reports = reports_by_workload(leases, self.parsed)
         if not self.refused:
             self.renewals.saw(self.reports, listed_at, self.clock())

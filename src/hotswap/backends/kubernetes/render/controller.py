@@ -27,8 +27,9 @@ def controller_rules(cluster: str, settings: KubeSettings) -> tuple[list[dict[st
         {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch", "patch", "delete"]},  # patch: touch a Job that creates no pods
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch", "delete"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
-        # list: the replicas' records (their Leases, written by the workloads' own pods)
-        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create", "list"]},
+        # list: the replicas' records (their Leases, written by the workloads' own pods); patch:
+        # their heartbeat interval annotation, which follows the cluster's size (controller/report_intervals.py)
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create", "list", "patch"]},
         # get: before a replica's silent record is called a hang, its workers may still write it
         {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings"], "verbs": ["get"]},
         {
