@@ -69,11 +69,19 @@ def main_spec(config: SimConfig) -> WorkloadSpec:
     )
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class FillerJob:
-    spec: WorkloadSpec
+    """One job of a filler stream. It keeps its shape's template, not a spec of its own: the
+    mix of a long run holds every job drawn (the policies share them), and a spec per job is
+    most of a finished job's memory. :meth:`spec` makes the job's spec when it is submitted."""
+
+    template: WorkloadSpec  # size, priority, elasticity; shared by every job of that shape
+    name: str
     work_s: float  # seconds of training at full size until it is done
     think_s: float  # pause between this job finishing and the stream's next submission
+
+    def spec(self) -> WorkloadSpec:
+        return self.template.model_copy(update={"name": self.name})
 
 
 def filler_streams(config: SimConfig) -> int:
@@ -90,7 +98,7 @@ class FillerMix:
     so that the policies simulated in one process share them (they are the same jobs).
 
     A spec is a validated template per shape with the job's name filled in: validating 16,000
-    specs would cost more than simulating them."""
+    specs would cost more than simulating them (see :class:`FillerJob`)."""
 
     def __init__(self, config: SimConfig) -> None:
         self.config = config
@@ -132,5 +140,4 @@ class FillerMix:
                 priority=priority,
                 max_restarts=10,
             )
-        spec = template.model_copy(update={"name": f"f{stream}-{index}"})
-        return FillerJob(spec, work_s, think_s)
+        return FillerJob(template, f"f{stream}-{index}", work_s, think_s)
