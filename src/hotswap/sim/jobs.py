@@ -171,5 +171,6 @@ class Job:
         self.ended = now
         self.mode = DONE
         self.joining = 0
+        self.epoch = self.checkpoint = self.snapshot = None  # (a long run keeps every finished job)
         self.version += 1
         self.join_token += 1
