@@ -94,15 +94,18 @@ def filler_streams(config: SimConfig) -> int:
 
 
 class FillerMix:
-    """The jobs of every filler stream, drawn in order from one generator per stream, and kept
-    so that the policies simulated in one process share them (they are the same jobs).
+    """The jobs of every filler stream, drawn in order from one generator per stream: the same
+    jobs in every policy. A stream keeps only its latest job (a long run draws ~300,000); a
+    policy that starts a stream over (the next one simulated in this process) draws it again
+    from the stream's seed.
 
     A spec is a validated template per shape with the job's name filled in: validating 16,000
     specs would cost more than simulating them (see :class:`FillerJob`)."""
 
     def __init__(self, config: SimConfig) -> None:
         self.config = config
-        self._jobs: dict[int, list[FillerJob]] = {}
+        self._latest: dict[int, FillerJob] = {}  # each stream's last job drawn
+        self._drawn: dict[int, int] = {}  # ...and its index
         self._rngs: dict[int, random.Random] = {}
         self._templates: dict[tuple[int, int | None, str], WorkloadSpec] = {}
         # Only sizes that fit beside the main job: a filler that cannot is never admitted.
@@ -113,10 +116,15 @@ class FillerMix:
 
     def job(self, stream: int, index: int) -> FillerJob:
         """The ``index``-th job of a stream: the same in every policy."""
-        jobs = self._jobs.setdefault(stream, [])
-        while len(jobs) <= index:
-            jobs.append(self._draw(stream, len(jobs)))
-        return jobs[index]
+        drawn = self._drawn.get(stream, -1)
+        if index < drawn:  # the stream starts over
+            del self._rngs[stream]
+            drawn = -1
+        while drawn < index:
+            drawn += 1
+            self._latest[stream] = self._draw(stream, drawn)
+        self._drawn[stream] = drawn
+        return self._latest[stream]
 
     def _draw(self, stream: int, index: int) -> FillerJob:
         config = self.config
