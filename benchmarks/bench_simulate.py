@@ -1,28 +1,31 @@
 """How fast ``hotswap simulate`` is, and how its cost grows with the cluster. Prints JSON.
 
-For each size (default 1,024, 4,096 and 16,384 nodes of v6e-16, 30 days, all three policies,
-seed 0) a fresh subprocess runs the comparison exactly as ``hotswap simulate`` does, and
+For each size (default 1,024, 4,096, 16,384 and 65,536 nodes of v6e-16, 30 days, all three
+policies, seed 0; ``--largest`` adds 262,144) a fresh subprocess runs the comparison exactly as ``hotswap simulate`` does, and
 reports its wall time, the events it simulated (timers fired: arrivals, failures, repairs,
 start-ups, completions, stops) per second, and its peak resident memory: of the process
 itself and of the largest worker process (each size in its own subprocess, so one size's
 peak does not hide another's). Then the ratios between consecutive sizes: a simulator whose
-cost is linear in events takes about 4x the time for 4x the nodes.
+cost is linear in events takes about 4x the time for 4x the nodes, and ``cpu_us_per_node_day``
+(one row per size, in the JSON's ``cost_per_node_day``) stays flat.
 
     python benchmarks/bench_simulate.py --json                 # --jobs: as hotswap simulate
     python benchmarks/bench_simulate.py --json --jobs 1        # one process, policies in turn
     python benchmarks/bench_simulate.py --json --repeat 3 --baseline /path/to/older/checkout/src
     python benchmarks/bench_simulate.py --json --sizes 65536 --baseline 31f8424   # a git revision
     python benchmarks/bench_simulate.py --json --sizes 16384 --seeds 5 --baseline 31f8424  # --compare
+    python benchmarks/bench_simulate.py --json --largest --baseline 31f8424   # 1k to 262k nodes
 
 ``--baseline`` runs every size with a second source tree too, its runs alternating with this
 version's, and reports the ratio of CPU times (this one / baseline): on a shared machine the
 ratio of two versions measured side by side is the figure to trust. It is another version's
 ``src`` directory, or a git revision of this repository, exported (``git archive``) into a
 temporary directory for the run. With ``--repeat K`` each size runs K times per tree and the run
-with the least CPU time counts. ``--seeds N`` runs ``hotswap simulate --compare`` (every policy
-on N seeds of each size) instead of one seed. CPU time is the processes' own
+with the least CPU time counts. ``--seeds N`` runs what ``hotswap simulate --compare --nodes
+SIZE --seeds N`` runs (every policy on N seeds of SIZE and its halvings) instead of one seed.
+CPU time is the processes' own
 (``resource.getrusage``), so other work on the machine does not count; ``cpu_us_per_node_day``
-is what one simulated node-day cost (all policies and seeds together).
+is what one simulated node-day cost (all policies, sizes and seeds together).
 """
 
 from __future__ import annotations
@@ -48,10 +51,13 @@ def child(nodes: int, days: float, jobs: int | None, seeds: int | None) -> dict:
     started, cpu = time.perf_counter(), time.process_time()
     if seeds is None:
         runs = compare(config, jobs).runs
+        node_days = nodes * days
     else:
-        from hotswap.sim.sweep import sweep
+        from hotswap.sim.sweep import ladder, sweep
 
-        runs = sweep(config, [nodes], seeds, jobs).runs
+        sizes = ladder(nodes, config.hosts_per_slice)  # as hotswap simulate --compare without --sizes
+        runs = sweep(config, sizes, seeds, jobs).runs
+        node_days = sum(sizes) * days * seeds
     wall = time.perf_counter() - started
     cpu_s = time.process_time() - cpu + resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
     events = sum(run.counts.events for run in runs)
@@ -59,12 +65,13 @@ def child(nodes: int, days: float, jobs: int | None, seeds: int | None) -> dict:
         "nodes": nodes,
         "days": days,
         "seeds": 1 if seeds is None else seeds,
+        "sizes": [nodes] if seeds is None else sizes,
         "jobs": jobs if jobs is not None else default_jobs(len(runs)),
         "wall_s": round(wall, 2),
         # CPU seconds of this process and of its worker processes: what the simulation cost,
         # whatever else the machine was running at the time.
         "cpu_s": round(cpu_s, 2),
-        "cpu_us_per_node_day": round(cpu_s / (nodes * days * (1 if seeds is None else seeds)) * 1e6, 2),
+        "cpu_us_per_node_day": round(cpu_s / node_days * 1e6, 2),
         "events": events,
         "events_per_s": round(events / wall),
         "decisions": sum(run.counts.decisions for run in runs),
@@ -89,6 +96,21 @@ def _digest(runs: list) -> str:
     return hashlib.sha256(repr(figures).encode()).hexdigest()[:16]
 
 
+def cost_per_node_day(runs: list[dict]) -> dict:
+    """CPU microseconds per simulated node-day at each size (and the baseline's, when it ran), and
+    the largest over the smallest: 1.0 is a flat cost."""
+    def spread(costs: list[float]) -> float:
+        return round(costs[-1] / costs[0], 2)
+
+    ours = [run["cpu_us_per_node_day"] for run in runs]
+    table: dict = {"us": dict(zip((str(run["nodes"]) for run in runs), ours)), "largest_over_smallest": spread(ours)}
+    if all("baseline" in run for run in runs):
+        theirs = [run["baseline"]["cpu_us_per_node_day"] for run in runs]
+        table["baseline_us"] = dict(zip((str(run["nodes"]) for run in runs), theirs))
+        table["baseline_largest_over_smallest"] = spread(theirs)
+    return table
+
+
 def baseline_source(given: str, keep: list[tempfile.TemporaryDirectory]) -> tuple[str, str]:
     """(the baseline's src directory, what it is): a directory as given, or a git revision of this
     repository exported into a temporary directory (kept until the run ends)."""
@@ -106,7 +128,8 @@ def baseline_source(given: str, keep: list[tempfile.TemporaryDirectory]) -> tupl
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="1024,4096,16384", help="node counts, comma-separated")
+    parser.add_argument("--sizes", default="1024,4096,16384,65536", help="node counts, comma-separated")
+    parser.add_argument("--largest", action="store_true", help="add 262,144 nodes (the simulator's limit) to --sizes")
     parser.add_argument("--days", type=float, default=30.0)
     parser.add_argument("--jobs", type=int, default=None, help="worker processes (default: as hotswap simulate)")
     parser.add_argument("--json", action="store_true", help="print only the JSON result")
@@ -131,8 +154,9 @@ def main() -> None:
         env = dict(os.environ, PYTHONPATH=source)
         return json.loads(subprocess.run(command, capture_output=True, text=True, check=True, env=env).stdout)
 
+    sizes = [int(n) for n in args.sizes.split(",")] + ([262_144] if args.largest else [])
     runs = []
-    for nodes in (int(n) for n in args.sizes.split(",")):
+    for nodes in sizes:
         mine, theirs = [], []
         for _ in range(max(1, args.repeat)):
             mine.append(run(nodes, ours))
@@ -161,7 +185,7 @@ def main() -> None:
         for a, b in itertools.pairwise(runs)
     ]
     document = {"machine_cpus": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()], "runs": runs,
-                "ratios": ratios}
+                "ratios": ratios, "cost_per_node_day": cost_per_node_day(runs)}
     if baseline_name is not None:
         document["baseline"] = baseline_name
     print(json.dumps(document))

@@ -9,6 +9,7 @@ import math
 import pytest
 
 from hotswap.api.errors import InvalidInputError
+from hotswap.api.spec import WorkloadSpec
 from hotswap.core.goodput import Category, Ledger, percentile
 from hotswap.sim import mix
 from hotswap.sim.config import POLICIES, PROFILES, SimConfig
@@ -63,7 +64,7 @@ def assert_every_slice_second_is_accounted(config: SimConfig, results) -> None: 
     for result in results:
         for job in result.jobs.values():
             alive = (job.ended if job.ended is not None else config.duration_s) - job.arrived
-            assert job.ledger.total == pytest.approx(job.size * alive, rel=1e-9, abs=1e-6), job.spec.name
+            assert job.ledger.total == pytest.approx(job.size * alive, rel=1e-9, abs=1e-6), job.name
             assert all(v >= -1e-9 for v in job.ledger.seconds.values())
 
 
@@ -93,9 +94,9 @@ def test_a_job_finishes_exactly_when_its_work_is_done() -> None:
     reshaped = [job for job in completed if job.ledger.seconds[Category.ELASTIC] > 0]
     assert result.counts.completed == len(completed) > 200 and len(reshaped) > 20
     for job in completed:
-        assert job.progress == pytest.approx(job.work_s, rel=1e-9, abs=1e-6), job.spec.name
+        assert job.progress == pytest.approx(job.work_s, rel=1e-9, abs=1e-6), job.name
     for job in result.jobs.values():  # and none ran on past the end of its work
-        assert job.progress <= job.work_s + max(1e-6, 1e-9 * job.work_s), job.spec.name
+        assert job.progress <= job.work_s + max(1e-6, 1e-9 * job.work_s), job.name
 
 
 def test_simulated_rounds_leave_no_reference_cycles() -> None:
@@ -222,10 +223,44 @@ def test_published_failure_profiles_are_cited_separately() -> None:
     assert SimConfig().failures_per_1000_node_days == rsc1.failures_per_1000_node_days
 
 
+def test_a_long_run_keeps_little_per_finished_job() -> None:
+    """A month at 262,144 nodes makes ~300,000 jobs: neither the results nor the shared filler
+    mix keep a spec (two dicts, ~500 bytes) for each, only one per shape, shared; and a finished
+    job drops its checkpoint and snapshot state."""
+    config = SimConfig(nodes=1024, days=10)
+    fillers = mix.FillerMix(config)
+    result = PolicySimulation(config, "hotswap", POLICIES["hotswap"], mix.failure_trace(config), fillers).run()
+    drawn = [fillers.job(job.stream, job.index) for job in result.jobs.values() if job.stream is not None]
+    held = [*result.jobs.values(), *drawn]
+    finished = [job for job in result.jobs.values() if job.ended is not None]
+    assert len(finished) > 100
+    values = (getattr(record, field.name) for record in held for field in dataclasses.fields(record))
+    specs = {id(value) for value in values if isinstance(value, WorkloadSpec)}
+    shapes = len(mix.FILLER_SIZES) * 2 * len(mix.FILLER_PRIORITIES)  # (size, elastic or not, priority)
+    assert len(specs) <= shapes
+    assert all(job.epoch is None and job.checkpoint is None and job.snapshot is None for job in finished)
+
+
+def test_the_filler_mix_keeps_only_each_streams_latest_job_and_draws_a_stream_again_alike() -> None:
+    import tracemalloc
+
+    fillers = mix.FillerMix(SimConfig(nodes=1024, days=1))
+    first = [fillers.job(0, index) for index in range(50)]
+    tracemalloc.start()
+    try:
+        for index in range(50, 5050):  # a long run's stream: ~170 bytes a job when each was kept
+            fillers.job(0, index)
+        kept = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert kept < 100_000
+    assert [fillers.job(0, index) for index in range(50)] == first  # the next policy's stream: the same jobs
+
+
 def test_fillers_are_never_larger_than_the_room_beside_the_main_job() -> None:
     config = SimConfig(nodes=64, days=1)  # 16 slices, the main job on 12: room for 4
     fillers = mix.FillerMix(config)
-    sizes = {fillers.job(stream, i).spec.num_slices for stream in range(mix.filler_streams(config)) for i in range(30)}
+    sizes = {fillers.job(stream, i).template.num_slices for stream in range(mix.filler_streams(config)) for i in range(30)}
     assert max(sizes) <= config.slices - config.main_slices
 
 

@@ -47,7 +47,12 @@ _STARTUP, _QUEUED_TIME, _RECOVERY, _ELASTIC, _DEGRADED = (
 
 @dataclasses.dataclass(slots=True)
 class Job:
-    spec: WorkloadSpec
+    """A job's world-side state. Its spec lives in the core's snapshot while the job does; a
+    finished job keeps only what the results read (a month at 262,144 nodes makes ~300,000)."""
+
+    name: str
+    size: int  # slices it asks for (read at every accounting)
+    level: str  # its priority's label
     work_s: float
     stream: int | None = None  # filler stream, None for the main job
     index: int = 0
@@ -69,10 +74,10 @@ class Job:
     disrupted_at: float | None = None
     held_s: float = 0.0  # slice-seconds it held (its slices were not available to others)
     ledger: Ledger = dataclasses.field(default_factory=Ledger)
-    size: int = dataclasses.field(init=False)  # slices it asks for (read at every accounting)
 
-    def __post_init__(self) -> None:
-        self.size = self.spec.num_slices
+    @classmethod
+    def of(cls, spec: WorkloadSpec, work_s: float, stream: int | None = None, index: int = 0) -> Job:
+        return cls(spec.name, spec.num_slices, spec.priority.label, work_s, stream, index)
 
     def start_progress(self, now: float) -> None:
         """Its workers start making progress: the restored state counts as saved."""
@@ -166,5 +171,6 @@ class Job:
         self.ended = now
         self.mode = DONE
         self.joining = 0
+        self.epoch = self.checkpoint = self.snapshot = None  # (a long run keeps every finished job)
         self.version += 1
         self.join_token += 1

@@ -69,11 +69,19 @@ def main_spec(config: SimConfig) -> WorkloadSpec:
     )
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class FillerJob:
-    spec: WorkloadSpec
+    """One job of a filler stream. It keeps its shape's template, not a spec of its own: the
+    mix of a long run holds every job drawn (the policies share them), and a spec per job is
+    most of a finished job's memory. :meth:`spec` makes the job's spec when it is submitted."""
+
+    template: WorkloadSpec  # size, priority, elasticity; shared by every job of that shape
+    name: str
     work_s: float  # seconds of training at full size until it is done
     think_s: float  # pause between this job finishing and the stream's next submission
+
+    def spec(self) -> WorkloadSpec:
+        return self.template.model_copy(update={"name": self.name})
 
 
 def filler_streams(config: SimConfig) -> int:
@@ -86,15 +94,18 @@ def filler_streams(config: SimConfig) -> int:
 
 
 class FillerMix:
-    """The jobs of every filler stream, drawn in order from one generator per stream, and kept
-    so that the policies simulated in one process share them (they are the same jobs).
+    """The jobs of every filler stream, drawn in order from one generator per stream: the same
+    jobs in every policy. A stream keeps only its latest job (a long run draws ~300,000); a
+    policy that starts a stream over (the next one simulated in this process) draws it again
+    from the stream's seed.
 
     A spec is a validated template per shape with the job's name filled in: validating 16,000
-    specs would cost more than simulating them."""
+    specs would cost more than simulating them (see :class:`FillerJob`)."""
 
     def __init__(self, config: SimConfig) -> None:
         self.config = config
-        self._jobs: dict[int, list[FillerJob]] = {}
+        self._latest: dict[int, FillerJob] = {}  # each stream's last job drawn
+        self._drawn: dict[int, int] = {}  # ...and its index
         self._rngs: dict[int, random.Random] = {}
         self._templates: dict[tuple[int, int | None, str], WorkloadSpec] = {}
         # Only sizes that fit beside the main job: a filler that cannot is never admitted.
@@ -105,10 +116,15 @@ class FillerMix:
 
     def job(self, stream: int, index: int) -> FillerJob:
         """The ``index``-th job of a stream: the same in every policy."""
-        jobs = self._jobs.setdefault(stream, [])
-        while len(jobs) <= index:
-            jobs.append(self._draw(stream, len(jobs)))
-        return jobs[index]
+        drawn = self._drawn.get(stream, -1)
+        if index < drawn:  # the stream starts over
+            del self._rngs[stream]
+            drawn = -1
+        while drawn < index:
+            drawn += 1
+            self._latest[stream] = self._draw(stream, drawn)
+        self._drawn[stream] = drawn
+        return self._latest[stream]
 
     def _draw(self, stream: int, index: int) -> FillerJob:
         config = self.config
@@ -132,5 +148,4 @@ class FillerMix:
                 priority=priority,
                 max_restarts=10,
             )
-        spec = template.model_copy(update={"name": f"f{stream}-{index}"})
-        return FillerJob(spec, work_s, think_s)
+        return FillerJob(template, f"f{stream}-{index}", work_s, think_s)

@@ -49,7 +49,7 @@ def summarize(result: PolicyResult, wall_s: float) -> RunSummary:
     low = Ledger()
     main_held = 0.0
     for job in result.jobs.values():
-        level = job.spec.priority.label
+        level = job.level
         by_level.setdefault(level, Ledger())
         by_level[level] += job.ledger
         if job.stream is None:
@@ -60,7 +60,7 @@ def summarize(result: PolicyResult, wall_s: float) -> RunSummary:
     spare = config.slices * config.duration_s - main_held
     mttr_by_level: dict[str, list[float]] = {}
     for name, seconds in result.mttr:
-        mttr_by_level.setdefault(result.jobs[name].spec.priority.label, []).append(seconds)
+        mttr_by_level.setdefault(result.jobs[name].level, []).append(seconds)
     return RunSummary(
         policy=result.policy,
         nodes=config.nodes,

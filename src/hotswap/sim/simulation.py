@@ -244,13 +244,13 @@ class PolicySimulation:
     def _arrive(self, stream: int | None, index: int) -> ev.Event:
         if stream is None:
             spec = mix.main_spec(self.config)
-            job = Job(spec, math.inf)
+            job = Job.of(spec, math.inf)
         else:
             filler = self.fillers.job(stream, index)
-            job = Job(filler.spec, filler.work_s, stream, index)
-            spec = filler.spec
+            spec = filler.spec()
+            job = Job.of(spec, filler.work_s, stream, index)
         job.mode_since = job.last = job.arrived = self.now
-        self.jobs[spec.name] = job
+        self.jobs[job.name] = job
         return ev.WorkloadCreated(spec)
 
     def _note_disruption(self, node: str) -> None:
@@ -272,17 +272,17 @@ class PolicySimulation:
         job.version += 1
         if mode is STARTING:
             restore = self.config.restore_s if job.progress > 0 else 0.0
-            self._at(self.now + self.config.startup_s + restore, _READY, (job.spec.name, job.version))
+            self._at(self.now + self.config.startup_s + restore, _READY, (job.name, job.version))
         elif mode is RECONFIGURING:
-            self._at(self.now + self.config.elastic_reconfigure_s, _RECONFIGURED, (job.spec.name, job.version))
+            self._at(self.now + self.config.elastic_reconfigure_s, _RECONFIGURED, (job.name, job.version))
         elif mode is RUNNING:
             if previous is STARTING:
                 job.start_progress(self.now)
                 # Its state as restored counts as saved; periodic saves follow from here.
                 every = self.config.checkpoint_interval_s
-                self.later_events.append(ev.CheckpointRecorded(job.spec.name, int(job.progress), self.now, every))
+                self.later_events.append(ev.CheckpointRecorded(job.name, int(job.progress), self.now, every))
             if job.disrupted_at is not None:
-                self.mttr.append((job.spec.name, self.now - job.disrupted_at))
+                self.mttr.append((job.name, self.now - job.disrupted_at))
                 job.disrupted_at = None
             self._schedule_finish(job)
 
@@ -308,7 +308,7 @@ class PolicySimulation:
         # a later one is scheduled when the pending timer comes (_finish_due).
         if job.finish_timer is None or job.finish_timer > finish:
             job.finish_timer = finish
-            self._at(finish, _FINISHED, (job.spec.name,))
+            self._at(finish, _FINISHED, (job.name,))
 
     def _finish_due(self, job: Job) -> list[ev.Event]:
         """A job's finish timer: it finishes now if it ran on since it was due to finish now."""
@@ -319,16 +319,16 @@ class PolicySimulation:
             return []  # it stopped; its next start schedules its finish again
         if job.finish_at != self.now:  # slowed down since this timer was set
             job.finish_timer = job.finish_at
-            self._at(job.finish_at, _FINISHED, (job.spec.name,))
+            self._at(job.finish_at, _FINISHED, (job.name,))
             return []
         return self._finish(job)
 
     def _finish(self, job: Job) -> list[ev.Event]:
-        workload = self.snapshot.workloads[job.spec.name]
+        workload = self.snapshot.workloads[job.name]
         if workload.phase is not WorkloadPhase.RUNNING:
             return []
         job.account(self.now, self.config)
-        return [ev.AttemptSucceeded(job.spec.name, workload.attempt)]
+        return [ev.AttemptSucceeded(job.name, workload.attempt)]
 
 
 class _JobResponse:
@@ -402,14 +402,14 @@ class _JobResponse:
         else:
             job.joining = active - job.active
             job.join_token += 1
-            sim._at(sim.now + sim.config.startup_s, _JOINED, (job.spec.name, job.join_token))
+            sim._at(sim.now + sim.config.startup_s, _JOINED, (job.name, job.join_token))
 
     def _end(self, job: Job, completed: bool) -> None:
         sim = self.sim
         sim._retire(job)
         if not completed:
             return
-        sim.later_events.append(ev.WorkloadDeleted(job.spec.name))
+        sim.later_events.append(ev.WorkloadDeleted(job.name))
         sim.counts.completed += 1
         if job.stream is not None:
             think = sim.fillers.job(job.stream, job.index).think_s
