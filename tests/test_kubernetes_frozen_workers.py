@@ -15,7 +15,7 @@ from k8s_fixtures.scenario import make_controller, make_world, run_until, runnin
 from k8s_fixtures.world.apiserver import Fault
 from k8s_fixtures.world.rbac import ROLES
 from k8s_fixtures.world.store import LEASES
-from test_kubernetes_worker_reports import _channel, _steps, _stored, _token
+from test_kubernetes_worker_reports import _channel, _steps, _stored, _token, _trained
 
 from hotswap.api.spec import workload_spec
 from hotswap.api.worker_report import (
@@ -180,11 +180,7 @@ def test_an_elastic_replica_grown_back_is_not_hung_for_the_record_its_lost_pod_l
         for obj in report_access(spec, world.namespace, owner=jobset) + report_leases(spec, world.namespace, jobset):
             world.apply(obj)
         run_until(world, controller, lambda: running(world, "el") == 12)
-        channels = [_channel(world, "el", replica, attempt=1) for replica in range(3)]
-        for channel in channels:
-            channel.record({"t": world.clock.now, "kind": "start"})
-            _steps(channel, 1, 10, world.clock.now - 10, slices=3)
-            channel.publish()
+        channels = [_trained(world, "el", replica, slices=3) for replica in range(3)]
         dead = world.nodes_of_pool(world.pools_of("el")[2])[0]
         world.fail_node(dead)
         run_until(world, controller, lambda: world.state("el")["membership"] == 1)

@@ -13,7 +13,7 @@ from k8s_fixtures.scenario import POOLS, make_controller, make_world, run_until,
 from k8s_fixtures.world.apiserver import Fault
 from k8s_fixtures.world.store import LEASES, NODES
 from test_kubernetes_frozen_workers import _create, _train
-from test_kubernetes_worker_reports import _channel, _steps, _stored
+from test_kubernetes_worker_reports import _stored, _trained
 
 from hotswap.api.spec import workload_spec
 from hotswap.api.worker_report import INTERVAL_ANNOTATION, REPORT_ANNOTATION, heartbeat_interval, report_name
@@ -67,10 +67,7 @@ def test_a_grown_cluster_raises_a_running_records_interval_with_one_patch() -> N
     try:
         _create(world, "w", 10.0)
         run_until(world, controller, lambda: running(world, "w") == 4)
-        channel = _channel(world, "w", 0, attempt=1)
-        channel.record({"t": world.clock.now, "kind": "start"})
-        _steps(channel, 1, 10, world.clock.now - 10)
-        channel.publish()
+        channel = _trained(world, "w")
         assert channel.report.interval_s == 10.0
         _grown_at(controller, _slices(controller), 100.0)
         since = len(world.api.requests)
@@ -102,10 +99,7 @@ def test_a_worker_keeping_the_old_longer_interval_is_not_hung_while_it_switches(
         _grown_at(controller, 0, 600.0)
         _create(world, "w", 600.0)
         run_until(world, controller, lambda: running(world, "w") == 4)
-        channel = _channel(world, "w", 0, attempt=1)
-        channel.record({"t": world.clock.now, "kind": "start"})
-        _steps(channel, 1, 10, world.clock.now - 10)
-        channel.publish()
+        channel = _trained(world, "w")
         assert channel.report.interval_s == 600.0
         controller.intervals.interval_of_cluster = heartbeat_interval  # pools deleted: the world's own size
         world.advance(2, controller)

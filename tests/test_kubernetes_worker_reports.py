@@ -64,6 +64,15 @@ def _steps(channel: ReportChannel, first: int, count: int, t0: float, slices: in
     return t
 
 
+def _trained(world: Any, workload: str, replica: int = 0, slices: int = 1) -> ReportChannel:
+    """A replica's channel (attempt 1) that has recorded its start and 10 steps, and written them."""
+    channel = _channel(world, workload, replica, attempt=1)
+    channel.record({"t": world.clock.now, "kind": "start"})
+    _steps(channel, 1, 10, world.clock.now - 10, slices=slices)
+    channel.publish()
+    return channel
+
+
 def _stored(world: Any, workload: str, replica: int = 0) -> WorkerReport:
     lease = world.store.get(LEASES, world.namespace, report_name(workload, replica))
     report = decode_report(lease["metadata"]["annotations"][REPORT_ANNOTATION])
@@ -363,11 +372,7 @@ def test_a_replica_lost_to_an_elastic_shrink_is_not_hung_by_its_silence() -> Non
         controller = make_controller(world)
         _create(world, "el", 3, min_slices=2, max_restarts=3)
         run_until(world, controller, lambda: running(world, "el") == 12)
-        channels = [_channel(world, "el", replica, attempt=1) for replica in range(3)]
-        for channel in channels:
-            channel.record({"t": world.clock.now, "kind": "start"})
-            _steps(channel, 1, 10, world.clock.now - 10, slices=3)
-            channel.publish()
+        channels = [_trained(world, "el", replica, slices=3) for replica in range(3)]
         world.fail_node(world.nodes_of_pool(world.pools_of("el")[2])[0])
         run_until(world, controller, lambda: world.state("el")["membership"] == 1)
         survivors = channels[:2]
