@@ -111,8 +111,8 @@ class KubeController:
         for line in ops.decisions_summary(operations):
             self.log(line)
         refused = self.enact(operations, observation)
-        self._record_failed_runs(observation)
-        if self.may_act():
+        if self.may_act():  # (writes of the leader only)
+            self._record_failed_runs(observation)
             self.intervals.keep(self.training.leases, len(observation.discovery.slices), observation.now)
         wakes = (observation.wake_at, self.training.wake_at, self.intervals.wake_at)
         self.wake_at = min((t for t in wakes if t is not None), default=None)
@@ -149,8 +149,6 @@ class KubeController:
         """Write down the runs seen ended FAILED, before anyone deletes their JobSets, so that no
         machine's ``workload create`` resumes one (:mod:`~hotswap.backends.kubernetes.failed_runs`).
         An error is a warning (a Role of an earlier release's: once); the next round tries again."""
-        if not self.may_act():
-            return
         try:
             for key in self.failed_runs.record(observation.jobsets.values(), observation.now):
                 self.log(f"recorded failed run {key} in ConfigMap {self.failed_runs.name}")
