@@ -1,6 +1,6 @@
 """What a ``--plot`` costs, said while it happens: the first time matplotlib is used under a
-user's cache directory it builds its font cache, a scan of every font on the machine (about
-2 ms a font file here: seconds, minutes with large font collections or a slow home directory),
+user's cache directory it builds its font cache, a scan of every font on the machine (here, 0.5 s for
+38 font files, 18.6 s for 3,000 at load 9: minutes with larger collections or a slow home directory),
 before drawing anything. Without a word, a command that has already said
 "cluster deleted" looks hung.
 
