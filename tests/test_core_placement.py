@@ -9,6 +9,7 @@ the capacity indexes.
 from __future__ import annotations
 
 import dataclasses
+import random
 
 import pytest
 from builders import capacity_of, holding
@@ -18,6 +19,7 @@ from hotswap.core.placement import (
     give_up_last,
     grow_map,
     kept_map,
+    parked_indexes,
     lost_positions,
     reclaim_target,
     recorded_map,
@@ -163,3 +165,45 @@ def test_a_workload_keeps_one_form_of_each_map() -> None:
 )
 def test_a_recorded_map_reads_back_only_as_a_map_of_the_slices(recorded: object, expected: object) -> None:
     assert recorded_map(recorded, ("a", "c"), 5) == expected
+
+
+def _walked_grow(replicas: tuple, added: tuple[str, ...]) -> tuple:
+    """A grow-back found by walking the whole map (the reference the carried indexes must match)."""
+    after = list(replicas)
+    joining = iter(added)
+    for index, name in enumerate(after):
+        if name is None:
+            joiner = next(joining, None)
+            if joiner is None:
+                break
+            after[index] = joiner
+    after.extend(joining)
+    while after and after[-1] is None:
+        after.pop()
+    return tuple(after)
+
+
+def test_a_map_carries_its_parked_indexes_through_shrinks_and_grows() -> None:
+    """A grow-back reads the parked indexes kept with the map (it does not walk a map of
+    thousands of replicas): through any run of scale-downs and grow-backs they are exactly the
+    map's Nones, and every map equals the one a walk of the whole map gives."""
+    rng = random.Random(37)
+    fresh = (f"n{i}" for i in range(10**6))
+    replicas: tuple = tuple(next(fresh) for _ in range(40))
+    for _ in range(400):
+        placed = [name for name in replicas if name is not None]
+        if placed and rng.random() < 0.5:
+            gone = set(rng.sample(placed, rng.randint(1, min(4, len(placed)))))
+            expected = tuple(None if name in gone else name for name in replicas)
+            gone_at = tuple(sorted(replicas.index(name) for name in gone))
+            replicas, parked = shrink_map(replicas, gone)
+            assert parked == gone_at
+            while expected and expected[-1] is None:
+                expected = expected[:-1]
+        else:
+            added = tuple(next(fresh) for _ in range(rng.randint(1, 5)))
+            expected = _walked_grow(replicas, added)
+            replicas = grow_map(replicas, added)
+        assert replicas == expected
+        assert parked_indexes(replicas) == tuple(i for i, name in enumerate(expected) if name is None)
+        assert replicas.parked == parked_indexes(replicas)  # kept with the map, not found by a walk

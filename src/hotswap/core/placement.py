@@ -74,32 +74,42 @@ def give_up_last(slices: tuple[str, ...], count: int) -> tuple[tuple[str, ...], 
     return slices[:cut], slices[cut:]
 
 
-ReplicaMap = tuple[str | None, ...]  # replica index -> its slice (None: parked), no None at the end
+class ReplicaMap(tuple[str | None, ...]):
+    """A replica map: replica index -> its slice (None: parked), no None at the end; equal to the
+    plain tuple of the same slices. It carries its parked indexes (ascending) so that a grow-back
+    finds them without walking a map of thousands of replicas: a change costs what it changes
+    (and one copy of the map), not a scan of it."""
+
+    parked: tuple[int, ...]
 
 
-def shrink_map(replicas: ReplicaMap, gone: Collection[str]) -> tuple[ReplicaMap, tuple[int, ...]]:
+def parked_indexes(replicas: Sequence[str | None]) -> tuple[int, ...]:
+    """The indexes of a map's parked replicas, ascending: kept with a :class:`ReplicaMap`, found
+    by a scan in any other map (a workload's own slices, a test's tuple)."""
+    if isinstance(replicas, ReplicaMap):
+        return replicas.parked
+    return tuple(i for i, name in enumerate(replicas) if name is None) if None in replicas else ()
+
+
+def shrink_map(replicas: Sequence[str | None], gone: Collection[str]) -> tuple[ReplicaMap, tuple[int, ...]]:
     """The replica map once the replicas on ``gone`` (each in ``replicas``) are parked, the
     others keeping their indexes; and the indexes parked, in order."""
     parked = tuple(sorted(replicas.index(name) for name in gone))
     after = list(replicas)
     for index in parked:
         after[index] = None
-    return _trimmed(after), parked
+    return _with_parked(after, sorted(parked_indexes(replicas) + parked)), parked
 
 
-def grow_map(replicas: ReplicaMap, added: Sequence[str]) -> ReplicaMap:
+def grow_map(replicas: Sequence[str | None], added: Sequence[str]) -> ReplicaMap:
     """The replica map once ``added`` join: each takes a parked index, lowest first, in order;
     those left over take the indexes after the last."""
+    parked = parked_indexes(replicas)
     after = list(replicas)
-    joining = iter(added)
-    for index, name in enumerate(after):
-        if name is None:
-            joiner = next(joining, None)
-            if joiner is None:
-                break
-            after[index] = joiner
-    after.extend(joining)
-    return _trimmed(after)
+    for index, joiner in zip(parked, added):
+        after[index] = joiner
+    after.extend(added[len(parked) :])
+    return _with_parked(after, list(parked[len(added) :]))
 
 
 def kept_map(replicas: ReplicaMap, slices: tuple[str, ...]) -> ReplicaMap | None:
@@ -123,7 +133,18 @@ def recorded_map(recorded: object, slices: tuple[str, ...], size: int) -> Replic
 
 
 def _trimmed(replicas: Sequence[str | None]) -> ReplicaMap:
+    return _with_parked(list(replicas), [i for i, name in enumerate(replicas) if name is None])
+
+
+def _with_parked(replicas: list[str | None], parked: list[int]) -> ReplicaMap:
+    """``replicas`` without its trailing parked indexes, carrying ``parked`` (ascending: exactly
+    the indexes of its Nones)."""
     end = len(replicas)
-    while end and replicas[end - 1] is None:
+    while parked and parked[-1] == end - 1:
+        parked.pop()
         end -= 1
-    return tuple(replicas[:end])
+    if end < len(replicas):
+        del replicas[end:]
+    trimmed = ReplicaMap(replicas)
+    trimmed.parked = tuple(parked)
+    return trimmed
