@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hotswap.core.cow import Layered, Overlay, SortedPerKey
+from hotswap.core.cow import Layered, Overlay, OwnedSortedPerKey, SortedPerKey
 
 KEYS = st.integers(0, 40)
 # One round: a list of writes (key, value) and deletions (key, None).
@@ -91,6 +91,35 @@ def test_sorted_per_key_matches_sorted_lists(operations: list[tuple[str, int, st
     frozen = sorted_.freeze()
     assert {k: list(v) for k, v in frozen.items()} == {k: v for k, v in model.items() if v}
     assert original == {"x": (1, 5, 9)}  # the snapshot's tuples are never changed
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from("xyz"), st.integers(0, 30), st.sampled_from(["add", "discard", "add_all", "take"])),
+             max_size=60),
+    st.booleans(),
+)
+def test_a_view_follows_every_change_until_a_key_gets_a_list_of_its_own(
+    operations: list[tuple[str, int, str]], owned: bool
+) -> None:
+    """The demand queue holds the views of a level's keys through a round and takes them again
+    only when ``copied`` changed: until then every change must show in the views it holds."""
+    sorted_ = (OwnedSortedPerKey if owned else SortedPerKey)({"x": (1, 5, 9)})
+    held = {key: sorted_.view(key) for key in "xyz"}
+    stamp = sorted_.copied
+    for key, item, operation in operations:
+        if operation == "add" and item not in sorted_.view(key):
+            sorted_.add(key, item)
+        elif operation == "add_all":
+            sorted_.add_all(key, [i for i in range(item, item + 3) if i not in sorted_.view(key)])
+        elif operation == "discard":
+            sorted_.discard(key, item)
+        elif operation == "take":
+            sorted_.take_last(key, item % 3)
+        if sorted_.copied != stamp:
+            held = {k: sorted_.view(k) for k in "xyz"}
+            stamp = sorted_.copied
+        assert {k: list(v) for k, v in held.items()} == {k: list(sorted_.view(k)) for k in "xyz"}
 
 
 def test_taking_from_the_end_hands_out_the_last_items_first() -> None:

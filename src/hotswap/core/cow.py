@@ -261,13 +261,17 @@ class Owned(dict):
 class SortedPerKey(Generic[K]):
     """Sorted tuples of items per key, copied into a list the first time the round changes one.
 
-    Items must be unique within a key and totally ordered (tuples ending with a unique name)."""
+    Items must be unique within a key and totally ordered (tuples ending with a unique name).
 
-    __slots__ = ("_copies", "_original")
+    ``copied`` counts the keys that got a list of their own: a :meth:`view` taken before it last
+    changed may be a key's stale tuple, one taken after it follows every change of the round."""
+
+    __slots__ = ("_copies", "_original", "copied")
 
     def __init__(self, original: Mapping[K, tuple]) -> None:
         self._original = original
         self._copies: dict[K, list] = {}
+        self.copied = 0
 
     def view(self, key: K) -> tuple | list:
         found = self._copies.get(key)
@@ -289,28 +293,12 @@ class SortedPerKey(Generic[K]):
         keys.extend(k for k, v in copies.items() if v)
         return keys
 
-    def least_from(self, keys: Iterable[K], probe: Any) -> tuple[K, Any] | None:
-        """The least item at or after ``probe`` under any of ``keys``, with its key (the first
-        key's on a tie), or None. (The demand queue asks this at every admission: one call for
-        all the keys of a priority level.)"""
-        copies, original = self._copies.get, self._original.get
-        bisect_left = bisect.bisect_left
-        best_key: Any = None
-        best: Any = None
-        for key in keys:
-            items = copies(key)
-            if items is None:
-                items = original(key, ())
-            at = bisect_left(items, probe)
-            if at < len(items) and (best is None or items[at] < best):
-                best_key, best = key, items[at]
-        return None if best is None else (best_key, best)
-
     def _writable(self, key: K) -> list:
         found = self._copies.get(key)
         if found is None:
             found = list(self._original.get(key, ()))
             self._copies[key] = found
+            self.copied += 1
         return found
 
     def add(self, key: K, item: Any) -> bool:
@@ -318,6 +306,7 @@ class SortedPerKey(Generic[K]):
         items = self._copies.get(key)  # (_writable, inlined: this runs at every transition)
         if items is None:
             items = self._copies[key] = list(self._original.get(key, ()))
+            self.copied += 1
         bisect.insort(items, item)
         return len(items) == 1
 
@@ -337,6 +326,7 @@ class SortedPerKey(Generic[K]):
         items = self._copies.get(key)
         if items is None:
             items = self._copies[key] = list(self._original.get(key, ()))
+            self.copied += 1
         index = bisect.bisect_left(items, item)
         if index < len(items) and items[index] == item:
             del items[index]

@@ -65,6 +65,19 @@ class Room(Protocol):
 
 
 @dataclasses.dataclass(slots=True)
+class _Group:
+    """The queue keys of one level as of its bucket's last (re)queueing, each with what a workload
+    under it needs and the index's sorted entries under it (:meth:`SortedPerKey.view`, taken
+    again once ``copied`` says a key got a list of its own since)."""
+
+    keys: tuple[QueueKey, ...]
+    needs: tuple[int, ...]
+    most: int  # the most any of them needs
+    members: list[tuple[QueueKey, int, Any]] = dataclasses.field(default_factory=list)
+    copied: int = -1
+
+
+@dataclasses.dataclass(slots=True)
 class _Bucket:
     kind: DemandKind
     level: Level
@@ -82,7 +95,7 @@ class DemandQueue:
         self._counter = itertools.count()
         self._parked: dict[str, list[tuple[_Order, Demand]]] = {}
         self._buckets: dict[tuple[DemandKind, Level], _Bucket] = {}
-        self._groups: dict[Level, tuple[QueueKey, ...]] = {}  # queue keys per level, as of its last (re)queueing
+        self._groups: dict[Level, _Group] = {}  # queue keys per level, as of its last (re)queueing
         self._opened = False
         self._grow = False
         self._no_grow: set[str] = set()
@@ -109,13 +122,16 @@ class DemandQueue:
         room = self._room
         elastic = self._elastic
         admissible = room.admissible
+        need_of = _FLOOR if elastic else _SIZE
         for level, keys in sorted(room.index.queue_levels.items()):
             if device_type is not None and level[0] != device_type:
                 continue
             # The least any of them needs: its floor when elastic, else its size (keys sort by size).
             least = min(map(_FLOOR, keys)) if elastic else keys[0][2]
             if least <= admissible(level[0], level[1]):
-                self._groups[level] = tuple(keys)  # (a copy: the round may change the index's)
+                keys = tuple(keys)  # (a copy: the round may change the index's)
+                needs = tuple(map(need_of, keys))
+                self._groups[level] = _Group(keys, needs, max(needs))
                 self._reset(_ADMIT, level)
         if self._grow:
             for level in sorted(room.index.growable.keys()):
@@ -167,14 +183,31 @@ class DemandQueue:
                     # want is set when it is served (what it misses then)
                     return seq, Demand(name, _GROW, 0, 1)
             return None
-        room_now = room.admissible(device_type, priority)
-        need_of = _FLOOR if self._elastic else _SIZE
-        fitting = [key for key in self._groups.get(bucket.level, ()) if need_of(key) <= room_now]
-        found = room.index.queued.least_from(fitting, (start,))
-        if found is None:
+        group = self._groups.get(bucket.level)
+        if group is None:
             return None
-        key, (seq, name) = found
-        return seq, Demand(name, _ADMIT, key[2], need_of(key))
+        # What is free is enough to tell when every workload fits (the usual case of a round
+        # that admits many); what lower priorities hold is counted only when it is not.
+        room_now = room.free_count(device_type)
+        if room_now < group.most:
+            room_now = room.admissible(device_type, priority)
+        # The least entry from ``start`` on under the keys whose workloads fit (this runs at
+        # every admission: the keys' entries are held, not looked up again).
+        queued = room.index.queued
+        if group.copied != queued.copied:
+            group.members = [(key, need, queued.view(key)) for key, need in zip(group.keys, group.needs)]
+            group.copied = queued.copied
+        probe = (start,)
+        best: Any = None
+        for key, need, entries in group.members:
+            if need <= room_now:
+                at = bisect.bisect_left(entries, probe)
+                if at < len(entries) and (best is None or entries[at] < best[1]):
+                    best = key, entries[at]
+        if best is None:
+            return None
+        key, (seq, name) = best
+        return seq, Demand(name, _ADMIT, key[2], key[3] if self._elastic else key[2])
 
     @contextlib.contextmanager
     def deferred_wakes(self) -> Iterator[None]:
