@@ -31,24 +31,31 @@ def handle_losses(state: RoundState) -> None:
         gone_names = {s for s in state.capacity.unhealthy if holders.get(s) == name}
         if workload.phase is not RESTARTING:
             gone_names.update(lost)
-        lost_at = lost_positions(workload.slices, gone_names)
-        keep, gone = split_at(workload.slices, lost_at)
-        removed = any(s in state.capacity.removed for s in gone)
+        removed = any(s in state.capacity.removed for s in gone_names)
+        # The replica positions of the lost slices, and the survivors in replica order, only for
+        # a workload that goes on without them: finding them scans its slices, and the main job
+        # of a large cluster holds tens of thousands (one that waits for repair keeps its own).
         if workload.phase is RESTARTING:
             if hotswap or removed:
+                lost_at = lost_positions(workload.slices, gone_names)
+                keep, gone = split_at(workload.slices, lost_at)
                 state.release(workload, gone)
                 state.update(workload, slices=keep)
                 _want_replacement(state, workload, keep, lost_at, reason, restart=True)
             continue
         workload = state.update(workload, disruptions=workload.disruptions + 1)
-        if state.elastic(workload) and len(keep) >= state.floor(workload):
-            state.scale_down(workload, keep, gone, reason)
-            if hotswap:
-                _want_replacement(state, workload, keep, lost_at, reason, restart=False)
-        elif hotswap:
-            state.release(workload, gone)
-            state.update(workload, slices=keep, replicas=None)  # restarted (or requeued) below
-            _want_replacement(state, workload, keep, lost_at, reason, restart=True)
+        scales = state.elastic(workload) and len(workload.slices) - len(gone_names) >= state.floor(workload)
+        if scales or hotswap:
+            lost_at = lost_positions(workload.slices, gone_names)
+            keep, gone = split_at(workload.slices, lost_at)
+            if scales:
+                state.scale_down(workload, keep, gone, reason)
+                if hotswap:
+                    _want_replacement(state, workload, keep, lost_at, reason, restart=False)
+            else:
+                state.release(workload, gone)
+                state.update(workload, slices=keep, replicas=None)  # restarted (or requeued) below
+                _want_replacement(state, workload, keep, lost_at, reason, restart=True)
         elif removed:
             state.requeue(workload, f"{reason}; it cannot wait for repair")
         else:
