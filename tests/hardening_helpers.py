@@ -112,6 +112,20 @@ def controllers(root: Path) -> list[int]:
     return found
 
 
+def independent_controllers(root: Path) -> list[int]:
+    """:func:`controllers` less those whose parent is one of them: a controller starting a
+    process (a worker's shim, cold) shows its command line in the child until the exec, and that
+    child is the start, not a second controller. A pid gone meanwhile is left out."""
+    found = controllers(root)
+    parents = {}
+    for pid in found:
+        try:
+            parents[pid] = int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    return [pid for pid, parent in parents.items() if parent not in found]
+
+
 def worker_shims(root: Path) -> list[dict[str, str]]:
     """The environment of every live worker shim of the cluster at ``root``, read from /proc,
     with its ``pid`` and its worker directory ``dir`` (its command line: python -S shim.py
