@@ -199,15 +199,16 @@ class DemandQueue:
             group.copied = queued.copied
         probe = (start,)
         best: Any = None
-        for key, need, entries in group.members:
-            if need <= room_now:
+        for member in group.members:
+            entries = member[2]
+            if member[1] <= room_now:
                 at = bisect.bisect_left(entries, probe)
-                if at < len(entries) and (best is None or entries[at] < best[1]):
-                    best = key, entries[at]
+                if at < len(entries) and (best is None or entries[at] < best[0]):
+                    best = entries[at], member
         if best is None:
             return None
-        key, (seq, name) = best
-        return seq, Demand(name, _ADMIT, key[2], key[3] if self._elastic else key[2])
+        (seq, name), (key, need, _) = best
+        return seq, Demand(name, _ADMIT, key[2], need)
 
     @contextlib.contextmanager
     def deferred_wakes(self) -> Iterator[None]:
